@@ -1,0 +1,20 @@
+# Warnings and sanitizers applied to every target of the project.
+
+set(TESSERA_WARNING_FLAGS -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion
+    -Wnon-virtual-dtor -Wold-style-cast -Wcast-align -Woverloaded-virtual -Wnull-dereference
+    -Wimplicit-fallthrough)
+
+# Applies the project's warning flags to `target` (C++ sources only).
+function(tessera_target_warnings target)
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${TESSERA_WARNING_FLAGS}>)
+  if(TESSERA_WERROR)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+  endif()
+endfunction()
+
+if(TESSERA_SANITIZE)
+  string(REPLACE ";" "," _tessera_san "${TESSERA_SANITIZE}")
+  add_compile_options(-fsanitize=${_tessera_san} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=${_tessera_san})
+  message(STATUS "Tessera: sanitizers ${_tessera_san}")
+endif()

@@ -1,0 +1,87 @@
+/*
+ * Tessera plugin ABI: what the host hands to every plugin.
+ *
+ * The host owns logging, error messages, memory accounting and option values.
+ * A plugin receives one `tessera_host_api` per loaded library when it is
+ * created and keeps the pointer for its whole life; every function takes the
+ * table's `ctx` as its first argument.  All functions are thread-safe.
+ */
+#ifndef TESSERA_C_HOST_H
+#define TESSERA_C_HOST_H
+
+#include "tessera/c/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Rank argument meaning "the rank of the calling thread as the host knows
+ * it" (or none, outside a rank). */
+#define TESSERA_RANK_UNKNOWN (-1)
+
+/* Categories for memory accounting; strategies report what they allocate so
+ * the host can print current and peak bytes per rank and category. */
+typedef int32_t tessera_mem_category;
+enum {
+  TESSERA_MEM_PARAMS = 0,
+  TESSERA_MEM_GRADS = 1,
+  TESSERA_MEM_OPTIMIZER = 2,
+  TESSERA_MEM_COMM = 3,        /* staging and scratch buffers of collectives */
+  TESSERA_MEM_ACTIVATIONS = 4,
+  TESSERA_MEM_OTHER = 5,
+  TESSERA_MEM_CATEGORY_COUNT = 6
+};
+
+/* Types of declared plugin options (see tessera_option_decl in plugin.h). */
+typedef int32_t tessera_option_type;
+enum {
+  TESSERA_OPT_BOOL = 0,
+  TESSERA_OPT_INT = 1,    /* int64_t  */
+  TESSERA_OPT_FLOAT = 2,  /* double   */
+  TESSERA_OPT_STRING = 3  /* UTF-8, NUL-terminated, owned by the host */
+};
+
+/* Opaque, host-owned set of option values for one plugin instance. The host
+ * has already checked every key against the plugin's declared options and
+ * filled in defaults, so a declared key is always present. */
+typedef struct tessera_options tessera_options;
+
+typedef struct tessera_host_api {
+  uint32_t struct_size; /* sizeof(tessera_host_api) as the host built it  */
+  uint16_t abi_major;   /* TESSERA_ABI_MAJOR of the host                  */
+  uint16_t abi_minor;   /* TESSERA_ABI_MINOR of the host                  */
+  void* ctx;            /* opaque; first argument of every call below     */
+
+  /* Writes one log line through the host's sinks, tagged with the plugin's
+   * name and `rank` (TESSERA_RANK_UNKNOWN: the calling thread's rank). */
+  void (*log)(void* ctx, tessera_log_level level, int32_t rank, const char* message);
+
+  /* Lowest level the host currently writes; lets a plugin skip formatting. */
+  tessera_log_level (*log_level)(void* ctx);
+
+  /* Records the message that explains the status a plugin call is about to
+   * return. Stored per calling thread; the host reads it when the call
+   * returns a status other than TESSERA_OK. */
+  void (*set_error)(void* ctx, tessera_status status, const char* message);
+
+  /* Adds `delta_bytes` (negative when freed) to the tracked memory of `rank`
+   * in `category`. */
+  void (*mem_track)(void* ctx, int32_t rank, tessera_mem_category category, int64_t delta_bytes);
+
+  /* Option accessors. Return TESSERA_OK and write *out, or
+   * TESSERA_ERR_INVALID_ARGUMENT if `key` is not declared with that type. */
+  tessera_status (*option_bool)(void* ctx, const tessera_options* opts, const char* key, int32_t* out);
+  tessera_status (*option_int)(void* ctx, const tessera_options* opts, const char* key, int64_t* out);
+  tessera_status (*option_float)(void* ctx, const tessera_options* opts, const char* key, double* out);
+  tessera_status (*option_string)(void* ctx, const tessera_options* opts, const char* key,
+                                  const char** out);
+
+  /* Rank of the calling thread as the host knows it, or TESSERA_RANK_UNKNOWN. */
+  int32_t (*thread_rank)(void* ctx);
+} tessera_host_api;
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* TESSERA_C_HOST_H */

@@ -1,0 +1,101 @@
+// Plugin-side view of the host API: logging, errors, memory accounting and
+// option values, as small C++ helpers over tessera_host_api.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "tessera/c/host.h"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::sdk {
+
+// The host services handed to a plugin. Cheap to copy; valid for the life of
+// the object the host created.
+class Host {
+ public:
+  explicit Host(const tessera_host_api* api) : api_(api) {}
+
+  [[nodiscard]] const tessera_host_api* raw() const noexcept { return api_; }
+
+  [[nodiscard]] bool enabled(tessera_log_level level) const noexcept {
+    return api_ != nullptr && level >= api_->log_level(api_->ctx);
+  }
+
+  // Logs the concatenation of `args` at `level` for `rank`
+  // (TESSERA_RANK_UNKNOWN: the calling thread's rank).
+  template <typename... Args>
+  void log(tessera_log_level level, int32_t rank, Args&&... args) const {
+    if (!enabled(level)) return;
+    const std::string line = detail::concat(std::forward<Args>(args)...);
+    api_->log(api_->ctx, level, rank, line.c_str());
+  }
+  template <typename... Args>
+  void debug(Args&&... args) const {
+    log(TESSERA_LOG_DEBUG, TESSERA_RANK_UNKNOWN, std::forward<Args>(args)...);
+  }
+  template <typename... Args>
+  void info(Args&&... args) const {
+    log(TESSERA_LOG_INFO, TESSERA_RANK_UNKNOWN, std::forward<Args>(args)...);
+  }
+  template <typename... Args>
+  void warn(Args&&... args) const {
+    log(TESSERA_LOG_WARN, TESSERA_RANK_UNKNOWN, std::forward<Args>(args)...);
+  }
+
+  // Reports allocations (positive) and frees (negative) for accounting.
+  void track_memory(int32_t rank, tessera_mem_category category, int64_t delta_bytes) const {
+    if (api_ != nullptr) api_->mem_track(api_->ctx, rank, category, delta_bytes);
+  }
+
+  void set_error(tessera_status status, const char* message) const noexcept {
+    if (api_ != nullptr) api_->set_error(api_->ctx, status, message);
+  }
+
+  [[nodiscard]] int32_t thread_rank() const noexcept {
+    return api_ != nullptr ? api_->thread_rank(api_->ctx) : TESSERA_RANK_UNKNOWN;
+  }
+
+ private:
+  const tessera_host_api* api_;
+};
+
+// Read access to a plugin's validated options. Every declared key is present
+// (defaults filled in by the host); asking for an undeclared key or with the
+// wrong type throws.
+class Options {
+ public:
+  Options(const tessera_host_api* api, const tessera_options* opts) : api_(api), opts_(opts) {}
+
+  [[nodiscard]] bool get_bool(const char* key) const {
+    int32_t v = 0;
+    check(api_->option_bool(api_->ctx, opts_, key, &v), key, "bool");
+    return v != 0;
+  }
+  [[nodiscard]] int64_t get_int(const char* key) const {
+    int64_t v = 0;
+    check(api_->option_int(api_->ctx, opts_, key, &v), key, "int");
+    return v;
+  }
+  [[nodiscard]] double get_float(const char* key) const {
+    double v = 0;
+    check(api_->option_float(api_->ctx, opts_, key, &v), key, "float");
+    return v;
+  }
+  [[nodiscard]] std::string get_string(const char* key) const {
+    const char* v = nullptr;
+    check(api_->option_string(api_->ctx, opts_, key, &v), key, "string");
+    return v != nullptr ? std::string(v) : std::string();
+  }
+
+ private:
+  static void check(tessera_status s, const char* key, const char* type) {
+    TESSERA_CHECK(s == TESSERA_OK, TESSERA_ERR_INVALID_ARGUMENT, "option '", key,
+                  "' is not declared as ", type);
+  }
+  const tessera_host_api* api_;
+  const tessera_options* opts_;
+};
+
+}  // namespace tessera::sdk
