@@ -1,0 +1,105 @@
+// The run configuration: a TOML file (schema in docs/config.md) plus
+// `--set section.key=value` overrides. Loading checks every key and type and
+// reports errors with the file, line and dotted key.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <toml++/toml.h>
+
+namespace tessera {
+
+// A plugin selection: its name and its own options sub-table (checked later
+// against the options the plugin declares, once it is loaded). The table
+// keeps the line of each value for messages as long as it is moved, not
+// copied (toml++ does not copy source positions).
+struct PluginChoice {
+  std::string name;
+  toml::table options;        // [<section>.options]
+  std::string options_where;  // "run.toml: [backend.options]" for errors
+};
+
+struct RunSection {
+  int world_size = 1;
+  int64_t steps = 100;
+  uint64_t seed = 42;
+  int64_t log_every = 10;
+  std::string metrics;    // JSON-lines path; empty: none
+  std::string log_level;  // empty: TESSERA_LOG_LEVEL or "info"
+};
+
+struct PluginsSection {
+  std::vector<std::filesystem::path> paths;  // relative to the config file
+  std::vector<std::string> allow;            // empty: all
+};
+
+struct BackendSection : PluginChoice {
+  double timeout_s = 60.0;
+};
+
+struct ModelSection {
+  std::string name = "mlp";
+  std::string init;    // safetensors file with the initial parameters;
+                       // empty: the model's own init, seeded by run.seed
+  toml::table params;  // every other key of [model], for the model
+  std::string params_where;
+};
+
+struct DataSection {
+  std::string kind = "synthetic";  // synthetic | text | tokens
+  std::string path;
+  int64_t batch_size = 32;  // global batch
+};
+
+struct OptimizerSection {
+  std::string name = "adamw";
+  double lr = 3e-4;
+  double weight_decay = 0.0;
+  double grad_clip = 0.0;  // 0: off
+  int64_t warmup_steps = 0;
+  double momentum = 0.9;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+struct CheckpointSection {
+  std::string dir;    // empty: no checkpoints
+  int64_t every = 0;  // 0: only at the end
+  bool resume = false;
+  std::string format = "full";  // full | sharded
+};
+
+struct Config {
+  std::filesystem::path file;  // where it was loaded from (may be empty)
+  RunSection run;
+  PluginsSection plugins;
+  BackendSection backend;  // name defaults to "inmemory"
+  PluginChoice strategy;   // name defaults to "none"
+  std::optional<PluginChoice> compression;
+  ModelSection model;
+  DataSection data;
+  OptimizerSection optimizer;
+  CheckpointSection checkpoint;
+};
+
+// Reads `file`, applies `overrides` ("section.key=value", value parsed as a
+// TOML literal, or taken as a string if it does not parse), and validates.
+// Throws tessera::Error naming the file, line and key of each problem (one
+// per line, in file order; problems of overrides name the override).
+Config load_config(const std::filesystem::path& file, std::span<const std::string> overrides = {});
+
+// The same from TOML text; `name` stands in for the file in messages and
+// relative paths resolve against the current directory.
+Config parse_config(std::string_view text, const std::string& name,
+                    std::span<const std::string> overrides = {});
+
+// The resolved configuration as TOML text (for --dry-run).
+std::string to_toml(const Config& config);
+
+}  // namespace tessera

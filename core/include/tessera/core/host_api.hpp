@@ -1,0 +1,40 @@
+// The tessera_host_api the core hands to each loaded plugin: logs go to the
+// logger "<kind>.<name>", errors are kept per thread, memory goes to the
+// MemoryTracker, options are read from tessera_options.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <spdlog/logger.h>
+
+#include "tessera/c/host.h"
+
+namespace tessera {
+
+class HostContext {
+ public:
+  // `logger_name` is e.g. "backend.inmemory".
+  explicit HostContext(const std::string& logger_name);
+  HostContext(const HostContext&) = delete;
+  HostContext& operator=(const HostContext&) = delete;
+  ~HostContext() = default;
+
+  // The table to pass to the plugin; valid while this object lives.
+  [[nodiscard]] const tessera_host_api* api() const noexcept { return &api_; }
+  [[nodiscard]] const std::shared_ptr<spdlog::logger>& logger() const noexcept { return logger_; }
+
+ private:
+  tessera_host_api api_{};
+  std::shared_ptr<spdlog::logger> logger_;
+};
+
+// Message set by the last set_error call on this thread (any plugin), and
+// clears it. Empty if none.
+std::string take_thread_error();
+
+// Throws tessera::Error(status, "<what>: <message from set_error or the
+// status name>") when status != TESSERA_OK.
+void throw_if_failed(tessera_status status, const std::string& what);
+
+}  // namespace tessera

@@ -1,0 +1,240 @@
+#include "tessera/core/config.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <fstream>
+#include <sstream>
+#include <string_view>
+#include <utility>
+
+#include "config_schema.hpp"
+#include "tessera/core/logging.hpp"
+#include "tessera/sdk/error.hpp"
+#include "toml_text.hpp"
+
+namespace tessera {
+namespace {
+
+using detail::Problems;
+using detail::Section;
+
+bool is_plugin_name(std::string_view name) {
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+// Reads `key` as a plugin-style name ([a-z0-9_]+) into `out`.
+void read_name(Section& s, std::string_view key, std::string& out) {
+  std::string name = out;
+  if (s.read(key, name)) {
+    s.require(key, is_plugin_name(name),
+              "must be a name made of a-z, 0-9 and '_', got '" + name + "'");
+  }
+  out = std::move(name);
+}
+
+// Reads the "<section>.options" sub-table (moved, so lines survive).
+void read_options(Section& s, PluginChoice& choice) {
+  choice.options_where = s.problems().name() + ": [" + std::string(s.name()) + ".options]";
+  if (toml::table* options = s.table("options")) choice.options = std::move(*options);
+}
+
+void read_run(Section s, RunSection& run) {
+  int64_t world_size = run.world_size;
+  if (s.read("world_size", world_size)) {
+    s.require(
+        "world_size", world_size >= 1 && world_size <= INT_MAX,
+        "must be between 1 and " + std::to_string(INT_MAX) + ", got " + std::to_string(world_size));
+    run.world_size = static_cast<int>(std::clamp<int64_t>(world_size, 1, INT_MAX));
+  }
+  if (s.read("steps", run.steps)) s.at_least("steps", run.steps, 0);
+  int64_t seed = static_cast<int64_t>(run.seed);
+  if (s.read("seed", seed)) {
+    s.at_least("seed", seed, 0);
+    run.seed = static_cast<uint64_t>(seed);
+  }
+  if (s.read("log_every", run.log_every)) s.at_least("log_every", run.log_every, 1);
+  s.read("metrics", run.metrics);
+  if (s.read("log_level", run.log_level) && !run.log_level.empty()) {
+    s.require("log_level", parse_log_level(run.log_level).has_value(),
+              "must be one of trace, debug, info, warn, error, critical, off; got '" +
+                  run.log_level + "'");
+  }
+}
+
+// Paths written in the file are relative to the file's directory; paths
+// given by --set (or in parse_config text) are kept as written.
+void read_plugins(Section s, PluginsSection& plugins, const std::filesystem::path& base) {
+  std::vector<std::pair<std::string, const toml::node*>> paths;
+  if (s.read_strings("paths", paths)) {
+    plugins.paths.clear();
+    for (const auto& [text, node] : paths) {
+      std::filesystem::path path(text);
+      if (path.is_relative() && !base.empty() && !detail::from_override(*node)) {
+        path = (base / path).lexically_normal();
+      }
+      plugins.paths.push_back(std::move(path));
+    }
+  }
+  std::vector<std::pair<std::string, const toml::node*>> allow;
+  if (s.read_strings("allow", allow)) {
+    plugins.allow.clear();
+    for (const auto& [name, node] : allow) {
+      if (!is_plugin_name(name)) {
+        s.problems().add(node, "'plugins.allow' entries must be plugin names, got '" + name + "'");
+      }
+      plugins.allow.push_back(name);
+    }
+  }
+}
+
+void read_backend(Section s, BackendSection& backend) {
+  read_name(s, "name", backend.name);
+  if (s.read("timeout_s", backend.timeout_s)) s.above("timeout_s", backend.timeout_s, 0.0);
+  read_options(s, backend);
+}
+
+void read_strategy(Section s, PluginChoice& strategy) {
+  read_name(s, "name", strategy.name);
+  read_options(s, strategy);
+}
+
+// [compression] is optional; name "none" means no compression.
+void read_compression(Section s, std::optional<PluginChoice>& compression) {
+  if (s.table() == nullptr) return;  // not a table: already reported
+  PluginChoice choice;
+  if (s.get("name") == nullptr) {
+    s.problems().add(s.node(), "[compression] needs a 'name' (or remove the section)");
+  }
+  read_name(s, "name", choice.name);
+  read_options(s, choice);
+  if (choice.name == "none") {
+    compression.reset();
+  } else {
+    compression = std::move(choice);
+  }
+}
+
+// Known keys are read; every other key of [model] is moved into params.
+void read_model(Section s, ModelSection& model) {
+  read_name(s, "name", model.name);
+  s.read("init", model.init);
+  model.params_where = s.problems().name() + ": [model]";
+  if (toml::table* table = s.table()) {
+    for (auto& [key, node] : *table) {
+      if (key.str() != "name" && key.str() != "init") {
+        model.params.insert_or_assign(key.str(), std::move(node));
+      }
+    }
+  }
+}
+
+void read_data(Section s, DataSection& data) {
+  if (s.read("kind", data.kind)) {
+    s.one_of("kind", data.kind, {"synthetic", "text", "tokens"});
+  }
+  s.read("path", data.path);
+  if (s.read("batch_size", data.batch_size)) s.at_least("batch_size", data.batch_size, 1);
+  if ((data.kind == "text" || data.kind == "tokens") && data.path.empty()) {
+    s.problems().add(s.get("kind") != nullptr ? s.get("kind") : s.node(),
+                     "'data.kind' = '" + data.kind + "' needs 'data.path'");
+  }
+}
+
+void read_optimizer(Section s, OptimizerSection& opt) {
+  read_name(s, "name", opt.name);
+  if (s.read("lr", opt.lr)) s.above("lr", opt.lr, 0.0);
+  if (s.read("weight_decay", opt.weight_decay)) s.at_least("weight_decay", opt.weight_decay, 0.0);
+  if (s.read("grad_clip", opt.grad_clip)) s.at_least("grad_clip", opt.grad_clip, 0.0);
+  if (s.read("warmup_steps", opt.warmup_steps)) s.at_least("warmup_steps", opt.warmup_steps, 0);
+  for (const auto& [key, value] :
+       {std::pair{"momentum", &opt.momentum}, std::pair{"beta1", &opt.beta1},
+        std::pair{"beta2", &opt.beta2}}) {
+    if (s.read(key, *value)) {
+      s.require(key, *value >= 0.0 && *value < 1.0,
+                "must be in [0, 1), got " + detail::format_float(*value));
+    }
+  }
+  if (s.read("eps", opt.eps)) s.above("eps", opt.eps, 0.0);
+}
+
+void read_checkpoint(Section s, CheckpointSection& ckpt) {
+  s.read("dir", ckpt.dir);
+  if (s.read("every", ckpt.every)) s.at_least("every", ckpt.every, 0);
+  s.read("resume", ckpt.resume);
+  if (s.read("format", ckpt.format)) s.one_of("format", ckpt.format, {"full", "sharded"});
+  if (ckpt.resume && ckpt.dir.empty()) {
+    s.problems().add(s.get("resume"), "'checkpoint.resume' = true needs 'checkpoint.dir'");
+  }
+}
+
+toml::table parse_text(std::string_view text, const std::string& name) {
+  try {
+    return toml::parse(text, std::string_view(name));
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT, name + ":" + std::to_string(where.line) + ":" +
+                                                  std::to_string(where.column) + ": " +
+                                                  std::string(e.description()));
+  }
+}
+
+// Parses, applies overrides, validates; `base` is the directory that
+// relative plugin paths of the file resolve against (empty: as written).
+Config build(std::string_view text, const std::string& name, const std::filesystem::path& base,
+             std::span<const std::string> overrides) {
+  toml::table root = parse_text(text, name);
+  Problems problems(name);
+  for (const std::string& assignment : overrides) {
+    detail::apply_override(root, assignment, problems);
+  }
+  detail::check_unknown_keys(root, problems);
+
+  Config config;
+  config.backend.name = "inmemory";
+  config.strategy.name = "none";
+  read_run(Section(problems, root, "run"), config.run);
+  read_plugins(Section(problems, root, "plugins"), config.plugins, base);
+  read_backend(Section(problems, root, "backend"), config.backend);
+  read_strategy(Section(problems, root, "strategy"), config.strategy);
+  if (root.contains("compression")) {
+    read_compression(Section(problems, root, "compression"), config.compression);
+  }
+  read_model(Section(problems, root, "model"), config.model);
+  read_data(Section(problems, root, "data"), config.data);
+  read_optimizer(Section(problems, root, "optimizer"), config.optimizer);
+  read_checkpoint(Section(problems, root, "checkpoint"), config.checkpoint);
+  problems.throw_if_any();
+  return config;
+}
+
+}  // namespace
+
+Config load_config(const std::filesystem::path& file, std::span<const std::string> overrides) {
+  const std::string name = file.string();
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) {
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT, "config file '" + name + "' does not exist");
+  }
+  if (std::filesystem::is_directory(file, ec)) {
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                "config file '" + name + "' is a directory, not a TOML file");
+  }
+  std::ifstream in(file, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in) {
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT, "config file '" + name + "' could not be read");
+  }
+  Config config = build(text.str(), name, file.parent_path(), overrides);
+  config.file = file;
+  return config;
+}
+
+Config parse_config(std::string_view text, const std::string& name,
+                    std::span<const std::string> overrides) {
+  return build(text, name, {}, overrides);
+}
+
+}  // namespace tessera

@@ -1,0 +1,161 @@
+#include "tessera/core/host_api.hpp"
+
+#include <string_view>
+#include <utility>
+#include <variant>
+
+#include "tessera/core/logging.hpp"
+#include "tessera/core/memory.hpp"
+#include "tessera/core/options.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera {
+namespace {
+
+// The error a plugin recorded on this thread with set_error, until the host
+// takes it.
+struct ThreadError {
+  tessera_status status = TESSERA_OK;
+  std::string message;
+};
+thread_local ThreadError t_error;
+
+HostContext* self(void* ctx) noexcept { return static_cast<HostContext*>(ctx); }
+
+spdlog::level::level_enum to_spdlog(tessera_log_level level) noexcept {
+  if (level <= TESSERA_LOG_TRACE) return spdlog::level::trace;
+  if (level >= TESSERA_LOG_CRITICAL) return spdlog::level::critical;
+  return static_cast<spdlog::level::level_enum>(level);
+}
+
+// ---- the functions behind tessera_host_api; none lets an exception out ----
+
+void host_log(void* ctx, tessera_log_level level, int32_t rank, const char* message) noexcept {
+  try {
+    const auto& logger = self(ctx)->logger();
+    const auto spd_level = to_spdlog(level);
+    if (!logger->should_log(spd_level)) return;
+    const std::string_view text = message != nullptr ? message : "";
+    if (rank >= 0) {
+      // The rank flag of the pattern reads the thread's rank while the line
+      // is formatted (synchronously, in this thread).
+      const ThreadRankGuard guard(rank);
+      logger->log(spd_level, "{}", text);
+    } else {
+      logger->log(spd_level, "{}", text);
+    }
+  } catch (...) {
+    // A failed log line must not fail the plugin's call.
+  }
+}
+
+tessera_log_level host_log_level(void* ctx) noexcept {
+  // spdlog's levels and the ABI's share values; "off" (6) is above every
+  // level a plugin can use, so nothing is enabled.
+  return static_cast<tessera_log_level>(self(ctx)->logger()->level());
+}
+
+void host_set_error(void* /*ctx*/, tessera_status status, const char* message) noexcept {
+  try {
+    t_error.status = status;
+    t_error.message = message != nullptr ? message : "";
+  } catch (...) {
+    t_error.message.clear();  // out of memory: keep the status only
+  }
+}
+
+void host_mem_track(void* /*ctx*/, int32_t rank, tessera_mem_category category,
+                    int64_t delta_bytes) noexcept {
+  // TESSERA_RANK_UNKNOWN: the rank of the calling thread, if it has one.
+  MemoryTracker::instance().add(rank >= 0 ? rank : thread_rank(), category, delta_bytes);
+}
+
+// The value of `key`, or nullptr when the set or the key is missing.
+const tessera_options::Value* find_option(const tessera_options* opts, const char* key) noexcept {
+  if (opts == nullptr || key == nullptr) return nullptr;
+  const auto it = opts->values.find(std::string_view(key));
+  return it != opts->values.end() ? &it->second : nullptr;
+}
+
+tessera_status host_option_bool(void* /*ctx*/, const tessera_options* opts, const char* key,
+                                int32_t* out) noexcept {
+  const auto* value = find_option(opts, key);
+  if (value == nullptr || out == nullptr || !std::holds_alternative<bool>(*value)) {
+    return TESSERA_ERR_INVALID_ARGUMENT;
+  }
+  *out = std::get<bool>(*value) ? 1 : 0;
+  return TESSERA_OK;
+}
+
+tessera_status host_option_int(void* /*ctx*/, const tessera_options* opts, const char* key,
+                               int64_t* out) noexcept {
+  const auto* value = find_option(opts, key);
+  if (value == nullptr || out == nullptr || !std::holds_alternative<int64_t>(*value)) {
+    return TESSERA_ERR_INVALID_ARGUMENT;
+  }
+  *out = std::get<int64_t>(*value);
+  return TESSERA_OK;
+}
+
+tessera_status host_option_float(void* /*ctx*/, const tessera_options* opts, const char* key,
+                                 double* out) noexcept {
+  const auto* value = find_option(opts, key);
+  if (value == nullptr || out == nullptr) return TESSERA_ERR_INVALID_ARGUMENT;
+  if (const auto* d = std::get_if<double>(value)) {
+    *out = *d;
+    return TESSERA_OK;
+  }
+  if (const auto* i = std::get_if<int64_t>(value)) {  // an int option read as float
+    *out = static_cast<double>(*i);
+    return TESSERA_OK;
+  }
+  return TESSERA_ERR_INVALID_ARGUMENT;
+}
+
+tessera_status host_option_string(void* /*ctx*/, const tessera_options* opts, const char* key,
+                                  const char** out) noexcept {
+  const auto* value = find_option(opts, key);
+  if (value == nullptr || out == nullptr || !std::holds_alternative<std::string>(*value)) {
+    return TESSERA_ERR_INVALID_ARGUMENT;
+  }
+  *out = std::get<std::string>(*value).c_str();  // owned by the options set
+  return TESSERA_OK;
+}
+
+int32_t host_thread_rank(void* /*ctx*/) noexcept {
+  const int rank = thread_rank();
+  return rank >= 0 ? rank : TESSERA_RANK_UNKNOWN;
+}
+
+}  // namespace
+
+HostContext::HostContext(const std::string& logger_name) : logger_(get_logger(logger_name)) {
+  api_.struct_size = sizeof(tessera_host_api);
+  api_.abi_major = TESSERA_ABI_MAJOR;
+  api_.abi_minor = TESSERA_ABI_MINOR;
+  api_.ctx = this;
+  api_.log = &host_log;
+  api_.log_level = &host_log_level;
+  api_.set_error = &host_set_error;
+  api_.mem_track = &host_mem_track;
+  api_.option_bool = &host_option_bool;
+  api_.option_int = &host_option_int;
+  api_.option_float = &host_option_float;
+  api_.option_string = &host_option_string;
+  api_.thread_rank = &host_thread_rank;
+}
+
+std::string take_thread_error() {
+  std::string message = std::move(t_error.message);
+  t_error = ThreadError{};
+  return message;
+}
+
+void throw_if_failed(tessera_status status, const std::string& what) {
+  std::string message = take_thread_error();  // also drops a stale message after success
+  if (status == TESSERA_OK) return;
+  if (message.empty()) message = status_name(status);
+  throw Error(status, what + ": " + message);
+}
+
+}  // namespace tessera

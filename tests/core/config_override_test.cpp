@@ -1,0 +1,137 @@
+// --set overrides: values parsed as TOML literals (else strings), option
+// sub-tables and model parameters, and errors that name the override.
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tessera/core/config.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera {
+namespace {
+
+constexpr const char* kBase = R"([run]
+world_size = 2
+steps = 10
+
+[strategy]
+name = "ddp"
+[strategy.options]
+bucket_mb = 25
+)";
+
+Config with(std::vector<std::string> overrides, const std::string& text = kBase) {
+  return parse_config(text, "run.toml", overrides);
+}
+
+std::string error_of(std::vector<std::string> overrides, const std::string& text = kBase) {
+  try {
+    (void)parse_config(text, "run.toml", overrides);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT);
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return {};
+}
+
+TEST(ConfigOverrides, ReplaceValuesOfAnyType) {
+  const Config c =
+      with({"run.steps=500", "run.world_size = 8", "optimizer.lr=1e-3", "checkpoint.resume=true",
+            "checkpoint.dir=runs/ck", "plugins.paths=[\"a\", \"b\"]", "run.metrics=\"m.jsonl\""});
+  EXPECT_EQ(c.run.steps, 500);
+  EXPECT_EQ(c.run.world_size, 8);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-3);
+  EXPECT_TRUE(c.checkpoint.resume);
+  EXPECT_EQ(c.checkpoint.dir, "runs/ck");  // not a TOML literal: taken as a string
+  EXPECT_EQ(c.plugins.paths, (std::vector<std::filesystem::path>{"a", "b"}));
+  EXPECT_EQ(c.run.metrics, "m.jsonl");
+}
+
+TEST(ConfigOverrides, BareWordsAndEmptyValuesAreStrings) {
+  const Config c = with({"strategy.name=zero2", "run.metrics=", "data.path=a b=c"});
+  EXPECT_EQ(c.strategy.name, "zero2");
+  EXPECT_EQ(c.run.metrics, "");
+  EXPECT_EQ(c.data.path, "a b=c");
+}
+
+TEST(ConfigOverrides, LaterOverridesWin) {
+  EXPECT_EQ(with({"run.steps=1", "run.steps=2"}).run.steps, 2);
+}
+
+TEST(ConfigOverrides, ReachOptionSubTables) {
+  const Config c = with({"strategy.options.bucket_mb=50", "strategy.options.overlap=false",
+                         "backend.options.block_kb=128"});
+  EXPECT_EQ(c.strategy.options["bucket_mb"].value<int64_t>(), 50);
+  EXPECT_EQ(c.strategy.options["overlap"].value<bool>(), false);
+  EXPECT_EQ(c.backend.options["block_kb"].value<int64_t>(), 128);
+  EXPECT_EQ(c.backend.name, "inmemory");
+}
+
+TEST(ConfigOverrides, CanCreateTheCompressionSection) {
+  const Config c = with({"compression.name=int8", "compression.options.chunk=256"});
+  ASSERT_TRUE(c.compression.has_value());
+  EXPECT_EQ(c.compression->name, "int8");
+  EXPECT_EQ(c.compression->options["chunk"].value<int64_t>(), 256);
+}
+
+TEST(ConfigOverrides, ModelParametersAreFree) {
+  const Config c = with({"model.name=gpt", "model.layers=12", "model.act.kind=relu"});
+  EXPECT_EQ(c.model.name, "gpt");
+  EXPECT_EQ(c.model.params["layers"].value<int64_t>(), 12);
+  EXPECT_EQ(c.model.params["act"]["kind"].value<std::string>(), "relu");
+}
+
+TEST(ConfigOverrides, RelativePluginPathsFromOverridesStayAsWritten) {
+  const Config c = with({"plugins.paths=[\"rel/dir\"]"});
+  ASSERT_EQ(c.plugins.paths.size(), 1u);
+  EXPECT_EQ(c.plugins.paths[0], std::filesystem::path("rel/dir"));
+}
+
+TEST(ConfigOverrides, UnknownSectionOrKeyNamesTheOverride) {
+  EXPECT_EQ(error_of({"optimiser.lr=0.1"}),
+            "--set optimiser.lr=0.1: unknown section 'optimiser' (did you mean 'optimizer'?)");
+  EXPECT_EQ(error_of({"run.wrld_size=4"}),
+            "--set run.wrld_size=4: unknown key 'run.wrld_size' (did you mean 'world_size'?)");
+  EXPECT_EQ(error_of({"strategy.bucket_mb=4"}),
+            "--set strategy.bucket_mb=4: unknown key 'strategy.bucket_mb'");
+}
+
+TEST(ConfigOverrides, MalformedOverridesAreErrors) {
+  EXPECT_EQ(error_of({"run.steps"}), "--set run.steps: expected section.key=value");
+  EXPECT_EQ(error_of({"steps=3"}), "--set steps=3: expected section.key=value");
+  EXPECT_EQ(error_of({"run..steps=3"}), "--set run..steps=3: expected section.key=value");
+  EXPECT_EQ(error_of({"run.steps.x=3"}),
+            "--set run.steps.x=3: key 'run.steps.x' is too deep; 'run.steps' has no sub-keys");
+  EXPECT_EQ(error_of({"backend.options.a.b=3"}),
+            "--set backend.options.a.b=3: key 'backend.options.a.b' is too deep; "
+            "'backend.options' has no sub-keys");
+  EXPECT_EQ(error_of({"model.layers.x=3"}, "[model]\nlayers = 4\n"),
+            "--set model.layers.x=3: 'model.layers' is an integer, not a table");
+}
+
+TEST(ConfigOverrides, BadValuesNameTheOverrideInsteadOfALine) {
+  EXPECT_EQ(error_of({"run.steps=lots"}),
+            "--set run.steps=lots: 'run.steps' must be an integer, got a string");
+  EXPECT_EQ(error_of({"run.world_size=0"}),
+            "--set run.world_size=0: 'run.world_size' must be between 1 and 2147483647, got 0");
+  EXPECT_EQ(error_of({"strategy.options=3"}),
+            "--set strategy.options=3: 'strategy.options' must be a table, got an integer");
+}
+
+TEST(ConfigOverrides, FileProblemsComeBeforeOverrideProblems) {
+  EXPECT_EQ(error_of({"run.steps=-3"}, "[run]\nlog_every = 0\n"),
+            "run.toml:2: 'run.log_every' must be >= 1, got 0\n"
+            "--set run.steps=-3: 'run.steps' must be >= 0, got -3");
+}
+
+TEST(ConfigOverrides, OverriddenValuesAppearInToToml) {
+  const Config c = with({"strategy.options.bucket_mb=50", "model.layers=3"});
+  const std::string text = to_toml(c);
+  EXPECT_NE(text.find("[strategy.options]\nbucket_mb = 50\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("layers = 3\n"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace tessera

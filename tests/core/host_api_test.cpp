@@ -1,0 +1,179 @@
+// The host API table handed to plugins: every field filled, per-thread
+// errors, option accessors, logging with an explicit rank, memory tracking.
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "tessera/core/host_api.hpp"
+#include "tessera/core/logging.hpp"
+#include "tessera/core/memory.hpp"
+#include "tessera/core/options.hpp"
+#include "tessera/sdk/error.hpp"
+#include "tessera/sdk/host.hpp"
+
+namespace tessera {
+namespace {
+
+class HostApi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    (void)take_thread_error();
+    init_logging("info");
+  }
+  void TearDown() override { init_logging("info"); }
+  HostContext host_{"backend.hosttest"};
+  const tessera_host_api* api_ = host_.api();
+};
+
+TEST_F(HostApi, EveryFieldIsFilled) {
+  EXPECT_EQ(api_->struct_size, sizeof(tessera_host_api));
+  EXPECT_EQ(api_->abi_major, TESSERA_ABI_MAJOR);
+  EXPECT_EQ(api_->abi_minor, TESSERA_ABI_MINOR);
+  EXPECT_EQ(api_->ctx, &host_);
+  EXPECT_NE(api_->log, nullptr);
+  EXPECT_NE(api_->log_level, nullptr);
+  EXPECT_NE(api_->set_error, nullptr);
+  EXPECT_NE(api_->mem_track, nullptr);
+  EXPECT_NE(api_->option_bool, nullptr);
+  EXPECT_NE(api_->option_int, nullptr);
+  EXPECT_NE(api_->option_float, nullptr);
+  EXPECT_NE(api_->option_string, nullptr);
+  EXPECT_NE(api_->thread_rank, nullptr);
+  EXPECT_EQ(host_.logger()->name(), "backend.hosttest");
+}
+
+TEST_F(HostApi, ErrorsAreKeptPerThreadAndTakenOnce) {
+  api_->set_error(api_->ctx, TESSERA_ERR_TIMEOUT, "rank 3 did not arrive");
+  std::string other_thread = "unset";
+  std::thread([&] {
+    other_thread = take_thread_error();  // nothing was set on this thread
+    api_->set_error(api_->ctx, TESSERA_ERR_MISMATCH, "other thread's error");
+  }).join();
+  EXPECT_EQ(other_thread, "");
+  EXPECT_EQ(take_thread_error(), "rank 3 did not arrive");
+  EXPECT_EQ(take_thread_error(), "");  // cleared
+}
+
+TEST_F(HostApi, ThrowIfFailedUsesTheMessageOrTheStatusName) {
+  EXPECT_NO_THROW(throw_if_failed(TESSERA_OK, "allreduce"));
+  api_->set_error(api_->ctx, TESSERA_ERR_TIMEOUT, "peer 1 timed out after 5 s");
+  try {
+    throw_if_failed(TESSERA_ERR_TIMEOUT, "allreduce on rank 0");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), TESSERA_ERR_TIMEOUT);
+    EXPECT_EQ(std::string(e.what()), "allreduce on rank 0: peer 1 timed out after 5 s");
+  }
+  try {
+    throw_if_failed(TESSERA_ERR_PEER_LOST, "barrier");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), TESSERA_ERR_PEER_LOST);
+    EXPECT_EQ(std::string(e.what()), "barrier: peer lost");
+  }
+}
+
+TEST_F(HostApi, AStaleMessageIsDroppedAfterASuccessfulCall) {
+  api_->set_error(api_->ctx, TESSERA_ERR_INTERNAL, "stale");
+  throw_if_failed(TESSERA_OK, "first call");
+  try {
+    throw_if_failed(TESSERA_ERR_UNSUPPORTED, "second call");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "second call: unsupported");
+  }
+}
+
+TEST_F(HostApi, OptionAccessorsReadByDeclaredType) {
+  tessera_options opts;
+  opts.values = {
+      {"flag", true}, {"count", int64_t{7}}, {"ratio", 0.25}, {"algo", std::string("ring")}};
+  int32_t b = 0;
+  int64_t i = 0;
+  double d = 0;
+  const char* s = nullptr;
+  EXPECT_EQ(api_->option_bool(api_->ctx, &opts, "flag", &b), TESSERA_OK);
+  EXPECT_EQ(b, 1);
+  EXPECT_EQ(api_->option_int(api_->ctx, &opts, "count", &i), TESSERA_OK);
+  EXPECT_EQ(i, 7);
+  EXPECT_EQ(api_->option_float(api_->ctx, &opts, "ratio", &d), TESSERA_OK);
+  EXPECT_DOUBLE_EQ(d, 0.25);
+  EXPECT_EQ(api_->option_float(api_->ctx, &opts, "count", &d), TESSERA_OK);  // int as float
+  EXPECT_DOUBLE_EQ(d, 7.0);
+  EXPECT_EQ(api_->option_string(api_->ctx, &opts, "algo", &s), TESSERA_OK);
+  EXPECT_STREQ(s, "ring");
+
+  EXPECT_EQ(api_->option_int(api_->ctx, &opts, "ratio", &i), TESSERA_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(api_->option_bool(api_->ctx, &opts, "count", &b), TESSERA_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(api_->option_string(api_->ctx, &opts, "flag", &s), TESSERA_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(api_->option_float(api_->ctx, &opts, "algo", &d), TESSERA_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(api_->option_int(api_->ctx, &opts, "missing", &i), TESSERA_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(api_->option_int(api_->ctx, nullptr, "count", &i), TESSERA_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(api_->option_int(api_->ctx, &opts, nullptr, &i), TESSERA_ERR_INVALID_ARGUMENT);
+}
+
+TEST_F(HostApi, SdkOptionsWorkOnResolvedOptions) {
+  const tessera_option_decl decls[] = {{"bucket_mb", TESSERA_OPT_INT, "25", "h"},
+                                       {"algo", TESSERA_OPT_STRING, "ring", "h"}};
+  const OptionValues values = resolve_options(decls, nullptr, "test");
+  const sdk::Options opts(api_, &values);
+  EXPECT_EQ(opts.get_int("bucket_mb"), 25);
+  EXPECT_DOUBLE_EQ(opts.get_float("bucket_mb"), 25.0);
+  EXPECT_EQ(opts.get_string("algo"), "ring");
+  EXPECT_THROW((void)opts.get_bool("algo"), Error);
+}
+
+TEST_F(HostApi, LogShowsTheExplicitRankElseTheThreadRank) {
+  ::testing::internal::CaptureStderr();
+  {
+    const ThreadRankGuard guard(1);
+    api_->log(api_->ctx, TESSERA_LOG_INFO, 3, "explicit rank");
+    api_->log(api_->ctx, TESSERA_LOG_WARN, TESSERA_RANK_UNKNOWN, "thread rank");
+    EXPECT_EQ(thread_rank(), 1);  // restored after the explicit-rank line
+  }
+  api_->log(api_->ctx, TESSERA_LOG_DEBUG, 0, "below the level");
+  api_->log(api_->ctx, TESSERA_LOG_ERROR, TESSERA_RANK_UNKNOWN, nullptr);
+  const std::string out = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(out.find("[backend.hosttest] [rank 3] explicit rank"), std::string::npos) << out;
+  EXPECT_NE(out.find("[backend.hosttest] [rank 1] thread rank"), std::string::npos) << out;
+  EXPECT_EQ(out.find("below the level"), std::string::npos) << out;
+  EXPECT_NE(out.find("[backend.hosttest] [rank -] \n"), std::string::npos) << out;
+}
+
+TEST_F(HostApi, LogLevelFollowsTheLogger) {
+  EXPECT_EQ(api_->log_level(api_->ctx), TESSERA_LOG_INFO);
+  init_logging("debug");
+  EXPECT_EQ(api_->log_level(api_->ctx), TESSERA_LOG_DEBUG);
+  init_logging("off");
+  const sdk::Host host(api_);
+  EXPECT_FALSE(host.enabled(TESSERA_LOG_CRITICAL));
+}
+
+TEST_F(HostApi, ThreadRankIsTheLoggingRank) {
+  EXPECT_EQ(api_->thread_rank(api_->ctx), TESSERA_RANK_UNKNOWN);
+  const ThreadRankGuard guard(4);
+  EXPECT_EQ(api_->thread_rank(api_->ctx), 4);
+}
+
+TEST_F(HostApi, MemTrackFeedsTheTrackerWithPeaks) {
+  MemoryTracker& tracker = MemoryTracker::instance();
+  tracker.reset(4);
+  api_->mem_track(api_->ctx, 2, TESSERA_MEM_COMM, 1000);
+  api_->mem_track(api_->ctx, 2, TESSERA_MEM_COMM, 500);
+  api_->mem_track(api_->ctx, 2, TESSERA_MEM_COMM, -1200);
+  {
+    const ThreadRankGuard guard(3);  // TESSERA_RANK_UNKNOWN: the thread's rank
+    api_->mem_track(api_->ctx, TESSERA_RANK_UNKNOWN, TESSERA_MEM_PARAMS, 64);
+  }
+  api_->mem_track(api_->ctx, TESSERA_RANK_UNKNOWN, TESSERA_MEM_OTHER, 8);  // no rank: unranked
+  const MemoryStats s2 = tracker.stats(2);
+  EXPECT_EQ(s2.current[TESSERA_MEM_COMM], 300);
+  EXPECT_EQ(s2.peak[TESSERA_MEM_COMM], 1500);
+  EXPECT_EQ(tracker.stats(3).current[TESSERA_MEM_PARAMS], 64);
+  EXPECT_EQ(tracker.stats(-1).current[TESSERA_MEM_OTHER], 8);
+  tracker.reset(1);
+}
+
+}  // namespace
+}  // namespace tessera
