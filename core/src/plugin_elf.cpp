@@ -1,0 +1,239 @@
+// Bounds-checked reader of the ELF structures the loader needs: the file
+// header, the section header table and the dynamic symbol table.
+#include "plugin_elf.hpp"
+
+#include <elf.h>
+#include <link.h>
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <system_error>
+
+#include <fmt/format.h>
+
+namespace tessera::detail {
+namespace {
+
+using Ehdr = ElfW(Ehdr);
+using Shdr = ElfW(Shdr);
+using Sym = ElfW(Sym);
+
+constexpr unsigned char kNativeClass = sizeof(void*) == 8 ? ELFCLASS64 : ELFCLASS32;
+constexpr unsigned char kNativeData =
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? ELFDATA2LSB : ELFDATA2MSB;
+
+const char* class_name(unsigned char elf_class) noexcept {
+  switch (elf_class) {
+    case ELFCLASS32:
+      return "32-bit";
+    case ELFCLASS64:
+      return "64-bit";
+    default:
+      return "unknown-class";
+  }
+}
+
+const char* type_name(unsigned type) noexcept {
+  switch (type) {
+    case ET_REL:
+      return "relocatable object";
+    case ET_EXEC:
+      return "executable";
+    case ET_CORE:
+      return "core dump";
+    default:
+      return "unknown type";
+  }
+}
+
+// Random access to a file that refuses any read outside the file.
+class BoundedFile {
+ public:
+  explicit BoundedFile(const std::filesystem::path& file) : stream_(file, std::ios::binary) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(file, ec);
+    if (ec || !stream_) {
+      throw ElfFormatError(fmt::format("cannot open file for reading ({})",
+                                       ec ? ec.message() : std::string("open failed")));
+    }
+    size_ = size;
+  }
+
+  [[nodiscard]] uint64_t size() const noexcept { return size_; }
+
+  // Whether `count` bytes at `offset` lie inside the file (overflow-safe).
+  [[nodiscard]] bool contains(uint64_t offset, uint64_t count) const noexcept {
+    return offset <= size_ && count <= size_ - offset;
+  }
+
+  // Reads `count` bytes at `offset` into `out`; `what` names the structure
+  // for the error message.
+  void read(uint64_t offset, void* out, uint64_t count, const std::string& what) {
+    if (!contains(offset, count)) {
+      throw ElfFormatError(
+          fmt::format("truncated or corrupt: {} needs {} bytes at offset {} but the file has "
+                      "only {} bytes",
+                      what, count, offset, size_));
+    }
+    stream_.seekg(static_cast<std::streamoff>(offset));
+    stream_.read(static_cast<char*>(out), static_cast<std::streamsize>(count));
+    if (!stream_) {
+      throw ElfFormatError(fmt::format("read error in {} at offset {}", what, offset));
+    }
+  }
+
+ private:
+  std::ifstream stream_;
+  uint64_t size_ = 0;
+};
+
+// ELF machine of the running executable, read once; nullopt if unreadable
+// (the machine check is then left to the dynamic loader).
+std::optional<uint16_t> host_machine() {
+  static const std::optional<uint16_t> machine = []() -> std::optional<uint16_t> {
+    std::ifstream self("/proc/self/exe", std::ios::binary);
+    Ehdr header{};
+    if (!self.read(reinterpret_cast<char*>(&header), sizeof header)) {  // NOLINT
+      return std::nullopt;
+    }
+    return header.e_machine;
+  }();
+  return machine;
+}
+
+Ehdr read_header(BoundedFile& file) {
+  if (file.size() == 0) throw ElfFormatError("file is empty");
+  unsigned char ident[EI_NIDENT] = {};
+  if (file.size() < EI_NIDENT) {
+    throw ElfFormatError(
+        fmt::format("file is too short to be an ELF file ({} bytes)", file.size()));
+  }
+  file.read(0, ident, EI_NIDENT, "the ELF identification");
+  if (std::memcmp(ident, ELFMAG, SELFMAG) != 0) {
+    throw ElfFormatError("not an ELF file (no ELF magic number)");
+  }
+  if (ident[EI_CLASS] != kNativeClass) {
+    throw ElfFormatError(fmt::format("ELF class {} does not match the {} host",
+                                     class_name(ident[EI_CLASS]), class_name(kNativeClass)));
+  }
+  if (ident[EI_DATA] != kNativeData) {
+    throw ElfFormatError("ELF byte order does not match the host");
+  }
+  Ehdr header{};
+  file.read(0, &header, sizeof header, "the ELF header");
+  if (header.e_type != ET_DYN) {
+    throw ElfFormatError(fmt::format("not a shared library (ELF type {}: {})", header.e_type,
+                                     type_name(header.e_type)));
+  }
+  const auto machine = host_machine();
+  if (machine && header.e_machine != *machine) {
+    throw ElfFormatError(fmt::format("built for ELF machine {} but the host is ELF machine {}",
+                                     header.e_machine, *machine));
+  }
+  if (header.e_phnum == 0 || header.e_phentsize != sizeof(ElfW(Phdr))) {
+    throw ElfFormatError(fmt::format("corrupt program header table ({} entries of {} bytes)",
+                                     header.e_phnum, header.e_phentsize));
+  }
+  if (!file.contains(header.e_phoff, uint64_t{header.e_phnum} * header.e_phentsize)) {
+    throw ElfFormatError(fmt::format(
+        "truncated or corrupt: the program header table ({} entries at offset {}) lies beyond "
+        "the end of the file ({} bytes)",
+        header.e_phnum, header.e_phoff, file.size()));
+  }
+  return header;
+}
+
+// All section headers; empty when the file has none.
+std::vector<Shdr> read_sections(BoundedFile& file, const Ehdr& header) {
+  if (header.e_shoff == 0) return {};
+  if (header.e_shentsize != sizeof(Shdr)) {
+    throw ElfFormatError(fmt::format("corrupt section header entry size {} (expected {})",
+                                     header.e_shentsize, sizeof(Shdr)));
+  }
+  uint64_t count = header.e_shnum;
+  if (count == 0) {
+    // Extended numbering: the real count is in the first entry's sh_size.
+    Shdr first{};
+    file.read(header.e_shoff, &first, sizeof first, "the first section header");
+    count = first.sh_size;
+  }
+  if (count == 0 || count > file.size() / sizeof(Shdr)) {
+    throw ElfFormatError(fmt::format(
+        "truncated or corrupt: the section header table ({} entries at offset {}) does not fit "
+        "in the file ({} bytes)",
+        count, header.e_shoff, file.size()));
+  }
+  std::vector<Shdr> sections(count);
+  file.read(header.e_shoff, sections.data(), count * sizeof(Shdr), "the section header table");
+  for (uint64_t i = 0; i < count; ++i) {
+    const Shdr& s = sections[i];
+    if (s.sh_type == SHT_NULL || s.sh_type == SHT_NOBITS) continue;
+    if (!file.contains(s.sh_offset, s.sh_size)) {
+      throw ElfFormatError(fmt::format(
+          "truncated or corrupt: section {} needs {} bytes at offset {} but the file has only "
+          "{} bytes",
+          i, s.sh_size, s.sh_offset, file.size()));
+    }
+  }
+  return sections;
+}
+
+std::vector<std::string> read_dynamic_exports(BoundedFile& file,
+                                              const std::vector<Shdr>& sections) {
+  std::vector<std::string> exports;
+  const Shdr* dynsym = nullptr;
+  for (const Shdr& s : sections) {
+    if (s.sh_type == SHT_DYNSYM) {
+      dynsym = &s;
+      break;
+    }
+  }
+  if (dynsym == nullptr) return exports;  // a library without dynamic symbols exports nothing
+  if (dynsym->sh_entsize != sizeof(Sym) || dynsym->sh_link >= sections.size() ||
+      sections[dynsym->sh_link].sh_type != SHT_STRTAB) {
+    throw ElfFormatError("corrupt dynamic symbol table header");
+  }
+  const Shdr& strtab = sections[dynsym->sh_link];
+  std::vector<char> names(strtab.sh_size);
+  file.read(strtab.sh_offset, names.data(), names.size(), "the dynamic string table");
+  std::vector<Sym> symbols(dynsym->sh_size / sizeof(Sym));
+  file.read(dynsym->sh_offset, symbols.data(), symbols.size() * sizeof(Sym),
+            "the dynamic symbol table");
+
+  for (const Sym& sym : symbols) {
+    const unsigned bind = static_cast<unsigned>(sym.st_info) >> 4U;
+    const unsigned visibility = static_cast<unsigned>(sym.st_other) & 0x3U;
+    const bool global = bind == STB_GLOBAL || bind == STB_WEAK || bind == STB_GNU_UNIQUE;
+    const bool visible = visibility == STV_DEFAULT || visibility == STV_PROTECTED;
+    if (sym.st_shndx == SHN_UNDEF || !global || !visible || sym.st_name == 0) continue;
+    if (sym.st_name >= names.size()) {
+      throw ElfFormatError(fmt::format(
+          "corrupt dynamic symbol table: name offset {} is outside the string table ({} bytes)",
+          sym.st_name, names.size()));
+    }
+    const char* begin = names.data() + sym.st_name;
+    const void* end = std::memchr(begin, '\0', names.size() - sym.st_name);
+    if (end == nullptr) {
+      throw ElfFormatError("corrupt dynamic string table: a symbol name is not terminated");
+    }
+    exports.emplace_back(begin, static_cast<const char*>(end));
+  }
+  return exports;
+}
+
+}  // namespace
+
+ElfLibraryInfo inspect_elf_library(const std::filesystem::path& file) {
+  BoundedFile in(file);
+  const Ehdr header = read_header(in);
+  const std::vector<Shdr> sections = read_sections(in, header);
+  ElfLibraryInfo info;
+  if (sections.empty()) return info;  // exports unknown: checked after loading
+  info.exports_known = true;
+  info.exports = read_dynamic_exports(in, sections);
+  return info;
+}
+
+}  // namespace tessera::detail

@@ -1,0 +1,113 @@
+// Where plugins are looked for, and how their file names are read.
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <boost/dll/runtime_symbol_info.hpp>
+
+#include "plugin_descriptor.hpp"
+#include "plugin_paths.hpp"
+#include "tessera/core/plugin_registry.hpp"
+
+#ifndef TESSERA_PLUGIN_INSTALL_SUBDIR
+#define TESSERA_PLUGIN_INSTALL_SUBDIR "lib/tessera/plugins"
+#endif
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::string_view kPrefix = "libtessera_";
+constexpr std::string_view kSuffix = ".so";
+
+bool all_of_charset(std::string_view text, bool allow_underscore) noexcept {
+  if (text.empty()) return false;
+  for (const char c : text) {
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (allow_underscore && c == '_');
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string detail::directory_key(const fs::path& dir) {
+  std::error_code ec;
+  fs::path key = fs::weakly_canonical(dir, ec);
+  if (ec) key = fs::absolute(dir, ec).lexically_normal();
+  // "a/b/" and "a/b" name the same directory.
+  if (!key.has_filename() && key.has_relative_path()) key = key.parent_path();
+  return key.string();
+}
+
+bool parse_plugin_filename(const std::string& filename, std::string& kind, std::string& name) {
+  const std::string_view text = filename;
+  if (text.size() <= kPrefix.size() + kSuffix.size() || !text.starts_with(kPrefix) ||
+      !text.ends_with(kSuffix)) {
+    return false;
+  }
+  const std::string_view middle =
+      text.substr(kPrefix.size(), text.size() - kPrefix.size() - kSuffix.size());
+  const std::size_t split = middle.find('_');
+  if (split == std::string_view::npos) return false;
+  const std::string_view kind_part = middle.substr(0, split);
+  const std::string_view name_part = middle.substr(split + 1);
+  if (!all_of_charset(kind_part, false) || !all_of_charset(name_part, true)) return false;
+  kind.assign(kind_part);
+  name.assign(name_part);
+  return true;
+}
+
+int plugin_kind_from_name(std::string_view name) noexcept {
+  for (int kind = 0; kind < TESSERA_KIND_COUNT; ++kind) {
+    if (name == detail::plugin_kind_name(kind)) return kind;
+  }
+  return -1;
+}
+
+fs::path PluginRegistry::builtin_dir() {
+  std::error_code ec;
+  const fs::path exe = boost::dll::program_location(ec);
+  if (ec || exe.empty()) return {};
+  const fs::path prefix = exe.parent_path() / "..";
+  fs::path build_layout = (prefix / "lib" / "tessera" / "plugins").lexically_normal();
+  // An install tree whose library directory is not "lib" (e.g. lib64 or a
+  // multiarch directory) keeps its plugins under that directory instead.
+  fs::path install_layout = (prefix / TESSERA_PLUGIN_INSTALL_SUBDIR).lexically_normal();
+  if (install_layout != build_layout && !fs::is_directory(build_layout, ec) &&
+      fs::is_directory(install_layout, ec)) {
+    return install_layout;
+  }
+  return build_layout;
+}
+
+std::vector<fs::path> PluginRegistry::search_path(const std::vector<fs::path>& config_paths) {
+  std::vector<fs::path> candidates = config_paths;
+  // The environment is only read here; nothing in the host writes it.
+  if (const char* env = std::getenv("TESSERA_PLUGIN_PATH");  // NOLINT(concurrency-mt-unsafe)
+      env != nullptr) {
+    const std::string_view value = env;
+    std::size_t start = 0;
+    while (start <= value.size()) {
+      std::size_t end = value.find(':', start);
+      if (end == std::string_view::npos) end = value.size();
+      candidates.emplace_back(std::string(value.substr(start, end - start)));
+      start = end + 1;
+    }
+  }
+  candidates.push_back(builtin_dir());
+
+  std::vector<fs::path> result;
+  std::set<std::string> seen;
+  for (const fs::path& p : candidates) {
+    if (p.empty()) continue;  // empty entries of TESSERA_PLUGIN_PATH mean nothing
+    if (seen.insert(detail::directory_key(p)).second) result.push_back(p);
+  }
+  return result;
+}
+
+}  // namespace tessera

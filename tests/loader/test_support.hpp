@@ -1,0 +1,88 @@
+// Helpers shared by the loader tests: fixture paths, temporary directories,
+// environment overrides, file byte edits and capture of the "core" log.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <spdlog/sinks/ringbuffer_sink.h>
+
+namespace tessera::test {
+
+// Directory of the fixture set, and the second directory holding a
+// duplicate of the `good` plugin.
+std::filesystem::path fixture_dir();
+std::filesystem::path fixture_dup_dir();
+
+// <fixture_dir>/libtessera_backend_<name>.so
+std::filesystem::path backend_fixture(const std::string& name);
+
+// A fresh empty directory under the system temporary directory, removed with
+// everything in it when the object is destroyed. Throws std::runtime_error
+// if it cannot be created.
+class TempDir {
+ public:
+  TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir();
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Sets (or, with nullopt, unsets) an environment variable for the lifetime of
+// the object and restores the previous state afterwards.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::string name, const std::optional<std::string>& value);
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv();
+
+ private:
+  std::string name_;
+  std::optional<std::string> previous_;
+};
+
+// Whole-file read and write; throw std::runtime_error naming the path on
+// failure.
+std::vector<char> read_bytes(const std::filesystem::path& file);
+void write_bytes(const std::filesystem::path& file, const std::vector<char>& bytes);
+
+// Overwrites sizeof(T) bytes of `bytes` at `offset` with `value`; throws
+// std::out_of_range if they do not fit.
+template <typename T>
+void patch(std::vector<char>& bytes, std::size_t offset, const T& value) {
+  if (offset > bytes.size() || sizeof(T) > bytes.size() - offset) {
+    throw std::out_of_range("patch beyond the end of the file");
+  }
+  std::memcpy(bytes.data() + offset, &value, sizeof(T));
+}
+
+// Records what the logger "core" writes while the object lives (level and
+// message of each line).
+class LogCapture {
+ public:
+  LogCapture();
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  ~LogCapture();
+  // Lines as "<level>: <message>", oldest first.
+  [[nodiscard]] std::vector<std::string> lines() const;
+  // True if some line at `level` contains every one of `parts`.
+  [[nodiscard]] bool contains(const std::string& level,
+                              const std::vector<std::string>& parts) const;
+
+ private:
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
+};
+
+}  // namespace tessera::test
