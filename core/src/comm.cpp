@@ -72,8 +72,7 @@ void Work::release() noexcept {
   if (work_ == nullptr) return;
   const tessera_status status = backend_->api().work_wait(work_, -1);
   if (status != TESSERA_OK) {
-    get_logger("core")->error("{} failed and was never waited for: {}", what_,
-                              take_thread_error());
+    get_logger("core")->error("{} failed and was never waited for: {}", what_, take_thread_error());
   }
   backend_->api().work_free(work_);
   work_ = nullptr;

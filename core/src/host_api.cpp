@@ -80,20 +80,18 @@ const tessera_options::Value* find_option(const tessera_options* opts, const cha
 tessera_status host_option_bool(void* /*ctx*/, const tessera_options* opts, const char* key,
                                 int32_t* out) noexcept {
   const auto* value = find_option(opts, key);
-  if (value == nullptr || out == nullptr || !std::holds_alternative<bool>(*value)) {
-    return TESSERA_ERR_INVALID_ARGUMENT;
-  }
-  *out = std::get<bool>(*value) ? 1 : 0;
+  const bool* v = value != nullptr ? std::get_if<bool>(value) : nullptr;
+  if (v == nullptr || out == nullptr) return TESSERA_ERR_INVALID_ARGUMENT;
+  *out = *v ? 1 : 0;
   return TESSERA_OK;
 }
 
 tessera_status host_option_int(void* /*ctx*/, const tessera_options* opts, const char* key,
                                int64_t* out) noexcept {
   const auto* value = find_option(opts, key);
-  if (value == nullptr || out == nullptr || !std::holds_alternative<int64_t>(*value)) {
-    return TESSERA_ERR_INVALID_ARGUMENT;
-  }
-  *out = std::get<int64_t>(*value);
+  const int64_t* v = value != nullptr ? std::get_if<int64_t>(value) : nullptr;
+  if (v == nullptr || out == nullptr) return TESSERA_ERR_INVALID_ARGUMENT;
+  *out = *v;
   return TESSERA_OK;
 }
 
@@ -115,10 +113,9 @@ tessera_status host_option_float(void* /*ctx*/, const tessera_options* opts, con
 tessera_status host_option_string(void* /*ctx*/, const tessera_options* opts, const char* key,
                                   const char** out) noexcept {
   const auto* value = find_option(opts, key);
-  if (value == nullptr || out == nullptr || !std::holds_alternative<std::string>(*value)) {
-    return TESSERA_ERR_INVALID_ARGUMENT;
-  }
-  *out = std::get<std::string>(*value).c_str();  // owned by the options set
+  const std::string* v = value != nullptr ? std::get_if<std::string>(value) : nullptr;
+  if (v == nullptr || out == nullptr) return TESSERA_ERR_INVALID_ARGUMENT;
+  *out = v->c_str();  // owned by the options set
   return TESSERA_OK;
 }
 

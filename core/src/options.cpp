@@ -134,7 +134,9 @@ OptionValues resolve_options(std::span<const tessera_option_decl> decls, const t
     return detail::node_line(*a.second) < detail::node_line(*b.second);
   });
 
-  for (const auto& [key, node] : given) {
+  for (const auto& entry : given) {
+    const std::string_view key = entry.first;
+    const auto& node = entry.second;
     const auto decl = std::find_if(decls.begin(), decls.end(),
                                    [&](const tessera_option_decl& d) { return key == d.key; });
     if (decl == decls.end()) {

@@ -79,7 +79,8 @@ class Communicator {
   // Buffer conventions are those of tessera/c/backend.h.
   void allreduce(const tessera_buffer& send, const tessera_buffer& recv, tessera_reduce_op op);
   void broadcast(const tessera_buffer& buf, int root);
-  void reduce(const tessera_buffer& send, const tessera_buffer& recv, tessera_reduce_op op, int root);
+  void reduce(const tessera_buffer& send, const tessera_buffer& recv, tessera_reduce_op op,
+              int root);
   void allgather(const tessera_buffer& send, const tessera_buffer& recv);
   void reduce_scatter(const tessera_buffer& send, const tessera_buffer& recv, tessera_reduce_op op);
   void gather(const tessera_buffer& send, const tessera_buffer& recv, int root);
@@ -92,7 +93,8 @@ class Communicator {
   Work iallreduce(const tessera_buffer& send, const tessera_buffer& recv, tessera_reduce_op op);
   Work ibroadcast(const tessera_buffer& buf, int root);
   Work iallgather(const tessera_buffer& send, const tessera_buffer& recv);
-  Work ireduce_scatter(const tessera_buffer& send, const tessera_buffer& recv, tessera_reduce_op op);
+  Work ireduce_scatter(const tessera_buffer& send, const tessera_buffer& recv,
+                       tessera_reduce_op op);
   Work isend(const tessera_buffer& buf, int peer, int tag = 0);
   Work irecv(const tessera_buffer& buf, int peer, int tag = 0);
 

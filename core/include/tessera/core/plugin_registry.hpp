@@ -39,7 +39,7 @@ struct PluginRecord {
   std::string name;     // likewise
   std::string version;  // empty if unread
   std::string summary;
-  int abi_major = -1;   // -1 if unread
+  int abi_major = -1;  // -1 if unread
   int abi_minor = -1;
   bool loaded = false;  // accepted and usable
   std::string reason;   // why it was rejected; empty when loaded

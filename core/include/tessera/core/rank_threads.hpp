@@ -12,8 +12,8 @@ namespace tessera {
 // the caller can abort its communicators and release ranks blocked waiting
 // for the failed one; after every thread has finished, the first failure is
 // rethrown (as the original exception type). world_size must be >= 1.
-void run_rank_threads(int world_size, const std::function<void(int rank)>& body,
-                      const std::function<void(int rank, const std::string& message)>& on_failure =
-                          nullptr);
+void run_rank_threads(
+    int world_size, const std::function<void(int rank)>& body,
+    const std::function<void(int rank, const std::string& message)>& on_failure = nullptr);
 
 }  // namespace tessera

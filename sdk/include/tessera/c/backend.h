@@ -64,22 +64,22 @@ enum {
 
 /* Arguments of one operation. Grows at the end only. */
 typedef struct tessera_coll_args {
-  uint32_t struct_size;     /* sizeof(tessera_coll_args) of the caller        */
-  tessera_coll_type coll;   /* which operation                               */
-  tessera_buffer send;      /* see the table above                           */
-  tessera_buffer recv;      /* see the table above                           */
-  tessera_reduce_op op;     /* ALLREDUCE, REDUCE, REDUCE_SCATTER             */
-  int32_t root;             /* BROADCAST, REDUCE, GATHER, SCATTER            */
-  int32_t peer;             /* SEND, RECV: rank in this communicator         */
-  int32_t tag;              /* SEND, RECV: >= 0                              */
-  int64_t timeout_ms;       /* 0: the communicator's timeout; < 0: none      */
+  uint32_t struct_size;   /* sizeof(tessera_coll_args) of the caller        */
+  tessera_coll_type coll; /* which operation                               */
+  tessera_buffer send;    /* see the table above                           */
+  tessera_buffer recv;    /* see the table above                           */
+  tessera_reduce_op op;   /* ALLREDUCE, REDUCE, REDUCE_SCATTER             */
+  int32_t root;           /* BROADCAST, REDUCE, GATHER, SCATTER            */
+  int32_t peer;           /* SEND, RECV: rank in this communicator         */
+  int32_t tag;            /* SEND, RECV: >= 0                              */
+  int64_t timeout_ms;     /* 0: the communicator's timeout; < 0: none      */
 } tessera_coll_args;
 
 /* Process-wide settings for `create`. Grows at the end only. */
 typedef struct tessera_backend_config {
-  uint32_t struct_size;  /* sizeof(tessera_backend_config) of the host        */
-  int32_t world_size;    /* ranks wanted; -1: take it from the environment   */
-  int64_t timeout_ms;    /* default for every collective; > 0                */
+  uint32_t struct_size; /* sizeof(tessera_backend_config) of the host        */
+  int32_t world_size;   /* ranks wanted; -1: take it from the environment   */
+  int64_t timeout_ms;   /* default for every collective; > 0                */
 } tessera_backend_config;
 
 /* Bits of tessera_backend_api.capabilities. */
@@ -88,8 +88,8 @@ enum {
    * threads and each calls `connect` with its rank. Without this bit the
    * process is one rank and calls `connect` once with rank -1. */
   TESSERA_BACKEND_CAP_THREAD_RANKS = 1u << 0,
-  TESSERA_BACKEND_CAP_CPU_BUFFERS = 1u << 1,  /* accepts TESSERA_DEVICE_CPU  */
-  TESSERA_BACKEND_CAP_CUDA_BUFFERS = 1u << 2  /* accepts TESSERA_DEVICE_CUDA */
+  TESSERA_BACKEND_CAP_CPU_BUFFERS = 1u << 1, /* accepts TESSERA_DEVICE_CPU  */
+  TESSERA_BACKEND_CAP_CUDA_BUFFERS = 1u << 2 /* accepts TESSERA_DEVICE_CUDA */
 };
 
 typedef struct tessera_backend_api {

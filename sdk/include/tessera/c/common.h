@@ -42,9 +42,9 @@ enum {
   TESSERA_ERR_TIMEOUT = 3,          /* a peer did not arrive in time        */
   TESSERA_ERR_PEER_LOST = 4,        /* a peer failed or the group aborted   */
   TESSERA_ERR_OUT_OF_MEMORY = 5,
-  TESSERA_ERR_MISMATCH = 6,         /* ranks disagree on a collective call  */
-  TESSERA_ERR_INTERNAL = 7,         /* a bug or unexpected failure          */
-  TESSERA_ERR_IN_PROGRESS = 8       /* non-blocking work not finished yet   */
+  TESSERA_ERR_MISMATCH = 6,   /* ranks disagree on a collective call  */
+  TESSERA_ERR_INTERNAL = 7,   /* a bug or unexpected failure          */
+  TESSERA_ERR_IN_PROGRESS = 8 /* non-blocking work not finished yet   */
 };
 
 /* Element types of buffers. Values are stable; new ones are appended. */
@@ -83,9 +83,9 @@ typedef struct tessera_device {
 
 /* A typed view of memory owned by the caller. `count` is in elements. */
 typedef struct tessera_buffer {
-  void* data;           /* may be NULL only when count == 0            */
-  uint64_t count;       /* number of elements of `dtype`               */
-  tessera_dtype dtype;  /* element type                                */
+  void* data;          /* may be NULL only when count == 0            */
+  uint64_t count;      /* number of elements of `dtype`               */
+  tessera_dtype dtype; /* element type                                */
   tessera_device device;
 } tessera_buffer;
 
@@ -115,14 +115,19 @@ enum {
 /* Bytes in one element of `dtype`, 0 for an unknown dtype. */
 static inline size_t tessera_dtype_size(tessera_dtype dtype) {
   switch (dtype) {
-    case TESSERA_F32: return 4;
-    case TESSERA_F64: return 8;
-    case TESSERA_F16: return 2;
-    case TESSERA_BF16: return 2;
-    case TESSERA_I32: return 4;
-    case TESSERA_I64: return 8;
-    case TESSERA_U8: return 1;
-    default: return 0;
+    case TESSERA_U8:
+      return 1;
+    case TESSERA_F16:
+    case TESSERA_BF16:
+      return 2;
+    case TESSERA_F32:
+    case TESSERA_I32:
+      return 4;
+    case TESSERA_F64:
+    case TESSERA_I64:
+      return 8;
+    default:
+      return 0;
   }
 }
 

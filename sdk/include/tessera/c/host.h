@@ -26,7 +26,7 @@ enum {
   TESSERA_MEM_PARAMS = 0,
   TESSERA_MEM_GRADS = 1,
   TESSERA_MEM_OPTIMIZER = 2,
-  TESSERA_MEM_COMM = 3,        /* staging and scratch buffers of collectives */
+  TESSERA_MEM_COMM = 3, /* staging and scratch buffers of collectives */
   TESSERA_MEM_ACTIVATIONS = 4,
   TESSERA_MEM_OTHER = 5,
   TESSERA_MEM_CATEGORY_COUNT = 6
@@ -36,9 +36,9 @@ enum {
 typedef int32_t tessera_option_type;
 enum {
   TESSERA_OPT_BOOL = 0,
-  TESSERA_OPT_INT = 1,    /* int64_t  */
-  TESSERA_OPT_FLOAT = 2,  /* double   */
-  TESSERA_OPT_STRING = 3  /* UTF-8, NUL-terminated, owned by the host */
+  TESSERA_OPT_INT = 1,   /* int64_t  */
+  TESSERA_OPT_FLOAT = 2, /* double   */
+  TESSERA_OPT_STRING = 3 /* UTF-8, NUL-terminated, owned by the host */
 };
 
 /* Opaque, host-owned set of option values for one plugin instance. The host
@@ -70,9 +70,12 @@ typedef struct tessera_host_api {
 
   /* Option accessors. Return TESSERA_OK and write *out, or
    * TESSERA_ERR_INVALID_ARGUMENT if `key` is not declared with that type. */
-  tessera_status (*option_bool)(void* ctx, const tessera_options* opts, const char* key, int32_t* out);
-  tessera_status (*option_int)(void* ctx, const tessera_options* opts, const char* key, int64_t* out);
-  tessera_status (*option_float)(void* ctx, const tessera_options* opts, const char* key, double* out);
+  tessera_status (*option_bool)(void* ctx, const tessera_options* opts, const char* key,
+                                int32_t* out);
+  tessera_status (*option_int)(void* ctx, const tessera_options* opts, const char* key,
+                               int64_t* out);
+  tessera_status (*option_float)(void* ctx, const tessera_options* opts, const char* key,
+                                 double* out);
   tessera_status (*option_string)(void* ctx, const tessera_options* opts, const char* key,
                                   const char** out);
 

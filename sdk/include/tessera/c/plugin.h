@@ -23,10 +23,10 @@ extern "C" {
 
 /* One option a plugin accepts in its TOML sub-table. */
 typedef struct tessera_option_decl {
-  const char* key;            /* TOML key, [a-z0-9_]+                           */
-  tessera_option_type type;   /* TESSERA_OPT_*                                  */
-  const char* default_value;  /* TOML literal text: "true", "25", "0.5", "ring" */
-  const char* help;           /* one line shown by `tessera plugins --describe` */
+  const char* key;           /* TOML key, [a-z0-9_]+                           */
+  tessera_option_type type;  /* TESSERA_OPT_*                                  */
+  const char* default_value; /* TOML literal text: "true", "25", "0.5", "ring" */
+  const char* help;          /* one line shown by `tessera plugins --describe` */
 } tessera_option_decl;
 
 typedef struct tessera_plugin_descriptor {
@@ -35,11 +35,11 @@ typedef struct tessera_plugin_descriptor {
   uint16_t abi_major;   /* TESSERA_ABI_MAJOR the plugin was built with                 */
   uint16_t abi_minor;   /* TESSERA_ABI_MINOR the plugin was built with                 */
   /* ---- ABI 1.0 ---- */
-  tessera_plugin_kind kind; /* TESSERA_KIND_*; must agree with the file name     */
-  uint32_t reserved0;       /* zero                                              */
-  const char* name;         /* [a-z0-9_]+; must agree with the file name         */
-  const char* version;      /* the plugin's own version, e.g. "1.2.0"            */
-  const char* summary;      /* one line for `tessera plugins`                    */
+  tessera_plugin_kind kind;           /* TESSERA_KIND_*; must agree with the file name     */
+  uint32_t reserved0;                 /* zero                                              */
+  const char* name;                   /* [a-z0-9_]+; must agree with the file name         */
+  const char* version;                /* the plugin's own version, e.g. "1.2.0"            */
+  const char* summary;                /* one line for `tessera plugins`                    */
   const tessera_option_decl* options; /* declared options, may be NULL if none   */
   uint32_t num_options;               /* entries in `options`                    */
   uint32_t reserved1;                 /* zero                                    */

@@ -99,7 +99,8 @@ inline WorkHandle* as_handle(tessera_work* w) { return reinterpret_cast<WorkHand
 
 inline tessera_comm* wrap_comm(const tessera_host_api* host, std::unique_ptr<Comm> comm) {
   if (!comm) return nullptr;
-  return reinterpret_cast<tessera_comm*>(new CommHandle{host, std::move(comm)});
+  return reinterpret_cast<tessera_comm*>(
+      std::make_unique<CommHandle>(CommHandle{host, std::move(comm)}).release());
 }
 
 // The C table for backend class `B`.
@@ -116,13 +117,15 @@ struct BackendAdapter {
       cfg.struct_size = sizeof cfg;
       const Host h(host);
       const Options o(host, opts);
-      auto handle = std::make_unique<BackendHandle>(BackendHandle{host, std::make_unique<B>(h, o, cfg)});
+      auto handle =
+          std::make_unique<BackendHandle>(BackendHandle{host, std::make_unique<B>(h, o, cfg)});
       *out = reinterpret_cast<tessera_backend*>(handle.release());
     });
   }
   static void destroy(tessera_backend* backend) noexcept { delete as_handle(backend); }
 
-  static tessera_status connect(tessera_backend* backend, int32_t rank, tessera_comm** out) noexcept {
+  static tessera_status connect(tessera_backend* backend, int32_t rank,
+                                tessera_comm** out) noexcept {
     auto* b = as_handle(backend);
     return guard(b->host, [&] {
       TESSERA_CHECK(out != nullptr, TESSERA_ERR_INVALID_ARGUMENT, "connect: null output");
@@ -130,8 +133,12 @@ struct BackendAdapter {
       TESSERA_CHECK(*out != nullptr, TESSERA_ERR_INTERNAL, "connect returned no communicator");
     });
   }
-  static int32_t comm_rank(const tessera_comm* comm) noexcept { return as_handle(comm)->impl->rank(); }
-  static int32_t comm_size(const tessera_comm* comm) noexcept { return as_handle(comm)->impl->size(); }
+  static int32_t comm_rank(const tessera_comm* comm) noexcept {
+    return as_handle(comm)->impl->rank();
+  }
+  static int32_t comm_size(const tessera_comm* comm) noexcept {
+    return as_handle(comm)->impl->size();
+  }
 
   static tessera_status comm_split(tessera_comm* comm, int32_t color, int32_t key,
                                    tessera_comm** out) noexcept {
@@ -158,7 +165,8 @@ struct BackendAdapter {
       if (work != nullptr) *work = nullptr;
       auto w = c->impl->post(a, work != nullptr);
       if (w && work != nullptr) {
-        *work = reinterpret_cast<tessera_work*>(new WorkHandle{c->host, std::move(w)});
+        *work = reinterpret_cast<tessera_work*>(
+            std::make_unique<WorkHandle>(WorkHandle{c->host, std::move(w)}).release());
       } else if (w) {
         w->wait(-1);
       }
@@ -202,22 +210,22 @@ struct BackendAdapter {
 // Registers backend class `cls` as the plugin `name_str`. `caps` is a mask of
 // TESSERA_BACKEND_CAP_*; `options` a static array of tessera_option_decl or
 // TESSERA_NO_OPTIONS. Use once per library, at namespace scope.
-#define TESSERA_REGISTER_BACKEND(cls, name_str, version_str, summary_str, caps, options)      \
-  namespace {                                                                                \
-  constexpr tessera_backend_api tessera_detail_backend_api =                                 \
-      ::tessera::sdk::detail::BackendAdapter<cls>::table(caps);                              \
-  const tessera_plugin_descriptor tessera_detail_descriptor = {                              \
-      sizeof(tessera_plugin_descriptor),                                                     \
-      TESSERA_ABI_MAJOR,                                                                     \
-      TESSERA_ABI_MINOR,                                                                     \
-      TESSERA_KIND_BACKEND,                                                                  \
-      0,                                                                                     \
-      name_str,                                                                              \
-      version_str,                                                                           \
-      summary_str,                                                                           \
-      TESSERA_DETAIL_OPTIONS_PTR(options),                                                   \
-      TESSERA_DETAIL_OPTIONS_COUNT(options),                                                 \
-      0,                                                                                     \
-      &tessera_detail_backend_api};                                                          \
-  }                                                                                          \
+#define TESSERA_REGISTER_BACKEND(cls, name_str, version_str, summary_str, caps, options) \
+  namespace {                                                                            \
+  constexpr tessera_backend_api tessera_detail_backend_api =                             \
+      ::tessera::sdk::detail::BackendAdapter<cls>::table(caps);                          \
+  const tessera_plugin_descriptor tessera_detail_descriptor = {                          \
+      sizeof(tessera_plugin_descriptor),                                                 \
+      TESSERA_ABI_MAJOR,                                                                 \
+      TESSERA_ABI_MINOR,                                                                 \
+      TESSERA_KIND_BACKEND,                                                              \
+      0,                                                                                 \
+      name_str,                                                                          \
+      version_str,                                                                       \
+      summary_str,                                                                       \
+      TESSERA_DETAIL_OPTIONS_PTR(options),                                               \
+      TESSERA_DETAIL_OPTIONS_COUNT(options),                                             \
+      0,                                                                                 \
+      &tessera_detail_backend_api};                                                      \
+  }                                                                                      \
   TESSERA_DETAIL_DEFINE_ENTRY(tessera_detail_descriptor)

@@ -68,7 +68,7 @@ inline half to_half(float f) noexcept {
   const uint32_t abs = u & 0x7fffffffU;
   if (abs > 0x7f800000U) return half{static_cast<uint16_t>(sign | 0x7e00U)};
   if (abs >= 0x477ff000U) return half{static_cast<uint16_t>(sign | 0x7c00U)};  // overflow
-  if (abs < 0x38800000U) {                                                    // subnormal / zero
+  if (abs < 0x38800000U) {                                                     // subnormal / zero
     if (abs < 0x33000000U) return half{sign};
     const uint32_t exp = abs >> 23;
     const uint32_t mant = (abs & 0x7fffffU) | 0x800000U;
@@ -88,63 +88,116 @@ inline half to_half(float f) noexcept {
 // dtype_of<T>::value is the ABI dtype of C++ element type T.
 template <typename T>
 struct dtype_of;
-template <> struct dtype_of<float> { static constexpr tessera_dtype value = TESSERA_F32; };
-template <> struct dtype_of<double> { static constexpr tessera_dtype value = TESSERA_F64; };
-template <> struct dtype_of<half> { static constexpr tessera_dtype value = TESSERA_F16; };
-template <> struct dtype_of<bfloat16> { static constexpr tessera_dtype value = TESSERA_BF16; };
-template <> struct dtype_of<int32_t> { static constexpr tessera_dtype value = TESSERA_I32; };
-template <> struct dtype_of<int64_t> { static constexpr tessera_dtype value = TESSERA_I64; };
-template <> struct dtype_of<uint8_t> { static constexpr tessera_dtype value = TESSERA_U8; };
+template <>
+struct dtype_of<float> {
+  static constexpr tessera_dtype value = TESSERA_F32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr tessera_dtype value = TESSERA_F64;
+};
+template <>
+struct dtype_of<half> {
+  static constexpr tessera_dtype value = TESSERA_F16;
+};
+template <>
+struct dtype_of<bfloat16> {
+  static constexpr tessera_dtype value = TESSERA_BF16;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr tessera_dtype value = TESSERA_I32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr tessera_dtype value = TESSERA_I64;
+};
+template <>
+struct dtype_of<uint8_t> {
+  static constexpr tessera_dtype value = TESSERA_U8;
+};
 
 inline std::string_view dtype_name(tessera_dtype d) noexcept {
   switch (d) {
-    case TESSERA_F32: return "f32";
-    case TESSERA_F64: return "f64";
-    case TESSERA_F16: return "f16";
-    case TESSERA_BF16: return "bf16";
-    case TESSERA_I32: return "i32";
-    case TESSERA_I64: return "i64";
-    case TESSERA_U8: return "u8";
-    default: return "?";
+    case TESSERA_F32:
+      return "f32";
+    case TESSERA_F64:
+      return "f64";
+    case TESSERA_F16:
+      return "f16";
+    case TESSERA_BF16:
+      return "bf16";
+    case TESSERA_I32:
+      return "i32";
+    case TESSERA_I64:
+      return "i64";
+    case TESSERA_U8:
+      return "u8";
+    default:
+      return "?";
   }
 }
 
 inline std::string_view reduce_op_name(tessera_reduce_op op) noexcept {
   switch (op) {
-    case TESSERA_SUM: return "sum";
-    case TESSERA_AVG: return "avg";
-    case TESSERA_MIN: return "min";
-    case TESSERA_MAX: return "max";
-    case TESSERA_PROD: return "prod";
-    default: return "?";
+    case TESSERA_SUM:
+      return "sum";
+    case TESSERA_AVG:
+      return "avg";
+    case TESSERA_MIN:
+      return "min";
+    case TESSERA_MAX:
+      return "max";
+    case TESSERA_PROD:
+      return "prod";
+    default:
+      return "?";
   }
 }
 
 inline std::string_view coll_name(tessera_coll_type c) noexcept {
   switch (c) {
-    case TESSERA_COLL_ALLREDUCE: return "allreduce";
-    case TESSERA_COLL_BROADCAST: return "broadcast";
-    case TESSERA_COLL_REDUCE: return "reduce";
-    case TESSERA_COLL_ALLGATHER: return "allgather";
-    case TESSERA_COLL_REDUCE_SCATTER: return "reduce_scatter";
-    case TESSERA_COLL_GATHER: return "gather";
-    case TESSERA_COLL_SCATTER: return "scatter";
-    case TESSERA_COLL_ALLTOALL: return "alltoall";
-    case TESSERA_COLL_BARRIER: return "barrier";
-    case TESSERA_COLL_SEND: return "send";
-    case TESSERA_COLL_RECV: return "recv";
-    default: return "?";
+    case TESSERA_COLL_ALLREDUCE:
+      return "allreduce";
+    case TESSERA_COLL_BROADCAST:
+      return "broadcast";
+    case TESSERA_COLL_REDUCE:
+      return "reduce";
+    case TESSERA_COLL_ALLGATHER:
+      return "allgather";
+    case TESSERA_COLL_REDUCE_SCATTER:
+      return "reduce_scatter";
+    case TESSERA_COLL_GATHER:
+      return "gather";
+    case TESSERA_COLL_SCATTER:
+      return "scatter";
+    case TESSERA_COLL_ALLTOALL:
+      return "alltoall";
+    case TESSERA_COLL_BARRIER:
+      return "barrier";
+    case TESSERA_COLL_SEND:
+      return "send";
+    case TESSERA_COLL_RECV:
+      return "recv";
+    default:
+      return "?";
   }
 }
 
 inline std::string_view kind_name(tessera_plugin_kind k) noexcept {
   switch (k) {
-    case TESSERA_KIND_BACKEND: return "backend";
-    case TESSERA_KIND_STRATEGY: return "strategy";
-    case TESSERA_KIND_COMPRESSOR: return "compressor";
-    case TESSERA_KIND_SELECTOR: return "selector";
-    case TESSERA_KIND_MODEL: return "model";
-    default: return "?";
+    case TESSERA_KIND_BACKEND:
+      return "backend";
+    case TESSERA_KIND_STRATEGY:
+      return "strategy";
+    case TESSERA_KIND_COMPRESSOR:
+      return "compressor";
+    case TESSERA_KIND_SELECTOR:
+      return "selector";
+    case TESSERA_KIND_MODEL:
+      return "model";
+    default:
+      return "?";
   }
 }
 

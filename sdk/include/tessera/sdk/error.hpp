@@ -17,16 +17,26 @@ namespace tessera {
 // Human-readable name of a status code ("timeout", "peer lost", ...).
 inline const char* status_name(tessera_status status) noexcept {
   switch (status) {
-    case TESSERA_OK: return "ok";
-    case TESSERA_ERR_INVALID_ARGUMENT: return "invalid argument";
-    case TESSERA_ERR_UNSUPPORTED: return "unsupported";
-    case TESSERA_ERR_TIMEOUT: return "timeout";
-    case TESSERA_ERR_PEER_LOST: return "peer lost";
-    case TESSERA_ERR_OUT_OF_MEMORY: return "out of memory";
-    case TESSERA_ERR_MISMATCH: return "mismatch";
-    case TESSERA_ERR_INTERNAL: return "internal error";
-    case TESSERA_ERR_IN_PROGRESS: return "in progress";
-    default: return "unknown status";
+    case TESSERA_OK:
+      return "ok";
+    case TESSERA_ERR_INVALID_ARGUMENT:
+      return "invalid argument";
+    case TESSERA_ERR_UNSUPPORTED:
+      return "unsupported";
+    case TESSERA_ERR_TIMEOUT:
+      return "timeout";
+    case TESSERA_ERR_PEER_LOST:
+      return "peer lost";
+    case TESSERA_ERR_OUT_OF_MEMORY:
+      return "out of memory";
+    case TESSERA_ERR_MISMATCH:
+      return "mismatch";
+    case TESSERA_ERR_INTERNAL:
+      return "internal error";
+    case TESSERA_ERR_IN_PROGRESS:
+      return "in progress";
+    default:
+      return "unknown status";
   }
 }
 
@@ -56,11 +66,10 @@ std::string concat(Args&&... args) {
 
 // Throws tessera::Error(status, "<message> (file:line)") unless `cond` holds.
 // The message is built from the remaining arguments with operator<<.
-#define TESSERA_CHECK(cond, status, ...)                                                  \
-  do {                                                                                    \
-    if (!(cond)) {                                                                        \
-      throw ::tessera::Error((status), ::tessera::detail::concat(__VA_ARGS__, " (",       \
-                                                                 __FILE__, ":", __LINE__, \
-                                                                 ")"));                   \
-    }                                                                                     \
+#define TESSERA_CHECK(cond, status, ...)                                                         \
+  do {                                                                                           \
+    if (!(cond)) {                                                                               \
+      throw ::tessera::Error(                                                                    \
+          (status), ::tessera::detail::concat(__VA_ARGS__, " (", __FILE__, ":", __LINE__, ")")); \
+    }                                                                                            \
   } while (0)

@@ -43,9 +43,11 @@ template <unsigned N>
 constexpr const tessera_option_decl* options_ptr(const tessera_option_decl (&decls)[N]) noexcept {
   return decls;
 }
-constexpr const tessera_option_decl* options_ptr(std::nullptr_t /*none*/) noexcept { return nullptr; }
+constexpr const tessera_option_decl* options_ptr(std::nullptr_t /*none*/) noexcept {
+  return nullptr;
+}
 template <unsigned N>
-constexpr uint32_t options_count(const tessera_option_decl (& /*decls*/)[N]) noexcept {
+constexpr uint32_t options_count(const tessera_option_decl (&/*decls*/)[N]) noexcept {
   return N;
 }
 constexpr uint32_t options_count(std::nullptr_t /*none*/) noexcept { return 0; }
