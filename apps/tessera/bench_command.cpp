@@ -1,0 +1,144 @@
+#include "bench_command.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <span>
+
+#include "bench_launch.hpp"
+#include "bench_report.hpp"
+#include "cli_error.hpp"
+#include "plugins_command.hpp"
+#include "size_list.hpp"
+#include "tessera/core/comm.hpp"
+#include "tessera/core/options.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::cli {
+
+CLI::App* add_bench_command(CLI::App& app, BenchArgs& args) {
+  CLI::App* bench =
+      app.add_subcommand("bench", "Benchmarks: `bench collectives` times one collective");
+  bench->require_subcommand(1);
+  CLI::App* cmd = bench->add_subcommand(
+      "collectives", "Time one collective over a range of sizes and check every result");
+  // A flag given twice takes its last value, so a command can be amended by appending.
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  cmd->add_option("--backend", args.backend, "Backend plugin name (e.g. inmemory)")
+      ->type_name("NAME")
+      ->required();
+  args.ranks_option =
+      cmd->add_option("--ranks", args.ranks,
+                      "Number of ranks: threads for a thread-rank backend; for a process backend "
+                      "the world size (may be omitted)")
+          ->type_name("N");
+  cmd->add_option("--op", args.op, "Collective: " + bench_op_list())->type_name("OP")->required();
+  cmd->add_option("--sizes", args.sizes, "Sizes in bytes A:B (or A) with K/M/G suffixes, 1K = 1024")
+      ->type_name("A:B")
+      ->required();
+  cmd->add_option("--dtype", args.dtype, "Element type: " + dtype_list())
+      ->type_name("TYPE")
+      ->capture_default_str();
+  cmd->add_option("--redop", args.redop, "Reduction for reducing ops: " + redop_list())
+      ->type_name("OP")
+      ->capture_default_str();
+  cmd->add_option("--iters", args.iters, "Timed iterations per size")->capture_default_str();
+  cmd->add_option("--warmup", args.warmup, "Untimed iterations per size")->capture_default_str();
+  cmd->add_option("--step-factor", args.step_factor, "Multiply the size by this at each step")
+      ->capture_default_str();
+  cmd->add_option("--csv", args.csv, "Also write the rows as CSV to FILE")->type_name("FILE");
+  cmd->add_option("--timeout-s", args.timeout_s, "Per-operation timeout in seconds")
+      ->capture_default_str();
+  cmd->add_option("--option", args.options, "Backend option key=value (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  return cmd;
+}
+
+BenchRequest validate_bench_args(const BenchArgs& args) {
+  BenchRequest req;
+  const auto op = parse_bench_op(args.op);
+  if (!op) throw UsageError("unknown op '" + args.op + "' for --op (use " + bench_op_list() + ")");
+  const auto dtype = parse_dtype(args.dtype);
+  if (!dtype) {
+    throw UsageError("unknown dtype '" + args.dtype + "' for --dtype (use " + dtype_list() + ")");
+  }
+  const auto redop = parse_redop(args.redop);
+  if (!redop) {
+    throw UsageError("unknown reduction '" + args.redop + "' for --redop (use " + redop_list() +
+                     ")");
+  }
+  const bool ranks_given = args.ranks_option != nullptr && args.ranks_option->count() > 0;
+  if (ranks_given && args.ranks < 1) {
+    throw UsageError("--ranks must be at least 1, got " + std::to_string(args.ranks));
+  }
+  if (args.iters < 1)
+    throw UsageError("--iters must be at least 1, got " + std::to_string(args.iters));
+  if (args.warmup < 0) {
+    throw UsageError("--warmup must not be negative, got " + std::to_string(args.warmup));
+  }
+  if (args.step_factor < 2) {
+    throw UsageError("--step-factor must be at least 2, got " + std::to_string(args.step_factor));
+  }
+  if (!(args.timeout_s > 0.0) || !std::isfinite(args.timeout_s)) {
+    throw UsageError("--timeout-s must be a positive number of seconds, got " +
+                     std::to_string(args.timeout_s));
+  }
+  req.spec = BenchSpec{*op, *dtype, *redop, args.iters, args.warmup};
+  req.sizes = expand_sizes(parse_size_range(args.sizes), static_cast<uint64_t>(args.step_factor));
+  req.ranks = ranks_given ? args.ranks : -1;
+  req.timeout_s = args.timeout_s;
+  return req;
+}
+
+namespace {
+
+// --option values as a table, checked against the backend's declarations
+// here so that a bad key is reported as a usage error.
+toml::table backend_options(const LoadedPlugin& plugin, const std::vector<std::string>& options) {
+  try {
+    toml::table table = parse_option_overrides(options);
+    const auto& d = plugin.descriptor();
+    const std::span<const tessera_option_decl> decls =
+        d.options == nullptr ? std::span<const tessera_option_decl>{}
+                             : std::span<const tessera_option_decl>(d.options, d.num_options);
+    (void)resolve_options(decls, &table, "--option");
+    return table;
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+}
+
+}  // namespace
+
+int run_bench_command(const GlobalOptions& global, const BenchArgs& args, std::ostream& out) {
+  const BenchRequest req = validate_bench_args(args);
+  const Session session = open_session(global);
+  const auto plugin = session.registry->get(TESSERA_KIND_BACKEND, args.backend);
+  const bool threads =
+      (backend_capabilities(plugin->descriptor()) & TESSERA_BACKEND_CAP_THREAD_RANKS) != 0;
+  if (threads && req.ranks < 1) {
+    throw UsageError("--ranks is required with backend '" + args.backend +
+                     "' (its ranks are threads of this process)");
+  }
+  const toml::table options = backend_options(*plugin, args.options);
+
+  BackendSettings settings;
+  settings.world_size = threads ? req.ranks : -1;
+  settings.timeout = std::chrono::milliseconds(std::max(1LL, std::llround(req.timeout_s * 1000.0)));
+  const auto backend =
+      open_backend(*session.registry, args.backend, &options, "--option", settings);
+
+  TextBenchReporter reporter(BenchHeader{args.backend, req.spec, req.timeout_s, args.csv}, out);
+  launch_bench(*backend, req.ranks, req.spec, req.sizes, reporter);
+  if (reporter.total_wrong() != 0) {
+    std::cerr << "tessera: error: " << reporter.total_wrong() << " mismatching element(s) in the "
+              << coll_name(req.spec.op) << " results of backend '" << args.backend << "'\n";
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+}  // namespace tessera::cli

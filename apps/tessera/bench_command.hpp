@@ -1,0 +1,57 @@
+// `tessera bench collectives`: the nccl-tests style benchmark of one
+// collective on one backend over a range of sizes.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "cli11.hpp"
+
+#include "bench_engine.hpp"
+#include "global_options.hpp"
+
+namespace tessera::cli {
+
+// Flags as given on the command line (validated by run_bench_command).
+struct BenchArgs {
+  std::string backend;
+  int ranks = 0;
+  CLI::Option* ranks_option = nullptr;  // set by add_bench_command; tells if --ranks was given
+  std::string op;
+  std::string sizes;
+  std::string dtype = "f32";
+  std::string redop = "sum";
+  int iters = 20;
+  int warmup = 5;
+  int64_t step_factor = 2;
+  std::string csv;
+  double timeout_s = 60.0;
+  std::vector<std::string> options;  // backend options, key=value
+};
+
+// Registers `bench` with its `collectives` subcommand on `app`; returns the
+// `collectives` subcommand.
+CLI::App* add_bench_command(CLI::App& app, BenchArgs& args);
+
+// The validated form of BenchArgs.
+struct BenchRequest {
+  BenchSpec spec;
+  std::vector<uint64_t> sizes;  // requested sizes before rounding
+  int ranks = -1;               // -1: not given
+  double timeout_s = 60.0;
+};
+
+// Checks every flag and throws UsageError naming the flag and value for an
+// unknown op/dtype/redop, ranks < 1, iters < 1, warmup < 0, step factor < 2,
+// timeout <= 0, or an invalid size/range.
+BenchRequest validate_bench_args(const BenchArgs& args);
+
+// Validates the flags, scans plugins, opens the backend with its --option
+// values (an unknown or ill-typed key is a UsageError), runs the benchmark
+// and prints it to `out`. Returns kExitOk, or kExitFailure when any element
+// was wrong (after printing the table). Backend failures throw.
+int run_bench_command(const GlobalOptions& global, const BenchArgs& args, std::ostream& out);
+
+}  // namespace tessera::cli

@@ -1,0 +1,56 @@
+// The collective benchmark on one rank, in the manner of nccl-tests: per
+// size, warm-up iterations, a barrier, `iters` timed iterations of the
+// blocking operation; the time of a size is the largest per-rank average,
+// gathered through the communicator under test. A correctness pass with a
+// known pattern follows each size, and the mismatches of all ranks are
+// summed (again through the communicator).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "bench_ops.hpp"
+#include "size_list.hpp"
+#include "tessera/core/comm.hpp"
+
+namespace tessera::cli {
+
+struct BenchSpec {
+  tessera_coll_type op = TESSERA_COLL_ALLREDUCE;
+  tessera_dtype dtype = TESSERA_F32;
+  tessera_reduce_op redop = TESSERA_SUM;
+  int iters = 20;  // >= 1
+  int warmup = 5;  // >= 0
+};
+
+// Sizes actually run for a group size, after rounding.
+struct BenchPlan {
+  int ranks = 1;
+  uint64_t unit = 1;               // every size is a multiple of this (bytes)
+  std::vector<PlannedSize> sizes;  // in order, at least one
+  std::vector<uint64_t> dropped;   // requested sizes smaller than one unit
+};
+
+// Rounds `requested` down to multiples of the op's unit (element size, times
+// `ranks` for ops split by rank). Throws UsageError when no size is left.
+BenchPlan plan_bench(const BenchSpec& spec, const std::vector<uint64_t>& requested, int ranks);
+
+// One result line.
+struct BenchRow {
+  uint64_t bytes = 0;       // size as defined in bench_ops.hpp
+  uint64_t count = 0;       // bytes / element size
+  double time_us = 0.0;     // max over ranks of the per-rank average
+  double algbw_gbps = 0.0;  // bytes / time
+  double busbw_gbps = 0.0;  // algbw x busbw_factor
+  uint64_t wrong = 0;       // mismatching elements summed over ranks
+};
+
+// Runs every size of `plan` on this rank. Collective: all ranks of `comm`
+// call it with the same spec and plan. Rank 0 calls on_row after each size.
+// Backend failures propagate as tessera::Error; buffer allocation failure
+// as std::bad_alloc.
+void run_bench_rank(Communicator& comm, const BenchSpec& spec, const BenchPlan& plan,
+                    const std::function<void(const BenchRow&)>& on_row);
+
+}  // namespace tessera::cli

@@ -1,0 +1,101 @@
+// Entry point of the `tessera` command-line tool: parses the command line
+// with CLI11, runs the chosen subcommand and turns every failure into one
+// line "tessera: error: <message>" on stderr with exit code 2 (usage) or 1
+// (run time).
+#include <exception>
+#include <iostream>
+#include <new>
+#include <string>
+
+#include "bench_command.hpp"
+#include "cli11.hpp"
+#include "cli_error.hpp"
+#include "global_options.hpp"
+#include "plugins_command.hpp"
+#include "version_command.hpp"
+
+namespace {
+
+using tessera::cli::kExitFailure;
+using tessera::cli::kExitUsage;
+
+int report(const char* message, int code) {
+  std::cerr << "tessera: error: " << message << '\n';
+  return code;
+}
+
+// CLI11's message, made specific when a (sub)command name is missing or
+// unknown: names the word that was not understood and the valid choices.
+std::string parse_error_message(const CLI::App& app, const CLI::ParseError& e) {
+  const auto chosen = app.get_subcommands();
+  const bool in_bench = !chosen.empty() && chosen.front()->get_name() == "bench";
+  if (!in_bench && !chosen.empty()) return e.what();
+  if (in_bench && !chosen.front()->get_subcommands().empty()) return e.what();
+  const CLI::App& level = in_bench ? *chosen.front() : app;
+  const std::string prefix = in_bench ? "bench " : "";
+  const std::string choices = in_bench ? "collectives" : "plugins, bench collectives or version";
+  const auto left = level.remaining();
+  if (!left.empty()) {
+    if (left.front().rfind('-', 0) == 0) {
+      return "unknown option '" + left.front() + "' for 'tessera" + (in_bench ? " bench" : "") +
+             "' (see --help)";
+    }
+    return "unknown command '" + prefix + left.front() + "' (use " + prefix + choices +
+           "; see --help)";
+  }
+  if (std::string(e.what()).find("subcommand") != std::string::npos) {
+    return "missing command (use " + prefix + choices + "; see --help)";
+  }
+  return e.what();
+}
+
+// Builds the command line, parses it and runs the chosen subcommand.
+// Returns the exit code; failures of a subcommand are reported here.
+int run(int argc, char** argv) {
+  namespace cli = tessera::cli;
+  CLI::App app("Tessera: distributed training where everything that varies is a plugin", "tessera");
+  app.fallthrough();  // global flags are accepted after the subcommand too
+  app.require_subcommand(1);
+
+  cli::GlobalOptions global;
+  cli::PluginsArgs plugins_args;
+  cli::BenchArgs bench_args;
+  cli::add_global_options(app, global);
+  CLI::App* plugins = cli::add_plugins_command(app, plugins_args);
+  CLI::App* bench = cli::add_bench_command(app, bench_args);
+  CLI::App* version = cli::add_version_command(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return report(parse_error_message(app, e).c_str(), kExitUsage);
+  }
+
+  try {
+    if (*plugins) return cli::run_plugins_command(global, plugins_args, std::cout);
+    if (*bench) return cli::run_bench_command(global, bench_args, std::cout);
+    if (*version) return cli::run_version_command(std::cout);
+    return report("no subcommand given (use plugins, bench collectives or version)", kExitUsage);
+  } catch (const cli::UsageError& e) {
+    return report(e.what(), kExitUsage);
+  } catch (const std::bad_alloc&) {
+    return report("out of memory (try smaller --sizes or fewer --ranks)", kExitFailure);
+  } catch (const std::exception& e) {
+    return report(e.what(), kExitFailure);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (...) {
+    std::cerr << "tessera: error: unexpected failure while setting up the command line\n";
+    return kExitFailure;
+  }
+}
