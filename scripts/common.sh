@@ -11,7 +11,7 @@ TESSERA_JOBS="${TESSERA_JOBS:-$(nproc)}"
 # Debian 12 packages: toolchain, the libraries Tessera builds on, and clang +
 # libc++ for the out-of-tree SDK test.
 TESSERA_PACKAGES=(
-  cmake ninja-build g++ make pkg-config file binutils
+  cmake ninja-build g++ make pkg-config file binutils python3
   libboost-dev libtomlplusplus-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libc++-dev libc++abi-dev clang-format clang-tidy
