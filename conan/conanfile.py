@@ -24,6 +24,7 @@ class TesseraConan(ConanFile):
         self.requires("tomlplusplus/3.4.0")
         self.requires("cli11/2.3.2")
         self.requires("nlohmann_json/3.11.3")
+        self.requires("openblas/0.3.25")       # GEMMs of the reference models
         if self.options.with_tests:
             self.requires("gtest/1.14.0")
             self.requires("benchmark/1.8.3")

@@ -12,7 +12,7 @@ TESSERA_JOBS="${TESSERA_JOBS:-$(nproc)}"
 # libc++ for the out-of-tree SDK test.
 TESSERA_PACKAGES=(
   cmake ninja-build g++ make pkg-config file binutils python3
-  libboost-dev libtomlplusplus-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
+  libopenblas-dev libboost-dev libtomlplusplus-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libc++-dev libc++abi-dev clang-format clang-tidy
 )

@@ -1,0 +1,127 @@
+// The `gpt` reference model: token + position embedding, N pre-LayerNorm
+// decoder blocks (causal multi-head attention, GELU MLP), a final LayerNorm
+// and a linear head with softmax cross-entropy over the next token. Consumes
+// sequence batches (int32 tokens and targets [B, T]); activations are
+// [B·T, d_model] row-major.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <toml++/toml.h>
+
+#include "tessera/core/model/unit.hpp"
+
+namespace tessera::model {
+
+// Shape of a gpt.
+struct GptConfig {
+  int64_t vocab = 0;
+  int64_t layers = 0;
+  int64_t d_model = 0;
+  int64_t heads = 0;
+  int64_t seq_len = 0;
+  bool tied_head = true;
+  int64_t mlp_ratio = 4;
+};
+
+// Reads [model] params of a gpt: `vocab` (>= 2), `layers`, `d_model`,
+// `heads` (must divide d_model), `seq_len`, `tied_head` (default true),
+// `mlp_ratio` (default 4). Throws tessera::Error (invalid argument) naming
+// `where` and the key for an unknown or missing key, a wrong type or a bad
+// value.
+GptConfig parse_gpt_config(const toml::table& params, const std::string& where);
+
+// Token + position embedding: x[b,t] = wte[token[b,t]] + wpe[t]. Params
+// wte [vocab, d] (row: split by vocabulary), wpe [seq_len, d]. Reads the
+// batch's tokens; a batch may be shorter than seq_len. Backward returns no
+// input gradient.
+class GptEmbedding final : public Unit {
+ public:
+  GptEmbedding(std::string name, int64_t vocab, int64_t d_model, int64_t seq_len);
+
+  [[nodiscard]] const std::string& name() const noexcept override { return name_; }
+  [[nodiscard]] std::span<const ParamSpec> params() const noexcept override { return specs_; }
+  [[nodiscard]] bool is_first() const noexcept override { return true; }
+  [[nodiscard]] bool is_last() const noexcept override { return false; }
+  void init(std::span<float* const> params, uint64_t seed) const override;
+  [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
+  ConstView forward(UnitContext& ctx, std::span<const float* const> params,
+                    const UnitInput& input) const override;
+  ConstView backward(UnitContext& ctx, std::span<const float* const> params,
+                     std::span<float* const> grads, ConstView grad_output) const override;
+
+ private:
+  std::string name_;
+  int64_t vocab_;
+  int64_t d_;
+  int64_t seq_len_;
+  std::vector<ParamSpec> specs_;
+};
+
+// One pre-LN decoder block on [B·T, d] (T taken from the batch):
+//   h = x + attn(ln1(x)) ;  y = h + mlp(ln2(h))
+// attn: qkv = ln1(x)·attn_qkv_w + attn_qkv_b split into heads, causal softmax
+// of q·kᵀ/sqrt(d/heads) per (batch, head), times v, concatenated, then
+// ·attn_proj_w + attn_proj_b. mlp: gelu(·fc_w + fc_b)·proj_w + proj_b.
+// Params, in order: ln1_g, ln1_b [d]; attn_qkv_w [d, 3d] (column; the three
+// d-wide blocks q, k, v each split alike), attn_qkv_b [3d] (column);
+// attn_proj_w [d, d] (row), attn_proj_b [d]; ln2_g, ln2_b [d];
+// fc_w [d, r·d] (column), fc_b [r·d] (column); proj_w [r·d, d] (row), proj_b [d].
+class GptBlock final : public Unit {
+ public:
+  GptBlock(std::string name, int64_t d_model, int64_t heads, int64_t mlp_ratio);
+
+  [[nodiscard]] const std::string& name() const noexcept override { return name_; }
+  [[nodiscard]] std::span<const ParamSpec> params() const noexcept override { return specs_; }
+  [[nodiscard]] bool is_first() const noexcept override { return false; }
+  [[nodiscard]] bool is_last() const noexcept override { return false; }
+  void init(std::span<float* const> params, uint64_t seed) const override;
+  [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
+  ConstView forward(UnitContext& ctx, std::span<const float* const> params,
+                    const UnitInput& input) const override;
+  ConstView backward(UnitContext& ctx, std::span<const float* const> params,
+                     std::span<float* const> grads, ConstView grad_output) const override;
+
+ private:
+  std::string name_;
+  int64_t d_;
+  int64_t heads_;
+  int64_t hidden_;
+  std::vector<ParamSpec> specs_;
+};
+
+// Final LayerNorm, logits = ln_f(x)·wᵀ with w [vocab, d] (row: split by
+// vocabulary), loss = Σ cross-entropy(logits, targets) × loss_scale over all
+// B·T positions. Params: lnf_g, lnf_b [d], then `w` — or, for a tied head,
+// `wte` tied to "<embedding>.wte": the caller passes the embedding's table
+// and its gradient buffer, and both units' gradients add up there.
+class GptHead final : public Unit {
+ public:
+  // `tied_to` empty: the head owns `w`; else the qualified embedding table.
+  GptHead(std::string name, int64_t vocab, int64_t d_model, std::string tied_to);
+
+  [[nodiscard]] const std::string& name() const noexcept override { return name_; }
+  [[nodiscard]] std::span<const ParamSpec> params() const noexcept override { return specs_; }
+  [[nodiscard]] bool is_first() const noexcept override { return false; }
+  [[nodiscard]] bool is_last() const noexcept override { return true; }
+  void init(std::span<float* const> params, uint64_t seed) const override;
+  [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
+  ConstView forward(UnitContext& ctx, std::span<const float* const> params,
+                    const UnitInput& input) const override;
+  ConstView backward(UnitContext& ctx, std::span<const float* const> params,
+                     std::span<float* const> grads, ConstView grad_output) const override;
+
+ private:
+  std::string name_;
+  int64_t vocab_;
+  int64_t d_;
+  std::vector<ParamSpec> specs_;
+};
+
+// The units of a gpt: "embed", "block0".."block{L-1}", "head".
+std::vector<std::unique_ptr<Unit>> build_gpt_units(const GptConfig& config);
+
+}  // namespace tessera::model

@@ -1,0 +1,88 @@
+// The `mlp` reference model: dense layers with ReLU or GELU, then a linear
+// classifier with softmax cross-entropy. Consumes classification batches
+// (f32 inputs [B, F], int32 class targets [B]).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <toml++/toml.h>
+
+#include "tessera/core/model/kernels.hpp"
+#include "tessera/core/model/unit.hpp"
+
+namespace tessera::model {
+
+// Shape of an mlp: input features, hidden widths (may be empty), classes.
+struct MlpConfig {
+  int64_t input = 0;
+  std::vector<int64_t> hidden;
+  int64_t classes = 0;
+  kernels::Activation activation = kernels::Activation::relu;
+};
+
+// Reads [model] params of an mlp: `input`, `hidden` (array of widths),
+// `classes`, `activation` ("relu" | "gelu", default relu). Throws
+// tessera::Error (invalid argument) naming `where` and the key for an unknown
+// or missing key, a wrong type or a value < 1 (classes < 2).
+MlpConfig parse_mlp_config(const toml::table& params, const std::string& where);
+
+// y = act(x·w + b): params w [in, out] (column), b [out] (column). When
+// `first`, x is the batch's inputs [B, in] and backward returns no input
+// gradient; otherwise x is the previous unit's output.
+class DenseUnit final : public Unit {
+ public:
+  DenseUnit(std::string name, int64_t in, int64_t out, kernels::Activation act, bool first);
+
+  [[nodiscard]] const std::string& name() const noexcept override { return name_; }
+  [[nodiscard]] std::span<const ParamSpec> params() const noexcept override { return specs_; }
+  [[nodiscard]] bool is_first() const noexcept override { return first_; }
+  [[nodiscard]] bool is_last() const noexcept override { return false; }
+  void init(std::span<float* const> params, uint64_t seed) const override;
+  [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
+  ConstView forward(UnitContext& ctx, std::span<const float* const> params,
+                    const UnitInput& input) const override;
+  ConstView backward(UnitContext& ctx, std::span<const float* const> params,
+                     std::span<float* const> grads, ConstView grad_output) const override;
+
+ private:
+  std::string name_;
+  int64_t in_;
+  int64_t out_;
+  kernels::Activation act_;
+  bool first_;
+  std::vector<ParamSpec> specs_;
+};
+
+// logits = x·w + b, loss = Σ_rows cross-entropy(logits, target) × loss_scale:
+// params w [in, classes] (column), b [classes] (column). Reads the batch's
+// class targets [B]; when `first` (no hidden layers) also its inputs.
+class ClassifierHead final : public Unit {
+ public:
+  ClassifierHead(std::string name, int64_t in, int64_t classes, bool first);
+
+  [[nodiscard]] const std::string& name() const noexcept override { return name_; }
+  [[nodiscard]] std::span<const ParamSpec> params() const noexcept override { return specs_; }
+  [[nodiscard]] bool is_first() const noexcept override { return first_; }
+  [[nodiscard]] bool is_last() const noexcept override { return true; }
+  void init(std::span<float* const> params, uint64_t seed) const override;
+  [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
+  ConstView forward(UnitContext& ctx, std::span<const float* const> params,
+                    const UnitInput& input) const override;
+  ConstView backward(UnitContext& ctx, std::span<const float* const> params,
+                     std::span<float* const> grads, ConstView grad_output) const override;
+
+ private:
+  std::string name_;
+  int64_t in_;
+  int64_t classes_;
+  bool first_;
+  std::vector<ParamSpec> specs_;
+};
+
+// The units of an mlp: "layer0".."layer{k-1}" (DenseUnit) then "head".
+std::vector<std::unique_ptr<Unit>> build_mlp_units(const MlpConfig& config);
+
+}  // namespace tessera::model

@@ -1,0 +1,42 @@
+// Configuration and assembly of the gpt reference model (see gpt.hpp).
+#include "tessera/core/model/gpt.hpp"
+
+#include "tessera/core/model/config_read.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::model {
+
+GptConfig parse_gpt_config(const toml::table& params, const std::string& where) {
+  const ParamReader reader(params, where, "gpt");
+  reader.reject_unknown(
+      {"vocab", "layers", "d_model", "heads", "seq_len", "tied_head", "mlp_ratio"});
+  GptConfig config;
+  config.vocab = reader.integer("vocab", 2);
+  config.layers = reader.integer("layers", 0);
+  config.d_model = reader.integer("d_model", 1);
+  config.heads = reader.integer("heads", 1);
+  config.seq_len = reader.integer("seq_len", 1);
+  config.tied_head = reader.boolean("tied_head", true);
+  config.mlp_ratio = reader.integer("mlp_ratio", 1, 4);
+  if (config.d_model % config.heads != 0) {
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                detail::concat(where.empty() ? "[model]" : where, ": model 'gpt' key 'heads' (",
+                               config.heads, ") must divide key 'd_model' (", config.d_model, ")"));
+  }
+  return config;
+}
+
+std::vector<std::unique_ptr<Unit>> build_gpt_units(const GptConfig& config) {
+  std::vector<std::unique_ptr<Unit>> units;
+  units.push_back(
+      std::make_unique<GptEmbedding>("embed", config.vocab, config.d_model, config.seq_len));
+  for (int64_t i = 0; i < config.layers; ++i) {
+    units.push_back(std::make_unique<GptBlock>("block" + std::to_string(i), config.d_model,
+                                               config.heads, config.mlp_ratio));
+  }
+  units.push_back(std::make_unique<GptHead>("head", config.vocab, config.d_model,
+                                            config.tied_head ? "embed.wte" : ""));
+  return units;
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,232 @@
+// The gpt's pre-LN decoder block (see gpt.hpp): LayerNorm, causal
+// multi-head attention computed per (batch, head) with GEMMs, residual,
+// LayerNorm, GELU MLP, residual; and the hand-written backward pass.
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "tessera/core/model/gpt.hpp"
+#include "tessera/core/model/kernels.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::model {
+namespace {
+
+enum Param : std::size_t {
+  kLn1G,
+  kLn1B,
+  kQkvW,
+  kQkvB,
+  kAttnProjW,
+  kAttnProjB,
+  kLn2G,
+  kLn2B,
+  kFcW,
+  kFcB,
+  kProjW,
+  kProjB,
+  kParamCount
+};
+
+struct BlockContext final : UnitContext {
+  int64_t batch = -1;
+  int64_t seq = 0;
+  // Saved by forward.
+  std::vector<float> x, mean1, rstd1, h1, qkv, probs, attn, x2, mean2, rstd2, h2, u, act, y;
+  // Scratch of backward.
+  std::vector<float> dact, du, dh, da, dqkv, dscores, dx2, dx;
+  [[nodiscard]] std::size_t bytes() const noexcept override {
+    std::size_t total = 0;
+    for (const auto* b :
+         {&x, &mean1, &rstd1, &h1,   &qkv, &probs, &attn, &x2,   &mean2,   &rstd2, &h2,
+          &u, &act,   &y,     &dact, &du,  &dh,    &da,   &dqkv, &dscores, &dx2,   &dx}) {
+      total += b->capacity() * sizeof(float);
+    }
+    return total;
+  }
+};
+
+void sized(std::vector<float>& v, int64_t count) {
+  v.assign(static_cast<std::size_t>(count), 0.0f);
+}
+
+}  // namespace
+
+GptBlock::GptBlock(std::string name, int64_t d_model, int64_t heads, int64_t mlp_ratio)
+    : name_(std::move(name)), d_(d_model), heads_(heads), hidden_(mlp_ratio * d_model) {
+  TESSERA_CHECK(heads > 0 && d_model % heads == 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': heads ", heads, " must divide d_model ", d_model);
+  const int64_t d = d_model;
+  specs_ = {
+      {"ln1_g", {d}, SplitHint::none, {}},
+      {"ln1_b", {d}, SplitHint::none, {}},
+      {"attn_qkv_w", {d, 3 * d}, SplitHint::column, {}},
+      {"attn_qkv_b", {3 * d}, SplitHint::column, {}},
+      {"attn_proj_w", {d, d}, SplitHint::row, {}},
+      {"attn_proj_b", {d}, SplitHint::none, {}},
+      {"ln2_g", {d}, SplitHint::none, {}},
+      {"ln2_b", {d}, SplitHint::none, {}},
+      {"fc_w", {d, hidden_}, SplitHint::column, {}},
+      {"fc_b", {hidden_}, SplitHint::column, {}},
+      {"proj_w", {hidden_, d}, SplitHint::row, {}},
+      {"proj_b", {d}, SplitHint::none, {}},
+  };
+}
+
+void GptBlock::init(std::span<float* const> params, uint64_t seed) const {
+  kernels::init_by_convention(name_, specs_, params, seed);
+}
+
+std::unique_ptr<UnitContext> GptBlock::make_context() const {
+  return std::make_unique<BlockContext>();
+}
+
+ConstView GptBlock::forward(UnitContext& ctx_base, std::span<const float* const> p,
+                            const UnitInput& input) const {
+  kernels::check_count(name_, "parameter", p.size(), kParamCount);
+  auto& c = dynamic_cast<BlockContext&>(ctx_base);
+  TESSERA_CHECK(input.batch != nullptr && input.batch->is_sequence(), TESSERA_ERR_INVALID_ARGUMENT,
+                "unit '", name_, "': needs a sequence batch");
+  const int64_t bsz = input.batch->size;
+  const int64_t seq = input.batch->seq_len;
+  const int64_t n = bsz * seq;
+  const int64_t d = d_;
+  TESSERA_CHECK(!input.x.empty() && input.x.rows == n && input.x.cols == d,
+                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': input is ", input.x.rows, "x",
+                input.x.cols, ", expected ", n, "x", d);
+  c.batch = bsz;
+  c.seq = seq;
+  c.x.assign(input.x.data, input.x.data + n * d);
+  sized(c.mean1, n);
+  sized(c.rstd1, n);
+  sized(c.h1, n * d);
+  kernels::layernorm_forward(c.x.data(), p[kLn1G], p[kLn1B], n, d, c.h1.data(), c.mean1.data(),
+                             c.rstd1.data());
+  sized(c.qkv, n * 3 * d);
+  kernels::linear_forward(c.h1.data(), p[kQkvW], p[kQkvB], n, d, 3 * d, c.qkv.data());
+
+  // Attention per (batch, head): probs = causal softmax(q kᵀ · scale), out = probs v.
+  const int64_t dh = d / heads_;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  sized(c.probs, bsz * heads_ * seq * seq);
+  sized(c.attn, n * d);
+  for (int64_t b = 0; b < bsz; ++b) {
+    for (int64_t h = 0; h < heads_; ++h) {
+      const float* q = c.qkv.data() + b * seq * 3 * d + h * dh;
+      const float* k = q + d;
+      const float* v = q + 2 * d;
+      float* pr = c.probs.data() + (b * heads_ + h) * seq * seq;
+      kernels::gemm(false, true, seq, seq, dh, scale, q, 3 * d, k, 3 * d, 0.0f, pr, seq);
+      for (int64_t i = 0; i < seq; ++i) {
+        float* row = pr + i * seq;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j]);
+        double sum = 0.0;
+        for (int64_t j = 0; j <= i; ++j) {
+          row[j] = std::exp(row[j] - mx);
+          sum += row[j];
+        }
+        const auto inv = static_cast<float>(1.0 / sum);
+        for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+        for (int64_t j = i + 1; j < seq; ++j) row[j] = 0.0f;
+      }
+      kernels::gemm(false, false, seq, dh, seq, 1.0f, pr, seq, v, 3 * d, 0.0f,
+                    c.attn.data() + b * seq * d + h * dh, d);
+    }
+  }
+  // Residual around the attention projection.
+  sized(c.x2, n * d);
+  kernels::linear_forward(c.attn.data(), p[kAttnProjW], p[kAttnProjB], n, d, d, c.x2.data());
+  for (int64_t i = 0; i < n * d; ++i) c.x2[i] += c.x[i];
+  // MLP with its residual.
+  sized(c.mean2, n);
+  sized(c.rstd2, n);
+  sized(c.h2, n * d);
+  kernels::layernorm_forward(c.x2.data(), p[kLn2G], p[kLn2B], n, d, c.h2.data(), c.mean2.data(),
+                             c.rstd2.data());
+  sized(c.u, n * hidden_);
+  sized(c.act, n * hidden_);
+  kernels::linear_forward(c.h2.data(), p[kFcW], p[kFcB], n, d, hidden_, c.u.data());
+  kernels::activation_forward(kernels::Activation::gelu, c.u.data(), n * hidden_, c.act.data());
+  sized(c.y, n * d);
+  kernels::linear_forward(c.act.data(), p[kProjW], p[kProjB], n, hidden_, d, c.y.data());
+  for (int64_t i = 0; i < n * d; ++i) c.y[i] += c.x2[i];
+  return {c.y.data(), n, d};
+}
+
+ConstView GptBlock::backward(UnitContext& ctx_base, std::span<const float* const> p,
+                             std::span<float* const> g, ConstView grad_output) const {
+  kernels::check_count(name_, "parameter", p.size(), kParamCount);
+  kernels::check_count(name_, "gradient", g.size(), kParamCount);
+  auto& c = dynamic_cast<BlockContext&>(ctx_base);
+  TESSERA_CHECK(c.batch >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': backward without a forward on this context");
+  const int64_t bsz = c.batch;
+  const int64_t seq = c.seq;
+  const int64_t n = bsz * seq;
+  const int64_t d = d_;
+  TESSERA_CHECK(!grad_output.empty() && grad_output.rows == n && grad_output.cols == d,
+                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': output gradient is ",
+                grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", d);
+  const float* dy = grad_output.data;
+
+  // MLP branch: y = x2 + proj(gelu(fc(ln2(x2)))).
+  sized(c.dact, n * hidden_);
+  kernels::linear_backward(c.act.data(), p[kProjW], dy, n, hidden_, d, g[kProjW], g[kProjB],
+                           c.dact.data());
+  sized(c.du, n * hidden_);
+  kernels::activation_backward(kernels::Activation::gelu, c.u.data(), c.dact.data(), n * hidden_,
+                               c.du.data());
+  sized(c.dh, n * d);
+  kernels::linear_backward(c.h2.data(), p[kFcW], c.du.data(), n, d, hidden_, g[kFcW], g[kFcB],
+                           c.dh.data());
+  c.dx2.assign(dy, dy + n * d);
+  kernels::layernorm_backward(c.x2.data(), p[kLn2G], c.mean2.data(), c.rstd2.data(), c.dh.data(), n,
+                              d, c.dx2.data(), g[kLn2G], g[kLn2B]);
+
+  // Attention branch: x2 = x + proj(attn(qkv(ln1(x)))).
+  sized(c.da, n * d);
+  kernels::linear_backward(c.attn.data(), p[kAttnProjW], c.dx2.data(), n, d, d, g[kAttnProjW],
+                           g[kAttnProjB], c.da.data());
+  const int64_t dh = d / heads_;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  sized(c.dqkv, n * 3 * d);
+  sized(c.dscores, seq * seq);
+  for (int64_t b = 0; b < bsz; ++b) {
+    for (int64_t h = 0; h < heads_; ++h) {
+      const int64_t off = b * seq * 3 * d + h * dh;
+      const float* q = c.qkv.data() + off;
+      const float* k = q + d;
+      const float* v = q + 2 * d;
+      float* dq = c.dqkv.data() + off;
+      float* dk = dq + d;
+      float* dv = dq + 2 * d;
+      const float* pr = c.probs.data() + (b * heads_ + h) * seq * seq;
+      const float* dout = c.da.data() + b * seq * d + h * dh;
+      float* ds = c.dscores.data();
+      // dprobs = dout vᵀ ; dv = probsᵀ dout.
+      kernels::gemm(false, true, seq, seq, dh, 1.0f, dout, d, v, 3 * d, 0.0f, ds, seq);
+      kernels::gemm(true, false, seq, dh, seq, 1.0f, pr, seq, dout, d, 0.0f, dv, 3 * d);
+      // Softmax backward row by row: ds = p ⊙ (dp − Σ dp⊙p); masked entries have p = 0.
+      for (int64_t i = 0; i < seq; ++i) {
+        const float* prow = pr + i * seq;
+        float* drow = ds + i * seq;
+        double dot = 0.0;
+        for (int64_t j = 0; j <= i; ++j) dot += static_cast<double>(drow[j]) * prow[j];
+        const auto dotf = static_cast<float>(dot);
+        for (int64_t j = 0; j < seq; ++j) drow[j] = prow[j] * (drow[j] - dotf);
+      }
+      // scores = scale q kᵀ: dq = scale ds k ; dk = scale dsᵀ q.
+      kernels::gemm(false, false, seq, dh, seq, scale, ds, seq, k, 3 * d, 0.0f, dq, 3 * d);
+      kernels::gemm(true, false, seq, dh, seq, scale, ds, seq, q, 3 * d, 0.0f, dk, 3 * d);
+    }
+  }
+  kernels::linear_backward(c.h1.data(), p[kQkvW], c.dqkv.data(), n, d, 3 * d, g[kQkvW], g[kQkvB],
+                           c.dh.data());
+  c.dx = c.dx2;
+  kernels::layernorm_backward(c.x.data(), p[kLn1G], c.mean1.data(), c.rstd1.data(), c.dh.data(), n,
+                              d, c.dx.data(), g[kLn1G], g[kLn1B]);
+  return {c.dx.data(), n, d};
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,90 @@
+// The gpt's token + position embedding unit (see gpt.hpp).
+#include <algorithm>
+#include <utility>
+
+#include "tessera/core/model/gpt.hpp"
+#include "tessera/core/model/kernels.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::model {
+namespace {
+
+struct EmbeddingContext final : UnitContext {
+  int64_t batch = -1;
+  int64_t seq = 0;
+  std::vector<int32_t> tokens;
+  std::vector<float> y;
+  [[nodiscard]] std::size_t bytes() const noexcept override {
+    return tokens.capacity() * sizeof(int32_t) + y.capacity() * sizeof(float);
+  }
+};
+
+}  // namespace
+
+GptEmbedding::GptEmbedding(std::string name, int64_t vocab, int64_t d_model, int64_t seq_len)
+    : name_(std::move(name)), vocab_(vocab), d_(d_model), seq_len_(seq_len) {
+  specs_.push_back({"wte", {vocab, d_model}, SplitHint::row, {}});
+  specs_.push_back({"wpe", {seq_len, d_model}, SplitHint::none, {}});
+}
+
+void GptEmbedding::init(std::span<float* const> params, uint64_t seed) const {
+  kernels::init_by_convention(name_, specs_, params, seed);
+}
+
+std::unique_ptr<UnitContext> GptEmbedding::make_context() const {
+  return std::make_unique<EmbeddingContext>();
+}
+
+ConstView GptEmbedding::forward(UnitContext& ctx_base, std::span<const float* const> params,
+                                const UnitInput& input) const {
+  kernels::check_count(name_, "parameter", params.size(), specs_.size());
+  auto& ctx = dynamic_cast<EmbeddingContext&>(ctx_base);
+  const Batch* batch = input.batch;
+  TESSERA_CHECK(batch != nullptr && batch->is_sequence() && batch->seq_len <= seq_len_ &&
+                    static_cast<int64_t>(batch->tokens.size()) == batch->size * batch->seq_len,
+                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': needs a sequence batch with seq_len <= ", seq_len_);
+  const int64_t n = batch->size * batch->seq_len;
+  ctx.batch = batch->size;
+  ctx.seq = batch->seq_len;
+  ctx.tokens = batch->tokens;
+  ctx.y.resize(static_cast<std::size_t>(n * d_));
+  const float* wte = params[0];
+  const float* wpe = params[1];
+  for (int64_t r = 0; r < n; ++r) {
+    const int32_t tok = ctx.tokens[static_cast<std::size_t>(r)];
+    TESSERA_CHECK(tok >= 0 && tok < vocab_, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                  "': token ", tok, " at position ", r, " is outside [0, ", vocab_, ")");
+    const int64_t t = r % ctx.seq;
+    float* yr = ctx.y.data() + r * d_;
+    for (int64_t j = 0; j < d_; ++j) yr[j] = wte[tok * d_ + j] + wpe[t * d_ + j];
+  }
+  return {ctx.y.data(), n, d_};
+}
+
+ConstView GptEmbedding::backward(UnitContext& ctx_base, std::span<const float* const> params,
+                                 std::span<float* const> grads, ConstView grad_output) const {
+  kernels::check_count(name_, "parameter", params.size(), specs_.size());
+  kernels::check_count(name_, "gradient", grads.size(), specs_.size());
+  auto& ctx = dynamic_cast<EmbeddingContext&>(ctx_base);
+  TESSERA_CHECK(ctx.batch >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': backward without a forward on this context");
+  const int64_t n = ctx.batch * ctx.seq;
+  TESSERA_CHECK(!grad_output.empty() && grad_output.rows == n && grad_output.cols == d_,
+                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': output gradient is ",
+                grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", d_);
+  float* dwte = grads[0];
+  float* dwpe = grads[1];
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t tok = ctx.tokens[static_cast<std::size_t>(r)];
+    const int64_t t = r % ctx.seq;
+    const float* g = grad_output.data + r * d_;
+    for (int64_t j = 0; j < d_; ++j) {
+      dwte[tok * d_ + j] += g[j];
+      dwpe[t * d_ + j] += g[j];
+    }
+  }
+  return {};
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,97 @@
+// The gpt's final LayerNorm + head + cross-entropy unit (see gpt.hpp).
+#include <utility>
+
+#include "tessera/core/model/gpt.hpp"
+#include "tessera/core/model/kernels.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::model {
+namespace {
+
+struct HeadContext final : UnitContext {
+  int64_t rows = -1;
+  float scale = 1.0f;
+  float loss = 0.0f;
+  std::vector<int32_t> targets;
+  std::vector<float> x, mean, rstd, h, probs, dlogits, dh, dx;
+  [[nodiscard]] std::size_t bytes() const noexcept override {
+    std::size_t total = targets.capacity() * sizeof(int32_t);
+    for (const auto* b : {&x, &mean, &rstd, &h, &probs, &dlogits, &dh, &dx}) {
+      total += b->capacity() * sizeof(float);
+    }
+    return total;
+  }
+};
+
+}  // namespace
+
+GptHead::GptHead(std::string name, int64_t vocab, int64_t d_model, std::string tied_to)
+    : name_(std::move(name)), vocab_(vocab), d_(d_model) {
+  specs_.push_back({"lnf_g", {d_model}, SplitHint::none, {}});
+  specs_.push_back({"lnf_b", {d_model}, SplitHint::none, {}});
+  const bool tied = !tied_to.empty();
+  specs_.push_back({tied ? "wte" : "w", {vocab, d_model}, SplitHint::row, std::move(tied_to)});
+}
+
+void GptHead::init(std::span<float* const> params, uint64_t seed) const {
+  kernels::init_by_convention(name_, specs_, params, seed);
+}
+
+std::unique_ptr<UnitContext> GptHead::make_context() const {
+  return std::make_unique<HeadContext>();
+}
+
+ConstView GptHead::forward(UnitContext& ctx_base, std::span<const float* const> params,
+                           const UnitInput& input) const {
+  kernels::check_count(name_, "parameter", params.size(), specs_.size());
+  auto& c = dynamic_cast<HeadContext&>(ctx_base);
+  const int64_t n = input.x.rows;
+  TESSERA_CHECK(!input.x.empty() && input.x.cols == d_, TESSERA_ERR_INVALID_ARGUMENT, "unit '",
+                name_, "': input has ", input.x.cols, " columns, expected ", d_);
+  TESSERA_CHECK(input.batch != nullptr && input.batch->is_sequence() &&
+                    static_cast<int64_t>(input.batch->targets.size()) == n,
+                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': needs a sequence batch with one target per input row (", n, " rows)");
+  c.rows = n;
+  c.scale = input.loss_scale;
+  c.targets = input.batch->targets;
+  c.x.assign(input.x.data, input.x.data + n * d_);
+  c.mean.resize(static_cast<std::size_t>(n));
+  c.rstd.resize(static_cast<std::size_t>(n));
+  c.h.resize(static_cast<std::size_t>(n * d_));
+  kernels::layernorm_forward(c.x.data(), params[0], params[1], n, d_, c.h.data(), c.mean.data(),
+                             c.rstd.data());
+  c.probs.resize(static_cast<std::size_t>(n * vocab_));
+  kernels::gemm(false, true, n, vocab_, d_, 1.0f, c.h.data(), d_, params[2], d_, 0.0f,
+                c.probs.data(), vocab_);
+  const double loss = kernels::softmax_xent_forward(c.probs.data(), c.targets.data(), n, vocab_,
+                                                    c.probs.data(), name_);
+  c.loss = static_cast<float>(loss * input.loss_scale);
+  return {&c.loss, 1, 1};
+}
+
+ConstView GptHead::backward(UnitContext& ctx_base, std::span<const float* const> params,
+                            std::span<float* const> grads, ConstView grad_output) const {
+  kernels::check_count(name_, "parameter", params.size(), specs_.size());
+  kernels::check_count(name_, "gradient", grads.size(), specs_.size());
+  auto& c = dynamic_cast<HeadContext&>(ctx_base);
+  TESSERA_CHECK(c.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': backward without a forward on this context");
+  const int64_t n = c.rows;
+  const float g = grad_output.empty() ? 1.0f : grad_output.data[0];
+  c.dlogits.resize(static_cast<std::size_t>(n * vocab_));
+  kernels::softmax_xent_backward(c.probs.data(), c.targets.data(), n, vocab_, c.scale * g,
+                                 c.dlogits.data());
+  // logits = h wᵀ: dw += dlogitsᵀ h ; dh = dlogits w.
+  kernels::gemm(true, false, vocab_, d_, n, 1.0f, c.dlogits.data(), vocab_, c.h.data(), d_, 1.0f,
+                grads[2], d_);
+  c.dh.resize(static_cast<std::size_t>(n * d_));
+  kernels::gemm(false, false, n, d_, vocab_, 1.0f, c.dlogits.data(), vocab_, params[2], d_, 0.0f,
+                c.dh.data(), d_);
+  c.dx.assign(static_cast<std::size_t>(n * d_), 0.0f);
+  kernels::layernorm_backward(c.x.data(), params[0], c.mean.data(), c.rstd.data(), c.dh.data(), n,
+                              d_, c.dx.data(), grads[0], grads[1]);
+  return {c.dx.data(), n, d_};
+}
+
+}  // namespace tessera::model

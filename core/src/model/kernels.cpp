@@ -1,0 +1,211 @@
+// Numeric building blocks of the reference models (see kernels.hpp).
+#include "tessera/core/model/kernels.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <string>
+
+#include "tessera/core/data/rng.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::model::kernels {
+namespace {
+
+// One OpenBLAS thread: ranks are threads already, and a fixed thread count
+// keeps every product's summation order the same run to run.
+void pin_blas_threads() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+constexpr float kLnEps = 1e-5f;
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluA = 0.044715f;
+
+uint64_t fnv1a(std::string_view text, uint64_t h) {
+  for (const char ch : text) {
+    h ^= static_cast<unsigned char>(ch);
+    h *= 0x100000001B3ULL;
+  }
+  return h;
+}
+
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  pin_blas_threads();
+  if (m == 0 || n == 0) return;
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(n),
+              static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
+              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+void linear_forward(const float* x, const float* w, const float* bias, int64_t n, int64_t in,
+                    int64_t out, float* y) {
+  if (bias != nullptr) {
+    for (int64_t r = 0; r < n; ++r) std::copy(bias, bias + out, y + r * out);
+  }
+  gemm(false, false, n, out, in, 1.0f, x, in, w, out, bias != nullptr ? 1.0f : 0.0f, y, out);
+}
+
+void linear_backward(const float* x, const float* w, const float* dy, int64_t n, int64_t in,
+                     int64_t out, float* dw, float* dbias, float* dx) {
+  gemm(true, false, in, out, n, 1.0f, x, in, dy, out, 1.0f, dw, out);
+  if (dbias != nullptr) {
+    for (int64_t r = 0; r < n; ++r) {
+      const float* row = dy + r * out;
+      for (int64_t j = 0; j < out; ++j) dbias[j] += row[j];
+    }
+  }
+  if (dx != nullptr) gemm(false, true, n, in, out, 1.0f, dy, out, w, out, 0.0f, dx, in);
+}
+
+void layernorm_forward(const float* x, const float* g, const float* b, int64_t n, int64_t d,
+                       float* y, float* mean, float* rstd) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * d;
+    double sum = 0.0;
+    for (int64_t j = 0; j < d; ++j) sum += xr[j];
+    const double mu = sum / static_cast<double>(d);
+    double var = 0.0;
+    for (int64_t j = 0; j < d; ++j) var += (xr[j] - mu) * (xr[j] - mu);
+    var /= static_cast<double>(d);
+    const float rs = static_cast<float>(1.0 / std::sqrt(var + kLnEps));
+    const auto m = static_cast<float>(mu);
+    mean[r] = m;
+    rstd[r] = rs;
+    float* yr = y + r * d;
+    for (int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - m) * rs * g[j] + b[j];
+  }
+}
+
+void layernorm_backward(const float* x, const float* g, const float* mean, const float* rstd,
+                        const float* dy, int64_t n, int64_t d, float* dx, float* dg, float* db) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * d;
+    const float* dyr = dy + r * d;
+    const float m = mean[r];
+    const float rs = rstd[r];
+    // xhat = (x - m) rs; dxhat = dy g; dx = rs (dxhat - mean(dxhat) - xhat mean(dxhat xhat)).
+    double sum_dxhat = 0.0;
+    double sum_dxhat_xhat = 0.0;
+    for (int64_t j = 0; j < d; ++j) {
+      const float xhat = (xr[j] - m) * rs;
+      const float dxhat = dyr[j] * g[j];
+      sum_dxhat += dxhat;
+      sum_dxhat_xhat += static_cast<double>(dxhat) * xhat;
+      dg[j] += dyr[j] * xhat;
+      db[j] += dyr[j];
+    }
+    const auto mean_dxhat = static_cast<float>(sum_dxhat / static_cast<double>(d));
+    const auto mean_dxhat_xhat = static_cast<float>(sum_dxhat_xhat / static_cast<double>(d));
+    float* dxr = dx + r * d;
+    for (int64_t j = 0; j < d; ++j) {
+      const float xhat = (xr[j] - m) * rs;
+      dxr[j] += rs * (dyr[j] * g[j] - mean_dxhat - xhat * mean_dxhat_xhat);
+    }
+  }
+}
+
+void activation_forward(Activation act, const float* z, int64_t count, float* y) {
+  if (act == Activation::relu) {
+    for (int64_t i = 0; i < count; ++i) y[i] = z[i] > 0.0f ? z[i] : 0.0f;
+    return;
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    const float u = z[i];
+    y[i] = 0.5f * u * (1.0f + std::tanh(kGeluC * (u + kGeluA * u * u * u)));
+  }
+}
+
+void activation_backward(Activation act, const float* z, const float* dy, int64_t count,
+                         float* dz) {
+  if (act == Activation::relu) {
+    for (int64_t i = 0; i < count; ++i) dz[i] = z[i] > 0.0f ? dy[i] : 0.0f;
+    return;
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    const float u = z[i];
+    const float t = std::tanh(kGeluC * (u + kGeluA * u * u * u));
+    const float dt = (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * u * u);
+    dz[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * u * dt);
+  }
+}
+
+double softmax_xent_forward(const float* logits, const int32_t* targets, int64_t n, int64_t c,
+                            float* probs, std::string_view where) {
+  double loss = 0.0;
+  for (int64_t r = 0; r < n; ++r) {
+    const int32_t t = targets[r];
+    if (t < 0 || t >= c) {
+      throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                  detail::concat(where, ": target ", t, " of row ", r, " is outside [0, ", c, ")"));
+    }
+    const float* lr = logits + r * c;
+    float* pr = probs + r * c;
+    const float mx = *std::max_element(lr, lr + c);
+    const float target_logit = lr[t];  // read first: probs may alias logits
+    double sum = 0.0;
+    for (int64_t j = 0; j < c; ++j) {
+      pr[j] = std::exp(lr[j] - mx);
+      sum += pr[j];
+    }
+    const auto inv = static_cast<float>(1.0 / sum);
+    for (int64_t j = 0; j < c; ++j) pr[j] *= inv;
+    loss += std::log(sum) + mx - target_logit;
+  }
+  return loss;
+}
+
+void softmax_xent_backward(const float* probs, const int32_t* targets, int64_t n, int64_t c,
+                           float scale, float* dlogits) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float* pr = probs + r * c;
+    float* dr = dlogits + r * c;
+    for (int64_t j = 0; j < c; ++j) dr[j] = pr[j] * scale;
+    dr[targets[r]] -= scale;
+  }
+}
+
+void fill_normal(std::span<float> out, float std, uint64_t seed, std::string_view unit,
+                 std::string_view param) {
+  uint64_t key = fnv1a(unit, 0xCBF29CE484222325ULL);
+  key = fnv1a(".", key);
+  key = fnv1a(param, key);
+  KeyedRng rng(splitmix64(seed) ^ key);
+  for (float& v : out) v = static_cast<float>(rng.normal()) * std;
+}
+
+void check_count(std::string_view unit, std::string_view what, std::size_t count,
+                 std::size_t expected) {
+  if (count != expected) {
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                detail::concat("unit '", unit, "': expected ", expected, " ", what,
+                               " pointers, got ", count));
+  }
+}
+
+void init_by_convention(std::string_view unit, std::span<const ParamSpec> specs,
+                        std::span<float* const> params, uint64_t seed) {
+  check_count(unit, "parameter", params.size(), specs.size());
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const ParamSpec& spec = specs[i];
+    if (!spec.tied_to.empty()) continue;
+    std::span<float> out(params[i], static_cast<std::size_t>(spec.numel()));
+    const std::string_view name = spec.name;
+    if (name.ends_with("_g")) {
+      std::fill(out.begin(), out.end(), 1.0f);
+    } else if (name == "b" || name.ends_with("_b")) {
+      std::fill(out.begin(), out.end(), 0.0f);
+    } else {
+      fill_normal(out, 0.02f, seed, unit, name);
+    }
+  }
+}
+
+}  // namespace tessera::model::kernels

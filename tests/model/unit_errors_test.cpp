@@ -1,0 +1,111 @@
+// Units refuse bad calls with errors that name the unit and the problem.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tessera/core/model/gpt.hpp"
+#include "tessera/core/model/mlp.hpp"
+#include "tessera/core/model/model.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::model {
+namespace {
+
+// Runs `fn` and returns the message of the tessera::Error it throws.
+template <typename Fn>
+std::string message_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT);
+    return e.what();
+  }
+  ADD_FAILURE() << "no error thrown";
+  return {};
+}
+
+TEST(UnitErrors, OutOfRangeTokenIsNamed) {
+  const GptEmbedding unit("embed", 5, 4, 3);
+  std::vector<float> wte(20), wpe(12);
+  const std::vector<const float*> params{wte.data(), wpe.data()};
+  Batch batch = Batch::make(1, 3, 0);
+  batch.tokens = {1, 7, 2};
+  auto ctx = unit.make_context();
+  const std::string msg = message_of([&] { unit.forward(*ctx, params, {&batch, {}, 1.0f}); });
+  EXPECT_NE(msg.find("token 7"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("embed"), std::string::npos) << msg;
+}
+
+TEST(UnitErrors, OutOfRangeTargetIsNamed) {
+  const ClassifierHead unit("head", 2, 3, true);
+  std::vector<float> w(6), b(3);
+  const std::vector<const float*> params{w.data(), b.data()};
+  Batch batch = Batch::make(2, 0, 2);
+  batch.targets = {0, 3};
+  auto ctx = unit.make_context();
+  const std::string msg = message_of([&] { unit.forward(*ctx, params, {&batch, {}, 1.0f}); });
+  EXPECT_NE(msg.find("target 3"), std::string::npos) << msg;
+}
+
+TEST(UnitErrors, WrongParameterCountAndShapes) {
+  const DenseUnit unit("layer1", 3, 2, kernels::Activation::relu, false);
+  std::vector<float> w(6), b(2), x(6);
+  Batch batch = Batch::make(2, 0, 4);
+  auto ctx = unit.make_context();
+  const std::vector<const float*> one{w.data()};
+  EXPECT_NE(message_of([&] {
+              unit.forward(*ctx, one, {&batch, {x.data(), 2, 3}, 1.0f});
+            }).find("expected 2 parameter pointers, got 1"),
+            std::string::npos);
+  const std::vector<const float*> params{w.data(), b.data()};
+  EXPECT_NE(message_of([&] {
+              unit.forward(*ctx, params, {&batch, {x.data(), 3, 2}, 1.0f});
+            }).find("input has 2 columns, expected 3"),
+            std::string::npos);
+  std::vector<float*> grads{w.data(), b.data()};
+  EXPECT_NE(message_of([&] {
+              unit.backward(*ctx, params, grads, {x.data(), 2, 2});
+            }).find("backward without a forward"),
+            std::string::npos);
+}
+
+TEST(UnitErrors, BlockNeedsMatchingRows) {
+  const GptBlock unit("block0", 4, 2, 2);
+  std::vector<std::vector<float>> storage;
+  std::vector<const float*> params;
+  for (const ParamSpec& s : unit.params()) {
+    storage.emplace_back(static_cast<std::size_t>(s.numel()), 0.0f);
+  }
+  for (const auto& v : storage) params.push_back(v.data());
+  const Batch batch = Batch::make(2, 3, 0);
+  std::vector<float> x(5 * 4);
+  auto ctx = unit.make_context();
+  EXPECT_NE(message_of([&] {
+              unit.forward(*ctx, params, {&batch, {x.data(), 5, 4}, 1.0f});
+            }).find("expected 6x4"),
+            std::string::npos);
+}
+
+TEST(UnitErrors, BadTiesAreRefused) {
+  std::vector<std::unique_ptr<Unit>> units;
+  units.push_back(std::make_unique<GptEmbedding>("embed", 5, 4, 3));
+  units.push_back(std::make_unique<GptHead>("head", 5, 4, "embed.missing"));
+  const std::string msg = message_of([&] { Model("gpt", std::move(units), {}); });
+  EXPECT_NE(msg.find("head.wte"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("embed.missing"), std::string::npos) << msg;
+
+  std::vector<std::unique_ptr<Unit>> shapes;
+  shapes.push_back(std::make_unique<GptEmbedding>("embed", 5, 4, 3));
+  shapes.push_back(std::make_unique<GptHead>("head", 6, 4, "embed.wte"));
+  EXPECT_NE(message_of([&] { Model("gpt", std::move(shapes), {}); }).find("another shape"),
+            std::string::npos);
+
+  std::vector<std::unique_ptr<Unit>> order;
+  order.push_back(std::make_unique<GptHead>("head", 5, 4, ""));
+  order.push_back(std::make_unique<GptEmbedding>("embed", 5, 4, 3));
+  EXPECT_NE(message_of([&] { Model("gpt", std::move(order), {}); }).find("first-unit flag"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::model
