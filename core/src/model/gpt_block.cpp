@@ -53,7 +53,10 @@ void sized(std::vector<float>& v, int64_t count) {
 }  // namespace
 
 GptBlock::GptBlock(std::string name, int64_t d_model, int64_t heads, int64_t mlp_ratio)
-    : name_(std::move(name)), d_(d_model), heads_(heads), hidden_(mlp_ratio * d_model) {
+    : Unit(std::move(name), false, false),
+      d_(d_model),
+      heads_(heads),
+      hidden_(mlp_ratio * d_model) {
   TESSERA_CHECK(heads > 0 && d_model % heads == 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': heads ", heads, " must divide d_model ", d_model);
   const int64_t d = d_model;
@@ -71,10 +74,6 @@ GptBlock::GptBlock(std::string name, int64_t d_model, int64_t heads, int64_t mlp
       {"proj_w", {hidden_, d}, SplitHint::row, {}},
       {"proj_b", {d}, SplitHint::none, {}},
   };
-}
-
-void GptBlock::init(std::span<float* const> params, uint64_t seed) const {
-  kernels::init_by_convention(name_, specs_, params, seed);
 }
 
 std::unique_ptr<UnitContext> GptBlock::make_context() const {

@@ -22,13 +22,9 @@ struct EmbeddingContext final : UnitContext {
 }  // namespace
 
 GptEmbedding::GptEmbedding(std::string name, int64_t vocab, int64_t d_model, int64_t seq_len)
-    : name_(std::move(name)), vocab_(vocab), d_(d_model), seq_len_(seq_len) {
+    : Unit(std::move(name), true, false), vocab_(vocab), d_(d_model), seq_len_(seq_len) {
   specs_.push_back({"wte", {vocab, d_model}, SplitHint::row, {}});
   specs_.push_back({"wpe", {seq_len, d_model}, SplitHint::none, {}});
-}
-
-void GptEmbedding::init(std::span<float* const> params, uint64_t seed) const {
-  kernels::init_by_convention(name_, specs_, params, seed);
 }
 
 std::unique_ptr<UnitContext> GptEmbedding::make_context() const {

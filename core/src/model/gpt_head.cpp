@@ -26,15 +26,11 @@ struct HeadContext final : UnitContext {
 }  // namespace
 
 GptHead::GptHead(std::string name, int64_t vocab, int64_t d_model, std::string tied_to)
-    : name_(std::move(name)), vocab_(vocab), d_(d_model) {
+    : Unit(std::move(name), false, true), vocab_(vocab), d_(d_model) {
   specs_.push_back({"lnf_g", {d_model}, SplitHint::none, {}});
   specs_.push_back({"lnf_b", {d_model}, SplitHint::none, {}});
   const bool tied = !tied_to.empty();
   specs_.push_back({tied ? "wte" : "w", {vocab, d_model}, SplitHint::row, std::move(tied_to)});
-}
-
-void GptHead::init(std::span<float* const> params, uint64_t seed) const {
-  kernels::init_by_convention(name_, specs_, params, seed);
 }
 
 std::unique_ptr<UnitContext> GptHead::make_context() const {

@@ -69,13 +69,9 @@ MlpConfig parse_mlp_config(const toml::table& params, const std::string& where) 
 }
 
 DenseUnit::DenseUnit(std::string name, int64_t in, int64_t out, kernels::Activation act, bool first)
-    : name_(std::move(name)), in_(in), out_(out), act_(act), first_(first) {
+    : Unit(std::move(name), first, false), in_(in), out_(out), act_(act) {
   specs_.push_back({"w", {in, out}, SplitHint::column, {}});
   specs_.push_back({"b", {out}, SplitHint::column, {}});
-}
-
-void DenseUnit::init(std::span<float* const> params, uint64_t seed) const {
-  kernels::init_by_convention(name_, specs_, params, seed);
 }
 
 std::unique_ptr<UnitContext> DenseUnit::make_context() const {
@@ -86,7 +82,7 @@ ConstView DenseUnit::forward(UnitContext& ctx_base, std::span<const float* const
                              const UnitInput& input) const {
   kernels::check_count(name_, "parameter", params.size(), specs_.size());
   auto& ctx = dynamic_cast<DenseContext&>(ctx_base);
-  const int64_t n = take_input(name_, first_, in_, input, ctx.x);
+  const int64_t n = take_input(name_, is_first(), in_, input, ctx.x);
   ctx.rows = n;
   ctx.z.resize(static_cast<std::size_t>(n * out_));
   ctx.y.resize(ctx.z.size());
@@ -108,7 +104,7 @@ ConstView DenseUnit::backward(UnitContext& ctx_base, std::span<const float* cons
                 grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", out_);
   ctx.dz.resize(static_cast<std::size_t>(n * out_));
   kernels::activation_backward(act_, ctx.z.data(), grad_output.data, n * out_, ctx.dz.data());
-  if (first_) {
+  if (is_first()) {
     kernels::linear_backward(ctx.x.data(), params[0], ctx.dz.data(), n, in_, out_, grads[0],
                              grads[1], nullptr);
     return {};
@@ -120,13 +116,9 @@ ConstView DenseUnit::backward(UnitContext& ctx_base, std::span<const float* cons
 }
 
 ClassifierHead::ClassifierHead(std::string name, int64_t in, int64_t classes, bool first)
-    : name_(std::move(name)), in_(in), classes_(classes), first_(first) {
+    : Unit(std::move(name), first, true), in_(in), classes_(classes) {
   specs_.push_back({"w", {in, classes}, SplitHint::column, {}});
   specs_.push_back({"b", {classes}, SplitHint::column, {}});
-}
-
-void ClassifierHead::init(std::span<float* const> params, uint64_t seed) const {
-  kernels::init_by_convention(name_, specs_, params, seed);
 }
 
 std::unique_ptr<UnitContext> ClassifierHead::make_context() const {
@@ -137,7 +129,7 @@ ConstView ClassifierHead::forward(UnitContext& ctx_base, std::span<const float* 
                                   const UnitInput& input) const {
   kernels::check_count(name_, "parameter", params.size(), specs_.size());
   auto& ctx = dynamic_cast<HeadContext&>(ctx_base);
-  const int64_t n = take_input(name_, first_, in_, input, ctx.x);
+  const int64_t n = take_input(name_, is_first(), in_, input, ctx.x);
   TESSERA_CHECK(input.batch != nullptr && !input.batch->is_sequence() &&
                     static_cast<int64_t>(input.batch->targets.size()) == n,
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
@@ -165,7 +157,7 @@ ConstView ClassifierHead::backward(UnitContext& ctx_base, std::span<const float*
   ctx.dlogits.resize(static_cast<std::size_t>(n * classes_));
   kernels::softmax_xent_backward(ctx.probs.data(), ctx.targets.data(), n, classes_, ctx.scale * g,
                                  ctx.dlogits.data());
-  if (first_) {
+  if (is_first()) {
     kernels::linear_backward(ctx.x.data(), params[0], ctx.dlogits.data(), n, in_, classes_,
                              grads[0], grads[1], nullptr);
     return {};

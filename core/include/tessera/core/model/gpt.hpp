@@ -42,11 +42,6 @@ class GptEmbedding final : public Unit {
  public:
   GptEmbedding(std::string name, int64_t vocab, int64_t d_model, int64_t seq_len);
 
-  [[nodiscard]] const std::string& name() const noexcept override { return name_; }
-  [[nodiscard]] std::span<const ParamSpec> params() const noexcept override { return specs_; }
-  [[nodiscard]] bool is_first() const noexcept override { return true; }
-  [[nodiscard]] bool is_last() const noexcept override { return false; }
-  void init(std::span<float* const> params, uint64_t seed) const override;
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
   ConstView forward(UnitContext& ctx, std::span<const float* const> params,
                     const UnitInput& input) const override;
@@ -54,11 +49,9 @@ class GptEmbedding final : public Unit {
                      std::span<float* const> grads, ConstView grad_output) const override;
 
  private:
-  std::string name_;
   int64_t vocab_;
   int64_t d_;
   int64_t seq_len_;
-  std::vector<ParamSpec> specs_;
 };
 
 // One pre-LN decoder block on [B·T, d] (T taken from the batch):
@@ -74,11 +67,6 @@ class GptBlock final : public Unit {
  public:
   GptBlock(std::string name, int64_t d_model, int64_t heads, int64_t mlp_ratio);
 
-  [[nodiscard]] const std::string& name() const noexcept override { return name_; }
-  [[nodiscard]] std::span<const ParamSpec> params() const noexcept override { return specs_; }
-  [[nodiscard]] bool is_first() const noexcept override { return false; }
-  [[nodiscard]] bool is_last() const noexcept override { return false; }
-  void init(std::span<float* const> params, uint64_t seed) const override;
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
   ConstView forward(UnitContext& ctx, std::span<const float* const> params,
                     const UnitInput& input) const override;
@@ -86,11 +74,9 @@ class GptBlock final : public Unit {
                      std::span<float* const> grads, ConstView grad_output) const override;
 
  private:
-  std::string name_;
   int64_t d_;
   int64_t heads_;
   int64_t hidden_;
-  std::vector<ParamSpec> specs_;
 };
 
 // Final LayerNorm, logits = ln_f(x)·wᵀ with w [vocab, d] (row: split by
@@ -103,11 +89,6 @@ class GptHead final : public Unit {
   // `tied_to` empty: the head owns `w`; else the qualified embedding table.
   GptHead(std::string name, int64_t vocab, int64_t d_model, std::string tied_to);
 
-  [[nodiscard]] const std::string& name() const noexcept override { return name_; }
-  [[nodiscard]] std::span<const ParamSpec> params() const noexcept override { return specs_; }
-  [[nodiscard]] bool is_first() const noexcept override { return false; }
-  [[nodiscard]] bool is_last() const noexcept override { return true; }
-  void init(std::span<float* const> params, uint64_t seed) const override;
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
   ConstView forward(UnitContext& ctx, std::span<const float* const> params,
                     const UnitInput& input) const override;
@@ -115,10 +96,8 @@ class GptHead final : public Unit {
                      std::span<float* const> grads, ConstView grad_output) const override;
 
  private:
-  std::string name_;
   int64_t vocab_;
   int64_t d_;
-  std::vector<ParamSpec> specs_;
 };
 
 // The units of a gpt: "embed", "block0".."block{L-1}", "head".

@@ -36,11 +36,6 @@ class DenseUnit final : public Unit {
  public:
   DenseUnit(std::string name, int64_t in, int64_t out, kernels::Activation act, bool first);
 
-  [[nodiscard]] const std::string& name() const noexcept override { return name_; }
-  [[nodiscard]] std::span<const ParamSpec> params() const noexcept override { return specs_; }
-  [[nodiscard]] bool is_first() const noexcept override { return first_; }
-  [[nodiscard]] bool is_last() const noexcept override { return false; }
-  void init(std::span<float* const> params, uint64_t seed) const override;
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
   ConstView forward(UnitContext& ctx, std::span<const float* const> params,
                     const UnitInput& input) const override;
@@ -48,12 +43,9 @@ class DenseUnit final : public Unit {
                      std::span<float* const> grads, ConstView grad_output) const override;
 
  private:
-  std::string name_;
   int64_t in_;
   int64_t out_;
   kernels::Activation act_;
-  bool first_;
-  std::vector<ParamSpec> specs_;
 };
 
 // logits = x·w + b, loss = Σ_rows cross-entropy(logits, target) × loss_scale:
@@ -63,11 +55,6 @@ class ClassifierHead final : public Unit {
  public:
   ClassifierHead(std::string name, int64_t in, int64_t classes, bool first);
 
-  [[nodiscard]] const std::string& name() const noexcept override { return name_; }
-  [[nodiscard]] std::span<const ParamSpec> params() const noexcept override { return specs_; }
-  [[nodiscard]] bool is_first() const noexcept override { return first_; }
-  [[nodiscard]] bool is_last() const noexcept override { return true; }
-  void init(std::span<float* const> params, uint64_t seed) const override;
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
   ConstView forward(UnitContext& ctx, std::span<const float* const> params,
                     const UnitInput& input) const override;
@@ -75,11 +62,8 @@ class ClassifierHead final : public Unit {
                      std::span<float* const> grads, ConstView grad_output) const override;
 
  private:
-  std::string name_;
   int64_t in_;
   int64_t classes_;
-  bool first_;
-  std::vector<ParamSpec> specs_;
 };
 
 // The units of an mlp: "layer0".."layer{k-1}" (DenseUnit) then "head".

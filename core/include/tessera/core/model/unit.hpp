@@ -83,23 +83,25 @@ class UnitContext {
 // used from several threads at once with distinct contexts.
 class Unit {
  public:
+  Unit(const Unit&) = delete;
+  Unit& operator=(const Unit&) = delete;
   virtual ~Unit() = default;
 
   // Name unique within its model ("embed", "block3", "head", "layer0").
-  [[nodiscard]] virtual const std::string& name() const noexcept = 0;
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
   // Parameter tensors in declaration order.
-  [[nodiscard]] virtual std::span<const ParamSpec> params() const noexcept = 0;
+  [[nodiscard]] std::span<const ParamSpec> params() const noexcept { return specs_; }
   // Whether this unit consumes the batch's tokens/inputs (the first unit).
-  [[nodiscard]] virtual bool is_first() const noexcept = 0;
+  [[nodiscard]] bool is_first() const noexcept { return first_; }
   // Whether this unit is the head that takes targets and returns the loss.
-  [[nodiscard]] virtual bool is_last() const noexcept = 0;
+  [[nodiscard]] bool is_last() const noexcept { return last_; }
 
   // Writes initial values into every non-tied parameter: weights normal(0,
   // 0.02), biases zero, LayerNorm gains one. A pure function of `seed`, the
   // unit's name and each parameter's name (same seed, same bits). `params`
   // holds one pointer per declared parameter; throws tessera::Error (invalid
   // argument) when the count is wrong.
-  virtual void init(std::span<float* const> params, uint64_t seed) const = 0;
+  void init(std::span<float* const> params, uint64_t seed) const;
 
   // A fresh context for one micro-batch.
   [[nodiscard]] virtual std::unique_ptr<UnitContext> make_context() const = 0;
@@ -120,6 +122,18 @@ class Unit {
   // disagree.
   virtual ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                              std::span<float* const> grads, ConstView grad_output) const = 0;
+
+ protected:
+  // A derived unit fills `specs_` in its constructor.
+  Unit(std::string name, bool first, bool last)
+      : name_(std::move(name)), first_(first), last_(last) {}
+
+  std::string name_;
+  std::vector<ParamSpec> specs_;
+
+ private:
+  bool first_;
+  bool last_;
 };
 
 }  // namespace tessera::model
