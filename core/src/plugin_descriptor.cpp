@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "tessera/c/backend.h"
+#include "tessera/sdk/dtype.hpp"
 
 namespace tessera::detail {
 namespace {
@@ -99,20 +100,8 @@ std::string check_api(const tessera_plugin_descriptor& d) {
 }  // namespace
 
 const char* plugin_kind_name(int kind) noexcept {
-  switch (kind) {
-    case TESSERA_KIND_BACKEND:
-      return "backend";
-    case TESSERA_KIND_STRATEGY:
-      return "strategy";
-    case TESSERA_KIND_COMPRESSOR:
-      return "compressor";
-    case TESSERA_KIND_SELECTOR:
-      return "selector";
-    case TESSERA_KIND_MODEL:
-      return "model";
-    default:
-      return nullptr;
-  }
+  if (kind < 0 || kind >= TESSERA_KIND_COUNT) return nullptr;
+  return kind_name(kind).data();  // a string literal, so NUL-terminated
 }
 
 std::size_t min_api_size(tessera_plugin_kind kind) noexcept {
