@@ -12,13 +12,6 @@
 namespace tessera {
 namespace {
 
-DataShape sequences(int64_t seq_len, int64_t vocab) {
-  DataShape shape;
-  shape.seq_len = seq_len;
-  shape.vocab = vocab;
-  return shape;
-}
-
 std::string error_of(const DataSection& section, const DataShape& shape,
                      const DataOptions& options = {}) {
   try {
@@ -44,7 +37,7 @@ DataSection tokens_at(const std::string& path) {
 TEST(DataErrors, MissingFile) {
   const test::TempDir dir;
   const std::string path = (dir.path() / "absent.bin").string();
-  const std::string msg = error_of(tokens_at(path), sequences(4, 10));
+  const std::string msg = error_of(tokens_at(path), DataShape::sequences(4, 10));
   EXPECT_MENTIONS(msg, path);
   EXPECT_MENTIONS(msg, "does not exist");
 }
@@ -54,20 +47,21 @@ TEST(DataErrors, EmptyFile) {
   const std::string path = dir.write("empty.txt", {}).string();
   DataSection section = tokens_at(path);
   section.kind = "text";
-  const std::string msg = error_of(section, sequences(4, 256));
+  const std::string msg = error_of(section, DataShape::sequences(4, 256));
   EXPECT_MENTIONS(msg, path);
   EXPECT_MENTIONS(msg, "is empty");
 }
 
 TEST(DataErrors, DirectoryIsNotAFile) {
   const test::TempDir dir;
-  EXPECT_MENTIONS(error_of(tokens_at(dir.path().string()), sequences(4, 10)), "not a regular file");
+  EXPECT_MENTIONS(error_of(tokens_at(dir.path().string()), DataShape::sequences(4, 10)),
+                  "not a regular file");
 }
 
 TEST(DataErrors, FileShorterThanOneSequence) {
   const test::TempDir dir;
   const std::string path = dir.write_ids("short.bin", {1, 2, 3, 4}, 2).string();
-  const std::string msg = error_of(tokens_at(path), sequences(4, 10));
+  const std::string msg = error_of(tokens_at(path), DataShape::sequences(4, 10));
   EXPECT_MENTIONS(msg, path);
   EXPECT_MENTIONS(msg, "4 tokens, fewer than seq_len + 1 = 5");
 }
@@ -77,7 +71,7 @@ TEST(DataErrors, TokenOutsideVocabularyNamesPositionAndValue) {
   const std::string path = dir.write_ids("big.bin", {1, 2, 3, 12, 4, 99}, 4).string();
   DataOptions options;
   options.token_bytes = 4;
-  const std::string msg = error_of(tokens_at(path), sequences(2, 10), options);
+  const std::string msg = error_of(tokens_at(path), DataShape::sequences(2, 10), options);
   EXPECT_MENTIONS(msg, path);
   EXPECT_MENTIONS(msg, "token 3 (byte offset 12) is 12, outside the vocabulary of 10");
 }
@@ -87,13 +81,14 @@ TEST(DataErrors, TextByteOutsideSmallVocabulary) {
   DataSection section;
   section.kind = "text";
   section.path = dir.write("t.txt", {'a', 'b', 0xC3, 0xA9}).string();
-  EXPECT_MENTIONS(error_of(section, sequences(2, 128)), "token 2 (byte offset 2) is 195");
+  EXPECT_MENTIONS(error_of(section, DataShape::sequences(2, 128)),
+                  "token 2 (byte offset 2) is 195");
 }
 
 TEST(DataErrors, OddByteCountForU16) {
   const test::TempDir dir;
   const std::string path = dir.write("odd.bin", {1, 0, 2, 0, 3}).string();
-  const std::string msg = error_of(tokens_at(path), sequences(1, 10));
+  const std::string msg = error_of(tokens_at(path), DataShape::sequences(1, 10));
   EXPECT_MENTIONS(msg, path);
   EXPECT_MENTIONS(msg, "5 bytes, not a multiple of token_bytes = 2");
 }
@@ -103,15 +98,15 @@ TEST(DataErrors, UnsupportedTokenWidth) {
   DataOptions options;
   options.token_bytes = 3;
   const std::string path = dir.write_ids("w.bin", {1, 2, 3}, 2).string();
-  EXPECT_MENTIONS(error_of(tokens_at(path), sequences(1, 10), options), "token_bytes 3");
+  EXPECT_MENTIONS(error_of(tokens_at(path), DataShape::sequences(1, 10), options), "token_bytes 3");
 }
 
 TEST(DataErrors, ConfigurationMismatches) {
   DataSection section;
   section.kind = "csv";
-  EXPECT_MENTIONS(error_of(section, sequences(4, 10)), "valid: synthetic, text, tokens");
+  EXPECT_MENTIONS(error_of(section, DataShape::sequences(4, 10)), "valid: synthetic, text, tokens");
   section.kind = "tokens";
-  EXPECT_MENTIONS(error_of(section, sequences(4, 10)), "needs 'data.path'");
+  EXPECT_MENTIONS(error_of(section, DataShape::sequences(4, 10)), "needs 'data.path'");
   DataShape mlp;
   mlp.features = 4;
   mlp.classes = 3;

@@ -12,19 +12,9 @@
 namespace tessera {
 namespace {
 
-DataShape sequence_shape() {
-  DataShape shape;
-  shape.seq_len = 6;
-  shape.vocab = 50;
-  return shape;
-}
+DataShape sequence_shape() { return DataShape::sequences(6, 50); }
 
-DataShape cluster_shape() {
-  DataShape shape;
-  shape.features = 3;
-  shape.classes = 4;
-  return shape;
-}
+DataShape cluster_shape() { return DataShape::classification(3, 4); }
 
 // Concatenates batches of one layout in order.
 Batch concat(const std::vector<Batch>& parts) {

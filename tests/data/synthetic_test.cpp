@@ -12,15 +12,8 @@
 namespace tessera {
 namespace {
 
-DataShape sequences(int64_t seq_len, int64_t vocab) {
-  DataShape shape;
-  shape.seq_len = seq_len;
-  shape.vocab = vocab;
-  return shape;
-}
-
 TEST(SyntheticSequences, WithoutNoiseEveryTokenFollowsTheRule) {
-  const SyntheticSequences data(sequences(16, 32), 3, 0.0);
+  const SyntheticSequences data(DataShape::sequences(16, 32), 3, 0.0);
   const DistributedSampler sampler(data, 3, 8, 0, 1);
   const Batch b = sampler.global_batch(1);
   const std::vector<int32_t>& next = data.rule();
@@ -38,9 +31,9 @@ TEST(SyntheticSequences, WithoutNoiseEveryTokenFollowsTheRule) {
 }
 
 TEST(SyntheticSequences, RuleIsAPermutationDrawnFromTheSeed) {
-  const SyntheticSequences a(sequences(4, 64), 1, 0.0);
-  const SyntheticSequences b(sequences(4, 64), 1, 0.0);
-  const SyntheticSequences c(sequences(4, 64), 2, 0.0);
+  const SyntheticSequences a(DataShape::sequences(4, 64), 1, 0.0);
+  const SyntheticSequences b(DataShape::sequences(4, 64), 1, 0.0);
+  const SyntheticSequences c(DataShape::sequences(4, 64), 2, 0.0);
   EXPECT_EQ(a.rule(), b.rule());
   EXPECT_NE(a.rule(), c.rule());
   std::vector<int> seen(64, 0);
@@ -56,7 +49,7 @@ TEST(SyntheticSequences, RuleIsAPermutationDrawnFromTheSeed) {
 TEST(SyntheticSequences, BigramModelLearnsTheTask) {
   const int64_t vocab = 64;
   const double noise = 0.05;
-  const SyntheticSequences data(sequences(32, vocab), 11, noise);
+  const SyntheticSequences data(DataShape::sequences(32, vocab), 11, noise);
   const DistributedSampler sampler(data, 11, 16, 0, 1);
   std::vector<std::vector<int>> counts(vocab, std::vector<int>(vocab, 0));
   for (int64_t step = 1; step <= 20; ++step) {
@@ -81,16 +74,9 @@ TEST(SyntheticSequences, BigramModelLearnsTheTask) {
 }
 
 TEST(SyntheticSequences, RejectsBadShapes) {
-  EXPECT_THROW(SyntheticSequences(sequences(0, 10), 1, 0.1), Error);
-  EXPECT_THROW(SyntheticSequences(sequences(4, 1), 1, 0.1), Error);
-  EXPECT_THROW(SyntheticSequences(sequences(4, 10), 1, 1.5), Error);
-}
-
-DataShape clusters(int64_t features, int64_t classes) {
-  DataShape shape;
-  shape.features = features;
-  shape.classes = classes;
-  return shape;
+  EXPECT_THROW(SyntheticSequences(DataShape::sequences(0, 10), 1, 0.1), Error);
+  EXPECT_THROW(SyntheticSequences(DataShape::sequences(4, 1), 1, 0.1), Error);
+  EXPECT_THROW(SyntheticSequences(DataShape::sequences(4, 10), 1, 1.5), Error);
 }
 
 // Nearest-centre classification of held-out points, with centres estimated
@@ -98,7 +84,7 @@ DataShape clusters(int64_t features, int64_t classes) {
 TEST(SyntheticClusters, NearestCentreClassifierLearnsTheTask) {
   const int64_t f_len = 8;
   const int64_t classes = 5;
-  const SyntheticClusters data(clusters(f_len, classes), 4, 3.0);
+  const SyntheticClusters data(DataShape::classification(f_len, classes), 4, 3.0);
   const DistributedSampler sampler(data, 4, 64, 0, 1);
   std::vector<double> sums(static_cast<size_t>(classes * f_len), 0.0);
   std::vector<int64_t> seen(static_cast<size_t>(classes), 0);
@@ -138,14 +124,14 @@ TEST(SyntheticClusters, NearestCentreClassifierLearnsTheTask) {
 }
 
 TEST(SyntheticClusters, CentresComeFromTheSeed) {
-  const SyntheticClusters a(clusters(3, 2), 1, 3.0);
-  const SyntheticClusters b(clusters(3, 2), 1, 3.0);
-  const SyntheticClusters c(clusters(3, 2), 2, 3.0);
+  const SyntheticClusters a(DataShape::classification(3, 2), 1, 3.0);
+  const SyntheticClusters b(DataShape::classification(3, 2), 1, 3.0);
+  const SyntheticClusters c(DataShape::classification(3, 2), 2, 3.0);
   EXPECT_EQ(a.centre(1), b.centre(1));
   EXPECT_NE(a.centre(1), c.centre(1));
   EXPECT_THROW((void)a.centre(2), Error);
-  EXPECT_THROW(SyntheticClusters(clusters(3, 1), 1, 3.0), Error);
-  EXPECT_THROW(SyntheticClusters(clusters(0, 2), 1, 3.0), Error);
+  EXPECT_THROW(SyntheticClusters(DataShape::classification(3, 1), 1, 3.0), Error);
+  EXPECT_THROW(SyntheticClusters(DataShape::classification(0, 2), 1, 3.0), Error);
 }
 
 }  // namespace

@@ -13,13 +13,6 @@
 namespace tessera {
 namespace {
 
-DataShape sequences(int64_t seq_len, int64_t vocab) {
-  DataShape shape;
-  shape.seq_len = seq_len;
-  shape.vocab = vocab;
-  return shape;
-}
-
 // Every example must be a window of the file: tokens[t] = file[start + t],
 // targets[t] = file[start + t + 1].
 void expect_windows(const Batch& b, const std::vector<uint32_t>& ids) {
@@ -44,14 +37,14 @@ TEST(TokenFile, ReadsLittleEndianU16AndU32) {
   const std::vector<uint32_t> ids = {1, 258, 65535, 7, 300, 2};
   for (const int width : {2, 4}) {
     const auto path = dir.write_ids("ids" + std::to_string(width), ids, width);
-    const TokenFileDataset data(path, width, sequences(2, 65536), "tokens");
+    const TokenFileDataset data(path, width, DataShape::sequences(2, 65536), "tokens");
     ASSERT_EQ(data.tokens(), 6);
     for (int64_t i = 0; i < 6; ++i) {
       EXPECT_EQ(static_cast<uint32_t>(data.token(i)), ids[static_cast<size_t>(i)]);
     }
   }
   const auto wide = dir.write_ids("wide", {70000, 1, 2}, 4);
-  EXPECT_EQ(TokenFileDataset(wide, 4, sequences(2, 100000), "tokens").token(0), 70000);
+  EXPECT_EQ(TokenFileDataset(wide, 4, DataShape::sequences(2, 100000), "tokens").token(0), 70000);
 }
 
 TEST(TokenFile, BatchesAreShiftedWindowsCoveringTheFile) {
@@ -63,7 +56,7 @@ TEST(TokenFile, BatchesAreShiftedWindowsCoveringTheFile) {
   DataSection section;
   section.kind = "tokens";
   section.path = dir.write_ids("train.bin", ids, 2).string();
-  const auto data = make_dataset(section, sequences(5, 23), 1);
+  const auto data = make_dataset(section, DataShape::sequences(5, 23), 1);
   const DistributedSampler sampler(*data, 1, 16, 0, 1);
   std::set<int32_t> first_tokens;
   for (int64_t step = 1; step <= 8; ++step) {
@@ -82,7 +75,7 @@ TEST(TokenFile, TextFileBytesAreTokens) {
   DataSection section;
   section.kind = "text";
   section.path = dir.write("a.txt", std::vector<uint8_t>(text.begin(), text.end())).string();
-  const auto data = make_dataset(section, sequences(4, 256), 1);
+  const auto data = make_dataset(section, DataShape::sequences(4, 256), 1);
   const DistributedSampler sampler(*data, 3, 6, 0, 1);
   std::vector<uint32_t> ids;
   for (const char c : text) {
@@ -100,7 +93,7 @@ TEST(TokenFile, SystemLicenceTextLoads) {
   DataSection section;
   section.kind = "text";
   section.path = gpl.string();
-  const auto data = make_dataset(section, sequences(64, 256), 1);
+  const auto data = make_dataset(section, DataShape::sequences(64, 256), 1);
   const auto& file = dynamic_cast<const TokenFileDataset&>(*data);
   EXPECT_EQ(file.tokens(), static_cast<int64_t>(std::filesystem::file_size(gpl)));
   const Batch b = DistributedSampler(*data, 1, 4, 0, 1).global_batch(1);

@@ -92,17 +92,13 @@ int64_t Model::parameter_count() const noexcept {
 std::unique_ptr<Model> make_model(const ModelSection& section) {
   if (section.name == "mlp") {
     const MlpConfig config = parse_mlp_config(section.params, section.params_where);
-    DataShape shape;
-    shape.features = config.input;
-    shape.classes = config.classes;
-    return std::make_unique<Model>("mlp", build_mlp_units(config), shape);
+    return std::make_unique<Model>("mlp", build_mlp_units(config),
+                                   DataShape::classification(config.input, config.classes));
   }
   if (section.name == "gpt") {
     const GptConfig config = parse_gpt_config(section.params, section.params_where);
-    DataShape shape;
-    shape.seq_len = config.seq_len;
-    shape.vocab = config.vocab;
-    return std::make_unique<Model>("gpt", build_gpt_units(config), shape);
+    return std::make_unique<Model>("gpt", build_gpt_units(config),
+                                   DataShape::sequences(config.seq_len, config.vocab));
   }
   throw Error(
       TESSERA_ERR_INVALID_ARGUMENT,

@@ -22,6 +22,21 @@ struct DataShape {
   int64_t classes = 0;
 
   [[nodiscard]] bool is_sequence() const noexcept { return seq_len > 0; }
+
+  // Token sequences of `seq_len` ids below `vocab`.
+  static DataShape sequences(int64_t seq_len, int64_t vocab) noexcept {
+    DataShape shape;
+    shape.seq_len = seq_len;
+    shape.vocab = vocab;
+    return shape;
+  }
+  // Feature vectors of `features` floats with a class below `classes`.
+  static DataShape classification(int64_t features, int64_t classes) noexcept {
+    DataShape shape;
+    shape.features = features;
+    shape.classes = classes;
+    return shape;
+  }
 };
 
 // Settings of the sources that the [data] section does not carry.
