@@ -81,6 +81,13 @@ typedef struct tessera_host_api {
 
   /* Rank of the calling thread as the host knows it, or TESSERA_RANK_UNKNOWN. */
   int32_t (*thread_rank)(void* ctx);
+
+  /* ---- ABI 1.1 (check struct_size before use) ---- */
+
+  /* Message explaining the last failed call this thread made into a
+   * host-implemented table (model, optimizer, state reader/writer of
+   * strategy.h), or "" if none; valid until the next such call. */
+  const char* (*last_error)(void* ctx);
 } tessera_host_api;
 
 #ifdef __cplusplus

@@ -1,0 +1,137 @@
+// The host side of the strategy ABI (tessera/c/strategy.h, tessera/c/model.h):
+// the C tables the core implements for a strategy plugin — the model, the
+// optimizer, state readers and writers — and the handle on a loaded strategy.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tessera/c/strategy.h"
+#include "tessera/core/comm.hpp"
+#include "tessera/core/data/batch.hpp"
+#include "tessera/core/model/model.hpp"
+#include "tessera/core/optim/optimizer.hpp"
+#include "tessera/core/options.hpp"
+#include "tessera/core/plugin_registry.hpp"
+
+namespace tessera::train {
+
+// The model table for core models. The tessera_model* handed out is the
+// model::Model itself; a tessera_batch* is a tessera::Batch.
+const tessera_model_api* model_api() noexcept;
+const tessera_model* as_c_model(const model::Model& model) noexcept;
+const tessera_batch* as_c_batch(const Batch& batch) noexcept;
+
+// The optimizer table over core optimizers; state memory is reported as
+// TESSERA_MEM_OPTIMIZER of the calling thread's rank.
+const tessera_optimizer_api* optimizer_api() noexcept;
+const tessera_optimizer* as_c_optimizer(const Optimizer& optimizer) noexcept;
+
+// A tensor's full shape and a flat slice of it (see tessera_tensor_slice).
+struct SliceRef {
+  std::string name;
+  std::vector<int64_t> shape;
+  uint64_t offset = 0;
+  uint64_t count = 0;
+};
+
+// Where load() reads from. Implementations throw tessera::Error (invalid
+// argument) naming the source and the tensor for a missing tensor, another
+// shape, or a range outside the tensor.
+class StateSource {
+ public:
+  virtual ~StateSource() = default;
+  [[nodiscard]] virtual bool has(const std::string& name) const = 0;
+  virtual void read(const SliceRef& slice, std::span<float> out) const = 0;
+  // For messages: "model init (seed 42)", "runs/ck/step-000020/model.safetensors".
+  [[nodiscard]] virtual std::string describe() const = 0;
+};
+
+// The model's own seeded initialisation (Unit::init); parameters only.
+std::unique_ptr<StateSource> init_source(const model::Model& model, uint64_t seed);
+// A full safetensors file (model.init or a full checkpoint): tensors by
+// name, f32, shapes checked; optimizer state present if the file has it.
+std::unique_ptr<StateSource> safetensors_source(const std::filesystem::path& file);
+
+// Everything a rank's strategy wrote through save(): slices per tensor.
+struct CollectedState {
+  struct Piece {
+    uint64_t offset = 0;
+    std::vector<float> values;
+  };
+  struct Tensor {
+    std::vector<int64_t> shape;
+    std::vector<Piece> pieces;
+  };
+  std::map<std::string, Tensor> tensors;
+
+  // The whole of tensor `name` if the pieces cover it (throws otherwise).
+  [[nodiscard]] std::vector<float> full(const std::string& name) const;
+  // Adds another rank's pieces; shapes must agree.
+  void merge(CollectedState&& other);
+};
+
+// The C reader/writer tables over a StateSource / CollectedState. Errors
+// reach the plugin as a status plus host last_error.
+tessera_state_reader make_reader(const StateSource& source) noexcept;
+tessera_state_writer make_writer(CollectedState& sink, uint32_t flags = 0) noexcept;
+
+// One rank's strategy object.
+class StrategyInstance {
+ public:
+  ~StrategyInstance();
+  StrategyInstance(const StrategyInstance&) = delete;
+  StrategyInstance& operator=(const StrategyInstance&) = delete;
+
+  [[nodiscard]] const tessera_strategy_layout& layout() const noexcept { return layout_; }
+  // Each call is collective over the world communicator; failures throw
+  // tessera::Error carrying the plugin's message.
+  void load(const StateSource& source);
+  tessera_step_result step(std::span<const Batch> micro_batches, std::span<const float> loss_scales,
+                           int64_t step, float lr, double max_grad_norm);
+  // With all_replicas, every rank writes all it holds (TESSERA_STATE_ALL_REPLICAS).
+  CollectedState save(bool all_replicas = false);
+
+ private:
+  friend class StrategyPlugin;
+  StrategyInstance() = default;
+  std::shared_ptr<LoadedPlugin> plugin_;
+  const tessera_strategy_api* api_ = nullptr;
+  tessera_strategy* handle_ = nullptr;
+  tessera_strategy_layout layout_{};
+};
+
+// A loaded strategy plugin with validated options.
+class StrategyPlugin {
+ public:
+  // Finds strategy `name` (the error lists the available ones) and checks
+  // `options` (may be null) against its declared options; `where` names
+  // them in messages ("run.toml: [strategy.options]").
+  StrategyPlugin(const PluginRegistry& registry, const std::string& name,
+                 const toml::table* options, const std::string& where);
+
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return plugin_->path(); }
+
+  // Before ranks start: throws tessera::Error when the strategy cannot run
+  // on `world_size` ranks (its message says why).
+  void check(int world_size) const;
+
+  // Creates rank `comm.rank()`'s strategy (collective over `comm`). `model`,
+  // `optimizer` and `comm` must outlive the instance.
+  std::unique_ptr<StrategyInstance> create(Communicator& comm, const model::Model& model,
+                                           const Optimizer& optimizer) const;
+
+ private:
+  std::shared_ptr<LoadedPlugin> plugin_;
+  const tessera_strategy_api* api_ = nullptr;
+  OptionValues options_;
+  std::string name_;
+};
+
+}  // namespace tessera::train

@@ -1,0 +1,1 @@
+// placeholder: filled by the training-runtime work

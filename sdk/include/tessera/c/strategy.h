@@ -1,0 +1,200 @@
+/*
+ * Tessera plugin ABI: training strategies (ABI 1.1).
+ *
+ * A strategy library's descriptor has kind TESSERA_KIND_STRATEGY and `api`
+ * pointing to a static tessera_strategy_api. One strategy object exists per
+ * rank. It owns that rank's parameters, gradients and optimizer state (in
+ * whatever layout it likes: replicated, sharded, gathered per unit) and runs
+ * one training step at a time; the host owns everything else: the data, the
+ * learning-rate schedule, logging, checkpoint files and the run loop.
+ *
+ * The host gives the strategy three tables it implements itself: the model
+ * (model.h), the optimizer's update rule (below) and, for load/save, a state
+ * reader or writer (below). Calls into them that fail return a status with
+ * the message in host->last_error. The world communicator is a backend
+ * communicator (backend.h); the strategy may split it, and must leave no
+ * operation pending when a call returns.
+ *
+ * Checkpoint tensor names (the host maps them onto files):
+ *   parameters       "<unit>.<param>"                 full shape of the parameter
+ *   optimizer state  "optim.<unit>.<param>.<slot>"    same shape as the parameter
+ * where <unit>.<param> is tessera_param_info.full_name (the owner's name).
+ */
+#ifndef TESSERA_C_STRATEGY_H
+#define TESSERA_C_STRATEGY_H
+
+#include "tessera/c/backend.h"
+#include "tessera/c/common.h"
+#include "tessera/c/host.h"
+#include "tessera/c/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tessera_strategy tessera_strategy;
+
+/* ---------------------------------------------------------------------------
+ * Optimizer (implemented by the host): an element-wise update rule over flat
+ * f32 ranges. Because the rule is element-wise, updating a tensor whole or as
+ * any set of shards gives bit-identical results.
+ * ------------------------------------------------------------------------- */
+typedef struct tessera_optimizer tessera_optimizer;   /* the rule + hyper-parameters */
+typedef struct tessera_optim_state tessera_optim_state; /* per-element state of a range */
+
+typedef struct tessera_optimizer_api {
+  uint32_t struct_size;
+  uint32_t reserved;
+  /* Rule name ("sgd", "momentum", "adam", "adamw"). */
+  const char* (*name)(const tessera_optimizer* opt);
+  /* f32 state values per parameter element (sgd 0, momentum 1, adam 2). */
+  int32_t (*num_slots)(const tessera_optimizer* opt);
+  /* "momentum_buffer", "exp_avg", "exp_avg_sq"; NULL if out of range. */
+  const char* (*slot_name)(const tessera_optimizer* opt, int32_t slot);
+  /* Zeroed state for `elements` parameters; the host counts its bytes as
+   * TESSERA_MEM_OPTIMIZER of the calling thread's rank. */
+  tessera_status (*state_create)(const tessera_optimizer* opt, uint64_t elements,
+                                 tessera_optim_state** out);
+  void (*state_destroy)(tessera_optim_state* state);
+  /* The `elements` values of slot `slot` (NULL if out of range), writable,
+   * e.g. to load them from a checkpoint. */
+  float* (*state_slot)(tessera_optim_state* state, int32_t slot);
+  /* Update `count` parameters in place: params[i] from grads[i] (already
+   * reduced and clipped) and state element `state_offset + i`. `step` counts
+   * updates from 1; `lr` is the rate for this step. */
+  tessera_status (*step)(const tessera_optimizer* opt, tessera_optim_state* state,
+                         uint64_t state_offset, float* params, const float* grads, uint64_t count,
+                         int64_t step, float lr);
+} tessera_optimizer_api;
+
+/* ---------------------------------------------------------------------------
+ * Training state transfer (implemented by the host), for initial weights,
+ * checkpoints and resume. A tensor is addressed by name and full shape; a
+ * call moves `count` consecutive elements of its row-major flattening,
+ * starting at element `offset`, so a strategy reads or writes exactly the
+ * part it owns and the host reshards between world sizes.
+ * ------------------------------------------------------------------------- */
+typedef struct tessera_tensor_slice {
+  uint32_t struct_size;  /* sizeof(tessera_tensor_slice) of the caller */
+  int32_t ndim;          /* of the full tensor                        */
+  const char* name;      /* checkpoint name (see the top of the file) */
+  const int64_t* shape;  /* full tensor shape                          */
+  uint64_t offset;       /* first element of the slice                 */
+  uint64_t count;        /* elements in the slice (may be 0)           */
+} tessera_tensor_slice;
+
+typedef struct tessera_state_reader {
+  uint32_t struct_size;
+  uint32_t reserved;
+  void* ctx;
+  /* 1 if the source holds tensor `name`, else 0. Parameters are always
+   * present; optimizer state is absent when training starts fresh (the
+   * strategy then keeps its zeroed state). */
+  int32_t (*has)(void* ctx, const char* name);
+  /* Copies the slice into `out` (f32). Fails with INVALID_ARGUMENT when the
+   * tensor is missing or its shape differs from slice->shape. */
+  tessera_status (*read)(void* ctx, const tessera_tensor_slice* slice, float* out);
+} tessera_state_reader;
+
+/* Bits of tessera_state_writer.flags. */
+enum {
+  /* Every rank writes everything it holds, replicas included (the host
+   * checks that replicas agree bit for bit). Without it, across all ranks
+   * of the world every element of every tensor is written exactly once. */
+  TESSERA_STATE_ALL_REPLICAS = 1u << 0
+};
+
+typedef struct tessera_state_writer {
+  uint32_t struct_size;
+  uint32_t flags; /* TESSERA_STATE_* */
+  void* ctx;
+  /* Hands over a slice (f32); the host copies it before returning. */
+  tessera_status (*write)(void* ctx, const tessera_tensor_slice* slice, const float* data);
+} tessera_state_writer;
+
+/* ---------------------------------------------------------------------------
+ * The strategy.
+ * ------------------------------------------------------------------------- */
+
+/* What a rank's strategy works with. Host-owned; outlives the strategy. */
+typedef struct tessera_strategy_env {
+  uint32_t struct_size;
+  int32_t rank;       /* in the world                     */
+  int32_t world_size; /* ranks in the world               */
+  int32_t reserved;
+  const tessera_backend_api* backend; /* the world's backend table          */
+  tessera_comm* world;                /* this rank's world communicator     */
+  const tessera_model_api* model_api;
+  const tessera_model* model;
+  const tessera_optimizer_api* optim_api;
+  const tessera_optimizer* optimizer;
+} tessera_strategy_env;
+
+/* How the host must feed data to this rank, set by `create`: ranks with the
+ * same data_rank train on the same examples (e.g. the stages of one
+ * pipeline); the global batch is split over data_size slices. */
+typedef struct tessera_strategy_layout {
+  uint32_t struct_size;
+  int32_t data_rank; /* 0 .. data_size-1                     */
+  int32_t data_size; /* data-parallel degree, >= 1            */
+} tessera_strategy_layout;
+
+typedef struct tessera_step_args {
+  uint32_t struct_size;
+  int32_t num_micro;                          /* micro-batches this step, >= 1   */
+  int64_t step;                               /* update number, from 1           */
+  const tessera_batch* const* micro_batches;  /* this rank's, in order           */
+  const float* loss_scales;                   /* per micro-batch: examples / global examples */
+  float lr;                                   /* learning rate of this step      */
+  float reserved;
+  double max_grad_norm;                       /* clip the global norm; <= 0: off */
+} tessera_step_args;
+
+typedef struct tessera_step_result {
+  uint32_t struct_size;
+  uint32_t reserved;
+  /* This rank's share of the global mean loss: the host sums it over all
+   * ranks of the world (ranks that compute a copy of a loss another rank
+   * reports, e.g. tensor-parallel peers, report 0). */
+  double loss;
+  double grad_norm;     /* global gradient norm before clipping            */
+  int64_t comm_wait_ns; /* time this rank was blocked on communication     */
+  int64_t comm_bytes;   /* bytes this rank sent, by the algorithms' volume  */
+} tessera_step_result;
+
+typedef struct tessera_strategy_api {
+  uint32_t struct_size;
+  uint32_t flags; /* zero */
+
+  /* Called once in the launching process before any rank starts: fails
+   * with INVALID_ARGUMENT (and a message saying what would work) when the
+   * strategy cannot run on `world_size` ranks with these options. */
+  tessera_status (*check)(const tessera_host_api* host, const tessera_options* opts,
+                          int32_t world_size);
+
+  /* Collective over env->world. Allocates this rank's state (memory
+   * reported through host->mem_track) and fills *layout. Parameters are
+   * not initialised until `load`. */
+  tessera_status (*create)(const tessera_host_api* host, const tessera_options* opts,
+                           const tessera_strategy_env* env, tessera_strategy** out,
+                           tessera_strategy_layout* layout);
+  void (*destroy)(tessera_strategy* strategy);
+
+  /* Collective. Reads the parameters (and optimizer state, when the reader
+   * has it) of the part this rank owns. */
+  tessera_status (*load)(tessera_strategy* strategy, const tessera_state_reader* reader);
+
+  /* Collective. One training step: forward and backward over the
+   * micro-batches, gradient reduction, clipping, optimizer update. */
+  tessera_status (*step)(tessera_strategy* strategy, const tessera_step_args* args,
+                         tessera_step_result* result);
+
+  /* Collective. Writes the parameters and optimizer state this rank owns. */
+  tessera_status (*save)(tessera_strategy* strategy, const tessera_state_writer* writer);
+} tessera_strategy_api;
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* TESSERA_C_STRATEGY_H */
