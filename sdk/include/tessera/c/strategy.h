@@ -139,12 +139,17 @@ typedef struct tessera_strategy_layout {
   int32_t data_size; /* data-parallel degree, >= 1            */
 } tessera_strategy_layout;
 
+/* One step. loss_scales[i] is the loss_scale passed to the last unit's
+ * forward for micro-batch i: the model returns its SUMMED per-example (or
+ * per-token) loss times it, so with 1/global_examples (1/global_tokens for
+ * sequence models) the gradients summed over micro-batches and ranks are
+ * those of the global mean loss, and no rescaling follows. */
 typedef struct tessera_step_args {
   uint32_t struct_size;
   int32_t num_micro;                          /* micro-batches this step, >= 1   */
   int64_t step;                               /* update number, from 1           */
   const tessera_batch* const* micro_batches;  /* this rank's, in order           */
-  const float* loss_scales;                   /* per micro-batch: examples / global examples */
+  const float* loss_scales;                   /* per micro-batch: the model's loss_scale */
   float lr;                                   /* learning rate of this step      */
   float reserved;
   double max_grad_norm;                       /* clip the global norm; <= 0: off */

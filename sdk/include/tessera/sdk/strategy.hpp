@@ -49,7 +49,7 @@ inline void check_host_call(const Host& host, tessera_status status, const char*
       api->last_error != nullptr) {
     msg = api->last_error(api->ctx);
   }
-  throw Error(status, detail::concat(what, ": ",
+  throw Error(status, ::tessera::detail::concat(what, ": ",
                                      (msg != nullptr && *msg != '\0') ? msg : status_name(status)));
 }
 }  // namespace detail
