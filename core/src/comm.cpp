@@ -111,6 +111,8 @@ Communicator::~Communicator() { backend_->api().comm_destroy(comm_); }
 
 const std::string& Communicator::backend_name() const noexcept { return backend_->name(); }
 
+const tessera_backend_api* Communicator::c_api() const noexcept { return &backend_->api(); }
+
 tessera_coll_args Communicator::make(tessera_coll_type coll) const noexcept {
   tessera_coll_args args{};
   args.struct_size = sizeof args;

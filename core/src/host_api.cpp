@@ -20,6 +20,10 @@ struct ThreadError {
 };
 thread_local ThreadError t_error;
 
+// Why the last failed call into a host-implemented table failed, for
+// tessera_host_api.last_error.
+thread_local std::string t_host_call_error;
+
 HostContext* self(void* ctx) noexcept { return static_cast<HostContext*>(ctx); }
 
 spdlog::level::level_enum to_spdlog(tessera_log_level level) noexcept {
@@ -124,6 +128,8 @@ int32_t host_thread_rank(void* /*ctx*/) noexcept {
   return rank >= 0 ? rank : TESSERA_RANK_UNKNOWN;
 }
 
+const char* host_last_error(void* /*ctx*/) noexcept { return host_call_error(); }
+
 }  // namespace
 
 HostContext::HostContext(const std::string& logger_name) : logger_(get_logger(logger_name)) {
@@ -140,6 +146,7 @@ HostContext::HostContext(const std::string& logger_name) : logger_(get_logger(lo
   api_.option_float = &host_option_float;
   api_.option_string = &host_option_string;
   api_.thread_rank = &host_thread_rank;
+  api_.last_error = &host_last_error;
 }
 
 std::string take_thread_error() {
@@ -147,6 +154,18 @@ std::string take_thread_error() {
   t_error = ThreadError{};
   return message;
 }
+
+void set_host_call_error(const std::string& message) noexcept {
+  try {
+    t_host_call_error = message;
+  } catch (...) {
+    t_host_call_error.clear();  // out of memory: the caller falls back to the status name
+  }
+}
+
+const char* host_call_error() noexcept { return t_host_call_error.c_str(); }
+
+void clear_host_call_error() noexcept { t_host_call_error.clear(); }
 
 void throw_if_failed(tessera_status status, const std::string& what) {
   std::string message = take_thread_error();  // also drops a stale message after success

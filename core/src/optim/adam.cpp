@@ -29,7 +29,8 @@ AdamOptimizer::AdamOptimizer(const OptimizerParams& params, bool decoupled)
 }
 
 void AdamOptimizer::update(std::span<float> params, std::span<const float> grads,
-                           OptimizerState& state, int64_t step, float lr) const {
+                           OptimizerState& state, size_t state_offset, int64_t step,
+                           float lr) const {
   // Step-dependent scalars are computed once, in double, then rounded, so
   // every element (and every shard) sees exactly the same values.
   const double t = static_cast<double>(step);
@@ -47,8 +48,8 @@ void AdamOptimizer::update(std::span<float> params, std::span<const float> grads
 
   float* p = params.data();
   const float* g = grads.data();
-  float* m = state.slot(0).data();
-  float* v = state.slot(1).data();
+  float* m = state.slot(0).data() + state_offset;
+  float* v = state.slot(1).data() + state_offset;
   const size_t n = params.size();
   for (size_t i = 0; i < n; ++i) {
     const float pi = p[i] * decay;

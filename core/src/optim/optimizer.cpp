@@ -29,19 +29,14 @@ std::span<const float> OptimizerState::slot(size_t index) const {
   return std::span<const float>(values_).subspan(index * elements_, elements_);
 }
 
-void Optimizer::step(std::span<float> params, std::span<const float> grads, OptimizerState& state,
-                     int64_t step, float lr) const {
+void Optimizer::check_step(std::span<float> params, std::span<const float> grads,
+                           const OptimizerState& state, int64_t step, float lr) const {
   TESSERA_CHECK(params.size() == grads.size(), TESSERA_ERR_INVALID_ARGUMENT, "optimizer '", name(),
                 "': ", params.size(), " parameters but ", grads.size(), " gradients");
   TESSERA_CHECK(step >= 1, TESSERA_ERR_INVALID_ARGUMENT, "optimizer '", name(), "': step ", step,
                 " is invalid (the first update is step 1)");
   TESSERA_CHECK(std::isfinite(lr) && lr >= 0.0F, TESSERA_ERR_INVALID_ARGUMENT, "optimizer '",
                 name(), "': learning rate ", lr, " must be finite and >= 0");
-  if (slots() > 0) {
-    TESSERA_CHECK(state.elements() == params.size(), TESSERA_ERR_INVALID_ARGUMENT, "optimizer '",
-                  name(), "': state covers ", state.elements(), " elements but the shard has ",
-                  params.size());
-  }
   const std::vector<std::string> expected = slot_names();
   TESSERA_CHECK(state.slots() == expected.size(), TESSERA_ERR_INVALID_ARGUMENT, "optimizer '",
                 name(), "': state has ", state.slots(), " slots, the rule needs ", expected.size());
@@ -50,7 +45,29 @@ void Optimizer::step(std::span<float> params, std::span<const float> grads, Opti
                   name(), "': state slot ", k, " is '", state.slot_name(k), "', expected '",
                   expected[k], "'");
   }
-  update(params, grads, state, step, lr);
+}
+
+void Optimizer::step(std::span<float> params, std::span<const float> grads, OptimizerState& state,
+                     int64_t step, float lr) const {
+  check_step(params, grads, state, step, lr);
+  if (slots() > 0) {
+    TESSERA_CHECK(state.elements() == params.size(), TESSERA_ERR_INVALID_ARGUMENT, "optimizer '",
+                  name(), "': state covers ", state.elements(), " elements but the shard has ",
+                  params.size());
+  }
+  update(params, grads, state, 0, step, lr);
+}
+
+void Optimizer::step(std::span<float> params, std::span<const float> grads, OptimizerState& state,
+                     size_t state_offset, int64_t step, float lr) const {
+  check_step(params, grads, state, step, lr);
+  if (slots() > 0) {
+    TESSERA_CHECK(
+        state_offset <= state.elements() && params.size() <= state.elements() - state_offset,
+        TESSERA_ERR_INVALID_ARGUMENT, "optimizer '", name(), "': range [", state_offset, ", ",
+        state_offset + params.size(), ") is outside the state of ", state.elements(), " elements");
+  }
+  update(params, grads, state, state_offset, step, lr);
 }
 
 }  // namespace tessera

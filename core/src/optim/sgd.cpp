@@ -21,7 +21,8 @@ SgdOptimizer::SgdOptimizer(const OptimizerParams& params)
 }
 
 void SgdOptimizer::update(std::span<float> params, std::span<const float> grads,
-                          OptimizerState& /*state*/, int64_t /*step*/, float lr) const {
+                          OptimizerState& /*state*/, size_t /*state_offset*/, int64_t /*step*/,
+                          float lr) const {
   const float wd = weight_decay_;
   float* p = params.data();
   const float* g = grads.data();
@@ -50,13 +51,14 @@ MomentumOptimizer::MomentumOptimizer(const OptimizerParams& params)
 }
 
 void MomentumOptimizer::update(std::span<float> params, std::span<const float> grads,
-                               OptimizerState& state, int64_t step, float lr) const {
+                               OptimizerState& state, size_t state_offset, int64_t step,
+                               float lr) const {
   const float wd = weight_decay_;
   const float mu = momentum_;
   const float keep = keep_;
   float* p = params.data();
   const float* g = grads.data();
-  float* b = state.slot(0).data();
+  float* b = state.slot(0).data() + state_offset;
   const size_t n = params.size();
   const bool first = step == 1;
   for (size_t i = 0; i < n; ++i) {

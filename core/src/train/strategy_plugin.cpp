@@ -1,1 +1,148 @@
-// placeholder: filled by the training-runtime work
+// The host's handle on a strategy plugin and on one rank's strategy object
+// (see strategy_host.hpp). Plugin failures come back through the plugin's
+// set_error message (take_thread_error / throw_if_failed), as for backends.
+#include <cstddef>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessera/core/host_api.hpp"
+#include "tessera/core/train/strategy_host.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::train {
+namespace {
+
+// The strategy table of `plugin`, checked for the functions this host calls.
+const tessera_strategy_api* strategy_table(const LoadedPlugin& plugin) {
+  const auto* api = static_cast<const tessera_strategy_api*>(plugin.descriptor().api);
+  const std::string who =
+      "strategy '" + std::string(plugin.name()) + "' (" + plugin.path().string() + ")";
+  TESSERA_CHECK(plugin.kind() == TESSERA_KIND_STRATEGY, TESSERA_ERR_INVALID_ARGUMENT, who,
+                " is not a strategy plugin");
+  TESSERA_CHECK(api != nullptr, TESSERA_ERR_INVALID_ARGUMENT, who, " has no api table");
+  constexpr std::size_t needed = offsetof(tessera_strategy_api, save) + sizeof(void*);
+  TESSERA_CHECK(api->struct_size >= needed, TESSERA_ERR_INVALID_ARGUMENT, who,
+                ": api table struct_size ", api->struct_size, " is smaller than the ", needed,
+                " bytes this host needs");
+  TESSERA_CHECK(api->check != nullptr && api->create != nullptr && api->destroy != nullptr &&
+                    api->load != nullptr && api->step != nullptr && api->save != nullptr,
+                TESSERA_ERR_INVALID_ARGUMENT, who, ": api table has a NULL function");
+  return api;
+}
+
+}  // namespace
+
+// ---- StrategyPlugin ----
+
+StrategyPlugin::StrategyPlugin(const PluginRegistry& registry, const std::string& name,
+                               const toml::table* options, const std::string& where)
+    : plugin_(registry.get(TESSERA_KIND_STRATEGY, name)),
+      api_(strategy_table(*plugin_)),
+      name_(name) {
+  const auto& d = plugin_->descriptor();
+  options_ = resolve_options(std::span<const tessera_option_decl>(d.options, d.num_options),
+                             options, where);
+}
+
+void StrategyPlugin::check(int world_size) const {
+  throw_if_failed(
+      api_->check(plugin_->host().api(), &options_, world_size),
+      "strategy '" + name_ + "' cannot run on " + std::to_string(world_size) + " ranks");
+}
+
+std::unique_ptr<StrategyInstance> StrategyPlugin::create(Communicator& comm,
+                                                         const model::Model& model,
+                                                         const Optimizer& optimizer) const {
+  std::unique_ptr<StrategyInstance> inst(new StrategyInstance());
+  inst->plugin_ = plugin_;
+  inst->api_ = api_;
+  inst->options_ = options_;
+  inst->name_ = name_;
+  inst->rank_ = comm.rank();
+
+  tessera_strategy_env& env = inst->env_;
+  env.struct_size = sizeof env;
+  env.rank = comm.rank();
+  env.world_size = comm.size();
+  env.reserved = 0;
+  env.backend = comm.c_api();
+  env.world = comm.c_handle();
+  env.model_api = model_api();
+  env.model = as_c_model(model);
+  env.optim_api = optimizer_api();
+  env.optimizer = as_c_optimizer(optimizer);
+
+  tessera_strategy_layout layout{};
+  layout.struct_size = sizeof layout;
+  layout.data_rank = 0;
+  layout.data_size = 1;
+  tessera_strategy* handle = nullptr;
+  const tessera_status status =
+      api_->create(plugin_->host().api(), &inst->options_, &env, &handle, &layout);
+  inst->handle_ = status == TESSERA_OK ? handle : nullptr;  // the destructor frees it
+  throw_if_failed(status, inst->where("create"));
+  TESSERA_CHECK(handle != nullptr, TESSERA_ERR_INTERNAL, inst->where("create"),
+                ": returned no strategy");
+  TESSERA_CHECK(
+      layout.data_size >= 1 && layout.data_rank >= 0 && layout.data_rank < layout.data_size,
+      TESSERA_ERR_INTERNAL, inst->where("create"), ": invalid layout data_rank ", layout.data_rank,
+      " of data_size ", layout.data_size);
+  layout.struct_size = sizeof layout;
+  inst->layout_ = layout;
+  return inst;
+}
+
+// ---- StrategyInstance ----
+
+StrategyInstance::~StrategyInstance() {
+  if (handle_ != nullptr) api_->destroy(handle_);
+}
+
+std::string StrategyInstance::where(const char* what) const {
+  return "strategy '" + name_ + "' (rank " + std::to_string(rank_) + "): " + what;
+}
+
+void StrategyInstance::load(const StateSource& source) {
+  const tessera_state_reader reader = make_reader(source);
+  throw_if_failed(api_->load(handle_, &reader), where("load from ") + source.describe());
+}
+
+tessera_step_result StrategyInstance::step(std::span<const Batch> micro_batches,
+                                           std::span<const float> loss_scales, int64_t step,
+                                           float lr, double max_grad_norm) {
+  TESSERA_CHECK(!micro_batches.empty(), TESSERA_ERR_INVALID_ARGUMENT, where("step "), step,
+                ": no micro-batches");
+  TESSERA_CHECK(loss_scales.size() == micro_batches.size(), TESSERA_ERR_INVALID_ARGUMENT,
+                where("step "), step, ": ", micro_batches.size(), " micro-batches but ",
+                loss_scales.size(), " loss scales");
+  std::vector<const tessera_batch*> batches;
+  batches.reserve(micro_batches.size());
+  for (const Batch& b : micro_batches) batches.push_back(as_c_batch(b));
+
+  tessera_step_args args{};
+  args.struct_size = sizeof args;
+  args.num_micro = static_cast<int32_t>(batches.size());
+  args.step = step;
+  args.micro_batches = batches.data();
+  args.loss_scales = loss_scales.data();
+  args.lr = lr;
+  args.reserved = 0.0F;
+  args.max_grad_norm = max_grad_norm;
+
+  tessera_step_result result{};
+  result.struct_size = sizeof result;
+  throw_if_failed(api_->step(handle_, &args, &result), where("step ") + std::to_string(step));
+  return result;
+}
+
+CollectedState StrategyInstance::save(bool all_replicas) {
+  CollectedState state;
+  const tessera_state_writer writer =
+      make_writer(state, all_replicas ? uint32_t{TESSERA_STATE_ALL_REPLICAS} : uint32_t{0});
+  throw_if_failed(api_->save(handle_, &writer), where("save"));
+  return state;
+}
+
+}  // namespace tessera::train

@@ -70,6 +70,11 @@ class Communicator {
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return size_; }
   [[nodiscard]] const std::string& backend_name() const noexcept;
+  // The backend's C table and this rank's handle, for handing the
+  // communicator to a plugin (tessera_strategy_env). Both stay valid while
+  // this object lives; the plugin must not destroy the handle.
+  [[nodiscard]] const tessera_backend_api* c_api() const noexcept;
+  [[nodiscard]] tessera_comm* c_handle() const noexcept { return comm_; }
 
   // Runs `args` (struct_size filled in here) and waits for it.
   void run(tessera_coll_args args);

@@ -37,4 +37,19 @@ std::string take_thread_error();
 // status name>") when status != TESSERA_OK.
 void throw_if_failed(tessera_status status, const std::string& what);
 
+// Records why a call into a host-implemented table (model, optimizer, state
+// reader/writer of tessera/c/strategy.h) failed on this thread; a plugin
+// reads it through tessera_host_api.last_error right after the call
+// returned its status. Kept apart from the plugin's own set_error message.
+// Never throws (out of memory leaves the message empty).
+void set_host_call_error(const std::string& message) noexcept;
+
+// The message of the last failed host-table call on this thread, "" if
+// none; the pointer is valid until the next set_host_call_error or
+// clear_host_call_error on this thread.
+const char* host_call_error() noexcept;
+
+// Forgets this thread's host-table error message.
+void clear_host_call_error() noexcept;
+
 }  // namespace tessera

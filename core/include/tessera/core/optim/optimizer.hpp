@@ -93,10 +93,26 @@ class Optimizer {
   void step(std::span<float> params, std::span<const float> grads, OptimizerState& state,
             int64_t step, float lr) const;
 
+  // The same update for a sub-range of a larger state: params[i] uses state
+  // element `state_offset + i` of every slot. Lets one state cover several
+  // tensors (or a whole flat shard) while each is updated on its own; the
+  // result is bit-identical to updating all of them in one call. Throws
+  // tessera::Error (invalid argument) like step() above, and when
+  // [state_offset, state_offset + params.size()) is not inside the state
+  // (rules without state accept any offset); nothing is modified then.
+  void step(std::span<float> params, std::span<const float> grads, OptimizerState& state,
+            size_t state_offset, int64_t step, float lr) const;
+
  protected:
-  // The element-wise update itself, called once the arguments are checked.
+  // The element-wise update itself, called once the arguments are checked:
+  // params[i] and grads[i] with state element `state_offset + i`.
   virtual void update(std::span<float> params, std::span<const float> grads, OptimizerState& state,
-                      int64_t step, float lr) const = 0;
+                      size_t state_offset, int64_t step, float lr) const = 0;
+
+ private:
+  // Checks everything but the state's length.
+  void check_step(std::span<float> params, std::span<const float> grads,
+                  const OptimizerState& state, int64_t step, float lr) const;
 };
 
 // The rule called `name` (sgd | momentum | adam | adamw) with `params`.

@@ -19,7 +19,7 @@ class SgdOptimizer final : public Optimizer {
 
  protected:
   void update(std::span<float> params, std::span<const float> grads, OptimizerState& state,
-              int64_t step, float lr) const override;
+              size_t state_offset, int64_t step, float lr) const override;
 
  private:
   std::string name_ = "sgd";
@@ -41,7 +41,7 @@ class MomentumOptimizer final : public Optimizer {
 
  protected:
   void update(std::span<float> params, std::span<const float> grads, OptimizerState& state,
-              int64_t step, float lr) const override;
+              size_t state_offset, int64_t step, float lr) const override;
 
  private:
   std::string name_ = "momentum";
@@ -70,7 +70,7 @@ class AdamOptimizer final : public Optimizer {
 
  protected:
   void update(std::span<float> params, std::span<const float> grads, OptimizerState& state,
-              int64_t step, float lr) const override;
+              size_t state_offset, int64_t step, float lr) const override;
 
  private:
   std::string name_;

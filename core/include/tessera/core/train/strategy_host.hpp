@@ -59,25 +59,54 @@ std::unique_ptr<StateSource> init_source(const model::Model& model, uint64_t see
 std::unique_ptr<StateSource> safetensors_source(const std::filesystem::path& file);
 
 // Everything a rank's strategy wrote through save(): slices per tensor.
+//
+// Replicas. The same element may arrive more than once: with
+// TESSERA_STATE_ALL_REPLICAS every rank writes all it holds, so after
+// merge() of the ranks a replicated tensor is there once per rank, and a
+// rank may also write one element twice (e.g. a tied parameter reached
+// through two slots). Wherever two pieces overlap their values must agree
+// bit for bit (+0 and -0 differ, a NaN equals only the same NaN bits);
+// otherwise tessera::Error (mismatch) names the tensor, the first
+// differing element (flat index and value of each) and the ranks that
+// wrote them when known. A piece whose range is already fully held is
+// dropped after the check, so replicas cost no memory. Without
+// TESSERA_STATE_ALL_REPLICAS the ABI promises each element once across the
+// world; a writer made without the flag therefore rejects a repeated
+// element of its own rank (invalid argument), while merge() accepts
+// overlaps that agree, whatever the flag was.
 struct CollectedState {
   struct Piece {
     uint64_t offset = 0;
     std::vector<float> values;
+    int rank = -1;  // the rank whose strategy wrote it (thread rank), -1 unknown
   };
   struct Tensor {
     std::vector<int64_t> shape;
-    std::vector<Piece> pieces;
+    std::vector<Piece> pieces;  // sorted by offset
   };
   std::map<std::string, Tensor> tensors;
 
-  // The whole of tensor `name` if the pieces cover it (throws otherwise).
+  // The whole of tensor `name` if the pieces cover it. Throws tessera::Error
+  // (invalid argument) naming the tensor when it is missing, or naming the
+  // first element range no piece covers.
   [[nodiscard]] std::vector<float> full(const std::string& name) const;
-  // Adds another rank's pieces; shapes must agree.
+  // Adds another rank's pieces. Throws tessera::Error (mismatch) naming the
+  // tensor and both shapes when shapes disagree, or when overlapping pieces
+  // differ (see above); on a throw this state may hold part of `other`.
   void merge(CollectedState&& other);
+  // Adds one piece of tensor `name` with full `shape`, checked as above;
+  // `allow_repeat` false rejects any overlap with what is held (invalid
+  // argument). Throws tessera::Error (invalid argument) when the range is
+  // outside the tensor.
+  void add(const std::string& name, std::span<const int64_t> shape, Piece piece,
+           bool allow_repeat = true);
 };
 
-// The C reader/writer tables over a StateSource / CollectedState. Errors
-// reach the plugin as a status plus host last_error.
+// The C reader/writer tables over a StateSource / CollectedState; the
+// object must outlive the table. Errors (a bad slice, a missing tensor, a
+// shape that differs, a repeated or differing element) reach the plugin as
+// a status plus host last_error. A writer records the calling thread's rank
+// in each piece.
 tessera_state_reader make_reader(const StateSource& source) noexcept;
 tessera_state_writer make_writer(CollectedState& sink, uint32_t flags = 0) noexcept;
 
@@ -100,10 +129,17 @@ class StrategyInstance {
  private:
   friend class StrategyPlugin;
   StrategyInstance() = default;
+  // "strategy 'ddp' (rank 1): <what>", the prefix of error messages.
+  [[nodiscard]] std::string where(const char* what) const;
   std::shared_ptr<LoadedPlugin> plugin_;
   const tessera_strategy_api* api_ = nullptr;
   tessera_strategy* handle_ = nullptr;
   tessera_strategy_layout layout_{};
+  // Handed to create by pointer, so they must live as long as the strategy.
+  OptionValues options_;
+  tessera_strategy_env env_{};
+  std::string name_;
+  int rank_ = 0;
 };
 
 // A loaded strategy plugin with validated options.
