@@ -39,7 +39,7 @@ typedef struct tessera_strategy tessera_strategy;
  * f32 ranges. Because the rule is element-wise, updating a tensor whole or as
  * any set of shards gives bit-identical results.
  * ------------------------------------------------------------------------- */
-typedef struct tessera_optimizer tessera_optimizer;   /* the rule + hyper-parameters */
+typedef struct tessera_optimizer tessera_optimizer;     /* the rule + hyper-parameters */
 typedef struct tessera_optim_state tessera_optim_state; /* per-element state of a range */
 
 typedef struct tessera_optimizer_api {
@@ -75,12 +75,12 @@ typedef struct tessera_optimizer_api {
  * part it owns and the host reshards between world sizes.
  * ------------------------------------------------------------------------- */
 typedef struct tessera_tensor_slice {
-  uint32_t struct_size;  /* sizeof(tessera_tensor_slice) of the caller */
-  int32_t ndim;          /* of the full tensor                        */
-  const char* name;      /* checkpoint name (see the top of the file) */
-  const int64_t* shape;  /* full tensor shape                          */
-  uint64_t offset;       /* first element of the slice                 */
-  uint64_t count;        /* elements in the slice (may be 0)           */
+  uint32_t struct_size; /* sizeof(tessera_tensor_slice) of the caller */
+  int32_t ndim;         /* of the full tensor                        */
+  const char* name;     /* checkpoint name (see the top of the file) */
+  const int64_t* shape; /* full tensor shape                          */
+  uint64_t offset;      /* first element of the slice                 */
+  uint64_t count;       /* elements in the slice (may be 0)           */
 } tessera_tensor_slice;
 
 typedef struct tessera_state_reader {
@@ -146,13 +146,13 @@ typedef struct tessera_strategy_layout {
  * those of the global mean loss, and no rescaling follows. */
 typedef struct tessera_step_args {
   uint32_t struct_size;
-  int32_t num_micro;                          /* micro-batches this step, >= 1   */
-  int64_t step;                               /* update number, from 1           */
-  const tessera_batch* const* micro_batches;  /* this rank's, in order           */
-  const float* loss_scales;                   /* per micro-batch: the model's loss_scale */
-  float lr;                                   /* learning rate of this step      */
+  int32_t num_micro;                         /* micro-batches this step, >= 1   */
+  int64_t step;                              /* update number, from 1           */
+  const tessera_batch* const* micro_batches; /* this rank's, in order           */
+  const float* loss_scales;                  /* per micro-batch: the model's loss_scale */
+  float lr;                                  /* learning rate of this step      */
   float reserved;
-  double max_grad_norm;                       /* clip the global norm; <= 0: off */
+  double max_grad_norm; /* clip the global norm; <= 0: off */
 } tessera_step_args;
 
 typedef struct tessera_step_result {

@@ -9,16 +9,21 @@
 //     static void check(const tessera::sdk::Host& host, const tessera::sdk::Options& opts,
 //                       int32_t world_size);
 //     MyStrategy(const tessera::sdk::Host& host, const tessera::sdk::Options& opts,
-//                const tessera::sdk::StrategyEnv& env);
-//     void load(tessera::sdk::StateReader& reader) override;
+//                tessera::sdk::StrategyEnv& env);
+//     tessera_strategy_layout layout() const override;
+//     void load(const tessera::sdk::StateReader& reader) override;
 //     tessera::sdk::StepResult step(const tessera::sdk::StepArgs& args) override;
-//     void save(tessera::sdk::StateWriter& writer) override;
+//     void save(const tessera::sdk::StateWriter& writer) override;
 //   };
 //   TESSERA_REGISTER_STRATEGY(MyStrategy, "mine", "0.1.0", "My strategy", kMyOptions)
 //
 // The views below (ModelView, CommView, OptimizerView, StateReader/Writer)
 // turn the host's C tables into C++ calls that throw tessera::Error with the
-// host's message on failure.
+// host's message on failure. The training utilities built on them live in
+// their own headers: flat_params.hpp (flat layout, shards, slot pointers),
+// replicated_params.hpp, unit_runner.hpp (forward/backward with hooks),
+// grad_buckets.hpp, flat_state.hpp (load/save by flat range), clip.hpp,
+// comm_dtype.hpp and tracked_buffer.hpp.
 #pragma once
 
 #include <algorithm>
@@ -45,12 +50,14 @@ inline void check_host_call(const Host& host, tessera_status status, const char*
   if (status == TESSERA_OK) return;
   const tessera_host_api* api = host.raw();
   const char* msg = nullptr;
-  if (api != nullptr && api->struct_size >= offsetof(tessera_host_api, last_error) + sizeof(void*) &&
+  if (api != nullptr &&
+      api->struct_size >= offsetof(tessera_host_api, last_error) + sizeof(void*) &&
       api->last_error != nullptr) {
     msg = api->last_error(api->ctx);
   }
-  throw Error(status, ::tessera::detail::concat(what, ": ",
-                                     (msg != nullptr && *msg != '\0') ? msg : status_name(status)));
+  throw Error(status,
+              ::tessera::detail::concat(
+                  what, ": ", (msg != nullptr && *msg != '\0') ? msg : status_name(status)));
 }
 }  // namespace detail
 
@@ -75,8 +82,7 @@ class UnitContext {
  public:
   UnitContext() = default;
   UnitContext(const tessera_model_api* api, tessera_unit_ctx* ctx) : api_(api), ctx_(ctx) {}
-  UnitContext(UnitContext&& o) noexcept
-      : api_(o.api_), ctx_(std::exchange(o.ctx_, nullptr)) {}
+  UnitContext(UnitContext&& o) noexcept : api_(o.api_), ctx_(std::exchange(o.ctx_, nullptr)) {}
   UnitContext& operator=(UnitContext&& o) noexcept {
     if (this != &o) {
       reset();
@@ -155,10 +161,9 @@ class ModelView {
   tessera_matrix forward(int32_t unit, UnitContext& ctx, const float* const* params,
                          const tessera_batch* batch, tessera_matrix x, float loss_scale) const {
     tessera_matrix out{};
-    detail::check_host_call(host_,
-                            api_->forward(model_, unit, ctx.raw(), params, batch, x, loss_scale,
-                                          &out),
-                            "model forward");
+    detail::check_host_call(
+        host_, api_->forward(model_, unit, ctx.raw(), params, batch, x, loss_scale, &out),
+        "model forward");
     return out;
   }
   tessera_matrix backward(int32_t unit, UnitContext& ctx, const float* const* params,
@@ -365,14 +370,9 @@ class CommView {
         return 2 * (p - 1) * n / p;
       case TESSERA_COLL_ALLGATHER:
         return (p - 1) * r / p;
-      case TESSERA_COLL_REDUCE_SCATTER:
-        return (p - 1) * n / p;
-      case TESSERA_COLL_BROADCAST:
-      case TESSERA_COLL_REDUCE:
-        return (p - 1) * n / p;
       case TESSERA_COLL_SEND:
         return n;
-      default:
+      default:  // reduce_scatter (n: the full buffer), broadcast, reduce, ...
         return (p - 1) * n / p;
     }
   }
@@ -382,15 +382,15 @@ class CommView {
   void wait_timed(Fn&& fn, const char* what) {
     const auto t0 = std::chrono::steady_clock::now();
     const tessera_status s = fn();
-    stats_.wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::steady_clock::now() - t0)
-                          .count();
+    stats_.wait_ns +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
     detail::check_host_call(host_, s, what);
   }
   static const char* coll_name(tessera_coll_type c) noexcept {
-    static const char* const kNames[] = {"allreduce", "broadcast",      "reduce", "allgather",
+    static const char* const kNames[] = {"allreduce",      "broadcast", "reduce",  "allgather",
                                          "reduce_scatter", "gather",    "scatter", "alltoall",
-                                         "barrier",   "send",           "recv"};
+                                         "barrier",        "send",      "recv"};
     return c >= 0 && c < TESSERA_COLL_TYPE_COUNT ? kNames[c] : "collective";
   }
 
@@ -517,7 +517,9 @@ inline tessera_tensor_slice make_slice(const std::string& name, std::span<const 
 class StateReader {
  public:
   StateReader(const Host& host, const tessera_state_reader* r) : host_(host), r_(r) {}
-  [[nodiscard]] bool has(const std::string& name) const { return r_->has(r_->ctx, name.c_str()) != 0; }
+  [[nodiscard]] bool has(const std::string& name) const {
+    return r_->has(r_->ctx, name.c_str()) != 0;
+  }
   // Elements [offset, offset + out.size()) of tensor `name` of full `shape`.
   void read(const std::string& name, std::span<const int64_t> shape, uint64_t offset,
             std::span<float> out) const {
@@ -698,8 +700,8 @@ struct StrategyAdapter {
   }
 
   static constexpr tessera_strategy_api table() noexcept {
-    return tessera_strategy_api{sizeof(tessera_strategy_api), 0, &check, &create, &destroy,
-                                &load, &step, &save};
+    return tessera_strategy_api{
+        sizeof(tessera_strategy_api), 0, &check, &create, &destroy, &load, &step, &save};
   }
 };
 

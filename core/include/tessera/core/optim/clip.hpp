@@ -7,6 +7,8 @@
 // with clip_coefficient() and scales its own shard with scale_in_place().
 // Accumulating in double keeps the norm of one shard and of any split into
 // N shards equal to within double rounding, far below f32 resolution.
+// The implementation is the SDK's (tessera/sdk/clip.hpp), which strategy
+// plugins call directly.
 #pragma once
 
 #include <span>

@@ -1,0 +1,111 @@
+// Gradient buckets: the owned parameters grouped, in backward order, into
+// contiguous flat ranges that are communicated as one operation each
+// (allreduce for DDP, reduce-scatter for ZeRO-2). Grouping small tensors
+// saves per-operation latency; starting each bucket as soon as its
+// gradients are complete overlaps communication with the rest of the
+// backward pass.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "tessera/sdk/error.hpp"
+#include "tessera/sdk/flat_params.hpp"
+
+namespace tessera::sdk {
+
+// One bucket: a contiguous flat range made of whole parameters.
+struct GradBucket {
+  FlatRange range;         // flat elements of the bucket
+  size_t first_entry = 0;  // lowest entry index it holds
+  size_t last_entry = 0;   // highest entry index it holds
+  // The bucket's gradients are complete for the step once the backward of
+  // this unit has returned (the lowest final_grad_unit of its parameters).
+  int32_t ready_after_unit = 0;
+};
+
+// Elements of f32 in `mb` mebibytes (2^20 bytes), at least 1. Throws
+// tessera::Error (invalid argument) naming `option` unless mb is finite and
+// > 0.
+inline uint64_t bucket_elements(double mb, const char* option) {
+  TESSERA_CHECK(std::isfinite(mb) && mb > 0.0, TESSERA_ERR_INVALID_ARGUMENT, "option '", option,
+                "' must be a positive number of MiB, got ", mb);
+  const double elements = mb * 1024.0 * 1024.0 / static_cast<double>(sizeof(float));
+  if (elements >= 9.0e18) return UINT64_MAX / 2;
+  return elements < 1.0 ? 1 : static_cast<uint64_t>(elements);
+}
+
+// Groups the owned parameters of `layout` into buckets, walking them in
+// reverse flat order (the order their gradients become final in backward).
+// The first bucket holds up to `first_capacity` elements, every later one up
+// to `capacity`; a parameter is never split, so one larger than the
+// capacity gets a bucket of its own. Parameters with no elements join the
+// bucket being filled. Bucket i+1 lies just before bucket i in the flat
+// layout. Returns no bucket for a layout without elements.
+inline std::vector<GradBucket> plan_grad_buckets(const FlatLayout& layout, uint64_t first_capacity,
+                                                 uint64_t capacity) {
+  std::vector<GradBucket> out;
+  const auto& entries = layout.entries();
+  bool open = false;
+  GradBucket cur;
+  for (size_t k = entries.size(); k-- > 0;) {
+    const FlatEntry& e = entries[k];
+    const uint64_t cap = out.empty() ? first_capacity : capacity;
+    if (open && e.numel > 0 && cur.range.size() > 0 && cur.range.size() + e.numel > cap) {
+      out.push_back(cur);
+      open = false;
+    }
+    if (!open) {
+      cur = GradBucket{};
+      cur.range = {e.offset + e.numel, e.offset + e.numel};
+      cur.last_entry = k;
+      cur.ready_after_unit = e.final_grad_unit();
+      open = true;
+    }
+    cur.range.begin = e.offset;
+    cur.first_entry = k;
+    cur.ready_after_unit = std::min(cur.ready_after_unit, e.final_grad_unit());
+  }
+  // A bucket is only opened by a parameter with elements, except the first
+  // one, which stays empty when the whole layout is.
+  if (open && cur.range.size() > 0) out.push_back(cur);
+  return out;
+}
+
+// Tracks which buckets of a step have been started. Buckets are started in
+// plan order only (every rank posts the same sequence of operations), so a
+// ready bucket waits behind an earlier one that is not ready yet.
+class BucketSchedule {
+ public:
+  explicit BucketSchedule(const std::vector<GradBucket>& buckets) : buckets_(&buckets) {}
+
+  // Starts a new step: no bucket started.
+  void reset() noexcept { next_ = 0; }
+  // Index of the next bucket to start, or size() when all have started.
+  [[nodiscard]] size_t next() const noexcept { return next_; }
+  [[nodiscard]] size_t size() const noexcept { return buckets_->size(); }
+
+  // After the backward of `unit` (units run in descending order): calls
+  // start(i) for every not yet started bucket, in order, that is complete,
+  // stopping at the first that is not.
+  template <typename Fn>
+  void after_unit(int32_t unit, Fn&& start) {
+    while (next_ < buckets_->size() && (*buckets_)[next_].ready_after_unit >= unit) {
+      start(next_++);
+    }
+  }
+  // Calls start(i) for every bucket not started yet, in order (the end of
+  // the backward pass, or no overlap).
+  template <typename Fn>
+  void start_rest(Fn&& start) {
+    while (next_ < buckets_->size()) start(next_++);
+  }
+
+ private:
+  const std::vector<GradBucket>* buckets_;
+  size_t next_ = 0;
+};
+
+}  // namespace tessera::sdk
