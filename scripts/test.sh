@@ -30,6 +30,6 @@ run_sanitized() {
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
-run_sanitized asan "address;undefined" "unit|conformance"
-run_sanitized tsan "thread" "unit|conformance"
+run_sanitized asan "address;undefined" "unit|conformance|train|strategies"
+run_sanitized tsan "thread" "unit|conformance|train|strategies"
 log "all tests passed"

@@ -26,7 +26,7 @@ void add_global_options(CLI::App& app, GlobalOptions& options) {
 
 namespace {
 
-std::string choose_log_level(const GlobalOptions& options, const std::optional<Config>& config,
+std::string choose_log_level(const GlobalOptions& options, const Config* config,
                              const std::string& default_level) {
   if (!options.log_level.empty()) {
     if (!parse_log_level(options.log_level)) {
@@ -42,11 +42,9 @@ std::string choose_log_level(const GlobalOptions& options, const std::optional<C
   return default_level;
 }
 
-}  // namespace
-
-Session open_session(const GlobalOptions& options, const std::string& default_level) {
-  std::optional<Config> config;
-  if (!options.config_file.empty()) config = load_config(options.config_file);
+// The session for `config` (if any): logging, search path, allow list, scan.
+Session open_with(const GlobalOptions& options, const Config* config,
+                  const std::string& default_level) {
   init_logging(choose_log_level(options, config, default_level));
 
   std::vector<std::filesystem::path> first;
@@ -62,6 +60,19 @@ Session open_session(const GlobalOptions& options, const std::string& default_le
   }
   session.registry->scan(session.search_path);
   return session;
+}
+
+}  // namespace
+
+Session open_session(const GlobalOptions& options, const std::string& default_level) {
+  std::optional<Config> config;
+  if (!options.config_file.empty()) config = load_config(options.config_file);
+  return open_with(options, config ? &*config : nullptr, default_level);
+}
+
+Session open_session(const GlobalOptions& options, const Config& config,
+                     const std::string& default_level) {
+  return open_with(options, &config, default_level);
 }
 
 }  // namespace tessera::cli

@@ -10,6 +10,7 @@
 
 #include "cli11.hpp"
 
+#include "tessera/core/config.hpp"
 #include "tessera/core/plugin_registry.hpp"
 
 namespace tessera::cli {
@@ -40,5 +41,10 @@ struct Session {
 // in the registry, never thrown. Throws UsageError for an unknown log level
 // and tessera::Error if the config file is missing or invalid.
 Session open_session(const GlobalOptions& options, const std::string& default_level = "warn");
+
+// The same with a configuration the command has loaded itself (`tessera
+// train CONFIG`, with its overrides); options.config_file is not read.
+Session open_session(const GlobalOptions& options, const Config& config,
+                     const std::string& default_level = "warn");
 
 }  // namespace tessera::cli

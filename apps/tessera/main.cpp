@@ -12,6 +12,7 @@
 #include "cli_error.hpp"
 #include "global_options.hpp"
 #include "plugins_command.hpp"
+#include "train_command.hpp"
 #include "version_command.hpp"
 
 namespace {
@@ -33,7 +34,8 @@ std::string parse_error_message(const CLI::App& app, const CLI::ParseError& e) {
   if (in_bench && !chosen.front()->get_subcommands().empty()) return e.what();
   const CLI::App& level = in_bench ? *chosen.front() : app;
   const std::string prefix = in_bench ? "bench " : "";
-  const std::string choices = in_bench ? "collectives" : "plugins, bench collectives or version";
+  const std::string choices =
+      in_bench ? "collectives" : "train, plugins, bench collectives or version";
   const auto left = level.remaining();
   if (!left.empty()) {
     if (left.front().rfind('-', 0) == 0) {
@@ -60,7 +62,9 @@ int run(int argc, char** argv) {
   cli::GlobalOptions global;
   cli::PluginsArgs plugins_args;
   cli::BenchArgs bench_args;
+  cli::TrainArgs train_args;
   cli::add_global_options(app, global);
+  CLI::App* train = cli::add_train_command(app, train_args);
   CLI::App* plugins = cli::add_plugins_command(app, plugins_args);
   CLI::App* bench = cli::add_bench_command(app, bench_args);
   CLI::App* version = cli::add_version_command(app);
@@ -76,10 +80,12 @@ int run(int argc, char** argv) {
   }
 
   try {
+    if (*train) return cli::run_train_command(global, train_args, std::cout);
     if (*plugins) return cli::run_plugins_command(global, plugins_args, std::cout);
     if (*bench) return cli::run_bench_command(global, bench_args, std::cout);
     if (*version) return cli::run_version_command(std::cout);
-    return report("no subcommand given (use plugins, bench collectives or version)", kExitUsage);
+    return report("no subcommand given (use train, plugins, bench collectives or version)",
+                  kExitUsage);
   } catch (const cli::UsageError& e) {
     return report(e.what(), kExitUsage);
   } catch (const std::bad_alloc&) {

@@ -136,6 +136,18 @@ void read_data(Section s, DataSection& data) {
   }
   s.read("path", data.path);
   if (s.read("batch_size", data.batch_size)) s.at_least("batch_size", data.batch_size, 1);
+  if (s.read("micro_batches", data.micro_batches)) {
+    s.at_least("micro_batches", data.micro_batches, 1);
+    s.require("micro_batches", data.micro_batches <= data.batch_size,
+              "= " + std::to_string(data.micro_batches) + " must not exceed 'data.batch_size' = " +
+                  std::to_string(data.batch_size) + " (every micro-batch needs an example)");
+  }
+  int64_t token_bytes = data.token_bytes;
+  if (s.read("token_bytes", token_bytes)) {
+    s.require("token_bytes", token_bytes == 2 || token_bytes == 4,
+              "must be 2 (u16 ids) or 4 (u32 ids), got " + std::to_string(token_bytes));
+    data.token_bytes = token_bytes == 4 ? 4 : 2;
+  }
   if ((data.kind == "text" || data.kind == "tokens") && data.path.empty()) {
     s.problems().add(s.get("kind") != nullptr ? s.get("kind") : s.node(),
                      "'data.kind' = '" + data.kind + "' needs 'data.path'");

@@ -17,7 +17,7 @@ const std::vector<SectionSchema>& config_schema() {
       {"strategy", {"name", "options"}, false, true},
       {"compression", {"name", "options"}, false, true},
       {"model", {"name", "init"}, true},
-      {"data", {"kind", "path", "batch_size"}},
+      {"data", {"kind", "path", "batch_size", "micro_batches", "token_bytes"}},
       {"optimizer",
        {"name", "lr", "weight_decay", "grad_clip", "warmup_steps", "momentum", "beta1", "beta2",
         "eps"}},

@@ -89,6 +89,8 @@ std::string to_toml(const Config& c) {
   w.text("kind", c.data.kind);
   w.text("path", c.data.path);
   w.integer("batch_size", c.data.batch_size);
+  w.integer("micro_batches", c.data.micro_batches);
+  w.integer("token_bytes", c.data.token_bytes);
 
   w.section("optimizer");
   w.text("name", c.optimizer.name);

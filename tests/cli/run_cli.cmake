@@ -12,6 +12,8 @@
 #   CSV_FILE       a file the command must write (removed first); with
 #   CSV_ROWS       the number of data lines it must hold after its header
 #   ENV            'NAME=value' set for the command
+#   OUT_FILE       a file the command must write (removed first); with
+#   OUT_FILE_REGEX '|'-separated regexes that must all match its content
 cmake_minimum_required(VERSION 3.25)
 
 if(NOT EXE)
@@ -23,6 +25,9 @@ endif()
 string(REPLACE "|" ";" args "${ARGS}")
 if(CSV_FILE)
   file(REMOVE "${CSV_FILE}")
+endif()
+if(OUT_FILE)
+  file(REMOVE "${OUT_FILE}")
 endif()
 if(ENV)
   string(REGEX MATCH "^([^=]+)=(.*)$" _ "${ENV}")
@@ -91,5 +96,15 @@ if(CSV_FILE)
   endif()
   if(DEFINED CSV_ROWS AND NOT data EQUAL CSV_ROWS)
     message(FATAL_ERROR "expected ${CSV_ROWS} CSV rows, got ${data}: ${csv}")
+  endif()
+endif()
+
+if(OUT_FILE)
+  if(NOT EXISTS "${OUT_FILE}")
+    message(FATAL_ERROR "${OUT_FILE} was not written\n${shown}")
+  endif()
+  file(READ "${OUT_FILE}" content)
+  if(OUT_FILE_REGEX)
+    expect_all("${content}" "${OUT_FILE_REGEX}" "${OUT_FILE}")
   endif()
 endif()

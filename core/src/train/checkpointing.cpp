@@ -1,1 +1,193 @@
-// placeholder: filled by the training-runtime work
+#include "tessera/core/train/checkpointing.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <deque>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string_view>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "tessera/core/atomic_file.hpp"
+#include "tessera/core/safetensors.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::train {
+namespace {
+
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kLatestFile = "latest";
+constexpr std::string_view kOptimPrefix = "optim.";
+
+[[noreturn]] void fail(const std::string& message) {
+  throw Error(TESSERA_ERR_INVALID_ARGUMENT, message);
+}
+
+std::string trim(const std::string& text) {
+  const auto begin = text.find_first_not_of(" \t\r\n");
+  if (begin == std::string::npos) return "";
+  const auto end = text.find_last_not_of(" \t\r\n");
+  return text.substr(begin, end - begin + 1);
+}
+
+std::string shape_text(const std::vector<uint64_t>& shape) {
+  return "[" + fmt::format("{}", fmt::join(shape, ", ")) + "]";
+}
+
+}  // namespace
+
+std::string checkpoint_dir_name(int64_t step) { return fmt::format("step-{:08}", step); }
+
+std::optional<int64_t> parse_checkpoint_dir_name(const std::string& name) {
+  constexpr std::string_view prefix = "step-";
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) {
+    return std::nullopt;
+  }
+  const std::string digits = name.substr(prefix.size());
+  if (digits.size() > 18 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  return std::stoll(digits);
+}
+
+std::optional<CheckpointInfo> find_latest_checkpoint(const std::filesystem::path& dir) {
+  const std::filesystem::path latest = dir / kLatestFile;
+  std::error_code ec;
+  if (!std::filesystem::exists(latest, ec)) return std::nullopt;
+  std::ifstream in(latest);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) fail("checkpoint: cannot read '" + latest.string() + "'");
+  const std::string name = trim(text.str());
+  const auto step = parse_checkpoint_dir_name(name);
+  if (!step) {
+    fail("checkpoint: '" + latest.string() + "' must hold a directory name like 'step-00000100', " +
+         "got '" + name + "'");
+  }
+  CheckpointInfo info;
+  info.file = dir / name / kModelFile;
+  info.step = *step;
+  if (!std::filesystem::is_regular_file(info.file, ec)) {
+    fail("checkpoint: '" + latest.string() + "' names '" + name + "', but '" + info.file.string() +
+         "' does not exist");
+  }
+  info.metadata = SafetensorsReader::open(info.file).metadata();
+  const auto recorded = info.metadata.find("step");
+  if (recorded != info.metadata.end() && recorded->second != std::to_string(*step)) {
+    fail("checkpoint: '" + info.file.string() + "' records step " + recorded->second +
+         " but its directory says " + std::to_string(*step));
+  }
+  return info;
+}
+
+std::vector<std::string> checkpoint_tensor_order(const model::Model& model,
+                                                 const Optimizer& optimizer) {
+  std::vector<std::string> params;
+  for (size_t u = 0; u < model.size(); ++u) {
+    const auto specs = model.unit(u).params();
+    for (size_t p = 0; p < specs.size(); ++p) {
+      if (model.owner(u, p) == model::ParamRef{u, p}) {
+        params.push_back(fmt::format("{}.{}", model.unit(u).name(), specs[p].name));
+      }
+    }
+  }
+  std::vector<std::string> order = params;
+  const std::vector<std::string> slots = optimizer.slot_names();
+  for (const auto& param : params) {
+    for (const auto& slot : slots)
+      order.push_back(fmt::format("{}{}.{}", kOptimPrefix, param, slot));
+  }
+  return order;
+}
+
+std::filesystem::path write_checkpoint(const std::filesystem::path& dir, int64_t step,
+                                       const CollectedState& state,
+                                       const std::vector<std::string>& order,
+                                       std::map<std::string, std::string> metadata) {
+  std::vector<std::string> names;
+  std::set<std::string> listed;
+  for (const auto& name : order) {
+    if (state.tensors.count(name) != 0 && listed.insert(name).second) names.push_back(name);
+  }
+  for (const auto& [name, tensor] : state.tensors) {
+    if (listed.insert(name).second) names.push_back(name);
+  }
+
+  SafetensorsWriter writer;
+  std::deque<std::vector<float>> values;  // stable addresses while the writer borrows them
+  for (const auto& name : names) {
+    const CollectedState::Tensor& tensor = state.tensors.at(name);
+    values.push_back(state.full(name));
+    std::vector<uint64_t> shape(tensor.shape.begin(), tensor.shape.end());
+    writer.add<float>(name, std::move(shape), std::span<const float>(values.back()));
+  }
+  metadata["step"] = std::to_string(step);
+  for (auto& [key, value] : metadata) writer.set_metadata(key, value);
+
+  const std::string dir_name = checkpoint_dir_name(step);
+  const std::filesystem::path step_dir = dir / dir_name;
+  std::error_code ec;
+  std::filesystem::create_directories(step_dir, ec);
+  if (ec) {
+    throw Error(TESSERA_ERR_INTERNAL,
+                "checkpoint: cannot create '" + step_dir.string() + "': " + ec.message());
+  }
+  std::filesystem::path file = step_dir / kModelFile;
+  remove_stale_temp_files(file);
+  writer.save(file);
+  remove_stale_temp_files(dir / kLatestFile);
+  write_file_atomically(dir / kLatestFile, dir_name + "\n");
+  return file;
+}
+
+bool ParametersOnly::has(const std::string& name) const {
+  if (name.compare(0, kOptimPrefix.size(), kOptimPrefix) == 0) return false;
+  return inner_.has(name);
+}
+
+void ParametersOnly::read(const SliceRef& slice, std::span<float> out) const {
+  if (slice.name.compare(0, kOptimPrefix.size(), kOptimPrefix) == 0) {
+    fail(inner_.describe() + ": optimizer state '" + slice.name +
+         "' is not taken from an initial-weights file");
+  }
+  inner_.read(slice, out);
+}
+
+std::string ParametersOnly::describe() const { return inner_.describe() + " (parameters)"; }
+
+void check_parameters_file(const std::filesystem::path& file, const model::Model& model,
+                           const std::string& what) {
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) {
+    fail(what + ": file '" + file.string() + "' does not exist");
+  }
+  const SafetensorsReader reader = SafetensorsReader::open(file);
+  for (size_t u = 0; u < model.size(); ++u) {
+    const auto specs = model.unit(u).params();
+    for (size_t p = 0; p < specs.size(); ++p) {
+      if (model.owner(u, p) != model::ParamRef{u, p}) continue;
+      const std::string name = fmt::format("{}.{}", model.unit(u).name(), specs[p].name);
+      const std::vector<uint64_t> shape(specs[p].shape.begin(), specs[p].shape.end());
+      if (!reader.contains(name)) {
+        fail(fmt::format("{}: '{}' has no tensor '{}' (model '{}' needs it with shape {})", what,
+                         file.string(), name, model.name(), shape_text(shape)));
+      }
+      const TensorInfo& info = reader.info(name);
+      if (info.dtype != TESSERA_F32) {
+        fail(fmt::format("{}: '{}' tensor '{}' is {}, but parameters are F32", what, file.string(),
+                         name, safetensors_dtype_name(info.dtype)));
+      }
+      if (info.shape != shape) {
+        fail(fmt::format("{}: '{}' tensor '{}' has shape {}, but model '{}' needs {}", what,
+                         file.string(), name, shape_text(info.shape), model.name(),
+                         shape_text(shape)));
+      }
+    }
+  }
+}
+
+}  // namespace tessera::train

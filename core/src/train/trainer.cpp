@@ -1,1 +1,179 @@
-// placeholder: filled by the training-runtime work
+// run_training: opens the backend, starts the ranks (threads or this
+// process), runs each rank's loop and turns a rank's failure into one error
+// naming the rank.
+#include "tessera/core/train/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "prepared_run.hpp"
+#include "tessera/core/comm.hpp"
+#include "tessera/core/logging.hpp"
+#include "tessera/core/memory.hpp"
+#include "tessera/core/rank_threads.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::train {
+namespace {
+
+using detail::PreparedRun;
+using detail::RankOutput;
+using detail::RankShared;
+
+// Runs `body` and rethrows what it throws as tessera::Error "rank R: ...",
+// keeping the status of a tessera::Error.
+template <typename Body>
+void as_rank(int rank, Body&& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    throw Error(e.status(), fmt::format("rank {}: {}", rank, e.what()));
+  } catch (const std::bad_alloc&) {
+    throw Error(TESSERA_ERR_OUT_OF_MEMORY, fmt::format("rank {}: out of memory", rank));
+  } catch (const std::exception& e) {
+    throw Error(TESSERA_ERR_INTERNAL, fmt::format("rank {}: {}", rank, e.what()));
+  }
+}
+
+RunLogOptions log_options(const Config& config, const PreparedRun& run, const RunOptions& options) {
+  RunLogOptions o;
+  o.out = options.out;
+  o.progress = options.progress;
+  o.metrics_path = config.run.metrics;
+  o.append_metrics = run.plan.resume_step > 0;
+  o.total_steps = config.run.steps;
+  o.sequence = run.plan.tokens_per_example > 0;
+  return o;
+}
+
+void announce(RunLog& log, const PreparedRun& run, const Config& config) {
+  for (const auto& line : detail::describe_run(run, config)) log.message(line);
+}
+
+// Every rank a thread of this process; rank 0 runs on the calling thread
+// and owns the log.
+std::vector<RankOutput> run_thread_ranks(Backend& backend, const RankShared& shared,
+                                         const RunOptions& options) {
+  const Config& config = *shared.config;
+  const int world = config.run.world_size;
+  MemoryTracker::instance().reset(world);
+  RunLog log(log_options(config, *shared.run, options));
+  announce(log, *shared.run, config);
+
+  SharedMemoryGather gather(world);
+  RankShared with_gather = shared;
+  with_gather.gather = &gather;
+  std::vector<RankOutput> outputs(static_cast<size_t>(world));
+  std::vector<std::unique_ptr<Communicator>> comms(static_cast<size_t>(world));
+  std::mutex comms_mu;
+
+  const auto body = [&](int rank) {
+    as_rank(rank, [&] {
+      std::unique_ptr<Communicator> comm = backend.connect(rank);
+      Communicator* mine = comm.get();
+      {
+        const std::lock_guard lock(comms_mu);
+        comms[static_cast<size_t>(rank)] = std::move(comm);
+      }
+      detail::run_rank(with_gather, *mine, rank == 0 ? &log : nullptr,
+                       outputs[static_cast<size_t>(rank)]);
+    });
+  };
+  // Release the ranks waiting for the failed one: abort the world group.
+  const auto on_failure = [&](int rank, const std::string& message) {
+    const std::lock_guard lock(comms_mu);
+    Communicator* target = comms[static_cast<size_t>(rank)].get();
+    for (size_t r = 0; target == nullptr && r < comms.size(); ++r) target = comms[r].get();
+    if (target != nullptr) target->abort(message);
+  };
+  run_rank_threads(world, body, on_failure);
+  return outputs;
+}
+
+// This process is one rank of a world its launcher started.
+RankOutput run_process_rank(Backend& backend, const RankShared& shared, const RunOptions& options) {
+  const Config& config = *shared.config;
+  const std::unique_ptr<Communicator> comm = backend.connect(-1);
+  const int rank = comm->rank();
+  const ThreadRankGuard guard(rank);
+  RankOutput output;
+  as_rank(rank, [&] {
+    try {
+      const int world = comm->size();
+      if (config.run.world_size != 1 && config.run.world_size != world) {
+        throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                    fmt::format("run.world_size = {}, but backend '{}' started {} ranks",
+                                config.run.world_size, config.backend.name, world));
+      }
+      shared.run->strategy->check(world);
+      MemoryTracker::instance().reset(world);
+      std::optional<RunLog> log;
+      if (rank == 0) {
+        log.emplace(log_options(config, *shared.run, options));
+        announce(*log, *shared.run, config);
+      }
+      MessageGather gather;
+      RankShared with_gather = shared;
+      with_gather.gather = &gather;
+      detail::run_rank(with_gather, *comm, log ? &*log : nullptr, output);
+    } catch (const std::exception& e) {
+      comm->abort(fmt::format("rank {} failed: {}", rank, e.what()));
+      throw;
+    }
+  });
+  return output;
+}
+
+}  // namespace
+
+RunResult run_training(const Config& config, const PluginRegistry& registry,
+                       const RunOptions& options) {
+  const PreparedRun run = detail::prepare_run(config, registry);
+  BackendSettings settings;
+  settings.world_size = run.plan.thread_ranks ? config.run.world_size : -1;
+  settings.timeout = std::chrono::milliseconds(
+      std::max<int64_t>(1, std::llround(config.backend.timeout_s * 1000.0)));
+  const std::unique_ptr<Backend> backend =
+      open_backend(registry, config.backend.name, &config.backend.options,
+                   config.backend.options_where, settings);
+
+  RankShared shared;
+  shared.config = &config;
+  shared.run = &run;
+  shared.tensor_order = checkpoint_tensor_order(*run.model, *run.optimizer);
+  shared.collect_final_state = options.collect_final_state;
+
+  std::vector<RankOutput> outputs;
+  if (backend->thread_ranks()) {
+    outputs = run_thread_ranks(*backend, shared, options);
+  } else {
+    outputs.push_back(run_process_rank(*backend, shared, options));
+  }
+
+  RunResult result;
+  result.plan = run.plan;
+  result.first_step = run.plan.resume_step + 1;
+  RankOutput& lead = outputs.front();
+  result.last_step = lead.last_step;
+  result.final_loss = lead.final_loss;
+  result.logged = std::move(lead.logged);
+  result.mean_step_seconds = lead.mean_step_seconds;
+  result.comm_wait_share = lead.comm_wait_share;
+  result.memory = std::move(lead.memory);
+  result.last_checkpoint = lead.last_checkpoint;
+  for (auto& output : outputs) {
+    if (output.final_state) result.final_state.push_back(std::move(*output.final_state));
+  }
+  return result;
+}
+
+}  // namespace tessera::train

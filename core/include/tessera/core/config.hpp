@@ -53,7 +53,10 @@ struct ModelSection {
 struct DataSection {
   std::string kind = "synthetic";  // synthetic | text | tokens
   std::string path;
-  int64_t batch_size = 32;  // global batch
+  int64_t batch_size = 32;    // global batch
+  int64_t micro_batches = 1;  // gradient accumulation steps per optimizer step; each
+                              // data-parallel rank splits its slice into this many
+  int token_bytes = 2;        // `tokens` files: bytes per id, 2 (u16) or 4 (u32)
 };
 
 struct OptimizerSection {

@@ -1,12 +1,11 @@
 // The training run behind `tessera train`: resolves the configuration into
 // plugins, starts the ranks (threads for a thread-rank backend, this process
 // as one rank otherwise), and runs the step loop with logging, metrics and
-// checkpoints.
+// checkpoints. docs/training.md describes the run as a user sees it.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
-#include <functional>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -18,58 +17,93 @@
 
 namespace tessera::train {
 
-// The plugin file serving each role of a run, for --dry-run and the log.
+// What a run will use, resolved before any rank starts: the plugin file
+// serving each role (for --dry-run and the log) and the sizes of the run.
 struct RunPlan {
   std::string backend;
   std::filesystem::path backend_file;
   std::string strategy;
   std::filesystem::path strategy_file;
-  std::string model;          // built-in models: "built-in"
-  int world_size = 1;
-  bool thread_ranks = true;   // ranks are threads of this process
-  int64_t parameters = 0;     // distinct parameter elements of the model
-  std::string data;           // the dataset's describe()
+  std::string model;                  // the model's name ("gpt")
+  std::string model_source;           // built-in models: "built-in"
+  int world_size = 1;                 // thread ranks: run.world_size; process ranks: the
+                                      // launcher decides (run.world_size if not 1)
+  bool thread_ranks = true;           // ranks are threads of this process
+  int64_t parameters = 0;             // distinct parameter elements of the model
+  std::string data;                   // the dataset's describe()
+  int64_t global_batch = 0;           // examples per step, all ranks together
+  int64_t micro_batches = 1;          // per data-parallel rank and step
+  int64_t tokens_per_example = 0;     // sequence models: seq_len; 0 otherwise
+  std::filesystem::path init_file;    // model.init, empty if none
+  std::filesystem::path resume_file;  // checkpoint to resume from, empty if none
+  int64_t resume_step = 0;            // its step (0: fresh start)
 };
 
-// Checks everything that can be checked before a rank starts: the backend
-// and strategy exist (errors list the available ones), their options are
-// valid, the strategy accepts world_size, the model and data build, the
-// global batch covers every data-parallel rank, model.init exists.
+// Checks everything that can be checked before a rank starts and returns
+// the plan. Throws tessera::Error (invalid argument unless said otherwise):
+//  * an unknown backend or strategy (the message lists the available ones)
+//    or options they do not declare;
+//  * a world size the strategy refuses (its message says what would work;
+//    for process backends this check runs again on the launcher's size);
+//  * [compression] (no strategy takes a compressor yet);
+//  * the model, the optimizer, the learning-rate schedule or the dataset
+//    failing to build (their own messages, naming the key or file);
+//  * model.init missing, unreadable, or lacking a parameter / holding one of
+//    another shape or dtype (naming the file and the tensor);
+//  * checkpoint.format = "sharded" with checkpoint.dir set (not supported by
+//    the run loop yet);
+//  * checkpoint.resume with a `latest` file that is malformed or names a
+//    missing or unreadable checkpoint, or one written for another model.
+// The data-parallel degree is only known once the strategy is created, so
+// "global batch < data-parallel ranks x micro_batches" is checked by every
+// rank right after creating it, before the first step (same message on
+// every rank); plan_run checks what it can without it (micro_batches <=
+// batch_size, from the config).
 RunPlan plan_run(const Config& config, const PluginRegistry& registry);
 
-// What one log step reports (averaged over the steps since the last log).
+// What one log step reports. Times, shares and bytes are averaged over the
+// steps since the previous log line; loss and grad_norm are the last step's.
 struct StepMetrics {
   int64_t step = 0;
-  double loss = 0;            // global mean loss of the last step
-  double grad_norm = 0;
-  double lr = 0;
-  double step_seconds = 0;    // wall time per step (slowest rank)
-  double comm_wait_share = 0; // blocked-on-communication time / step time (max over ranks)
+  double loss = 0;             // global mean loss of the last step
+  double grad_norm = 0;        // global gradient norm before clipping (max over ranks)
+  double lr = 0;               // learning rate of the last step
+  double step_seconds = 0;     // wall time per step (slowest rank)
+  double comm_wait_share = 0;  // blocked-on-communication time / step time (max over ranks)
   double samples_per_second = 0;
-  double tokens_per_second = 0;  // sequence models; 0 otherwise
-  int64_t comm_bytes = 0;        // bytes sent per step, max over ranks
-  std::vector<MemoryStats> memory;  // per rank
+  double tokens_per_second = 0;     // sequence models; 0 otherwise
+  int64_t comm_bytes = 0;           // bytes sent per step, max over ranks
+  std::vector<MemoryStats> memory;  // per rank, in rank order (current and peak)
 };
 
 struct RunOptions {
-  std::ostream* out = nullptr;     // log lines and summary; nullptr: the logger
-  bool progress = false;           // draw a progress bar on stderr (a terminal)
+  std::ostream* out = nullptr;  // log lines and summary; nullptr: the "train" logger
+  bool progress = false;        // draw a progress bar on stderr (a terminal)
   // Tests: after the last step, every rank's state with all replicas
-  // (StrategyInstance::save(true)), in rank order.
+  // (StrategyInstance::save(true)), in rank order. With a process backend
+  // only this process's rank is there.
   bool collect_final_state = false;
 };
 
 struct RunResult {
-  int64_t first_step = 1;        // > 1 after a resume
-  int64_t last_step = 0;
-  double final_loss = 0;
+  RunPlan plan;
+  int64_t first_step = 1;  // > 1 after a resume
+  int64_t last_step = 0;   // first_step - 1 when no step ran
+  double final_loss = 0;   // global loss of last_step (0 when no step ran)
   std::vector<StepMetrics> logged;
+  double mean_step_seconds = 0;             // over the steps of this run (slowest rank)
+  double comm_wait_share = 0;               // over the steps of this run (max over ranks)
+  std::vector<MemoryStats> memory;          // per rank at the end (peaks over the run)
   std::vector<CollectedState> final_state;  // see RunOptions
-  std::filesystem::path last_checkpoint;    // empty if none written
+  std::filesystem::path last_checkpoint;    // file written last; empty if none
 };
 
-// Runs the whole training. Throws tessera::Error naming the rank and the
-// cause when a rank fails (all others are released through abort).
+// Runs the whole training: plan_run, then the backend, one strategy per
+// rank, the initial state (resume > model.init > the model's seeded init),
+// the steps, the logs, metrics and checkpoints, and the summary. Throws
+// tessera::Error from plan_run, or "rank R: <cause>" when a rank fails (the
+// others are released through Communicator::abort and their secondary
+// errors dropped), keeping the status of the cause.
 RunResult run_training(const Config& config, const PluginRegistry& registry,
                        const RunOptions& options = {});
 

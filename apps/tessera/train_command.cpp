@@ -1,0 +1,89 @@
+#include "train_command.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+
+#include <fmt/format.h>
+
+#include "cli_error.hpp"
+#include "tessera/core/config.hpp"
+
+namespace tessera::cli {
+namespace {
+
+// Absolute, normalised form of a plugin file for display.
+std::string display_path(const std::filesystem::path& file) {
+  std::error_code ec;
+  const auto abs = std::filesystem::absolute(file, ec);
+  return (ec ? file : abs.lexically_normal()).string();
+}
+
+}  // namespace
+
+CLI::App* add_train_command(CLI::App& app, TrainArgs& args) {
+  CLI::App* cmd = app.add_subcommand(
+      "train", "Train the model a run configuration (TOML) describes, on its backend and strategy");
+  cmd->add_option("CONFIG", args.config, "Run configuration (TOML); see docs/config.md")
+      ->type_name("FILE")
+      ->required();
+  cmd->add_option("--set", args.overrides,
+                  "Override one key of the configuration, e.g. --set run.steps=500 (repeatable)")
+      ->type_name("SECTION.KEY=VALUE")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_flag("--dry-run", args.dry_run,
+                "Check the run and print the resolved configuration and the plugin file serving "
+                "each role; start no rank");
+  return cmd;
+}
+
+void print_dry_run(const Config& config, const train::RunPlan& plan, std::ostream& out) {
+  out << "# tessera train --dry-run: the resolved configuration"
+      << (config.file.empty() ? std::string() : " of " + config.file.string()) << "\n"
+      << to_toml(config) << "\n# plugins serving each role\n"
+      << fmt::format("#   {:<9} {:<10} {}\n", "backend", plan.backend,
+                     display_path(plan.backend_file))
+      << fmt::format("#   {:<9} {:<10} {}\n", "strategy", plan.strategy,
+                     display_path(plan.strategy_file))
+      << fmt::format("#   {:<9} {:<10} {}\n", "model", plan.model, plan.model_source) << "# plan\n"
+      << fmt::format("#   {:<16} {} ({})\n", "ranks", plan.world_size,
+                     plan.thread_ranks ? "threads of this process"
+                                       : "processes started by the backend's launcher")
+      << fmt::format("#   {:<16} {}\n", "parameters", plan.parameters)
+      << fmt::format("#   {:<16} {}\n", "data", plan.data)
+      << fmt::format("#   {:<16} {} examples per step, {} micro-batch(es) per data-parallel rank\n",
+                     "batch", plan.global_batch, plan.micro_batches);
+  if (!plan.resume_file.empty()) {
+    out << fmt::format("#   {:<16} resume {} (step {})\n", "initial state",
+                       plan.resume_file.string(), plan.resume_step);
+  } else if (!plan.init_file.empty()) {
+    out << fmt::format("#   {:<16} {}\n", "initial state", plan.init_file.string());
+  } else {
+    out << fmt::format("#   {:<16} the model's init, seed {}\n", "initial state", config.run.seed);
+  }
+}
+
+int run_train_command(const GlobalOptions& global, const TrainArgs& args, std::ostream& out) {
+  if (!global.config_file.empty()) {
+    throw UsageError(
+        "--config is not used by 'tessera train': the configuration is its CONFIG "
+        "argument (got --config " +
+        global.config_file + ")");
+  }
+  const Config config = load_config(args.config, args.overrides);
+  const Session session = open_session(global, config);
+  if (args.dry_run) {
+    print_dry_run(config, train::plan_run(config, *session.registry), out);
+    return kExitOk;
+  }
+  train::RunOptions options;
+  options.out = &out;
+  options.progress = isatty(fileno(stderr)) != 0;
+  (void)train::run_training(config, *session.registry, options);
+  return kExitOk;
+}
+
+}  // namespace tessera::cli

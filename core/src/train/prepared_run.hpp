@@ -1,0 +1,75 @@
+// Private to the run loop: everything plan_run builds while checking a
+// configuration, kept so run_training does not build it twice, and the
+// per-rank part of the run.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/core/comm.hpp"
+#include "tessera/core/config.hpp"
+#include "tessera/core/data/dataset.hpp"
+#include "tessera/core/model/model.hpp"
+#include "tessera/core/optim/lr_schedule.hpp"
+#include "tessera/core/optim/optimizer.hpp"
+#include "tessera/core/plugin_registry.hpp"
+#include "tessera/core/train/checkpointing.hpp"
+#include "tessera/core/train/run_log.hpp"
+#include "tessera/core/train/state_transfer.hpp"
+#include "tessera/core/train/strategy_host.hpp"
+#include "tessera/core/train/trainer.hpp"
+
+namespace tessera::train::detail {
+
+// The checked configuration, resolved into objects every rank shares
+// (models, datasets and optimizers are immutable and thread-safe).
+struct PreparedRun {
+  RunPlan plan;
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<Dataset> dataset;
+  std::unique_ptr<Optimizer> optimizer;
+  std::optional<LrSchedule> schedule;  // absent when run.steps is 0
+  std::unique_ptr<StrategyPlugin> strategy;
+  std::optional<CheckpointInfo> resume;
+};
+
+// plan_run's work; same failures.
+PreparedRun prepare_run(const Config& config, const PluginRegistry& registry);
+
+// What one rank needs besides its communicator.
+struct RankShared {
+  const Config* config = nullptr;
+  const PreparedRun* run = nullptr;
+  StateGather* gather = nullptr;
+  std::vector<std::string> tensor_order;  // checkpoint_tensor_order
+  bool collect_final_state = false;
+};
+
+// What one rank hands back. Every rank has the reduced metrics; the
+// checkpoint path is rank 0's.
+struct RankOutput {
+  std::vector<StepMetrics> logged;
+  int64_t last_step = 0;
+  double final_loss = 0;
+  double mean_step_seconds = 0;
+  double comm_wait_share = 0;
+  std::vector<MemoryStats> memory;
+  std::filesystem::path last_checkpoint;
+  std::optional<CollectedState> final_state;
+};
+
+// One rank's whole run over `comm` (its world communicator): strategy,
+// initial state, steps, log reductions, checkpoints, summary. `log` is the
+// reporter of rank 0 (nullptr on the other ranks). Collective: every rank of
+// `comm` calls it. Throws what fails (the caller adds the rank).
+void run_rank(const RankShared& shared, Communicator& comm, RunLog* log, RankOutput& out);
+
+// The lines that open a run's log: model, data, strategy, ranks, batch,
+// where the weights come from.
+std::vector<std::string> describe_run(const PreparedRun& run, const Config& config);
+
+}  // namespace tessera::train::detail

@@ -1,0 +1,230 @@
+// One rank's run: strategy, initial state, the step loop with its
+// collective log reductions, checkpoints and the summary.
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "prepared_run.hpp"
+#include "tessera/core/data/sampler.hpp"
+#include "tessera/core/memory.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::train::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Sums over the steps since the last log line (or over the whole run).
+struct Window {
+  int64_t steps = 0;
+  double seconds = 0;
+  double wait_seconds = 0;
+  double bytes = 0;
+  double last_loss = 0;  // this rank's share of the last step's loss
+  double last_grad_norm = 0;
+
+  void add(const tessera_step_result& r, double step_seconds) {
+    ++steps;
+    seconds += step_seconds;
+    wait_seconds += static_cast<double>(r.comm_wait_ns) * 1e-9;
+    bytes += static_cast<double>(r.comm_bytes);
+    last_loss = r.loss;
+    last_grad_norm = r.grad_norm;
+  }
+  [[nodiscard]] double mean_seconds() const {
+    return steps == 0 ? 0.0 : seconds / static_cast<double>(steps);
+  }
+  [[nodiscard]] double wait_share() const {
+    return seconds > 0 ? std::min(1.0, wait_seconds / seconds) : 0.0;
+  }
+};
+
+constexpr size_t kCategories = TESSERA_MEM_CATEGORY_COUNT;
+constexpr size_t kMemoryWords = 2 * kCategories + 2;
+
+// Every rank's memory counters, in rank order (collective: allgather).
+std::vector<MemoryStats> gather_memory(Communicator& comm) {
+  const MemoryStats mine = MemoryTracker::instance().stats(comm.rank());
+  std::array<int64_t, kMemoryWords> words{};
+  std::copy(mine.current.begin(), mine.current.end(), words.begin());
+  std::copy(mine.peak.begin(), mine.peak.end(), words.begin() + kCategories);
+  words[kMemoryWords - 2] = mine.total_current;
+  words[kMemoryWords - 1] = mine.total_peak;
+  std::vector<int64_t> all(kMemoryWords * static_cast<size_t>(comm.size()));
+  comm.allgather(cpu_buffer(std::span<int64_t>(words)), cpu_buffer(std::span<int64_t>(all)));
+  std::vector<MemoryStats> stats(static_cast<size_t>(comm.size()));
+  for (size_t r = 0; r < stats.size(); ++r) {
+    const int64_t* w = all.data() + r * kMemoryWords;
+    std::copy(w, w + kCategories, stats[r].current.begin());
+    std::copy(w + kCategories, w + 2 * kCategories, stats[r].peak.begin());
+    stats[r].total_current = w[kMemoryWords - 2];
+    stats[r].total_peak = w[kMemoryWords - 1];
+  }
+  return stats;
+}
+
+// The log step's metrics (collective: every rank calls it at the same step).
+StepMetrics reduce_window(Communicator& comm, const Window& window, int64_t step, float lr,
+                          const RunPlan& plan) {
+  std::array<double, 1> sums{window.last_loss};
+  std::array<double, 4> maxes{
+      window.mean_seconds(), window.wait_share(),
+      window.steps == 0 ? 0.0 : window.bytes / static_cast<double>(window.steps),
+      window.last_grad_norm};
+  comm.allreduce(std::span<double>(sums), TESSERA_SUM);
+  comm.allreduce(std::span<double>(maxes), TESSERA_MAX);
+  StepMetrics m;
+  m.step = step;
+  m.loss = sums[0];
+  m.lr = lr;
+  m.step_seconds = maxes[0];
+  m.comm_wait_share = maxes[1];
+  m.comm_bytes = static_cast<int64_t>(maxes[2]);
+  m.grad_norm = maxes[3];
+  if (m.step_seconds > 0) {
+    m.samples_per_second = static_cast<double>(plan.global_batch) / m.step_seconds;
+    m.tokens_per_second = m.samples_per_second * static_cast<double>(plan.tokens_per_example);
+  }
+  m.memory = gather_memory(comm);
+  return m;
+}
+
+// Every rank loads the same source: resume > model.init > the model's init.
+void load_initial_state(const PreparedRun& run, const Config& config, StrategyInstance& strategy) {
+  if (run.resume) {
+    strategy.load(*safetensors_source(run.resume->file));
+    return;
+  }
+  if (!config.model.init.empty()) {
+    const auto file = safetensors_source(config.model.init);
+    strategy.load(ParametersOnly(*file));
+    return;
+  }
+  strategy.load(*init_source(*run.model, config.run.seed));
+}
+
+void check_layout(const tessera_strategy_layout& layout, const Config& config, int world) {
+  if (layout.data_size < 1 || layout.data_rank < 0 || layout.data_rank >= layout.data_size) {
+    throw Error(TESSERA_ERR_INTERNAL,
+                fmt::format("strategy '{}' reported data rank {} of {} (it must be in [0, size))",
+                            config.strategy.name, layout.data_rank, layout.data_size));
+  }
+  const int64_t needed = int64_t{layout.data_size} * config.data.micro_batches;
+  if (config.data.batch_size < needed) {
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                fmt::format("data.batch_size = {} is too small: strategy '{}' on {} ranks trains "
+                            "{} data-parallel slices x data.micro_batches = {}, and every "
+                            "micro-batch needs at least one example (use data.batch_size >= {})",
+                            config.data.batch_size, config.strategy.name, world, layout.data_size,
+                            config.data.micro_batches, needed));
+  }
+}
+
+std::map<std::string, std::string> checkpoint_metadata(const Config& config, int world) {
+  return {{"producer", "tessera"},
+          {"world_size", std::to_string(world)},
+          {"strategy", config.strategy.name},
+          {"model", config.model.name},
+          {"optimizer", config.optimizer.name},
+          {"seed", std::to_string(config.run.seed)},
+          {"batch_size", std::to_string(config.data.batch_size)},
+          {"micro_batches", std::to_string(config.data.micro_batches)}};
+}
+
+// Collective: every rank's pieces go to rank 0, which writes the files.
+void write_step_checkpoint(const RankShared& s, Communicator& comm, StrategyInstance& strategy,
+                           int64_t step, RunLog* log, RankOutput& out) {
+  const Config& config = *s.config;
+  std::optional<CollectedState> merged = s.gather->gather(comm, strategy.save(false));
+  if (merged) {
+    out.last_checkpoint = write_checkpoint(config.checkpoint.dir, step, *merged, s.tensor_order,
+                                           checkpoint_metadata(config, comm.size()));
+    if (log != nullptr) log->message("checkpoint: " + out.last_checkpoint.string());
+  }
+  comm.barrier();  // the checkpoint is complete (or rank 0 failed and aborted)
+}
+
+bool checkpoint_due(const Config& config, int64_t step) {
+  if (config.checkpoint.dir.empty()) return false;
+  if (step == config.run.steps) return true;
+  return config.checkpoint.every > 0 && step % config.checkpoint.every == 0;
+}
+
+}  // namespace
+
+void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& out) {
+  const Config& config = *s.config;
+  const PreparedRun& run = *s.run;
+  const std::unique_ptr<StrategyInstance> strategy =
+      run.strategy->create(comm, *run.model, *run.optimizer);
+  const tessera_strategy_layout layout = strategy->layout();
+  check_layout(layout, config, comm.size());
+  const DistributedSampler sampler(*run.dataset, config.run.seed, config.data.batch_size,
+                                   layout.data_rank, layout.data_size);
+  load_initial_state(run, config, *strategy);
+
+  // The model returns the SUM of per-example (per-token) losses times this,
+  // so gradients summed over micro-batches and ranks are the global mean's.
+  const auto tokens = static_cast<double>(std::max<int64_t>(run.plan.tokens_per_example, 1));
+  const auto loss_scale =
+      static_cast<float>(1.0 / (static_cast<double>(config.data.batch_size) * tokens));
+  const std::vector<float> loss_scales(static_cast<size_t>(config.data.micro_batches), loss_scale);
+
+  const int64_t first = run.plan.resume_step + 1;
+  const int64_t last = config.run.steps;
+  out.last_step = first > last ? first - 1 : last;
+  Window window;
+  Window total;
+  for (int64_t step = first; step <= last; ++step) {
+    const auto start = Clock::now();
+    const std::vector<Batch> micro = sampler.micro_batches(step, config.data.micro_batches);
+    const float lr = run.schedule->lr(step);
+    const tessera_step_result result =
+        strategy->step(micro, loss_scales, step, lr, config.optimizer.grad_clip);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    window.add(result, seconds);
+    total.add(result, seconds);
+    if (step % config.run.log_every == 0 || step == last) {
+      StepMetrics metrics = reduce_window(comm, window, step, lr, run.plan);
+      out.final_loss = metrics.loss;
+      if (log != nullptr) log->logged(metrics);
+      out.logged.push_back(std::move(metrics));
+      window = Window{};
+    }
+    if (log != nullptr) log->step_done(step);
+    if (checkpoint_due(config, step)) write_step_checkpoint(s, comm, *strategy, step, log, out);
+  }
+
+  std::array<double, 2> run_maxes{total.mean_seconds(), total.wait_share()};
+  comm.allreduce(std::span<double>(run_maxes), TESSERA_MAX);
+  out.mean_step_seconds = run_maxes[0];
+  out.comm_wait_share = run_maxes[1];
+  out.memory = gather_memory(comm);
+  if (log != nullptr) {
+    RunSummary summary;
+    summary.first_step = first;
+    summary.last_step = out.last_step;
+    summary.final_loss = out.final_loss;
+    summary.mean_step_seconds = out.mean_step_seconds;
+    if (out.mean_step_seconds > 0) {
+      summary.samples_per_second =
+          static_cast<double>(run.plan.global_batch) / out.mean_step_seconds;
+      summary.tokens_per_second =
+          summary.samples_per_second * static_cast<double>(run.plan.tokens_per_example);
+    }
+    summary.comm_wait_share = out.comm_wait_share;
+    summary.memory = out.memory;
+    summary.checkpoint = out.last_checkpoint;
+    log->summary(summary);
+  }
+  if (s.collect_final_state) out.final_state = strategy->save(true);
+}
+
+}  // namespace tessera::train::detail

@@ -1,0 +1,182 @@
+// plan_run: every check that needs no rank, and the objects the ranks share.
+#include <span>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "prepared_run.hpp"
+#include "tessera/core/logging.hpp"
+#include "tessera/core/options.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::train {
+namespace detail {
+namespace {
+
+[[noreturn]] void fail(const std::string& message) {
+  throw Error(TESSERA_ERR_INVALID_ARGUMENT, message);
+}
+
+std::span<const tessera_option_decl> declared_options(const tessera_plugin_descriptor& d) {
+  if (d.options == nullptr) return {};
+  return {d.options, d.num_options};
+}
+
+// Capability bits of a backend's table, 0 if the table is too small.
+uint32_t backend_capabilities(const tessera_plugin_descriptor& d) noexcept {
+  const auto* api = static_cast<const tessera_backend_api*>(d.api);
+  if (api == nullptr ||
+      api->struct_size < offsetof(tessera_backend_api, capabilities) + sizeof(api->capabilities)) {
+    return 0;
+  }
+  return api->capabilities;
+}
+
+void plan_backend(const Config& config, const PluginRegistry& registry, RunPlan& plan) {
+  const auto plugin = registry.get(TESSERA_KIND_BACKEND, config.backend.name);
+  (void)resolve_options(declared_options(plugin->descriptor()), &config.backend.options,
+                        config.backend.options_where);
+  plan.backend = config.backend.name;
+  plan.backend_file = plugin->path();
+  plan.thread_ranks =
+      (backend_capabilities(plugin->descriptor()) & TESSERA_BACKEND_CAP_THREAD_RANKS) != 0;
+  plan.world_size = config.run.world_size;
+}
+
+// The metadata of a checkpoint to resume from must describe this model.
+void check_resume(const CheckpointInfo& info, const Config& config, const model::Model& model) {
+  const auto value = [&](const char* key) {
+    const auto it = info.metadata.find(key);
+    return it == info.metadata.end() ? std::string() : it->second;
+  };
+  if (!value("model").empty() && value("model") != config.model.name) {
+    fail("checkpoint.resume: '" + info.file.string() + "' was written for model '" +
+         value("model") + "', but [model] name is '" + config.model.name + "'");
+  }
+  check_parameters_file(info.file, model, "checkpoint.resume");
+  const auto logger = get_logger("train");
+  if (!value("seed").empty() && value("seed") != std::to_string(config.run.seed)) {
+    logger->warn(
+        "resuming '{}' written with run.seed {} under run.seed {}: the data order differs "
+        "from the uninterrupted run",
+        info.file.string(), value("seed"), config.run.seed);
+  }
+  if (!value("batch_size").empty() &&
+      value("batch_size") != std::to_string(config.data.batch_size)) {
+    logger->warn("resuming '{}' written with data.batch_size {} under data.batch_size {}",
+                 info.file.string(), value("batch_size"), config.data.batch_size);
+  }
+  if (!value("optimizer").empty() && value("optimizer") != config.optimizer.name) {
+    logger->warn(
+        "resuming '{}' written with optimizer '{}' under '{}': its optimizer state is "
+        "not used",
+        info.file.string(), value("optimizer"), config.optimizer.name);
+  }
+}
+
+}  // namespace
+
+PreparedRun prepare_run(const Config& config, const PluginRegistry& registry) {
+  PreparedRun run;
+  RunPlan& plan = run.plan;
+  plan_backend(config, registry, plan);
+
+  run.strategy = std::make_unique<StrategyPlugin>(
+      registry, config.strategy.name, &config.strategy.options, config.strategy.options_where);
+  plan.strategy = run.strategy->name();
+  plan.strategy_file = run.strategy->path();
+  // Process backends take the world size from their launcher; check what
+  // the config states, the rest is checked once connected.
+  if (plan.thread_ranks || config.run.world_size != 1) run.strategy->check(config.run.world_size);
+
+  if (config.compression) {
+    fail("[compression] name = '" + config.compression->name +
+         "': no strategy takes a gradient compressor yet; remove [compression] (or set its name "
+         "to \"none\")");
+  }
+
+  run.model = model::make_model(config.model);
+  plan.model = run.model->name();
+  plan.model_source = "built-in";
+  plan.parameters = run.model->parameter_count();
+  run.optimizer = make_optimizer(config.optimizer);
+  if (config.run.steps >= 1 && config.optimizer.warmup_steps > config.run.steps) {
+    fail(
+        fmt::format("optimizer.warmup_steps = {} exceeds run.steps = {}: the learning-rate "
+                    "warm-up must end within the run",
+                    config.optimizer.warmup_steps, config.run.steps));
+  }
+  if (config.run.steps >= 1) run.schedule = make_lr_schedule(config.optimizer, config.run);
+
+  DataOptions data_options;
+  data_options.token_bytes = config.data.token_bytes;
+  run.dataset = make_dataset(config.data, run.model->data_shape(), config.run.seed, data_options);
+  plan.data = run.dataset->describe();
+  plan.global_batch = config.data.batch_size;
+  plan.micro_batches = config.data.micro_batches;
+  plan.tokens_per_example = run.model->data_shape().seq_len;
+  if (config.data.micro_batches > config.data.batch_size) {
+    fail(
+        fmt::format("data.micro_batches = {} exceeds data.batch_size = {}: every micro-batch "
+                    "needs at least one example",
+                    config.data.micro_batches, config.data.batch_size));
+  }
+
+  if (!config.model.init.empty()) {
+    plan.init_file = config.model.init;
+    check_parameters_file(plan.init_file, *run.model, "model.init");
+  }
+  if (!config.checkpoint.dir.empty() && config.checkpoint.format == "sharded") {
+    fail(
+        "checkpoint.format = 'sharded' is not supported by the run loop yet; use 'full' (one "
+        "safetensors file per checkpoint)");
+  }
+  if (config.checkpoint.resume) {
+    run.resume = find_latest_checkpoint(config.checkpoint.dir);
+    if (run.resume) {
+      check_resume(*run.resume, config, *run.model);
+      plan.resume_file = run.resume->file;
+      plan.resume_step = run.resume->step;
+    }
+  }
+  return run;
+}
+
+std::vector<std::string> describe_run(const PreparedRun& run, const Config& config) {
+  const RunPlan& p = run.plan;
+  std::vector<std::string> lines;
+  lines.push_back(
+      fmt::format("model: {} ({}), {} parameters", p.model, p.model_source, p.parameters));
+  lines.push_back("data: " + p.data);
+  lines.push_back(fmt::format("strategy: {} on {} {} ({} backend)", p.strategy, p.world_size,
+                              p.thread_ranks ? "ranks as threads" : "process ranks", p.backend));
+  lines.push_back(
+      fmt::format("batch: {} examples per step, {} micro-batch{} per data-parallel "
+                  "rank; optimizer {} (lr {})",
+                  p.global_batch, p.micro_batches, p.micro_batches == 1 ? "" : "es",
+                  config.optimizer.name, config.optimizer.lr));
+  if (!p.resume_file.empty()) {
+    lines.push_back(
+        fmt::format("resuming from {} (step {})", p.resume_file.string(), p.resume_step));
+    return lines;
+  }
+  if (config.checkpoint.resume) {
+    lines.push_back("checkpoint.resume: no checkpoint in '" + config.checkpoint.dir +
+                    "' yet, starting from step 1");
+  }
+  if (!p.init_file.empty()) {
+    lines.push_back("initial weights: " + p.init_file.string());
+  } else {
+    lines.push_back(fmt::format("initial weights: the model's init, seed {}", config.run.seed));
+  }
+  return lines;
+}
+
+}  // namespace detail
+
+RunPlan plan_run(const Config& config, const PluginRegistry& registry) {
+  return detail::prepare_run(config, registry).plan;
+}
+
+}  // namespace tessera::train

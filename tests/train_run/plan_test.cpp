@@ -1,0 +1,194 @@
+// plan_run: what is checked before any rank starts, and the plan it returns.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "run_fixture.hpp"
+#include "tessera/core/model/model.hpp"
+#include "tessera/core/safetensors.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::test {
+namespace {
+
+using train::plan_run;
+
+#define EXPECT_MENTIONS(text, part) \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) << "in: " << (text)
+
+TEST(PlanRun, ReportsThePluginFilesAndSizes) {
+  TESSERA_REQUIRE_STRATEGY("none");
+  const Config config = make_config(mlp_toml("none", 1, 3));
+  const train::RunPlan plan = plan_run(config, plugins());
+  EXPECT_EQ(plan.backend, "inmemory");
+  EXPECT_EQ(plan.backend_file.filename(), "libtessera_backend_inmemory.so");
+  EXPECT_EQ(plan.strategy_file.filename(), "libtessera_strategy_none.so");
+  EXPECT_TRUE(plan.thread_ranks);
+  EXPECT_EQ(plan.model, "mlp");
+  EXPECT_EQ(plan.model_source, "built-in");
+  EXPECT_EQ(plan.parameters, 8 * 16 + 16 + 16 * 4 + 4);
+  EXPECT_EQ(plan.global_batch, 16);
+  EXPECT_EQ(plan.micro_batches, 1);
+  EXPECT_EQ(plan.tokens_per_example, 0);
+  EXPECT_EQ(plan.resume_step, 0);
+  EXPECT_MENTIONS(plan.data, "synthetic");
+}
+
+TEST(PlanRun, UnknownStrategyListsTheAvailableOnes) {
+  const std::string message =
+      error_of([] { (void)plan_run(make_config(mlp_toml("nosuch", 1, 3)), plugins()); });
+  EXPECT_MENTIONS(message, "'nosuch'");
+  EXPECT_MENTIONS(message, "available");
+  for (const auto& name : plugins().names(TESSERA_KIND_STRATEGY)) EXPECT_MENTIONS(message, name);
+}
+
+TEST(PlanRun, UnknownBackendListsTheAvailableOnes) {
+  const std::string message = error_of([] {
+    (void)plan_run(make_config(mlp_toml("none", 1, 3), {"backend.name=nosuch"}), plugins());
+  });
+  EXPECT_MENTIONS(message, "'nosuch'");
+  EXPECT_MENTIONS(message, "inmemory");
+}
+
+TEST(PlanRun, UnknownStrategyOptionIsRefused) {
+  TESSERA_REQUIRE_STRATEGY("none");
+  const std::string message = error_of([] {
+    (void)plan_run(make_config(mlp_toml("none", 1, 3), {"strategy.options.bogus_key=1"}),
+                   plugins());
+  });
+  EXPECT_MENTIONS(message, "bogus_key");
+  EXPECT_MENTIONS(message, "[strategy.options]");
+}
+
+TEST(PlanRun, NoneRefusesTwoRanks) {
+  TESSERA_REQUIRE_STRATEGY("none");
+  try {
+    (void)plan_run(make_config(mlp_toml("none", 2, 3)), plugins());
+    FAIL() << "strategy 'none' accepted world_size 2";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT) << e.what();
+    EXPECT_MENTIONS(e.what(), "none");
+  }
+}
+
+TEST(PlanRun, MicroBatchesBeyondTheBatchAreRefusedByTheConfig) {
+  const std::string message = error_of([] {
+    (void)make_config(mlp_toml("none", 1, 3), {"data.batch_size=2", "data.micro_batches=3"});
+  });
+  EXPECT_MENTIONS(message, "'data.micro_batches' = 3 must not exceed 'data.batch_size' = 2");
+}
+
+TEST(PlanRun, GlobalBatchSmallerThanRanksTimesMicroBatchesFailsBeforeTheFirstStep) {
+  TESSERA_REQUIRE_STRATEGY("ddp");
+  const Config config =
+      make_config(mlp_toml("ddp", 4, 3), {"data.batch_size=6", "data.micro_batches=2"});
+  (void)plan_run(config, plugins());  // the data-parallel degree is the strategy's
+  const std::string message = error_of([&] { (void)train::run_training(config, plugins()); });
+  EXPECT_MENTIONS(message, "data.batch_size = 6 is too small");
+  EXPECT_MENTIONS(message, "4 data-parallel slices x data.micro_batches = 2");
+  EXPECT_MENTIONS(message, "data.batch_size >= 8");
+}
+
+TEST(PlanRun, MissingInitFileIsNamed) {
+  TESSERA_REQUIRE_STRATEGY("none");
+  const std::string message = error_of([] {
+    (void)plan_run(make_config(mlp_toml("none", 1, 3), {"model.init=no/such/weights.safetensors"}),
+                   plugins());
+  });
+  EXPECT_MENTIONS(message, "model.init: file 'no/such/weights.safetensors' does not exist");
+}
+
+TEST(PlanRun, InitFileWithAWrongShapeNamesTheTensor) {
+  TESSERA_REQUIRE_STRATEGY("none");
+  ScratchDir dir;
+  const std::vector<float> values(8 * 15, 0.5f);
+  SafetensorsWriter writer;
+  writer.add<float>("layer0.w", {8, 15}, std::span<const float>(values));
+  const auto file = dir / "init.safetensors";
+  writer.save(file);
+  const std::string message = error_of([&] {
+    (void)plan_run(make_config(mlp_toml("none", 1, 3), {"model.init=" + file.string()}), plugins());
+  });
+  EXPECT_MENTIONS(message, "tensor 'layer0.w' has shape [8, 15], but model 'mlp' needs [8, 16]");
+}
+
+TEST(PlanRun, InitFileWithoutAParameterNamesIt) {
+  TESSERA_REQUIRE_STRATEGY("none");
+  ScratchDir dir;
+  const std::vector<float> values(8 * 16, 0.5f);
+  SafetensorsWriter writer;
+  writer.add<float>("layer0.w", {8, 16}, std::span<const float>(values));
+  const auto file = dir / "init.safetensors";
+  writer.save(file);
+  const std::string message = error_of([&] {
+    (void)plan_run(make_config(mlp_toml("none", 1, 3), {"model.init=" + file.string()}), plugins());
+  });
+  EXPECT_MENTIONS(message, "has no tensor 'layer0.b'");
+}
+
+TEST(PlanRun, ShardedCheckpointsAreRefused) {
+  TESSERA_REQUIRE_STRATEGY("none");
+  ScratchDir dir;
+  const std::string message = error_of([&] {
+    (void)plan_run(make_config(mlp_toml("none", 1, 3), {"checkpoint.dir=" + dir.path().string(),
+                                                        "checkpoint.format=sharded"}),
+                   plugins());
+  });
+  EXPECT_MENTIONS(message, "checkpoint.format = 'sharded' is not supported");
+}
+
+TEST(PlanRun, CompressionIsRefused) {
+  TESSERA_REQUIRE_STRATEGY("none");
+  const std::string message = error_of([] {
+    (void)plan_run(make_config(mlp_toml("none", 1, 3), {"compression.name=topk"}), plugins());
+  });
+  EXPECT_MENTIONS(message, "[compression] name = 'topk'");
+}
+
+TEST(PlanRun, ModelErrorsNameTheKey) {
+  TESSERA_REQUIRE_STRATEGY("none");
+  const std::string message = error_of(
+      [] { (void)plan_run(make_config(mlp_toml("none", 1, 3), {"model.classes=1"}), plugins()); });
+  EXPECT_MENTIONS(message, "classes");
+}
+
+TEST(PlanRun, WarmupLongerThanTheRunIsRefused) {
+  TESSERA_REQUIRE_STRATEGY("none");
+  const std::string message = error_of([] {
+    (void)plan_run(make_config(mlp_toml("none", 1, 3), {"optimizer.warmup_steps=5"}), plugins());
+  });
+  EXPECT_MENTIONS(message, "optimizer.warmup_steps = 5 exceeds run.steps = 3");
+}
+
+TEST(PlanRun, ResumeWithoutACheckpointStartsFresh) {
+  TESSERA_REQUIRE_STRATEGY("none");
+  ScratchDir dir;
+  const train::RunPlan plan =
+      plan_run(make_config(mlp_toml("none", 1, 3),
+                           {"checkpoint.dir=" + dir.path().string(), "checkpoint.resume=true"}),
+               plugins());
+  EXPECT_EQ(plan.resume_step, 0);
+  EXPECT_TRUE(plan.resume_file.empty());
+}
+
+TEST(PlanRun, ResumeWithABrokenLatestFileIsRefused) {
+  TESSERA_REQUIRE_STRATEGY("none");
+  ScratchDir dir;
+  {
+    std::ofstream latest(dir / "latest");
+    latest << "step-00000009\n";
+  }
+  const std::string message = error_of([&] {
+    (void)plan_run(make_config(mlp_toml("none", 1, 3),
+                               {"checkpoint.dir=" + dir.path().string(), "checkpoint.resume=true"}),
+                   plugins());
+  });
+  EXPECT_MENTIONS(message, "names 'step-00000009'");
+  EXPECT_MENTIONS(message, "does not exist");
+}
+
+}  // namespace
+}  // namespace tessera::test
