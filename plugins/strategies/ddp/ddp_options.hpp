@@ -1,0 +1,35 @@
+// The options of the `ddp` strategy ([strategy.options]) and their checks.
+#pragma once
+
+#include "tessera/c/common.h"
+#include "tessera/c/plugin.h"
+#include "tessera/sdk/host.hpp"
+
+namespace tessera::strategies {
+
+// Declarations handed to the host (key, type, default, help).
+inline constexpr tessera_option_decl kDdpOptions[] = {
+    {"bucket_mb", TESSERA_OPT_FLOAT, "25",
+     "gradient bucket capacity in MiB (a larger parameter gets a bucket of its own)"},
+    {"first_bucket_mb", TESSERA_OPT_FLOAT, "1",
+     "capacity in MiB of the first bucket, kept small so communication starts early"},
+    {"overlap", TESSERA_OPT_BOOL, "true",
+     "allreduce each bucket as soon as its gradients are complete during backward; "
+     "false: after the whole backward pass"},
+    {"reduce_dtype", TESSERA_OPT_STRING, "f32",
+     "dtype of the gradient allreduce: f32, bf16 or f16 (16-bit halves the bytes sent)"},
+};
+
+struct DdpOptions {
+  double bucket_mb = 25.0;                   // capacity of every bucket after the first, MiB
+  double first_bucket_mb = 1.0;              // capacity of the first bucket, MiB
+  bool overlap = true;                       // start buckets during backward
+  tessera_dtype reduce_dtype = TESSERA_F32;  // wire dtype of the allreduce
+
+  // Reads and checks the options. Throws tessera::Error (invalid argument)
+  // naming the option when a bucket size is not a positive finite number,
+  // or when reduce_dtype is not one of f32, bf16, f16 (listing them).
+  static DdpOptions read(const sdk::Options& options);
+};
+
+}  // namespace tessera::strategies

@@ -1,0 +1,95 @@
+// The `ddp` strategy (see ddp_strategy.hpp).
+#include "ddp_strategy.hpp"
+
+#include "tessera/sdk/clip.hpp"
+#include "tessera/sdk/dtype.hpp"
+#include "tessera/sdk/error.hpp"
+#include "tessera/sdk/flat_state.hpp"
+
+namespace tessera::strategies {
+
+// Starts the buckets a unit's backward completed, on the last micro-batch
+// only: earlier micro-batches just accumulate into the local gradients.
+class DdpStrategy::Hooks final : public sdk::RunnerHooks {
+ public:
+  explicit Hooks(BucketReducer& reducer) : reducer_(reducer) {}
+  void after_backward(int32_t unit, int32_t /*micro*/, bool last_micro) override {
+    if (last_micro) reducer_.unit_done(unit);
+  }
+
+ private:
+  BucketReducer& reducer_;
+};
+
+void DdpStrategy::check(const sdk::Host& /*host*/, const sdk::Options& options,
+                        int32_t world_size) {
+  TESSERA_CHECK(world_size >= 1, TESSERA_ERR_INVALID_ARGUMENT, "strategy 'ddp' needs at least ",
+                "one rank, but the world size is ", world_size);
+  (void)DdpOptions::read(options);
+}
+
+DdpStrategy::DdpStrategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env)
+    : host_(host),
+      env_(env),
+      options_(DdpOptions::read(options)),
+      layout_(env.model()),
+      state_(host, layout_, env.rank()),
+      optim_(env.optimizer().make_state(layout_.total())),
+      runner_(host, env.model(), env.rank()),
+      reducer_(host, env.world(), layout_, options_, env.rank()) {
+  if (env.rank() == 0) {
+    host_.debug("ddp: ", layout_.total(), " parameters in ", reducer_.buckets().size(),
+                " buckets (first ", options_.first_bucket_mb, " MiB, then ", options_.bucket_mb,
+                " MiB), overlap ", options_.overlap ? "on" : "off", ", reduce_dtype ",
+                dtype_name(options_.reduce_dtype), ", ", env.world_size(), " ranks");
+  }
+}
+
+tessera_strategy_layout DdpStrategy::layout() const {
+  tessera_strategy_layout l{};
+  l.struct_size = sizeof l;
+  l.data_rank = env_.rank();
+  l.data_size = env_.world_size();
+  return l;
+}
+
+void DdpStrategy::load(const sdk::StateReader& reader) {
+  const sdk::FlatRange all{0, layout_.total()};
+  sdk::read_params(reader, layout_, all, state_.params());
+  env_.world().broadcast(state_.params(), 0);
+  sdk::read_optimizer_state(reader, layout_, env_.optimizer(), optim_, all);
+}
+
+sdk::StepResult DdpStrategy::step(const sdk::StepArgs& args) {
+  sdk::CommView& world = env_.world();
+  const sdk::CommStats before = world.stats();
+  state_.zero_grads();
+  reducer_.begin_step(state_.grads());
+  sdk::StepResult result;
+  try {
+    Hooks hooks(reducer_);
+    result.loss = runner_.run(args.micro_batches, args.loss_scales, state_.param_ptrs(),
+                              state_.grad_ptrs(), options_.overlap ? &hooks : nullptr);
+  } catch (...) {
+    reducer_.abandon();
+    throw;
+  }
+  reducer_.finish();
+  // Replicated gradients: this rank's sum of squares is the global one.
+  const double total = sdk::sum_squares(state_.grads());
+  result.grad_norm = sdk::clip_by_global_norm(state_.grads(), total, args.max_grad_norm);
+  env_.optimizer().step(optim_, 0, state_.params(), state_.grads(), args.step, args.lr);
+  const sdk::CommStats& after = world.stats();
+  result.comm_wait_ns = after.wait_ns - before.wait_ns;
+  result.comm_bytes = after.bytes_sent - before.bytes_sent;
+  return result;
+}
+
+void DdpStrategy::save(const sdk::StateWriter& writer) {
+  if (env_.rank() != 0 && !writer.all_replicas()) return;
+  const sdk::FlatRange all{0, layout_.total()};
+  sdk::write_params(writer, layout_, all, state_.params());
+  sdk::write_optimizer_state(writer, layout_, env_.optimizer(), optim_, all);
+}
+
+}  // namespace tessera::strategies

@@ -1,0 +1,64 @@
+// The `ddp` strategy: distributed data parallel. Every rank holds the whole
+// model (parameters, gradients and optimizer state replicated as flat f32
+// buffers) and trains on its own slice of the global batch. Gradients are
+// summed across ranks bucket by bucket while the backward pass is still
+// running, so every rank applies the same update and the replicas stay
+// bit-identical. docs/strategies/ddp.md describes it for users.
+#pragma once
+
+#include <cstdint>
+
+#include "bucket_reducer.hpp"
+#include "ddp_options.hpp"
+#include "tessera/sdk/flat_params.hpp"
+#include "tessera/sdk/replicated_params.hpp"
+#include "tessera/sdk/strategy.hpp"
+#include "tessera/sdk/unit_runner.hpp"
+
+namespace tessera::strategies {
+
+class DdpStrategy final : public sdk::Strategy {
+ public:
+  // Accepts any world size >= 1; checks the options (see DdpOptions::read).
+  static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
+
+  // Allocates the replicated state (PARAMS, GRADS, the optimizer's state,
+  // a COMM staging buffer for a 16-bit reduce_dtype) and plans the buckets.
+  // Collective only in that every rank must create it; no communication.
+  DdpStrategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env);
+
+  // Each rank is its own data-parallel slice: data rank = rank, data size =
+  // world size.
+  [[nodiscard]] tessera_strategy_layout layout() const override;
+  // Collective. Reads every parameter, then broadcasts them from rank 0 so
+  // all replicas start bit-identical; reads the optimizer state when the
+  // reader has all of it (part of it is an error naming the missing tensor).
+  void load(const sdk::StateReader& reader) override;
+  // Collective. Forward/backward over the micro-batches, accumulating
+  // gradients locally; on the last micro-batch each complete bucket's SUM
+  // allreduce starts right after the backward of the unit that completes it
+  // (with overlap = false: after the whole backward). Then waits for all,
+  // clips by the global norm (the local norm: gradients are replicated) and
+  // applies the optimizer. Returns this rank's share of the loss, the norm
+  // before clipping, and the time blocked and bytes sent on the world
+  // communicator during the step. A failure of a peer or the backend
+  // propagates as tessera::Error after pending operations are waited for.
+  sdk::StepResult step(const sdk::StepArgs& args) override;
+  // Rank 0 (every rank when the writer wants all replicas) writes every
+  // parameter and optimizer slot whole; other ranks write nothing.
+  void save(const sdk::StateWriter& writer) override;
+
+ private:
+  class Hooks;
+
+  sdk::Host host_;
+  sdk::StrategyEnv& env_;
+  DdpOptions options_;
+  sdk::FlatLayout layout_;
+  sdk::ReplicatedParams state_;
+  sdk::OptimState optim_;
+  sdk::UnitRunner runner_;
+  BucketReducer reducer_;
+};
+
+}  // namespace tessera::strategies

@@ -1,0 +1,74 @@
+// The `none` strategy (see none_strategy.hpp).
+#include "none_strategy.hpp"
+
+#include "tessera/sdk/clip.hpp"
+#include "tessera/sdk/error.hpp"
+#include "tessera/sdk/flat_state.hpp"
+
+namespace tessera::strategies {
+namespace {
+
+// Throws unless the world has exactly one rank.
+void require_single_rank(int32_t world_size) {
+  TESSERA_CHECK(world_size == 1, TESSERA_ERR_INVALID_ARGUMENT,
+                "strategy 'none' trains on a single rank, but the world size is ", world_size,
+                "; use strategy 'ddp' to train on ", world_size, " ranks");
+}
+
+// The model of `env`, once the world is known to be a single rank.
+const sdk::ModelView& single_rank_model(const sdk::StrategyEnv& env) {
+  require_single_rank(env.world_size());
+  return env.model();
+}
+
+}  // namespace
+
+void NoneStrategy::check(const sdk::Host& /*host*/, const sdk::Options& /*options*/,
+                         int32_t world_size) {
+  require_single_rank(world_size);
+}
+
+NoneStrategy::NoneStrategy(const sdk::Host& host, const sdk::Options& /*options*/,
+                           sdk::StrategyEnv& env)
+    : host_(host),
+      env_(env),
+      layout_(single_rank_model(env)),
+      state_(host, layout_, env.rank()),
+      optim_(env.optimizer().make_state(layout_.total())),
+      runner_(host, env.model(), env.rank()) {
+  host_.debug("none: ", layout_.entries().size(), " parameter tensors, ", layout_.total(),
+              " elements, optimizer '", env.optimizer().name(), "'");
+}
+
+tessera_strategy_layout NoneStrategy::layout() const {
+  tessera_strategy_layout l{};
+  l.struct_size = sizeof l;
+  l.data_rank = 0;
+  l.data_size = 1;
+  return l;
+}
+
+void NoneStrategy::load(const sdk::StateReader& reader) {
+  const sdk::FlatRange all{0, layout_.total()};
+  sdk::read_params(reader, layout_, all, state_.params());
+  sdk::read_optimizer_state(reader, layout_, env_.optimizer(), optim_, all);
+}
+
+sdk::StepResult NoneStrategy::step(const sdk::StepArgs& args) {
+  state_.zero_grads();
+  sdk::StepResult result;
+  result.loss =
+      runner_.run(args.micro_batches, args.loss_scales, state_.param_ptrs(), state_.grad_ptrs());
+  const double total = sdk::sum_squares(state_.grads());
+  result.grad_norm = sdk::clip_by_global_norm(state_.grads(), total, args.max_grad_norm);
+  env_.optimizer().step(optim_, 0, state_.params(), state_.grads(), args.step, args.lr);
+  return result;
+}
+
+void NoneStrategy::save(const sdk::StateWriter& writer) {
+  const sdk::FlatRange all{0, layout_.total()};
+  sdk::write_params(writer, layout_, all, state_.params());
+  sdk::write_optimizer_state(writer, layout_, env_.optimizer(), optim_, all);
+}
+
+}  // namespace tessera::strategies
