@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tessera/core/data/rng.hpp"
+#include "tessera/core/model/fast_math.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::model::kernels {
@@ -117,9 +118,11 @@ void activation_forward(Activation act, const float* z, int64_t count, float* y)
     for (int64_t i = 0; i < count; ++i) y[i] = z[i] > 0.0f ? z[i] : 0.0f;
     return;
   }
+  const float* __restrict in = z;
+  float* __restrict out = y;
   for (int64_t i = 0; i < count; ++i) {
-    const float u = z[i];
-    y[i] = 0.5f * u * (1.0f + std::tanh(kGeluC * (u + kGeluA * u * u * u)));
+    const float u = in[i];
+    out[i] = 0.5f * u * (1.0f + tanh_approx(kGeluC * (u + kGeluA * u * u * u)));
   }
 }
 
@@ -129,11 +132,14 @@ void activation_backward(Activation act, const float* z, const float* dy, int64_
     for (int64_t i = 0; i < count; ++i) dz[i] = z[i] > 0.0f ? dy[i] : 0.0f;
     return;
   }
+  const float* __restrict in = z;
+  const float* __restrict grad_out = dy;
+  float* __restrict grad_in = dz;
   for (int64_t i = 0; i < count; ++i) {
-    const float u = z[i];
-    const float t = std::tanh(kGeluC * (u + kGeluA * u * u * u));
+    const float u = in[i];
+    const float t = tanh_approx(kGeluC * (u + kGeluA * u * u * u));
     const float dt = (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * u * u);
-    dz[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * u * dt);
+    grad_in[i] = grad_out[i] * (0.5f * (1.0f + t) + 0.5f * u * dt);
   }
 }
 
