@@ -39,7 +39,7 @@ RunResult run_six(const std::string& toml, const std::filesystem::path& dir,
 void expect_resume_equals_uninterrupted(const std::string& toml) {
   ScratchDir whole;
   const RunResult uninterrupted = run_six(toml, whole.path());
-  ASSERT_EQ(uninterrupted.final_state.size(), 1U);
+  ASSERT_FALSE(uninterrupted.final_state.empty());
 
   // A second directory holding only the step-3 checkpoint, as if the first
   // run had stopped there.
@@ -51,8 +51,11 @@ void expect_resume_equals_uninterrupted(const std::string& toml) {
   EXPECT_EQ(resumed.first_step, 4);
   EXPECT_EQ(resumed.last_step, 6);
   EXPECT_EQ(resumed.plan.resume_step, 3);
-  ASSERT_EQ(resumed.final_state.size(), 1U);
-  expect_same_state(uninterrupted.final_state[0], resumed.final_state[0]);
+  ASSERT_EQ(resumed.final_state.size(), uninterrupted.final_state.size());
+  for (size_t rank = 0; rank < resumed.final_state.size(); ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    expect_same_state(uninterrupted.final_state[rank], resumed.final_state[rank]);
+  }
   EXPECT_EQ(uninterrupted.final_loss, resumed.final_loss);
   // Both wrote the step-6 checkpoint, byte for byte the same.
   EXPECT_EQ(read_text(whole / "step-00000006" / "model.safetensors"),
@@ -67,6 +70,11 @@ TEST(Resume, MlpEqualsTheUninterruptedRun) {
 TEST(Resume, GptWithWarmupAndClippingEqualsTheUninterruptedRun) {
   TESSERA_REQUIRE_STRATEGY("none");
   expect_resume_equals_uninterrupted(gpt_toml("none", 1, 6));
+}
+
+TEST(Resume, DdpOnThreeRanksEqualsTheUninterruptedRun) {
+  TESSERA_REQUIRE_STRATEGY("ddp");
+  expect_resume_equals_uninterrupted(gpt_toml("ddp", 3, 6));
 }
 
 TEST(Resume, AtTheLastStepThereIsNothingToRun) {
