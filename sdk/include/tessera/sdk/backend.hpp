@@ -15,9 +15,7 @@
 //                            TESSERA_BACKEND_CAP_CPU_BUFFERS, kMyOptions)
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 
 #include "tessera/c/backend.h"
@@ -112,9 +110,7 @@ struct BackendAdapter {
     return guard(host, [&] {
       TESSERA_CHECK(out != nullptr && config != nullptr, TESSERA_ERR_INVALID_ARGUMENT,
                     "create: null argument");
-      tessera_backend_config cfg{};
-      std::memcpy(&cfg, config, std::min<size_t>(config->struct_size, sizeof cfg));
-      cfg.struct_size = sizeof cfg;
+      const tessera_backend_config cfg = copy_versioned(config);
       const Host h(host);
       const Options o(host, opts);
       auto handle =
@@ -159,9 +155,7 @@ struct BackendAdapter {
     return guard(c->host, [&] {
       TESSERA_CHECK(args != nullptr, TESSERA_ERR_INVALID_ARGUMENT, "post: null arguments");
       // An older host passes a shorter struct: missing fields read as zero.
-      tessera_coll_args a{};
-      std::memcpy(&a, args, std::min<size_t>(args->struct_size, sizeof a));
-      a.struct_size = sizeof a;
+      const tessera_coll_args a = copy_versioned(args);
       if (work != nullptr) *work = nullptr;
       auto w = c->impl->post(a, work != nullptr);
       if (w && work != nullptr) {

@@ -2,8 +2,10 @@
 // all C forwarders and the macro that emits the exported entry point.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <new>
 
@@ -35,6 +37,17 @@ tessera_status guard(const tessera_host_api* host, Fn&& fn) noexcept {
     h.set_error(TESSERA_ERR_INTERNAL, "unknown exception inside plugin");
     return TESSERA_ERR_INTERNAL;
   }
+}
+
+// A copy of a versioned C struct (one starting with uint32_t struct_size)
+// from a caller that may have been built with a smaller version of it: the
+// fields it lacks read as zero, and the copy's struct_size is this build's.
+template <typename T>
+T copy_versioned(const T* in) noexcept {
+  T out{};
+  std::memcpy(&out, in, std::min<size_t>(in->struct_size, sizeof out));
+  out.struct_size = sizeof out;
+  return out;
 }
 
 // Pointer to and length of a plugin's option declarations; a registration

@@ -623,15 +623,6 @@ inline StrategyHandle* as_handle(tessera_strategy* s) {
   return reinterpret_cast<StrategyHandle*>(s);
 }
 
-// Copies a C struct from a caller that may have built a smaller version.
-template <typename T>
-T copy_versioned(const T* in) noexcept {
-  T out{};
-  std::memcpy(&out, in, std::min<size_t>(in->struct_size, sizeof out));
-  out.struct_size = sizeof out;
-  return out;
-}
-
 template <typename S>
 struct StrategyAdapter {
   static tessera_status check(const tessera_host_api* host, const tessera_options* opts,
