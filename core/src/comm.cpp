@@ -1,5 +1,6 @@
 #include "tessera/core/comm.hpp"
 
+#include <cstddef>
 #include <span>
 #include <utility>
 
@@ -141,6 +142,21 @@ Work Communicator::start(tessera_coll_args args) {
   std::string what = describe(backend_->name(), args.coll, rank_);
   throw_if_failed(backend_->api().post(comm_, &args, &work), what);
   return Work(backend_, work, std::move(what));
+}
+
+bool Communicator::has_raw() const noexcept {
+  const tessera_backend_api& api = backend_->api();
+  return api.struct_size >= offsetof(tessera_backend_api, raw_post) + sizeof api.raw_post &&
+         api.raw_post != nullptr;
+}
+
+void Communicator::run_raw(tessera_coll_args args) {
+  const std::string what = "raw " + describe(backend_->name(), args.coll, rank_);
+  if (!has_raw()) {
+    throw Error(TESSERA_ERR_UNSUPPORTED, what + ": the backend offers no raw library call");
+  }
+  args.struct_size = sizeof args;
+  throw_if_failed(backend_->api().raw_post(comm_, &args), what);
 }
 
 namespace {

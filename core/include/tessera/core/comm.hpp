@@ -80,6 +80,12 @@ class Communicator {
   void run(tessera_coll_args args);
   // Starts `args`; the returned Work must be waited on.
   Work start(tessera_coll_args args);
+  // True when the backend offers raw_post (ABI 1.2): the library's own call
+  // for an operation, without the plugin's layers.
+  [[nodiscard]] bool has_raw() const noexcept;
+  // Runs `args` through raw_post (benchmarks only). Throws Error(UNSUPPORTED)
+  // when the backend has none or none for this operation.
+  void run_raw(tessera_coll_args args);
 
   // Buffer conventions are those of tessera/c/backend.h.
   void allreduce(const tessera_buffer& send, const tessera_buffer& recv, tessera_reduce_op op);

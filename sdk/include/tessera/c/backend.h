@@ -139,6 +139,16 @@ typedef struct tessera_backend_api {
   tessera_status (*work_test)(tessera_work* work, int32_t* done);
   /* Frees finished work. */
   void (*work_free)(tessera_work* work);
+
+  /* ABI 1.2; may be NULL. Runs `args` to completion with the underlying
+   * library's own call for that operation (e.g. MPI_Allreduce, a Gloo
+   * algorithm object) and none of the plugin's own layers: no argument
+   * checks, no timeout, no progress tracking. For benchmarks that time the
+   * plugin against the library side by side; every rank of the group must
+   * call it with the same operation, like `post`. Returns
+   * TESSERA_ERR_UNSUPPORTED for an operation the library has no direct call
+   * for. */
+  tessera_status (*raw_post)(tessera_comm* comm, const tessera_coll_args* args);
 } tessera_backend_api;
 
 #ifdef __cplusplus

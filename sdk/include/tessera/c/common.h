@@ -23,7 +23,7 @@ extern "C" {
 /* ABI version of these headers. Major: incompatible change. Minor: appended
  * fields or functions; a host accepts any minor of its own major. */
 #define TESSERA_ABI_MAJOR 1
-#define TESSERA_ABI_MINOR 1
+#define TESSERA_ABI_MINOR 2
 
 /* Marks the single symbol a plugin exports; everything else is hidden. */
 #if defined(_WIN32)

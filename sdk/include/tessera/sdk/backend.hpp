@@ -55,6 +55,12 @@ class Comm {
   // Runs `args`. With `nonblocking` false, returns nullptr after completion;
   // otherwise may return a Work (or nullptr if already complete).
   virtual std::unique_ptr<Work> post(const tessera_coll_args& args, bool nonblocking) = 0;
+  // Runs `args` to completion through the underlying library's own call,
+  // bypassing this plugin's layers (see raw_post in tessera/c/backend.h).
+  // The default says the backend has no such call.
+  virtual void raw(const tessera_coll_args& /*args*/) {
+    throw Error(TESSERA_ERR_UNSUPPORTED, "this backend has no raw library call to compare with");
+  }
 };
 
 // The process-wide engine.
@@ -179,6 +185,13 @@ struct BackendAdapter {
     });
   }
   static void work_free(tessera_work* work) noexcept { delete as_handle(work); }
+  static tessera_status raw_post(tessera_comm* comm, const tessera_coll_args* args) noexcept {
+    auto* c = as_handle(comm);
+    return guard(c->host, [&] {
+      TESSERA_CHECK(args != nullptr, TESSERA_ERR_INVALID_ARGUMENT, "raw_post: null arguments");
+      c->impl->raw(copy_versioned(args));
+    });
+  }
 
   static constexpr tessera_backend_api table(uint32_t caps) noexcept {
     return tessera_backend_api{sizeof(tessera_backend_api),
@@ -194,7 +207,8 @@ struct BackendAdapter {
                                &post,
                                &work_wait,
                                &work_test,
-                               &work_free};
+                               &work_free,
+                               &raw_post};
   }
 };
 
