@@ -50,6 +50,9 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& args) {
   cmd->add_option("--csv", args.csv, "Also write the rows as CSV to FILE")->type_name("FILE");
   cmd->add_option("--timeout-s", args.timeout_s, "Per-operation timeout in seconds")
       ->capture_default_str();
+  cmd->add_flag("--compare-raw", args.compare_raw,
+                "Also time the backend's raw library call (e.g. MPI_Allreduce) on the same "
+                "buffers and print raw time, tessera/raw ratio and overhead");
   cmd->add_option("--option", args.options, "Backend option key=value (repeatable)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false)
@@ -86,7 +89,7 @@ BenchRequest validate_bench_args(const BenchArgs& args) {
     throw UsageError("--timeout-s must be a positive number of seconds, got " +
                      std::to_string(args.timeout_s));
   }
-  req.spec = BenchSpec{*op, *dtype, *redop, args.iters, args.warmup};
+  req.spec = BenchSpec{*op, *dtype, *redop, args.iters, args.warmup, args.compare_raw};
   req.sizes = expand_sizes(parse_size_range(args.sizes), static_cast<uint64_t>(args.step_factor));
   req.ranks = ranks_given ? args.ranks : -1;
   req.timeout_s = args.timeout_s;
@@ -133,9 +136,14 @@ int run_bench_command(const GlobalOptions& global, const BenchArgs& args, std::o
 
   TextBenchReporter reporter(BenchHeader{args.backend, req.spec, req.timeout_s, args.csv}, out);
   launch_bench(*backend, req.ranks, req.spec, req.sizes, reporter);
-  if (reporter.total_wrong() != 0) {
-    std::cerr << "tessera: error: " << reporter.total_wrong() << " mismatching element(s) in the "
-              << coll_name(req.spec.op) << " results of backend '" << args.backend << "'\n";
+  const uint64_t wrong = reporter.total_wrong() + reporter.raw_wrong();
+  if (wrong != 0) {
+    std::cerr << "tessera: error: " << wrong << " mismatching element(s) in the "
+              << coll_name(req.spec.op) << " results of backend '" << args.backend << "'";
+    if (reporter.raw_wrong() != 0) {
+      std::cerr << " (" << reporter.raw_wrong() << " of them from its raw library call)";
+    }
+    std::cerr << "\n";
     return kExitFailure;
   }
   return kExitOk;

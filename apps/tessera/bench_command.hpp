@@ -29,6 +29,7 @@ struct BenchArgs {
   std::string csv;
   double timeout_s = 60.0;
   std::vector<std::string> options;  // backend options, key=value
+  bool compare_raw = false;          // also time the backend's raw library call
 };
 
 // Registers `bench` with its `collectives` subcommand on `app`; returns the
@@ -51,7 +52,9 @@ BenchRequest validate_bench_args(const BenchArgs& args);
 // Validates the flags, scans plugins, opens the backend with its --option
 // values (an unknown or ill-typed key is a UsageError), runs the benchmark
 // and prints it to `out`. Returns kExitOk, or kExitFailure when any element
-// was wrong (after printing the table). Backend failures throw.
+// was wrong, through the plugin or (with --compare-raw) the raw call, after
+// printing the table. A backend without a raw call for the op under
+// --compare-raw is a UsageError. Backend failures throw.
 int run_bench_command(const GlobalOptions& global, const BenchArgs& args, std::ostream& out);
 
 }  // namespace tessera::cli

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include "aligned_buffer.hpp"
 #include "bench_check.hpp"
@@ -48,12 +49,15 @@ RankBuffers make_buffers(const CheckCase& c, const CheckReference& ref, int rank
   return b;
 }
 
-// Largest per-rank value, gathered through `comm`.
-double max_over_ranks(Communicator& comm, double local) {
-  std::vector<double> all(static_cast<size_t>(comm.size()));
-  comm.allgather(cpu_buffer(&local, 1, TESSERA_F64),
+// Element-wise largest of every rank's `local` values, gathered through
+// `comm` (all ranks pass the same number of values).
+std::vector<double> max_over_ranks(Communicator& comm, std::vector<double> local) {
+  const size_t n = local.size();
+  std::vector<double> all(n * static_cast<size_t>(comm.size()));
+  comm.allgather(cpu_buffer(local.data(), n, TESSERA_F64),
                  cpu_buffer(all.data(), all.size(), TESSERA_F64));
-  return *std::max_element(all.begin(), all.end());
+  for (size_t k = 0; k < all.size(); ++k) local[k % n] = std::max(local[k % n], all[k]);
+  return local;
 }
 
 uint64_t sum_over_ranks(Communicator& comm, uint64_t local) {
@@ -63,9 +67,62 @@ uint64_t sum_over_ranks(Communicator& comm, uint64_t local) {
   return static_cast<uint64_t>(value);
 }
 
+// The two ways an operation is run: through the plugin (the normal path)
+// or through the backend's raw library call.
+enum class Path { kTessera, kRaw };
+
+void run_path(Communicator& comm, Path path, const CheckCase& c, const RankBuffers& b) {
+  if (path == Path::kRaw) {
+    run_raw_op(comm, c.op, b.send_view, b.recv_view, c.redop);
+  } else {
+    run_op(comm, c.op, b.send_view, b.recv_view, c.redop);
+  }
+}
+
+// A barrier, then `iters` timed operations on `path`; this rank's average
+// time per operation in microseconds.
+double time_block(Communicator& comm, Path path, int iters, const CheckCase& c,
+                  const RankBuffers& b) {
+  comm.barrier();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) run_path(comm, path, c, b);
+  const auto elapsed = std::chrono::steady_clock::now() - t0;
+  return std::chrono::duration<double, std::micro>(elapsed).count() / iters;
+}
+
+// Times of one size with --compare-raw (see kCompareRounds): per path, the
+// best round, a round's time being the largest per-rank average.
+struct PathTimes {
+  double tessera_us = 0.0;
+  double raw_us = 0.0;
+};
+
+PathTimes time_both_paths(Communicator& comm, const BenchSpec& spec, const CheckCase& c,
+                          const RankBuffers& b) {
+  for (int i = 0; i < spec.warmup; ++i) run_path(comm, Path::kTessera, c, b);
+  for (int i = 0; i < spec.warmup; ++i) run_path(comm, Path::kRaw, c, b);
+  // local[2 * round + 0]: tessera, local[2 * round + 1]: raw.
+  std::vector<double> local(2 * static_cast<size_t>(kCompareRounds));
+  for (int round = 0; round < kCompareRounds; ++round) {
+    const bool raw_first = round % 2 == 1;
+    for (const Path path :
+         {raw_first ? Path::kRaw : Path::kTessera, raw_first ? Path::kTessera : Path::kRaw}) {
+      const size_t slot = 2 * static_cast<size_t>(round) + (path == Path::kRaw ? 1 : 0);
+      local[slot] = time_block(comm, path, spec.iters, c, b);
+    }
+  }
+  const std::vector<double> rounds = max_over_ranks(comm, local);
+  PathTimes best{rounds[0], rounds[1]};
+  for (size_t slot = 2; slot < rounds.size(); slot += 2) {
+    best.tessera_us = std::min(best.tessera_us, rounds[slot]);
+    best.raw_us = std::min(best.raw_us, rounds[slot + 1]);
+  }
+  return best;
+}
+
 // Resets the result (and, for in-place broadcast, the root's input), runs
-// the op once and counts this rank's mismatches.
-uint64_t check_once(Communicator& comm, const CheckCase& c, const CheckReference& ref,
+// the op once on `path` and counts this rank's mismatches.
+uint64_t check_once(Communicator& comm, Path path, const CheckCase& c, const CheckReference& ref,
                     RankBuffers& b) {
   const int rank = comm.rank();
   ref.fill_input(rank, b.send.data());
@@ -74,7 +131,7 @@ uint64_t check_once(Communicator& comm, const CheckCase& c, const CheckReference
   } else {
     ref.fill_sentinel(b.recv.data(), c.layout.recv_count);
   }
-  run_op(comm, c.op, b.send_view, b.recv_view, c.redop);
+  run_path(comm, path, c, b);
   return ref.count_wrong(rank, c.layout.in_place ? b.send.data() : b.recv.data());
 }
 
@@ -85,20 +142,24 @@ BenchRow run_size(Communicator& comm, const BenchSpec& spec, uint64_t bytes) {
   const CheckReference ref(c);
   RankBuffers b = make_buffers(c, ref, comm.rank());
 
-  for (int i = 0; i < spec.warmup; ++i) run_op(comm, c.op, b.send_view, b.recv_view, c.redop);
-  comm.barrier();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < spec.iters; ++i) run_op(comm, c.op, b.send_view, b.recv_view, c.redop);
-  const auto elapsed = std::chrono::steady_clock::now() - t0;
-  const double local_us = std::chrono::duration<double, std::micro>(elapsed).count() / spec.iters;
-
   BenchRow row;
   row.bytes = bytes;
   row.count = bytes / tessera_dtype_size(spec.dtype);
-  row.time_us = max_over_ranks(comm, local_us);
+  if (spec.compare_raw) {
+    const PathTimes t = time_both_paths(comm, spec, c, b);
+    row.time_us = t.tessera_us;
+    row.raw_time_us = t.raw_us;
+  } else {
+    for (int i = 0; i < spec.warmup; ++i) run_path(comm, Path::kTessera, c, b);
+    row.time_us = max_over_ranks(comm, {time_block(comm, Path::kTessera, spec.iters, c, b)})[0];
+  }
   row.algbw_gbps = row.time_us > 0.0 ? static_cast<double>(bytes) / row.time_us / 1e3 : 0.0;
   row.busbw_gbps = row.algbw_gbps * busbw_factor(spec.op, ranks);
-  row.wrong = sum_over_ranks(comm, check_once(comm, c, ref, b));
+  row.wrong = sum_over_ranks(comm, check_once(comm, Path::kTessera, c, ref, b));
+  if (spec.compare_raw) {
+    row.compared_raw = true;
+    row.raw_wrong = sum_over_ranks(comm, check_once(comm, Path::kRaw, c, ref, b));
+  }
   return row;
 }
 

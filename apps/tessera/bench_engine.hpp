@@ -4,6 +4,15 @@
 // gathered through the communicator under test. A correctness pass with a
 // known pattern follows each size, and the mismatches of all ranks are
 // summed (again through the communicator).
+//
+// With compare_raw the same buffers are also run through the backend's raw
+// library call: `warmup` untimed operations on each path, then
+// kCompareRounds rounds, each timing `iters` operations on both paths
+// (after a barrier each), the plugin first in even rounds and the raw call
+// first in odd ones. A round's time is the largest per-rank average, and
+// each path reports its best round: on a shared machine interference only
+// ever adds time, and alternating the order exposes both paths to the same
+// drift. Both results are checked.
 #pragma once
 
 #include <cstdint>
@@ -20,9 +29,13 @@ struct BenchSpec {
   tessera_coll_type op = TESSERA_COLL_ALLREDUCE;
   tessera_dtype dtype = TESSERA_F32;
   tessera_reduce_op redop = TESSERA_SUM;
-  int iters = 20;  // >= 1
-  int warmup = 5;  // >= 0
+  int iters = 20;            // >= 1
+  int warmup = 5;            // >= 0
+  bool compare_raw = false;  // also time the backend's raw library call
 };
+
+// Rounds per path with compare_raw (see the top of this file).
+inline constexpr int kCompareRounds = 3;
 
 // Sizes actually run for a group size, after rounding.
 struct BenchPlan {
@@ -44,12 +57,18 @@ struct BenchRow {
   double algbw_gbps = 0.0;  // bytes / time
   double busbw_gbps = 0.0;  // algbw x busbw_factor
   uint64_t wrong = 0;       // mismatching elements summed over ranks
+  // With compare_raw only:
+  bool compared_raw = false;  // the fields below are set
+  double raw_time_us = 0.0;   // like time_us, through the raw library call
+  uint64_t raw_wrong = 0;     // like wrong, for the raw call's result
 };
 
 // Runs every size of `plan` on this rank. Collective: all ranks of `comm`
 // call it with the same spec and plan. Rank 0 calls on_row after each size.
 // Backend failures propagate as tessera::Error; buffer allocation failure
-// as std::bad_alloc.
+// as std::bad_alloc. With spec.compare_raw the caller must have checked the
+// raw call first (check_raw_call in bench_raw.hpp); a time-out of the plugin's
+// path still fails, but the raw call itself waits without one.
 void run_bench_rank(Communicator& comm, const BenchSpec& spec, const BenchPlan& plan,
                     const std::function<void(const BenchRow&)>& on_row);
 

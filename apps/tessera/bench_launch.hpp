@@ -33,6 +33,9 @@ class BenchReporter {
 //    environment gives; `ranks` must be -1 (take the world size) or equal the
 //    world size, else UsageError. On failure this rank aborts its
 //    communicator (so peers fail fast) and rethrows.
+// With spec.compare_raw every rank first checks the backend's raw call
+// (check_raw_call), before the reporter's begin: a backend without one fails
+// with UsageError and no table is printed.
 // Throws UsageError when no requested size fits (see plan_bench).
 void launch_bench(Backend& backend, int ranks, const BenchSpec& spec,
                   const std::vector<uint64_t>& requested, BenchReporter& reporter);

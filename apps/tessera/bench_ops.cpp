@@ -147,16 +147,26 @@ void run_op(Communicator& comm, tessera_coll_type op, const tessera_buffer& send
     case TESSERA_COLL_ALLTOALL:
       comm.alltoall(send, recv);
       break;
-    default: {
-      tessera_coll_args args{};
-      args.coll = op;
-      args.send = send;
-      args.recv = recv;
-      args.op = redop;
-      comm.run(args);
+    default:
+      comm.run(op_args(op, send, recv, redop));
       break;
-    }
   }
+}
+
+tessera_coll_args op_args(tessera_coll_type op, const tessera_buffer& send,
+                          const tessera_buffer& recv, tessera_reduce_op redop) noexcept {
+  tessera_coll_args args{};
+  args.coll = op;
+  args.send = send;
+  args.recv = op == TESSERA_COLL_BROADCAST ? send : recv;
+  args.op = redop;
+  args.root = 0;
+  return args;
+}
+
+void run_raw_op(Communicator& comm, tessera_coll_type op, const tessera_buffer& send,
+                const tessera_buffer& recv, tessera_reduce_op redop) {
+  comm.run_raw(op_args(op, send, recv, redop));
 }
 
 }  // namespace tessera::cli

@@ -55,4 +55,16 @@ OpLayout op_layout(tessera_coll_type op, uint64_t bytes, tessera_dtype dtype, in
 void run_op(Communicator& comm, tessera_coll_type op, const tessera_buffer& send,
             const tessera_buffer& recv, tessera_reduce_op redop);
 
+// The arguments of the same call as run_op, for entry points that take a
+// tessera_coll_args (struct_size is left for the Communicator to fill in;
+// timeout 0: the communicator's). For in-place ops recv is set to send.
+tessera_coll_args op_args(tessera_coll_type op, const tessera_buffer& send,
+                          const tessera_buffer& recv, tessera_reduce_op redop) noexcept;
+
+// Runs the same call as run_op through the backend's raw library call
+// (Communicator::run_raw). Throws tessera::Error, with status UNSUPPORTED
+// when the backend has no raw call for `op`.
+void run_raw_op(Communicator& comm, tessera_coll_type op, const tessera_buffer& send,
+                const tessera_buffer& recv, tessera_reduce_op redop);
+
 }  // namespace tessera::cli

@@ -14,11 +14,25 @@ namespace tessera::cli {
 
 namespace {
 
-std::vector<Column> bench_columns() {
-  return {{"size(B)", Align::kRight, 12},     {"count", Align::kRight, 12},
-          {"type", Align::kRight, 5},         {"redop", Align::kRight, 6},
-          {"time(us)", Align::kRight, 10},    {"algbw(GB/s)", Align::kRight, 11},
-          {"busbw(GB/s)", Align::kRight, 11}, {"#wrong", Align::kRight, 7}};
+// The table's columns; with --compare-raw four more follow #wrong.
+std::vector<Column> bench_columns(bool compare_raw) {
+  std::vector<Column> columns{
+      {"size(B)", Align::kRight, 12},     {"count", Align::kRight, 12},
+      {"type", Align::kRight, 5},         {"redop", Align::kRight, 6},
+      {"time(us)", Align::kRight, 10},    {"algbw(GB/s)", Align::kRight, 11},
+      {"busbw(GB/s)", Align::kRight, 11}, {"#wrong", Align::kRight, 7}};
+  if (compare_raw) {
+    columns.push_back({"raw(us)", Align::kRight, 10});
+    columns.push_back({"tessera/raw", Align::kRight, 11});
+    columns.push_back({"overhead(us)", Align::kRight, 12});
+    columns.push_back({"#wrong(raw)", Align::kRight, 11});
+  }
+  return columns;
+}
+
+// time / raw time, or "inf" when the raw time is zero.
+std::string ratio_text(const BenchRow& r) {
+  return r.raw_time_us > 0.0 ? fmt::format("{:.3f}", r.time_us / r.raw_time_us) : "inf";
 }
 
 std::string redop_text(const BenchSpec& spec) {
@@ -28,7 +42,7 @@ std::string redop_text(const BenchSpec& spec) {
 }  // namespace
 
 TextBenchReporter::TextBenchReporter(BenchHeader header, std::ostream& out)
-    : header_(std::move(header)), out_(out), table_(bench_columns()) {}
+    : header_(std::move(header)), out_(out), table_(bench_columns(header_.spec.compare_raw)) {}
 
 void TextBenchReporter::begin(const BenchPlan& plan, bool thread_ranks) {
   ranks_ = plan.ranks;
@@ -48,8 +62,15 @@ void TextBenchReporter::print_header(const BenchPlan& plan, bool thread_ranks) {
                       dtype_name(s.dtype), redop_text(s))
        << fmt::format(
               "# iters: {}  warmup: {}  timeout: {} s  check: every rank vs host reference\n",
-              s.iters, s.warmup, header_.timeout_s)
-       << fmt::format("# memcpy rate: {:.2f} GB/s (single thread, {} B buffers, best of {})\n",
+              s.iters, s.warmup, header_.timeout_s);
+  if (s.compare_raw) {
+    out_ << fmt::format(
+        "# compare-raw: also the backend's raw library call on the same buffers, {} warm-up "
+        "each, then {} rounds of {} timed iterations per path in alternating order\n"
+        "# compare-raw: time(us) and raw(us) are each path's best round, overhead = time - raw\n",
+        s.warmup, kCompareRounds, s.iters);
+  }
+  out_ << fmt::format("# memcpy rate: {:.2f} GB/s (single thread, {} B buffers, best of {})\n",
                       memcpy_.gb_per_s, memcpy_.bytes, memcpy_.repetitions);
   for (const auto& p : plan.sizes) {
     if (p.bytes != p.requested) {
@@ -72,25 +93,41 @@ void TextBenchReporter::open_csv() {
                 "cannot write CSV file '" + header_.csv_path + "': " + why);
   }
   *csv_ << "backend,ranks,op,size_bytes,count,type,redop,time_us,algbw_gbps,busbw_gbps,wrong,"
-           "memcpy_gbps\n";
+           "memcpy_gbps"
+        << (header_.spec.compare_raw ? ",raw_time_us,tessera_raw_ratio,overhead_us,raw_wrong\n"
+                                     : "\n");
 }
 
 void TextBenchReporter::row(const BenchRow& r) {
   const BenchSpec& s = header_.spec;
   rows_.push_back(r);
   total_wrong_ += r.wrong;
-  out_ << table_.format_row({std::to_string(r.bytes), std::to_string(r.count),
-                             std::string(dtype_name(s.dtype)), redop_text(s),
-                             fmt::format("{:.2f}", r.time_us), fmt::format("{:.3f}", r.algbw_gbps),
-                             fmt::format("{:.3f}", r.busbw_gbps), std::to_string(r.wrong)})
-       << '\n'
-       << std::flush;
+  raw_wrong_ += r.raw_wrong;  // 0 without --compare-raw
+  std::vector<std::string> cells{std::to_string(r.bytes),
+                                 std::to_string(r.count),
+                                 std::string(dtype_name(s.dtype)),
+                                 redop_text(s),
+                                 fmt::format("{:.2f}", r.time_us),
+                                 fmt::format("{:.3f}", r.algbw_gbps),
+                                 fmt::format("{:.3f}", r.busbw_gbps),
+                                 std::to_string(r.wrong)};
+  if (s.compare_raw) {
+    cells.push_back(fmt::format("{:.2f}", r.raw_time_us));
+    cells.push_back(ratio_text(r));
+    cells.push_back(fmt::format("{:.2f}", r.time_us - r.raw_time_us));
+    cells.push_back(std::to_string(r.raw_wrong));
+  }
+  out_ << table_.format_row(cells) << '\n' << std::flush;
   if (csv_) {
-    *csv_ << fmt::format("{},{},{},{},{},{},{},{:.3f},{:.4f},{:.4f},{},{:.4f}\n", header_.backend,
+    *csv_ << fmt::format("{},{},{},{},{},{},{},{:.3f},{:.4f},{:.4f},{},{:.4f}", header_.backend,
                          ranks_, coll_name(s.op), r.bytes, r.count, dtype_name(s.dtype),
                          redop_text(s), r.time_us, r.algbw_gbps, r.busbw_gbps, r.wrong,
-                         memcpy_.gb_per_s)
-          << std::flush;
+                         memcpy_.gb_per_s);
+    if (s.compare_raw) {
+      *csv_ << fmt::format(",{:.3f},{},{:.3f},{}", r.raw_time_us, ratio_text(r),
+                           r.time_us - r.raw_time_us, r.raw_wrong);
+    }
+    *csv_ << '\n' << std::flush;
     if (!*csv_) {
       throw Error(TESSERA_ERR_INTERNAL, "writing CSV file '" + header_.csv_path + "' failed");
     }
@@ -110,7 +147,17 @@ void TextBenchReporter::end() {
                         pick->bytes, pick->busbw_gbps, memcpy_.gb_per_s,
                         pick->busbw_gbps / memcpy_.gb_per_s);
   }
-  out_ << fmt::format("# #wrong total: {}{}\n", total_wrong_, total_wrong_ == 0 ? " (OK)" : "");
+  if (header_.spec.compare_raw) {
+    out_ << fmt::format("# tessera / raw at {} B: {:.2f} / {:.2f} us = {} (overhead {:.2f} us)\n",
+                        pick->bytes, pick->time_us, pick->raw_time_us, ratio_text(*pick),
+                        pick->time_us - pick->raw_time_us);
+  }
+  const uint64_t all_wrong = total_wrong_ + raw_wrong_;
+  out_ << fmt::format("# #wrong total: {}", all_wrong);
+  if (header_.spec.compare_raw) {
+    out_ << fmt::format(" (tessera {}, raw {})", total_wrong_, raw_wrong_);
+  }
+  out_ << (all_wrong == 0 ? " (OK)\n" : "\n");
   out_ << std::flush;
   if (csv_) csv_->close();
 }

@@ -1,7 +1,10 @@
 // Output of `tessera bench collectives`: a header naming the run and the
 // memcpy rate measured before the table, one row per size streamed as it
 // completes, the busbw / memcpy ratio after the table, and optionally the
-// same rows as CSV.
+// same rows as CSV. With --compare-raw (spec.compare_raw) every row, table
+// and CSV alike, gains the raw call's time, the ratio tessera / raw, the
+// overhead (tessera - raw, microseconds) and the raw result's #wrong, and
+// the ratio at the yardstick size is printed after the table.
 #pragma once
 
 #include <cstdint>
@@ -40,8 +43,11 @@ class TextBenchReporter final : public BenchReporter {
   void row(const BenchRow& row) override;
   void end() override;
 
-  // Mismatching elements over all rows.
+  // Mismatching elements over all rows, through the plugin.
   [[nodiscard]] uint64_t total_wrong() const noexcept { return total_wrong_; }
+  // Mismatching elements over all rows, through the raw call (0 without
+  // --compare-raw).
+  [[nodiscard]] uint64_t raw_wrong() const noexcept { return raw_wrong_; }
   [[nodiscard]] const std::vector<BenchRow>& rows() const noexcept { return rows_; }
 
  private:
@@ -56,6 +62,7 @@ class TextBenchReporter final : public BenchReporter {
   std::optional<std::ofstream> csv_;
   std::vector<BenchRow> rows_;
   uint64_t total_wrong_ = 0;
+  uint64_t raw_wrong_ = 0;
 };
 
 }  // namespace tessera::cli

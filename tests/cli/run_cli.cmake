@@ -8,9 +8,14 @@
 #   STDERR_REGEX   '|'-separated regexes that must all match stderr
 #   STDOUT_NOT     a regex that must not match stdout
 #   BENCH_ROWS     number of benchmark table rows expected on stdout; every
-#                  row must have 8 columns and end with a #wrong of 0
+#                  row must have BENCH_COLUMNS columns and end with a #wrong
+#                  of 0
+#   BENCH_COLUMNS  columns of a benchmark row (default 8; 12 with
+#                  --compare-raw, whose last column is the raw #wrong)
 #   CSV_FILE       a file the command must write (removed first); with
 #   CSV_ROWS       the number of data lines it must hold after its header
+#   CSV_HEADER     a regex its header line must match (default: the columns
+#                  of a run without --compare-raw)
 #   ENV            'NAME=value' set for the command
 #   OUT_FILE       a file the command must write (removed first); with
 #   OUT_FILE_REGEX '|'-separated regexes that must all match its content
@@ -21,6 +26,12 @@ if(NOT EXE)
 endif()
 if(NOT DEFINED EXPECT_RC)
   set(EXPECT_RC 0)
+endif()
+if(NOT DEFINED BENCH_COLUMNS)
+  set(BENCH_COLUMNS 8)
+endif()
+if(NOT DEFINED CSV_HEADER_REGEX)
+  set(CSV_HEADER_REGEX "^backend,ranks,op,size_bytes,.*,wrong,memcpy_gbps$")
 endif()
 string(REPLACE "|" ";" args "${ARGS}")
 if(CSV_FILE)
@@ -73,8 +84,9 @@ if(DEFINED BENCH_ROWS)
     string(REGEX REPLACE " +" ";" cells "${line}")
     list(LENGTH cells n)
     list(GET cells -1 wrong)
-    if(NOT n EQUAL 8 OR NOT wrong STREQUAL "0")
-      message(FATAL_ERROR "bad benchmark row '${line}' (want 8 columns and #wrong 0)\n${shown}")
+    if(NOT n EQUAL BENCH_COLUMNS OR NOT wrong STREQUAL "0")
+      message(FATAL_ERROR
+        "bad benchmark row '${line}' (want ${BENCH_COLUMNS} columns and #wrong 0)\n${shown}")
     endif()
     math(EXPR rows "${rows} + 1")
   endforeach()
@@ -91,7 +103,7 @@ if(CSV_FILE)
   list(LENGTH csv n)
   math(EXPR data "${n} - 1")
   list(GET csv 0 header)
-  if(NOT header MATCHES "^backend,ranks,op,size_bytes,.*,wrong,memcpy_gbps$")
+  if(NOT header MATCHES "${CSV_HEADER_REGEX}")
     message(FATAL_ERROR "unexpected CSV header '${header}'")
   endif()
   if(DEFINED CSV_ROWS AND NOT data EQUAL CSV_ROWS)
