@@ -11,6 +11,7 @@
 #include "cli11.hpp"
 #include "cli_error.hpp"
 #include "global_options.hpp"
+#include "launch_command.hpp"
 #include "plugins_command.hpp"
 #include "train_command.hpp"
 #include "version_command.hpp"
@@ -35,7 +36,8 @@ std::string parse_error_message(const CLI::App& app, const CLI::ParseError& e) {
   const CLI::App& level = in_bench ? *chosen.front() : app;
   const std::string prefix = in_bench ? "bench " : "";
   const std::string choices =
-      in_bench ? "collectives" : "train, plugins, bench collectives or version";
+      in_bench ? "collectives"
+               : "train, plugins, bench collectives or version; launch to start ranks";
   const auto left = level.remaining();
   if (!left.empty()) {
     if (left.front().rfind('-', 0) == 0) {
@@ -63,11 +65,13 @@ int run(int argc, char** argv) {
   cli::PluginsArgs plugins_args;
   cli::BenchArgs bench_args;
   cli::TrainArgs train_args;
+  cli::LaunchArgs launch_args;
   cli::add_global_options(app, global);
   CLI::App* train = cli::add_train_command(app, train_args);
   CLI::App* plugins = cli::add_plugins_command(app, plugins_args);
   CLI::App* bench = cli::add_bench_command(app, bench_args);
   CLI::App* version = cli::add_version_command(app);
+  CLI::App* launch = cli::add_launch_command(app, launch_args);
 
   try {
     app.parse(argc, argv);
@@ -84,8 +88,13 @@ int run(int argc, char** argv) {
     if (*plugins) return cli::run_plugins_command(global, plugins_args, std::cout);
     if (*bench) return cli::run_bench_command(global, bench_args, std::cout);
     if (*version) return cli::run_version_command(std::cout);
-    return report("no subcommand given (use train, plugins, bench collectives or version)",
-                  kExitUsage);
+    if (*launch) {
+      return cli::run_launch_command(launch_args, {argv, static_cast<std::size_t>(argc)});
+    }
+    return report(
+        "no subcommand given (use train, plugins, bench collectives or version; launch to start "
+        "ranks)",
+        kExitUsage);
   } catch (const cli::UsageError& e) {
     return report(e.what(), kExitUsage);
   } catch (const std::bad_alloc&) {

@@ -1,0 +1,220 @@
+#include "launch_supervisor.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace tessera::cli {
+namespace {
+
+constexpr std::chrono::milliseconds kMaxPollWait{250};
+// Wait status recorded when waitpid fails: a normal exit with status 255,
+// so that the rank counts as failed.
+constexpr int kStatusUnknown = 255 << 8;
+
+std::string rank_list(const std::vector<int>& ranks) {
+  return fmt::format("rank{} {}", ranks.size() == 1 ? "" : "s", fmt::join(ranks, ", "));
+}
+
+std::string seconds(std::chrono::milliseconds duration) {
+  return fmt::format("{:g} s", static_cast<double>(duration.count()) / 1000.0);
+}
+
+}  // namespace
+
+RankSupervisor::~RankSupervisor() {
+  for (Rank& r : ranks_) {
+    if (r.running) {
+      signal_group(r.pid, SIGKILL);
+      int status = 0;
+      while (::waitpid(r.pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      r.running = false;
+    }
+    close_stream(r.out);
+    close_stream(r.err);
+  }
+}
+
+void RankSupervisor::add(int rank, const SpawnedRank& spawned, bool prefix) {
+  Rank& r = ranks_.emplace_back();
+  r.rank = rank;
+  r.pid = spawned.pid;
+  r.out.fd = spawned.stdout_fd;
+  r.out.sink = STDOUT_FILENO;
+  r.err.fd = spawned.stderr_fd;
+  r.err.sink = STDERR_FILENO;
+  const std::string tag = prefix ? fmt::format("[rank {}] ", rank) : std::string();
+  r.out.lines.emplace(tag, STDOUT_FILENO);
+  r.err.lines.emplace(tag, STDERR_FILENO);
+}
+
+void RankSupervisor::close_stream(Stream& stream) noexcept {
+  if (stream.fd < 0) return;
+  if (stream.lines) stream.lines->finish();
+  ::close(stream.fd);
+  stream.fd = -1;
+}
+
+void RankSupervisor::read_stream(Stream& stream, bool drain) {
+  std::array<char, 65536> buffer{};
+  while (stream.fd >= 0) {
+    const ssize_t n = ::read(stream.fd, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) {
+      close_stream(stream);
+      return;
+    }
+    if (stream.lines) {
+      stream.lines->feed(buffer.data(), static_cast<std::size_t>(n));
+    } else {
+      (void)write_all(stream.sink, std::string_view(buffer.data(), static_cast<std::size_t>(n)));
+    }
+    if (!drain) return;
+  }
+}
+
+bool RankSupervisor::reap(const SuperviseOptions& options) {
+  bool failed = false;
+  for (Rank& r : ranks_) {
+    if (!r.running) continue;
+    int status = 0;
+    pid_t got = 0;
+    do {
+      got = ::waitpid(r.pid, &status, WNOHANG);
+    } while (got < 0 && errno == EINTR);
+    if (got == 0) continue;
+    const int wait_error = errno;
+    r.running = false;
+    r.wait_status = got == r.pid ? status : kStatusUnknown;
+    // What the rank wrote before it ended is in the pipe already; anything a
+    // leftover child of it writes later is not waited for.
+    read_stream(r.out, true);
+    read_stream(r.err, true);
+    close_stream(r.out);
+    close_stream(r.err);
+    if (got != r.pid) {
+      message(options, fmt::format("rank {} (pid {}) cannot be waited for: {}", r.rank, r.pid,
+                                   std::strerror(wait_error)));
+    } else if (!exited_cleanly(status)) {
+      message(options, fmt::format("rank {} (pid {}) {}", r.rank, r.pid, describe_exit(status)));
+    }
+    if (!exited_cleanly(r.wait_status)) {
+      if (!first_failed_) first_failed_ = r.rank;
+      failed = true;
+    }
+  }
+  return failed;
+}
+
+std::vector<int> RankSupervisor::signal_running(int signal, bool from_launcher) {
+  std::vector<int> signalled;
+  for (Rank& r : ranks_) {
+    if (!r.running) continue;
+    signal_group(r.pid, signal);
+    if (from_launcher) r.stopped_by_launcher = true;
+    signalled.push_back(r.rank);
+  }
+  return signalled;
+}
+
+void RankSupervisor::message(const SuperviseOptions& options, const std::string& text) const {
+  (void)write_all(options.message_fd, "tessera launch: " + text + "\n");
+}
+
+bool RankSupervisor::any_running() const noexcept {
+  return std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; });
+}
+
+std::string RankSupervisor::summary() const {
+  std::vector<std::string> parts;
+  std::size_t failed = 0;
+  for (const Rank& r : ranks_) {
+    const bool ok = exited_cleanly(r.wait_status);
+    if (!ok) ++failed;
+    parts.push_back(fmt::format("rank {} {}{}", r.rank, short_exit(r.wait_status),
+                                !ok && r.stopped_by_launcher ? " (stopped by the launcher)" : ""));
+  }
+  return fmt::format("{} of {} ranks failed: {}", failed, ranks_.size(), fmt::join(parts, ", "));
+}
+
+int RankSupervisor::supervise(SignalPipe& signals, const SuperviseOptions& options) {
+  std::optional<Clock::time_point> term_at;
+  std::optional<Clock::time_point> kill_at;
+  bool term_sent = false;
+  bool kill_sent = false;
+  std::vector<pollfd> fds;
+  std::vector<Stream*> streams;
+
+  while (any_running()) {
+    fds.clear();
+    streams.clear();
+    fds.push_back({signals.fd(), POLLIN, 0});
+    streams.push_back(nullptr);
+    for (Rank& r : ranks_) {
+      for (Stream* s : {&r.out, &r.err}) {
+        if (s->fd < 0) continue;
+        fds.push_back({s->fd, POLLIN, 0});
+        streams.push_back(s);
+      }
+    }
+    auto wait = kMaxPollWait;
+    const std::optional<Clock::time_point>& deadline = term_sent ? kill_at : term_at;
+    if (deadline && !kill_sent) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now());
+      wait = std::clamp(left, std::chrono::milliseconds(0), wait);
+    }
+    if (::poll(fds.data(), fds.size(), static_cast<int>(wait.count())) < 0 && errno != EINTR) {
+      message(options, fmt::format("poll failed ({}); killing every rank", std::strerror(errno)));
+      break;
+    }
+
+    for (const int sig : signals.take()) {
+      if (sig != SIGINT && sig != SIGTERM) continue;
+      const auto got = signal_running(sig, false);
+      if (!got.empty()) {
+        message(options,
+                fmt::format("received {}; forwarding it to {}", signal_name(sig), rank_list(got)));
+      }
+    }
+    for (std::size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) read_stream(*streams[i], false);
+    }
+    (void)reap(options);
+    if (first_failed_ && !term_at) term_at = Clock::now() + options.grace;
+
+    const auto after = Clock::now();
+    if (term_at && !term_sent && after >= *term_at) {
+      term_sent = true;
+      kill_at = after + options.kill_after;
+      const auto got = signal_running(SIGTERM, true);
+      if (!got.empty()) {
+        message(options, fmt::format("{} still running {} after rank {} failed (--grace); "
+                                     "sending SIGTERM",
+                                     rank_list(got), seconds(options.grace), *first_failed_));
+      }
+    } else if (kill_at && !kill_sent && after >= *kill_at) {
+      kill_sent = true;
+      const auto got = signal_running(SIGKILL, true);
+      if (!got.empty()) {
+        message(options, fmt::format("{} still running {} after SIGTERM; sending SIGKILL",
+                                     rank_list(got), seconds(options.kill_after)));
+      }
+    }
+  }
+  if (any_running()) return 1;  // poll failed: the destructor kills and reaps the rest
+  if (!first_failed_) return 0;
+  message(options, summary());
+  return 1;
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,175 @@
+// How `tessera launch` handles ranks that fail, signals, and commands that
+// cannot run: every test checks the exit code, the messages, and that no
+// process is left behind.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+
+#include "cli_process.hpp"
+
+namespace tessera::launch_test {
+namespace {
+
+// The pid the launcher reported for `rank` ("rank R (pid P) ..."), or -1.
+pid_t reported_pid(const std::string& err, int rank) {
+  const std::regex pattern("rank " + std::to_string(rank) + " \\(pid ([0-9]+)\\)");
+  std::smatch match;
+  if (!std::regex_search(err, match, pattern)) return -1;
+  return static_cast<pid_t>(std::stol(match[1].str()));
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(LaunchFailure, AllRanksSucceed) {
+  const CliResult r = run_cli({"launch", "-n", "3", "--", "/bin/sh", "-c", "exit 0"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.err, "");
+}
+
+TEST(LaunchFailure, NonZeroExitIsReported) {
+  const CliResult r = run_cli(
+      {"launch", "-n", "3", "--", "/bin/sh", "-c", "if [ $RANK = 1 ]; then exit 3; fi; exit 0"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex("tessera launch: rank 1 \\(pid [0-9]+\\) exited with status 3\n")))
+      << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "tessera launch: 1 of 3 ranks failed: rank 0 exit 0, rank 1 exit "
+                       "3, rank 2 exit 0\n"))
+      << r.err;
+}
+
+TEST(LaunchFailure, KilledRankStopsASleepingSiblingAfterGrace) {
+  // Rank 0 kills itself once rank 1 sleeps; rank 1 would sleep forever.
+  const CliResult r = run_cli({"launch", "-n", "2", "--grace", "1", "--", "/bin/sh", "-c",
+                               "if [ $RANK = 0 ]; then sleep 0.2; kill -KILL $$; fi; "
+                               "sleep 1000"},
+                              {}, 20s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(std::regex_search(
+      r.err,
+      std::regex("tessera launch: rank 0 \\(pid [0-9]+\\) was killed by signal 9 \\(SIGKILL\\)")))
+      << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "tessera launch: rank 1 still running 1 s after rank 0 failed "
+                       "(--grace); sending SIGTERM"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "2 of 2 ranks failed: rank 0 SIGKILL, rank 1 SIGTERM (stopped by "
+                       "the launcher)"))
+      << r.err;
+  // The sibling's whole process group (the shell and its sleep) is gone.
+  const pid_t sibling = reported_pid(r.err, 1);
+  ASSERT_GT(sibling, 0) << r.err;
+  EXPECT_TRUE(wait_until_gone([&] { return group_alive(sibling); }, 5s));
+}
+
+TEST(LaunchFailure, RankFailingAtOnceStartsTheGracePeriod) {
+  const CliResult r = run_cli({"launch", "-n", "3", "--grace", "0.2", "--", "/bin/sh", "-c",
+                               "if [ $RANK = 0 ]; then exit 5; fi; sleep 1000"},
+                              {}, 20s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "tessera launch: ranks 1, 2 still running 0.2 s after rank 0 "
+                       "failed (--grace); sending SIGTERM"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "3 of 3 ranks failed: rank 0 exit 5, rank 1 SIGTERM (stopped by "
+                       "the launcher), rank 2 SIGTERM (stopped by the launcher)"))
+      << r.err;
+}
+
+TEST(LaunchFailure, RankIgnoringSigtermIsKilled) {
+  // Rank 1 (and the sleep it starts) ignores SIGTERM: SIGKILL follows 5 s
+  // after SIGTERM. Rank 0 fails once rank 1 has set up its trap.
+  const CliResult r = run_cli({"launch", "-n", "2", "--grace", "0", "--", "/bin/sh", "-c",
+                               "ready=\"$TESSERA_RENDEZVOUS_DIR/ready\"; if [ $RANK = 0 ]; then "
+                               "while [ ! -e \"$ready\" ]; do sleep 0.05; done; exit 2; fi; "
+                               "trap '' TERM; touch \"$ready\"; sleep 1000"},
+                              {}, 30s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "rank 1 still running 5 s after SIGTERM; sending SIGKILL")) << r.err;
+  EXPECT_TRUE(contains(r.err, "rank 0 exit 2, rank 1 SIGKILL (stopped by the launcher)")) << r.err;
+  const pid_t sibling = reported_pid(r.err, 1);
+  ASSERT_GT(sibling, 0) << r.err;
+  EXPECT_TRUE(wait_until_gone([&] { return group_alive(sibling); }, 5s));
+}
+
+TEST(LaunchFailure, CommandNotFound) {
+  const TempDir tmp;
+  const CliResult r = run_cli({"launch", "-n", "2", "--", "tessera-test-no-such-command", "x"},
+                              env_setting({"TMPDIR=" + tmp.path().string()}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err,
+            "tessera: error: cannot start rank 0: command 'tessera-test-no-such-command' was not "
+            "found on PATH\n");
+  EXPECT_EQ(r.out, "");
+  EXPECT_TRUE(std::filesystem::is_empty(tmp.path()));  // rendezvous directory removed
+}
+
+TEST(LaunchFailure, CommandNotExecutable) {
+  const TempDir tmp;
+  const std::filesystem::path script = tmp.path() / "script.sh";
+  { std::ofstream(script) << "#!/bin/sh\necho never\n"; }
+  std::filesystem::permissions(
+      script, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  const CliResult r = run_cli({"launch", "-n", "1", "--", script.string()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.err, "tessera: error: cannot start rank 0: cannot execute '" +
+                                  script.string() + "': Permission denied"))
+      << r.err;
+}
+
+TEST(LaunchFailure, SigtermIsForwardedToEveryRank) {
+  CliProcess launcher({"launch", "-n", "2", "--", "/bin/sh", "-c",
+                       "trap 'echo got TERM; exit 7' TERM; echo ready; "
+                       "while :; do sleep 0.05; done"});
+  ASSERT_TRUE(launcher.wait_for_output(
+      [](const std::string& out, const std::string&) {
+        return contains(out, "[rank 0] ready\n") && contains(out, "[rank 1] ready\n");
+      },
+      10s));
+  launcher.signal(SIGTERM);
+  const CliResult r = launcher.finish(10s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.out, "[rank 0] got TERM\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "[rank 1] got TERM\n")) << r.out;
+  EXPECT_TRUE(contains(r.err, "tessera launch: received SIGTERM; forwarding it to ranks 0, 1"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "2 of 2 ranks failed: rank 0 exit 7, rank 1 exit 7")) << r.err;
+}
+
+TEST(LaunchFailure, RanksDieWithAKilledLauncher) {
+  const TempDir tmp;  // holds the rendezvous directory a killed launcher cannot remove
+  CliProcess launcher({"launch", "-n", "2", "--", "/bin/sh", "-c", "echo pid $$; exec sleep 1000"},
+                      env_setting({"TMPDIR=" + tmp.path().string()}));
+  std::vector<pid_t> pids;
+  ASSERT_TRUE(launcher.wait_for_output(
+      [&](const std::string& out, const std::string&) {
+        pids.clear();
+        const std::regex pattern("\\] pid ([0-9]+)\n");
+        for (std::sregex_iterator it(out.begin(), out.end(), pattern), end; it != end; ++it) {
+          pids.push_back(static_cast<pid_t>(std::stol((*it)[1].str())));
+        }
+        return pids.size() == 2;
+      },
+      10s));
+  launcher.signal(SIGKILL);
+  (void)launcher.finish(10s);
+  for (const pid_t pid : pids) {
+    EXPECT_TRUE(wait_until_gone([&] { return process_alive(pid); }, 5s)) << "pid " << pid;
+  }
+}
+
+}  // namespace
+}  // namespace tessera::launch_test
