@@ -65,10 +65,16 @@ void PrintTo(const BackendParam& p, std::ostream* out) {
   *out << p.backend << " with " << p.ranks << " rank(s)";
 }
 
-// Every backend found x every rank count of kRankCounts from `min_ranks` up.
+uint32_t capabilities_of(const LoadedPlugin& plugin);
+
+// Every thread-rank backend found x every rank count of kRankCounts from
+// `min_ranks` up. Process-based backends (mpi, gloo) run the same cases under
+// tessera_conformance_rank, one process per rank (tests/multiprocess).
 std::vector<BackendParam> backend_params(int min_ranks) {
   std::vector<BackendParam> params;
   for (const auto& name : registry().names(TESSERA_KIND_BACKEND)) {
+    const auto plugin = registry().get(TESSERA_KIND_BACKEND, name);
+    if ((capabilities_of(*plugin) & TESSERA_BACKEND_CAP_THREAD_RANKS) == 0) continue;
     for (const int ranks : kRankCounts) {
       if (ranks >= min_ranks) params.push_back({name, ranks});
     }
