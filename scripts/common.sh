@@ -15,6 +15,8 @@ TESSERA_PACKAGES=(
   libopenblas-dev libboost-dev libtomlplusplus-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libc++-dev libc++abi-dev clang-format clang-tidy
+  libopenmpi-dev openmpi-bin
+  libgloo-dev libhiredis-dev redis-server
 )
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }

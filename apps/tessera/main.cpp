@@ -2,6 +2,7 @@
 // with CLI11, runs the chosen subcommand and turns every failure into one
 // line "tessera: error: <message>" on stderr with exit code 2 (usage) or 1
 // (run time).
+#include <cstdio>
 #include <exception>
 #include <iostream>
 #include <new>
@@ -21,8 +22,13 @@ namespace {
 using tessera::cli::kExitFailure;
 using tessera::cli::kExitUsage;
 
+// One write of the whole line, so that ranks sharing a pipe (under mpirun)
+// never interleave inside each other's error line.
 int report(const char* message, int code) {
-  std::cerr << "tessera: error: " << message << '\n';
+  const std::string line = std::string("tessera: error: ") + message + '\n';
+  std::cerr.flush();
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
   return code;
 }
 

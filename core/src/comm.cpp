@@ -132,8 +132,8 @@ std::string describe(const std::string& backend, tessera_coll_type coll, int ran
 
 void Communicator::run(tessera_coll_args args) {
   args.struct_size = sizeof args;
-  throw_if_failed(backend_->api().post(comm_, &args, nullptr),
-                  describe(backend_->name(), args.coll, rank_));
+  const tessera_status status = backend_->api().post(comm_, &args, nullptr);
+  if (status != TESSERA_OK) throw_if_failed(status, describe(backend_->name(), args.coll, rank_));
 }
 
 Work Communicator::start(tessera_coll_args args) {

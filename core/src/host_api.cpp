@@ -66,6 +66,9 @@ void host_set_error(void* /*ctx*/, tessera_status status, const char* message) n
   } catch (...) {
     t_error.message.clear();  // out of memory: keep the status only
   }
+  // A plugin calling another plugin directly (a strategy calling its
+  // backend) reads this through last_error.
+  set_host_call_error(t_error.message);
 }
 
 void host_mem_track(void* /*ctx*/, int32_t rank, tessera_mem_category category,

@@ -84,9 +84,11 @@ typedef struct tessera_host_api {
 
   /* ---- ABI 1.1 (check struct_size before use) ---- */
 
-  /* Message explaining the last failed call this thread made into a
-   * host-implemented table (model, optimizer, state reader/writer of
-   * strategy.h), or "" if none; valid until the next such call. */
+  /* Message of the last failure recorded on this thread: a failed call
+   * into a host-implemented table (model, optimizer, state reader/writer of
+   * strategy.h), or a plugin's set_error — e.g. the backend a strategy
+   * calls directly reports why a collective failed. "" if none; valid until
+   * the next failure on this thread. */
   const char* (*last_error)(void* ctx);
 } tessera_host_api;
 

@@ -29,39 +29,64 @@ struct PeerProgress {
 };
 
 // "allreduce #12 on group 'world' (4 ranks) timed out after 300 ms: rank 3 has
-// not posted it yet (posted 11); rank 2 did not answer (lost or stuck)". `what`
+// not posted it yet (posted 11 of 12); rank 2 did not answer (...)" — or
+// "... failed after 1000 ms: rank 1 is lost [...]" when a peer is known gone. `what`
 // names the operation ("allreduce #12"), `group` the group ("world" or
 // "split 2 of world"), `seq` the operation's 1-based sequence number on the
 // group. Peers that arrived are summarised, the others listed one by one.
 inline std::string describe_stall(std::string_view what, std::string_view group, int32_t size,
                                   int64_t waited_ms, uint64_t seq,
                                   std::span<const PeerProgress> peers) {
-  std::string out = std::string(what) + " on group '" + std::string(group) + "' (" +
-                    std::to_string(size) + " ranks) timed out after " + std::to_string(waited_ms) +
-                    " ms";
+  std::string out(what);
+  out += " on group '";
+  out += group;
+  out += "' (";
+  out += std::to_string(size);
+  bool lost = false;
+  for (const PeerProgress& p : peers) lost = lost || p.state == PeerProgress::State::kLost;
+  out += lost ? " ranks) failed after " : " ranks) timed out after ";
+  out += std::to_string(waited_ms);
+  out += " ms";
   std::string arrived;
   std::string missing;
   for (const PeerProgress& p : peers) {
-    const std::string who = "rank " + std::to_string(p.rank);
-    const std::string extra = p.detail.empty() ? "" : " [" + p.detail + "]";
+    if (p.state == PeerProgress::State::kArrived) {
+      if (!arrived.empty()) arrived += ", ";
+      arrived += std::to_string(p.rank);
+      continue;
+    }
+    missing += "; rank ";
+    missing += std::to_string(p.rank);
     switch (p.state) {
-      case PeerProgress::State::kArrived:
-        arrived += (arrived.empty() ? "" : ", ") + std::to_string(p.rank);
-        break;
       case PeerProgress::State::kBehind:
-        missing += "; " + who + " has not posted it yet (posted " + std::to_string(p.posted) +
-                   " of " + std::to_string(seq) + ")" + extra;
+        missing += " has not posted it yet (posted ";
+        missing += std::to_string(p.posted);
+        missing += " of ";
+        missing += std::to_string(seq);
+        missing += ")";
         break;
       case PeerProgress::State::kNoAnswer:
-        missing += "; " + who + " did not answer (lost, hung, or busy outside the backend)" + extra;
+        missing += " did not answer (lost, hung, or busy outside the backend)";
         break;
-      case PeerProgress::State::kLost:
-        missing += "; " + who + " is lost" + extra;
+      default:
+        missing += " is lost";
         break;
     }
+    if (!p.detail.empty()) {
+      missing += " [";
+      missing += p.detail;
+      missing += "]";
+    }
   }
-  if (!missing.empty()) out += ":" + missing.substr(1);
-  if (!arrived.empty()) out += "; ranks " + arrived + " had arrived";
+  if (!missing.empty()) {
+    out += ":";
+    out += missing.substr(1);
+  }
+  if (!arrived.empty()) {
+    out += "; ranks ";
+    out += arrived;
+    out += " had arrived";
+  }
   return out;
 }
 
