@@ -1,0 +1,100 @@
+#include "engines.hpp"
+
+#include <fstream>
+#include <stdexcept>
+
+#ifndef TESSERA_MP_TESSERA
+#error "TESSERA_MP_TESSERA must name the tessera executable"
+#endif
+#ifndef TESSERA_MP_PLUGIN_DIR
+#error "TESSERA_MP_PLUGIN_DIR must name the build tree's plugin directory"
+#endif
+#ifndef TESSERA_MP_MPIEXEC
+#define TESSERA_MP_MPIEXEC ""
+#endif
+
+namespace tessera::mptest {
+
+const char* engine_name(Engine e) noexcept {
+  switch (e) {
+    case Engine::kInmemory:
+      return "inmemory";
+    case Engine::kMpi:
+      return "mpi";
+    case Engine::kGloo:
+      return "gloo";
+  }
+  return "?";
+}
+
+std::string engine_unavailable(Engine e) {
+  const std::filesystem::path plugin =
+      std::filesystem::path(TESSERA_MP_PLUGIN_DIR) /
+      (std::string("libtessera_backend_") + engine_name(e) + ".so");
+  if (!std::filesystem::exists(plugin)) {
+    return std::string("backend plugin '") + engine_name(e) + "' was not built (" +
+           plugin.filename().string() + " missing: its engine was not found at configure time)";
+  }
+  if (e == Engine::kMpi && std::string(TESSERA_MP_MPIEXEC).empty()) {
+    return "mpirun was not found at configure time";
+  }
+  return {};
+}
+
+std::vector<std::pair<std::string, std::string>> launcher_env() {
+  return {{"OMPI_ALLOW_RUN_AS_ROOT", "1"},
+          {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"},
+          {"OMPI_MCA_rmaps_base_oversubscribe", "1"},
+          {"TESSERA_PLUGIN_PATH", ""}};
+}
+
+const char* rank_env_key(Engine e) noexcept {
+  return e == Engine::kMpi ? "OMPI_COMM_WORLD_RANK" : "RANK";
+}
+
+std::vector<std::string> train_command(Engine e, int ranks, const std::filesystem::path& config,
+                                       const std::vector<std::string>& sets,
+                                       const std::string& mark) {
+  std::vector<std::string> cmd;
+  const std::string n = std::to_string(ranks);
+  switch (e) {
+    case Engine::kInmemory:
+      break;
+    case Engine::kMpi:
+      // --enable-recovery: a rank that dies does not make mpirun kill the
+      // others, so they report the lost peer themselves.
+      cmd = {TESSERA_MP_MPIEXEC,         "--oversubscribe", "--enable-recovery", "-np", n, "-x",
+             "TESSERA_TEST_MARK=" + mark};
+      break;
+    case Engine::kGloo:
+      cmd = {TESSERA_MP_TESSERA, "launch", "-n", n, "--run-id", mark, "--"};
+      break;
+  }
+  cmd.insert(cmd.end(), {TESSERA_MP_TESSERA, "train", config.string(), "--set",
+                         std::string("backend.name=\"") + engine_name(e) + "\"", "--set",
+                         "run.world_size=" + n});
+  for (const auto& s : sets) cmd.insert(cmd.end(), {"--set", s});
+  return cmd;
+}
+
+std::filesystem::path write_gpt_config(const std::filesystem::path& dir, int steps,
+                                       int checkpoint_every, double timeout_s) {
+  const auto path = dir / "run.toml";
+  std::ofstream out(path);
+  out << "[run]\nsteps = " << steps << "\nseed = 7\nlog_every = 1\n\n"
+      << "[backend]\ntimeout_s = " << timeout_s << "\n\n"
+      << "[strategy]\nname = \"ddp\"\n\n"
+      << "[strategy.options]\nbucket_mb = 1\n\n"
+      << "[model]\nname = \"gpt\"\nlayers = 2\nd_model = 32\nheads = 2\nseq_len = 16\n"
+      << "vocab = 256\n\n"
+      << "[data]\nkind = \"text\"\npath = \"/usr/share/common-licenses/GPL-3\"\n"
+      << "batch_size = 12\n\n"
+      << "[optimizer]\nname = \"adamw\"\nlr = 3e-3\neps = 1e-5\nweight_decay = 0.01\n"
+      << "grad_clip = 1.0\n\n"
+      << "[checkpoint]\ndir = \"" << (dir / "ckpt").string() << "\"\nevery = " << checkpoint_every
+      << "\n";
+  if (!out) throw std::runtime_error("cannot write " + path.string());
+  return path;
+}
+
+}  // namespace tessera::mptest

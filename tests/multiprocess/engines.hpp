@@ -1,0 +1,48 @@
+// The three ways of starting the same `tessera train` run that the
+// multi-process tests compare: in-memory ranks as threads, Open MPI under
+// mpirun, Gloo under `tessera launch`.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::mptest {
+
+enum class Engine { kInmemory, kMpi, kGloo };
+
+const char* engine_name(Engine e) noexcept;
+
+// Test-name suffix of a parameterised test over engines.
+template <typename ParamInfo>
+std::string engine_param_name(const ParamInfo& p) {
+  return engine_name(p.param);
+}
+
+// Empty when `e` can run here; else why not (plugin not built, mpirun
+// missing), for GTEST_SKIP.
+std::string engine_unavailable(Engine e);
+
+// The command line that runs `tessera train config` with `ranks` ranks on
+// `e`, followed by `sets` as --set overrides (backend.name and, for
+// inmemory, run.world_size are added here). `mark` is put into every rank's
+// environment as TESSERA_TEST_MARK so a test can find the rank processes.
+std::vector<std::string> train_command(Engine e, int ranks, const std::filesystem::path& config,
+                                       const std::vector<std::string>& sets,
+                                       const std::string& mark);
+
+// Environment a launcher needs here (Open MPI as root, oversubscription).
+std::vector<std::pair<std::string, std::string>> launcher_env();
+
+// The environment key holding a rank's number for `e` (RANK for the
+// launcher, OMPI_COMM_WORLD_RANK under mpirun).
+const char* rank_env_key(Engine e) noexcept;
+
+// Writes a small gpt training config (ddp, AdamW with eps 1e-5, synthetic
+// text from the GPL, a checkpoint every `checkpoint_every` steps into
+// `dir`/ckpt) to `dir`/run.toml and returns its path.
+std::filesystem::path write_gpt_config(const std::filesystem::path& dir, int steps,
+                                       int checkpoint_every, double timeout_s);
+
+}  // namespace tessera::mptest
