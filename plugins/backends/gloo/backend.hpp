@@ -1,0 +1,35 @@
+// The gloo backend: one process is one rank; ranks find each other through
+// a file or Redis store and talk over gloo's TCP transport.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "settings.hpp"
+#include "tessera/sdk/backend.hpp"
+
+namespace tessera::gloo_backend {
+
+class GlooBackend final : public sdk::Backend {
+ public:
+  // Resolves the options, the config and the environment (RANK,
+  // WORLD_SIZE, ...; see Settings::from, which throws INVALID_ARGUMENT
+  // naming what is missing or wrong). Connects nothing yet.
+  GlooBackend(const sdk::Host& host, const sdk::Options& options,
+              const tessera_backend_config& config);
+
+  // Joins the world as this process's rank (`rank` must be -1 or equal
+  // RANK): waits until every rank arrived in the store, connects the world's
+  // data and control contexts and starts the control service. Blocks at
+  // most the configured timeout; throws Error(TIMEOUT) naming the ranks that
+  // never arrived, Error(INVALID_ARGUMENT) for a wrong rank or store, and
+  // Error(PEER_LOST) when connecting fails. Each call forms a new world
+  // under its own store prefix.
+  std::unique_ptr<sdk::Comm> connect(int32_t rank) override;
+
+ private:
+  Settings settings_;
+  uint64_t connects_ = 0;
+};
+
+}  // namespace tessera::gloo_backend

@@ -1,0 +1,76 @@
+// One rank's handle on a group: posts operations, splits, aborts, and runs
+// raw library calls for benchmarks.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine.hpp"
+#include "executor.hpp"
+#include "failure.hpp"
+#include "group.hpp"
+#include "scratch.hpp"
+#include "tessera/sdk/backend.hpp"
+#include "work.hpp"
+
+namespace tessera::gloo_backend {
+
+class GlooComm final : public sdk::Comm {
+ public:
+  // Registers `group` with the engine's control service and watchdog.
+  GlooComm(std::shared_ptr<Engine> engine, std::shared_ptr<Group> group);
+  // Waits for queued work; if operations are still pending (the host did
+  // not wait for them), fails the group first so they end.
+  ~GlooComm() override;
+
+  [[nodiscard]] int32_t rank() const override { return group_->rank(); }
+  [[nodiscard]] int32_t size() const override { return group_->size(); }
+
+  // Collective over this group: exchanges (color, key) with an allgather,
+  // then the ranks of each colour connect a new gloo context under a store
+  // prefix unique to (this group, split number, colour). Returns nullptr for
+  // color < 0. Throws like post(), or Error(TIMEOUT / PEER_LOST) naming the
+  // new group when connecting it fails.
+  std::unique_ptr<sdk::Comm> split(int32_t color, int32_t key) override;
+
+  // Fails every pending and later operation of the group on every member
+  // with PEER_LOST carrying `reason`; groups split from it too.
+  void abort(const char* reason) noexcept override;
+
+  // Validates `args` (sdk::validate_coll_args), then runs it in posting
+  // order: inline when blocking and nothing is queued, otherwise on the
+  // worker thread (collectives) or a waiter thread (send/recv). Throws
+  // Error(INVALID_ARGUMENT) for bad arguments, the group's error once it
+  // failed or was aborted, and explain_failure's error when gloo fails.
+  std::unique_ptr<sdk::Work> post(const tessera_coll_args& args, bool nonblocking) override;
+
+  // The same gloo call as post() would make, on this group's context, with
+  // no checks, counters, queueing or deadline watch. Throws Error(PEER_LOST)
+  // with gloo's message when gloo fails.
+  void raw(const tessera_coll_args& args) override;
+
+ private:
+  // Runs collective `args` numbered `seq` with `timeout_ms` on this thread.
+  void execute(const tessera_coll_args& args, uint64_t seq, int64_t timeout_ms,
+               const std::string& label = {});
+  std::unique_ptr<sdk::Work> post_p2p(const tessera_coll_args& args, bool nonblocking);
+  [[nodiscard]] std::string where(const std::string& what) const;
+  // Runs `body` on a worker or waiter thread and records its outcome in
+  // `done`, counting the operation finished first.
+  template <typename Body>
+  void finish(Completion& done, Body&& body) noexcept;
+
+  std::shared_ptr<Engine> engine_;
+  std::shared_ptr<Group> group_;
+  Scratch scratch_;
+  Scratch raw_scratch_;
+  uint64_t splits_ = 0;
+  std::atomic<size_t> outstanding_{0};  // posted to a thread and not finished
+  Executor executor_;                   // destroyed (joined) before the scratch and the group
+  WaiterPool waiters_;                  // destroyed first
+};
+
+}  // namespace tessera::gloo_backend

@@ -1,0 +1,30 @@
+// What every group and communicator of one world (one `connect`) shares.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "control.hpp"
+#include "device.hpp"
+#include "settings.hpp"
+#include "tessera/sdk/host.hpp"
+#include "watchdog.hpp"
+
+namespace tessera::gloo_backend {
+
+// Members are destroyed in reverse order: the watchdog and the control
+// service stop before the device goes. Every connect opens its own store
+// client (open_store), so groups may be formed from several threads.
+struct Engine {
+  sdk::Host host;
+  Settings settings;
+  DeviceChoice device;
+  std::string prefix;  // store namespace of this world: "<run_id>/c<connect number>"
+  std::unique_ptr<Control> control;
+  Watchdog watchdog;
+
+  Engine(const sdk::Host& h, Settings s) : host(h), settings(std::move(s)) {}
+};
+
+}  // namespace tessera::gloo_backend

@@ -1,0 +1,171 @@
+// Multi-process behaviour specific to the gloo backend, with each rank a
+// forked child: a killed rank is named by every survivor, ranks that never
+// arrive are named at connect, a receive nobody sends to names its peer, and
+// the raw library calls compute what the checked path computes.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "process_ranks.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::glootest {
+namespace {
+
+using std::chrono::milliseconds;
+
+bool contains(const std::string& text, const std::string& word) {
+  return text.find(word) != std::string::npos;
+}
+
+std::string describe(const std::vector<RankOutcome>& outcomes) {
+  std::string out;
+  for (const auto& o : outcomes) {
+    out += "\n  rank " + std::to_string(o.rank) + " exit " + std::to_string(o.exit_code) + ": " +
+           o.text;
+  }
+  return out;
+}
+
+TEST(GlooProcesses, KilledRankIsNamedByEverySurvivor) {
+  constexpr int kVictim = 1;
+  const auto outcomes = run_ranks(3, {0, 1, 2}, {}, [](int rank, std::string& text) {
+    auto backend = open_gloo({}, milliseconds(5000));
+    auto world = backend->connect();
+    std::vector<float> data(4096, 1.0F);
+    for (int i = 0; i < 1000; ++i) {
+      if (rank == kVictim && i == 20) ::raise(SIGKILL);
+      try {
+        world->allreduce(std::span<float>(data), TESSERA_SUM);
+      } catch (const Error& e) {
+        text = e.what();
+        return e.status() == TESSERA_ERR_PEER_LOST ? 0 : 2;
+      }
+    }
+    text = "the loop finished although rank 1 was killed";
+    return 3;
+  });
+  ASSERT_EQ(outcomes.size(), 3U);
+  EXPECT_EQ(outcomes[1].exit_code, -SIGKILL) << describe(outcomes);
+  for (const int survivor : {0, 2}) {
+    const auto& o = outcomes[static_cast<size_t>(survivor)];
+    EXPECT_EQ(o.exit_code, 0) << describe(outcomes);
+    EXPECT_TRUE(contains(o.text, "rank 1 is lost")) << describe(outcomes);
+    EXPECT_TRUE(contains(o.text, "allreduce #")) << describe(outcomes);
+  }
+}
+
+TEST(GlooProcesses, RanksThatNeverArriveAreNamedAtConnect) {
+  // Ranks 0 and 1 of a world of 4 start; 2 and 3 never do.
+  const auto outcomes = run_ranks(4, {0, 1}, {}, [](int, std::string& text) {
+    auto backend = open_gloo({}, milliseconds(800));
+    try {
+      auto world = backend->connect();
+    } catch (const Error& e) {
+      text = e.what();
+      return e.status() == TESSERA_ERR_TIMEOUT ? 0 : 2;
+    }
+    text = "connect succeeded without ranks 2 and 3";
+    return 3;
+  });
+  for (const auto& o : outcomes) {
+    EXPECT_EQ(o.exit_code, 0) << describe(outcomes);
+    EXPECT_TRUE(contains(o.text, "ranks 2, 3 never arrived")) << describe(outcomes);
+    EXPECT_TRUE(contains(o.text, "tessera launch -n 4")) << describe(outcomes);
+  }
+}
+
+TEST(GlooProcesses, UnansweredReceiveNamesItsPeer) {
+  // Rank 0 waits for a message rank 1 never sends, on a duplicate of the
+  // world; the world keeps rank 1 waiting until rank 0 has its error.
+  const auto outcomes = run_ranks(2, {0, 1}, {}, [](int rank, std::string& text) {
+    auto backend = open_gloo({}, milliseconds(5000));
+    auto world = backend->connect();
+    auto dup = world->split(0, rank);
+    int code = 0;
+    if (rank == 0) {
+      std::vector<int32_t> in(3, 0);
+      tessera_coll_args args{};
+      args.coll = TESSERA_COLL_RECV;
+      args.recv = cpu_buffer(std::span<int32_t>(in));
+      args.send = args.recv;
+      args.peer = 1;
+      args.tag = 7;
+      args.timeout_ms = 300;
+      try {
+        dup->run(args);
+        text = "the receive completed without a sender";
+        code = 3;
+      } catch (const Error& e) {
+        text = e.what();
+        code = e.status() == TESSERA_ERR_TIMEOUT ? 0 : 2;
+      }
+    }
+    world->barrier();
+    return code;
+  });
+  EXPECT_EQ(outcomes[0].exit_code, 0) << describe(outcomes);
+  EXPECT_EQ(outcomes[1].exit_code, 0) << describe(outcomes);
+  EXPECT_TRUE(contains(outcomes[0].text, "recv #1 from rank 1 (tag 7)")) << describe(outcomes);
+  EXPECT_TRUE(contains(outcomes[0].text, "timed out after")) << describe(outcomes);
+  EXPECT_TRUE(contains(outcomes[0].text, "rank 1 has not posted it yet (posted 0 of 1)"))
+      << describe(outcomes);
+}
+
+// Fills `v` with values depending on rank and index, exact in f32 sums.
+void fill(std::vector<float>& v, int rank) {
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i % 97) + 3 * rank);
+}
+
+TEST(GlooProcesses, RawCallsComputeWhatPostComputes) {
+  for (const char* algorithm : {"auto", "ring", "ring_chunked", "halving_doubling", "bcube"}) {
+    const auto outcomes = run_ranks(3, {0, 1, 2}, {}, [&](int rank, std::string& text) {
+      auto backend = open_gloo({std::string("algorithm=") + algorithm}, milliseconds(10000));
+      auto world = backend->connect();
+      for (const size_t n : {size_t{5}, size_t{4099}, size_t{300000}}) {
+        std::vector<float> checked(n);
+        std::vector<float> raw(n);
+        fill(checked, rank);
+        fill(raw, rank);
+        world->allreduce(std::span<float>(checked), TESSERA_SUM);
+        tessera_coll_args args{};
+        args.coll = TESSERA_COLL_ALLREDUCE;
+        args.send = cpu_buffer(std::span<float>(raw));
+        args.recv = args.send;
+        args.op = TESSERA_SUM;
+        world->run_raw(args);
+        if (std::memcmp(checked.data(), raw.data(), n * sizeof(float)) != 0) {
+          text = "allreduce of " + std::to_string(n) + " floats differs between post and raw";
+          return 1;
+        }
+      }
+      // reduce_scatter and send/recv through raw too.
+      std::vector<float> send(3 * 8);
+      fill(send, rank);
+      std::vector<float> mine(8);
+      tessera_coll_args rs{};
+      rs.coll = TESSERA_COLL_REDUCE_SCATTER;
+      rs.send = cpu_buffer(std::span<float>(send));
+      rs.recv = cpu_buffer(std::span<float>(mine));
+      rs.op = TESSERA_SUM;
+      world->run_raw(rs);
+      for (size_t i = 0; i < mine.size(); ++i) {
+        const size_t g = static_cast<size_t>(rank) * 8 + i;
+        const auto want = static_cast<float>(3 * (g % 97) + 9);
+        if (mine[i] != want) {
+          text = "raw reduce_scatter element " + std::to_string(i) + " is " +
+                 std::to_string(mine[i]) + ", expected " + std::to_string(want);
+          return 1;
+        }
+      }
+      return 0;
+    });
+    for (const auto& o : outcomes) EXPECT_EQ(o.exit_code, 0) << algorithm << describe(outcomes);
+  }
+}
+
+}  // namespace
+}  // namespace tessera::glootest
