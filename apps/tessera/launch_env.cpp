@@ -56,7 +56,12 @@ std::vector<std::string> merge_environment(
     }
     if (!replaced) merged.push_back(entry);
   }
-  for (const auto& [key, value] : variables) merged.push_back(key + "=" + value);
+  for (const auto& [key, value] : variables) {
+    std::string entry = key;
+    entry += '=';
+    entry += value;
+    merged.push_back(std::move(entry));
+  }
   return merged;
 }
 
