@@ -3,8 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstddef>
 #include <chrono>
+#include <cstddef>
 #include <exception>
 #include <thread>
 
