@@ -85,7 +85,7 @@ void run_allreduce(const std::shared_ptr<gloo::Context>& context, const tessera_
     staged.send.data = opts.scratch->get(bytes);
     std::memcpy(staged.send.data, a.send.data, bytes);
   }
-  visit_element(a.send.dtype, [&](auto tag) {
+  sdk::visit_dtype(a.send.dtype, [&](auto tag) {
     using T = decltype(tag);
     if (object) {
       run_object<T>(context, staged, opts);

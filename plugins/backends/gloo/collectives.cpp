@@ -42,7 +42,7 @@ void* stage(void* send, size_t send_bytes, const void* recv, size_t recv_bytes,
 void broadcast(const Ctx& ctx, const tessera_coll_args& a, const RunOptions& opts) {
   const uint64_t n = a.recv.count;
   const bool root = ctx->rank == a.root;
-  visit_element(a.recv.dtype, [&](auto tag) {
+  sdk::visit_dtype(a.recv.dtype, [&](auto tag) {
     using T = decltype(tag);
     gloo::BroadcastOptions o(ctx);
     if (root && a.send.data != a.recv.data) {
@@ -65,7 +65,7 @@ void reduce(const Ctx& ctx, const tessera_coll_args& a, const RunOptions& opts) 
   // pieces at the root: other ranks need a full-size output too.
   void* out = root ? a.recv.data : opts.scratch->get(bytes);
   void* in = root ? stage(a.send.data, bytes, out, bytes, out, *opts.scratch) : a.send.data;
-  visit_element(a.send.dtype, [&](auto tag) {
+  sdk::visit_dtype(a.send.dtype, [&](auto tag) {
     using T = decltype(tag);
     gloo::ReduceOptions o(ctx);
     if (in != out) o.setInput(typed<T>(in), n);
@@ -84,7 +84,7 @@ void allgather(const Ctx& ctx, const tessera_coll_args& a, const RunOptions& opt
   const size_t total = block * static_cast<size_t>(ctx->size);
   auto* own_block = static_cast<std::byte*>(a.recv.data) + block * static_cast<size_t>(ctx->rank);
   void* in = stage(a.send.data, block, a.recv.data, total, own_block, *opts.scratch);
-  visit_element(a.send.dtype, [&](auto tag) {
+  sdk::visit_dtype(a.send.dtype, [&](auto tag) {
     using T = decltype(tag);
     gloo::AllgatherOptions o(ctx);
     if (in != own_block) o.setInput(typed<T>(in), n);
@@ -103,7 +103,7 @@ void gather(const Ctx& ctx, const tessera_coll_args& a, const RunOptions& opts) 
     auto* own = static_cast<std::byte*>(a.recv.data) + block * static_cast<size_t>(ctx->rank);
     in = stage(in, block, a.recv.data, block * static_cast<size_t>(ctx->size), own, *opts.scratch);
   }
-  visit_element(a.send.dtype, [&](auto tag) {
+  sdk::visit_dtype(a.send.dtype, [&](auto tag) {
     using T = decltype(tag);
     gloo::GatherOptions o(ctx);
     o.setInput(typed<T>(in), n);
@@ -125,7 +125,7 @@ void scatter(const Ctx& ctx, const tessera_coll_args& a, const RunOptions& opts)
     if (own != a.recv.data)
       in = stage(in, block * size, a.recv.data, block, nullptr, *opts.scratch);
   }
-  visit_element(a.recv.dtype, [&](auto tag) {
+  sdk::visit_dtype(a.recv.dtype, [&](auto tag) {
     using T = decltype(tag);
     gloo::ScatterOptions o(ctx);
     if (root) {
@@ -143,7 +143,7 @@ void scatter(const Ctx& ctx, const tessera_coll_args& a, const RunOptions& opts)
 void alltoall(const Ctx& ctx, const tessera_coll_args& a, const RunOptions& opts) {
   const size_t bytes = bytes_of(a.send.count, a.send.dtype);
   void* in = stage(a.send.data, bytes, a.recv.data, bytes, nullptr, *opts.scratch);
-  visit_element(a.send.dtype, [&](auto tag) {
+  sdk::visit_dtype(a.send.dtype, [&](auto tag) {
     using T = decltype(tag);
     gloo::AlltoallOptions o(ctx);
     o.setInput(typed<T>(in), a.send.count);

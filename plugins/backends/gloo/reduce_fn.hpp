@@ -15,6 +15,7 @@
 #include "tessera/c/common.h"
 #include "tessera/sdk/dtype.hpp"
 #include "tessera/sdk/error.hpp"
+#include "tessera/sdk/reduce.hpp"
 
 namespace tessera::gloo_backend {
 
@@ -34,38 +35,5 @@ const gloo::ReductionFunction<T>* class_reduction(tessera_reduce_op op);
 // Divides each of `count` elements at `data` by `size` (AVG's last step;
 // integers truncate toward zero, f16/bf16 divide in f32).
 void finish_avg(void* data, uint64_t count, tessera_dtype dtype, int32_t size);
-
-// Calls fn(T{}) with T the C++ element type of `dtype` (tessera::half and
-// tessera::bfloat16 for the 16-bit floats). Throws Error(INVALID_ARGUMENT)
-// for an unknown dtype.
-template <typename Fn>
-void visit_element(tessera_dtype dtype, Fn&& fn) {
-  switch (dtype) {
-    case TESSERA_F32:
-      fn(float{});
-      return;
-    case TESSERA_F64:
-      fn(double{});
-      return;
-    case TESSERA_F16:
-      fn(half{});
-      return;
-    case TESSERA_BF16:
-      fn(bfloat16{});
-      return;
-    case TESSERA_I32:
-      fn(int32_t{});
-      return;
-    case TESSERA_I64:
-      fn(int64_t{});
-      return;
-    case TESSERA_U8:
-      fn(uint8_t{});
-      return;
-    default:
-      break;
-  }
-  throw Error(TESSERA_ERR_INVALID_ARGUMENT, detail::concat("gloo: unknown dtype ", dtype));
-}
 
 }  // namespace tessera::gloo_backend

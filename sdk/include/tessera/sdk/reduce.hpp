@@ -171,7 +171,11 @@ void reduce_op(void* dst, const void* const* srcs, size_t k, uint64_t count, tes
               ::tessera::detail::concat("reduce: unknown reduce op ", op));
 }
 
-// Calls fn(T{}) with T the C++ element type of `dtype`.
+}  // namespace reduce_detail
+
+// Calls fn(T{}) with T the C++ element type of `dtype` (sdk::half and
+// sdk::bfloat16 for the 16-bit floats). Throws Error(INVALID_ARGUMENT) for an
+// unknown dtype.
 template <typename Fn>
 void visit_dtype(tessera_dtype dtype, Fn&& fn) {
   switch (dtype) {
@@ -203,8 +207,6 @@ void visit_dtype(tessera_dtype dtype, Fn&& fn) {
               ::tessera::detail::concat("reduce: unknown dtype ", dtype));
 }
 
-}  // namespace reduce_detail
-
 // dst[i] = op over srcs[0..k)[i] for i < count, all of `dtype`. AVG divides
 // the sum by k. dst may be exactly one of the sources (in place) but must not
 // otherwise overlap them. k >= 1. Throws Error(INVALID_ARGUMENT) for an
@@ -212,7 +214,7 @@ void visit_dtype(tessera_dtype dtype, Fn&& fn) {
 inline void reduce_sources(void* dst, const void* const* srcs, size_t k, uint64_t count,
                            tessera_dtype dtype, tessera_reduce_op op) {
   TESSERA_CHECK(k >= 1, TESSERA_ERR_INVALID_ARGUMENT, "reduce_sources needs at least one source");
-  reduce_detail::visit_dtype(dtype, [&](auto tag) {
+  visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     reduce_detail::reduce_op<T>(dst, srcs, k, count, op, static_cast<int64_t>(k));
   });
@@ -224,7 +226,7 @@ inline void reduce_sources(void* dst, const void* const* srcs, size_t k, uint64_
 inline void reduce_into(void* dst, const void* src, uint64_t count, tessera_dtype dtype,
                         tessera_reduce_op op) {
   const void* srcs[2] = {dst, src};
-  reduce_detail::visit_dtype(dtype, [&](auto tag) {
+  visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     reduce_detail::reduce_op<T>(dst, srcs, 2, count, op, 0);
   });
@@ -237,7 +239,7 @@ inline void finish_avg(void* dst, uint64_t count, tessera_dtype dtype, int64_t d
   TESSERA_CHECK(divisor >= 1, TESSERA_ERR_INVALID_ARGUMENT,
                 "finish_avg: divisor must be >= 1, got ", divisor);
   const void* srcs[1] = {dst};
-  reduce_detail::visit_dtype(dtype, [&](auto tag) {
+  visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     using Wide = typename reduce_detail::AvgAccum<T>::type;
     reduce_detail::reduce_typed<T, Wide, reduce_detail::SumOp, true>(
