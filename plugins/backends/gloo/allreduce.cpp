@@ -18,6 +18,7 @@
 
 #include "collectives.hpp"
 #include "reduce_fn.hpp"
+#include "tessera/sdk/coll.hpp"
 
 namespace tessera::gloo_backend {
 namespace {
@@ -80,7 +81,8 @@ void run_allreduce(const std::shared_ptr<gloo::Context>& context, const tessera_
   const bool object =
       opts.allreduce == Algorithm::kRingChunked || opts.allreduce == Algorithm::kHalvingDoubling;
   tessera_coll_args staged = a;
-  if (!object && a.send.data != a.recv.data && overlaps(a.send.data, bytes, a.recv.data, bytes)) {
+  if (!object && a.send.data != a.recv.data &&
+      sdk::buffers_overlap(a.send.data, bytes, a.recv.data, bytes)) {
     // gloo reads the input while it writes the output: give it a copy.
     staged.send.data = opts.scratch->get(bytes);
     std::memcpy(staged.send.data, a.send.data, bytes);

@@ -13,6 +13,7 @@
 #include <gloo/scatter.h>
 
 #include "reduce_fn.hpp"
+#include "tessera/sdk/coll.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::gloo_backend {
@@ -33,7 +34,8 @@ T* typed(void* p) {
 // does not support (gloo's own in-place forms are passed through).
 void* stage(void* send, size_t send_bytes, const void* recv, size_t recv_bytes,
             const void* in_place_send, Scratch& scratch) {
-  if (send == in_place_send || !overlaps(send, send_bytes, recv, recv_bytes)) return send;
+  if (send == in_place_send || !sdk::buffers_overlap(send, send_bytes, recv, recv_bytes))
+    return send;
   void* copy = scratch.get(send_bytes);
   std::memcpy(copy, send, send_bytes);
   return copy;
@@ -200,13 +202,6 @@ void run_alone(const tessera_coll_args& a) {
 }
 
 }  // namespace
-
-bool overlaps(const void* a, uint64_t a_bytes, const void* b, uint64_t b_bytes) noexcept {
-  if (a_bytes == 0 || b_bytes == 0) return false;
-  const auto x = reinterpret_cast<uintptr_t>(a);  // NOLINT: address comparison only
-  const auto y = reinterpret_cast<uintptr_t>(b);  // NOLINT
-  return x < y + b_bytes && y < x + a_bytes;
-}
 
 bool gloo_enforces_timeout(tessera_coll_type coll, Algorithm allreduce) noexcept {
   if (coll == TESSERA_COLL_REDUCE_SCATTER) return false;

@@ -57,7 +57,4 @@ void run_collective(const std::shared_ptr<gloo::Context>& context, const tessera
 void run_allreduce(const std::shared_ptr<gloo::Context>& context, const tessera_coll_args& args,
                    const RunOptions& opts);
 
-// True when [a, a + a_bytes) and [b, b + b_bytes) share a byte.
-bool overlaps(const void* a, uint64_t a_bytes, const void* b, uint64_t b_bytes) noexcept;
-
 }  // namespace tessera::gloo_backend

@@ -14,18 +14,12 @@ namespace tessera::inmemory {
 
 namespace {
 
-bool overlap(const void* a, uint64_t a_bytes, const void* b, uint64_t b_bytes) noexcept {
-  if (a_bytes == 0 || b_bytes == 0) return false;
-  const auto x = reinterpret_cast<uintptr_t>(a);
-  const auto y = reinterpret_cast<uintptr_t>(b);
-  return x < y + b_bytes && y < x + a_bytes;
-}
-
 // True when send and recv of `args` overlap in a way other than the
 // in-place form the data movement supports for this collective.
 bool needs_staging(const tessera_coll_args& a, int32_t rank, uint64_t n) {
   const size_t esz = tessera_dtype_size(a.send.dtype);
-  if (!overlap(a.send.data, a.send.count * esz, a.recv.data, a.recv.count * esz)) return false;
+  if (!sdk::buffers_overlap(a.send.data, a.send.count * esz, a.recv.data, a.recv.count * esz))
+    return false;
   const auto* s = static_cast<const std::byte*>(a.send.data);
   const auto* r = static_cast<const std::byte*>(a.recv.data);
   const uint64_t block = n * esz;

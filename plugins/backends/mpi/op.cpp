@@ -14,13 +14,6 @@
 namespace tessera::mpi {
 namespace {
 
-bool overlap(const void* a, uint64_t a_bytes, const void* b, uint64_t b_bytes) noexcept {
-  if (a_bytes == 0 || b_bytes == 0) return false;
-  const auto x = reinterpret_cast<uintptr_t>(a);
-  const auto y = reinterpret_cast<uintptr_t>(b);
-  return x < y + b_bytes && y < x + a_bytes;
-}
-
 const std::byte* at(const void* p, uint64_t bytes) noexcept {
   return static_cast<const std::byte*>(p) + bytes;
 }
@@ -114,7 +107,7 @@ Plan make_plan(const Group& group, const tessera_coll_args& a, std::vector<std::
   const uint64_t block = p.count * esz;
   const void* s = a.send.data;
   const void* r = a.recv.data;
-  const bool overlapping = overlap(s, a.send.count * esz, r, a.recv.count * esz);
+  const bool overlapping = sdk::buffers_overlap(s, a.send.count * esz, r, a.recv.count * esz);
   bool in_place = false;
   switch (a.coll) {
     case TESSERA_COLL_ALLREDUCE:

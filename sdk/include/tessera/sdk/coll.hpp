@@ -14,6 +14,16 @@
 
 namespace tessera::sdk {
 
+// True when the byte ranges [a, a + a_bytes) and [b, b + b_bytes) share a
+// byte; empty ranges overlap nothing. Compares addresses only.
+inline bool buffers_overlap(const void* a, uint64_t a_bytes, const void* b,
+                            uint64_t b_bytes) noexcept {
+  if (a_bytes == 0 || b_bytes == 0) return false;
+  const auto x = reinterpret_cast<uintptr_t>(a);  // NOLINT: address comparison only
+  const auto y = reinterpret_cast<uintptr_t>(b);  // NOLINT
+  return x < y + b_bytes && y < x + a_bytes;
+}
+
 // True for the operations that combine values with a reduce op.
 constexpr bool coll_is_reduction(tessera_coll_type c) noexcept {
   return c == TESSERA_COLL_ALLREDUCE || c == TESSERA_COLL_REDUCE ||
