@@ -35,7 +35,8 @@ std::string config_toml(const RunSpec& spec) {
     << "[optimizer]\nname = \"" << spec.optimizer << "\"\nlr = " << spec.lr
     << "\nweight_decay = 0.01\n"
     << "grad_clip = " << spec.grad_clip << "\neps = " << spec.eps
-    << "\nwarmup_steps = " << std::min<int64_t>(2, spec.steps) << "\n";
+    << "\nwarmup_steps = " << std::min<int64_t>(2, spec.steps) << "\n\n"
+    << spec.extra_toml << "\n";
   return t.str();
 }
 

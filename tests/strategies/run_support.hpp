@@ -34,6 +34,7 @@ struct RunSpec {
   // and the comparison measures the strategy, not Adam's noise gain.
   double eps = 1e-5;
   std::string strategy_options;  // TOML lines of [strategy.options]
+  std::string extra_toml;        // more tables appended as is (e.g. [checkpoint])
 };
 
 // The [model] table of the tiny test models (gpt with a tied head).

@@ -3,6 +3,7 @@
 
 #include "tessera/c/common.h"
 #include "tessera/c/plugin.h"
+#include "tessera/sdk/bucket_reducer.hpp"
 #include "tessera/sdk/host.hpp"
 
 namespace tessera::strategies {
@@ -30,6 +31,11 @@ struct DdpOptions {
   // naming the option when a bucket size is not a positive finite number,
   // or when reduce_dtype is not one of f32, bf16, f16 (listing them).
   static DdpOptions read(const sdk::Options& options);
+
+  // The bucket plan and wire dtype these options describe.
+  [[nodiscard]] sdk::BucketConfig buckets() const noexcept {
+    return sdk::BucketConfig{first_bucket_mb, bucket_mb, reduce_dtype};
+  }
 };
 
 }  // namespace tessera::strategies

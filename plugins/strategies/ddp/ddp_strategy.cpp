@@ -8,19 +8,6 @@
 
 namespace tessera::strategies {
 
-// Starts the buckets a unit's backward completed, on the last micro-batch
-// only: earlier micro-batches just accumulate into the local gradients.
-class DdpStrategy::Hooks final : public sdk::RunnerHooks {
- public:
-  explicit Hooks(BucketReducer& reducer) : reducer_(reducer) {}
-  void after_backward(int32_t unit, int32_t /*micro*/, bool last_micro) override {
-    if (last_micro) reducer_.unit_done(unit);
-  }
-
- private:
-  BucketReducer& reducer_;
-};
-
 void DdpStrategy::check(const sdk::Host& /*host*/, const sdk::Options& options,
                         int32_t world_size) {
   TESSERA_CHECK(world_size >= 1, TESSERA_ERR_INVALID_ARGUMENT, "strategy 'ddp' needs at least ",
@@ -36,7 +23,7 @@ DdpStrategy::DdpStrategy(const sdk::Host& host, const sdk::Options& options, sdk
       state_(host, layout_, env.rank()),
       optim_(env.optimizer().make_state(layout_.total())),
       runner_(host, env.model(), env.rank()),
-      reducer_(host, env.world(), layout_, options_, env.rank()) {
+      reducer_(host, env.world(), layout_, options_.buckets(), env.rank()) {
   if (env.rank() == 0) {
     host_.debug("ddp: ", layout_.total(), " parameters in ", reducer_.buckets().size(),
                 " buckets (first ", options_.first_bucket_mb, " MiB, then ", options_.bucket_mb,
@@ -67,7 +54,7 @@ sdk::StepResult DdpStrategy::step(const sdk::StepArgs& args) {
   reducer_.begin_step(state_.grads());
   sdk::StepResult result;
   try {
-    Hooks hooks(reducer_);
+    sdk::BucketHooks hooks(reducer_);
     result.loss = runner_.run(args.micro_batches, args.loss_scales, state_.param_ptrs(),
                               state_.grad_ptrs(), options_.overlap ? &hooks : nullptr);
   } catch (...) {

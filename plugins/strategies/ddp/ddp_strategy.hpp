@@ -8,8 +8,8 @@
 
 #include <cstdint>
 
-#include "bucket_reducer.hpp"
 #include "ddp_options.hpp"
+#include "tessera/sdk/bucket_reducer.hpp"
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/replicated_params.hpp"
 #include "tessera/sdk/strategy.hpp"
@@ -49,8 +49,6 @@ class DdpStrategy final : public sdk::Strategy {
   void save(const sdk::StateWriter& writer) override;
 
  private:
-  class Hooks;
-
   sdk::Host host_;
   sdk::StrategyEnv& env_;
   DdpOptions options_;
@@ -58,7 +56,7 @@ class DdpStrategy final : public sdk::Strategy {
   sdk::ReplicatedParams state_;
   sdk::OptimState optim_;
   sdk::UnitRunner runner_;
-  BucketReducer reducer_;
+  sdk::BucketReducer reducer_;
 };
 
 }  // namespace tessera::strategies

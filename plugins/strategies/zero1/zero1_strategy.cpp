@@ -1,0 +1,110 @@
+// The `zero1` strategy (see zero1_strategy.hpp).
+#include "zero1_strategy.hpp"
+
+#include <algorithm>
+
+#include "tessera/sdk/clip.hpp"
+#include "tessera/sdk/error.hpp"
+#include "tessera/sdk/flat_state.hpp"
+#include "tessera/sdk/grad_buckets.hpp"
+
+namespace tessera::strategies {
+
+namespace {
+// Elements per rank in one parameter allgather: a world's worth of them
+// fills one gradient bucket, so the staging stays near bucket_mb.
+uint64_t gather_chunk(const Zero1Options& options, int32_t world) {
+  const uint64_t bucket = sdk::bucket_elements(options.bucket_mb, "bucket_mb");
+  return std::max<uint64_t>(1, bucket / static_cast<uint64_t>(std::max(world, 1)));
+}
+}  // namespace
+
+void Zero1Strategy::check(const sdk::Host& /*host*/, const sdk::Options& options,
+                          int32_t world_size) {
+  TESSERA_CHECK(world_size >= 1, TESSERA_ERR_INVALID_ARGUMENT, "strategy 'zero1' needs at least ",
+                "one rank, but the world size is ", world_size);
+  (void)Zero1Options::read(options);
+}
+
+Zero1Strategy::Zero1Strategy(const sdk::Host& host, const sdk::Options& options,
+                             sdk::StrategyEnv& env)
+    : host_(host),
+      env_(env),
+      options_(Zero1Options::read(options)),
+      layout_(env.model()),
+      state_(host, layout_, env.rank()),
+      gather_(host, env.world(), layout_.total(), gather_chunk(options_, env.world_size())),
+      optim_(env.optimizer().make_state(gather_.shard().shard_size)),
+      runner_(host, env.model(), env.rank()),
+      reducer_(host, env.world(), layout_, options_.buckets(), env.rank()) {
+  if (env.rank() == 0) {
+    host_.debug("zero1: ", layout_.total(), " parameters, optimizer shard of ",
+                gather_.shard().shard_size, " elements per rank (",
+                gather_.shard().padded_total - layout_.total(), " padding), ",
+                reducer_.buckets().size(), " buckets (first ", options_.first_bucket_mb,
+                " MiB, then ", options_.bucket_mb, " MiB), overlap ",
+                options_.overlap ? "on" : "off", ", ", env.world_size(), " ranks");
+  }
+}
+
+tessera_strategy_layout Zero1Strategy::layout() const {
+  tessera_strategy_layout l{};
+  l.struct_size = sizeof l;
+  l.data_rank = env_.rank();
+  l.data_size = env_.world_size();
+  return l;
+}
+
+void Zero1Strategy::load(const sdk::StateReader& reader) {
+  const sdk::FlatRange mine = gather_.shard().real;
+  sdk::read_params(reader, layout_, mine, state_.params(mine));
+  gather_.gather(state_.params());
+  sdk::read_optimizer_state(reader, layout_, env_.optimizer(), optim_, mine);
+}
+
+sdk::StepResult Zero1Strategy::step(const sdk::StepArgs& args) {
+  sdk::CommView& world = env_.world();
+  const sdk::CommStats before = world.stats();
+  state_.zero_grads();
+  reducer_.begin_step(state_.grads());
+  sdk::StepResult result;
+  try {
+    sdk::BucketHooks hooks(reducer_);
+    result.loss = runner_.run(args.micro_batches, args.loss_scales, state_.param_ptrs(),
+                              state_.grad_ptrs(), options_.overlap ? &hooks : nullptr);
+  } catch (...) {
+    reducer_.abandon();
+    throw;
+  }
+  reducer_.finish();
+  // The gradients are replicated after the allreduce, so the sum of squares
+  // over all of them is the global one, computed exactly as on one rank.
+  // Only this rank's shard is read by the optimizer, so only it is scaled.
+  const double total = sdk::sum_squares(state_.grads());
+  const float factor = sdk::clip_coefficient(total, args.max_grad_norm);
+  result.grad_norm = sdk::global_grad_norm(total);
+  const sdk::FlatRange mine = gather_.shard().real;
+  if (!mine.empty()) {
+    const std::span<float> grads = state_.grads(mine);
+    sdk::scale_in_place(grads, factor);
+    env_.optimizer().step(optim_, 0, state_.params(mine), grads, args.step, args.lr);
+  }
+  gather_.gather(state_.params());
+  const sdk::CommStats& after = world.stats();
+  result.comm_wait_ns = after.wait_ns - before.wait_ns;
+  result.comm_bytes = after.bytes_sent - before.bytes_sent;
+  return result;
+}
+
+void Zero1Strategy::save(const sdk::StateWriter& writer) {
+  const sdk::FlatRange mine = gather_.shard().real;
+  if (writer.all_replicas()) {
+    const sdk::FlatRange all{0, layout_.total()};
+    sdk::write_params(writer, layout_, all, state_.params());
+  } else {
+    sdk::write_params(writer, layout_, mine, state_.params(mine));
+  }
+  sdk::write_optimizer_state(writer, layout_, env_.optimizer(), optim_, mine);
+}
+
+}  // namespace tessera::strategies

@@ -1,0 +1,71 @@
+// The `zero1` strategy: ZeRO stage 1. Every rank holds the whole model's
+// parameters and gradients (flat f32 buffers, replicated) and trains on its
+// own slice of the global batch; the optimizer state is cut into N equal
+// shards of the flat range (sdk::even_shard, padded) and each rank keeps
+// and updates only its own. Gradients are summed across ranks bucket by
+// bucket during backward (as in ddp), each rank applies the optimizer to
+// its shard, and the updated shards are allgathered so every rank again
+// holds the same, bit-identical parameters. docs/strategies/zero1.md
+// describes it for users.
+#pragma once
+
+#include <cstdint>
+
+#include "shard_gather.hpp"
+#include "tessera/sdk/bucket_reducer.hpp"
+#include "tessera/sdk/flat_params.hpp"
+#include "tessera/sdk/replicated_params.hpp"
+#include "tessera/sdk/strategy.hpp"
+#include "tessera/sdk/unit_runner.hpp"
+#include "zero1_options.hpp"
+
+namespace tessera::strategies {
+
+class Zero1Strategy final : public sdk::Strategy {
+ public:
+  // Accepts any world size >= 1; checks the options (see Zero1Options::read).
+  static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
+
+  // Allocates the replicated parameters and gradients (PARAMS, GRADS), the
+  // optimizer state of this rank's padded shard (OPTIMIZER, through the
+  // host's optimizer table), the allgather staging (COMM), and plans the
+  // gradient buckets. Collective only in that every rank must create it.
+  Zero1Strategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env);
+
+  // Each rank is its own data-parallel slice: data rank = rank, data size =
+  // world size.
+  [[nodiscard]] tessera_strategy_layout layout() const override;
+  // Collective. Reads the parameters of this rank's shard and allgathers
+  // them (every element comes from exactly one rank, so the replicas start
+  // bit-identical); reads the optimizer state of the shard when the reader
+  // has optimizer state (part of it is an error naming the missing tensor).
+  // Works for a checkpoint written at any world size: only the elements
+  // this rank owns are read, by tensor name and element range.
+  void load(const sdk::StateReader& reader) override;
+  // Collective. Forward/backward over the micro-batches with the bucketed
+  // SUM allreduce of ddp (overlapped unless overlap = false), then clips by
+  // the global norm (computed on the full, replicated gradient), runs the
+  // optimizer on this rank's shard only and allgathers the updated shards.
+  // Returns this rank's share of the loss, the norm before clipping, and
+  // the time blocked and bytes sent on the world communicator. A failure of
+  // a peer or the backend propagates as tessera::Error after pending
+  // operations are waited for.
+  sdk::StepResult step(const sdk::StepArgs& args) override;
+  // Each rank writes the parameters and optimizer slots of its shard (each
+  // element once across the world); when the writer wants all replicas, the
+  // rank writes every parameter and its optimizer shard.
+  void save(const sdk::StateWriter& writer) override;
+
+ private:
+  sdk::Host host_;
+  sdk::StrategyEnv& env_;
+  Zero1Options options_;
+  sdk::FlatLayout layout_;
+  sdk::ReplicatedParams state_;
+  ShardGather gather_;
+  sdk::OptimState optim_;  // shard_size elements: the shard, padding included
+  sdk::UnitRunner runner_;
+  sdk::BucketReducer reducer_;
+};
+
+}  // namespace tessera::strategies

@@ -1,0 +1,144 @@
+// Bucketed gradient allreduce shared by the strategies that keep a full,
+// replicated gradient buffer (ddp, zero1): the flat gradients cut into
+// buckets (reverse parameter order, see grad_buckets.hpp), one non-blocking
+// SUM allreduce per bucket, started as soon as the bucket's gradients are
+// final and waited on, in order, before the optimizer runs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "tessera/c/host.h"
+#include "tessera/sdk/comm_dtype.hpp"
+#include "tessera/sdk/error.hpp"
+#include "tessera/sdk/flat_params.hpp"
+#include "tessera/sdk/grad_buckets.hpp"
+#include "tessera/sdk/strategy.hpp"
+#include "tessera/sdk/tracked_buffer.hpp"
+#include "tessera/sdk/unit_runner.hpp"
+
+namespace tessera::sdk {
+
+// How the gradient buckets are cut and sent.
+struct BucketConfig {
+  double first_bucket_mb = 1.0;              // capacity of the first bucket, MiB
+  double bucket_mb = 25.0;                   // capacity of every later bucket, MiB
+  tessera_dtype reduce_dtype = TESSERA_F32;  // wire dtype: f32, bf16 or f16
+};
+
+// One rank's bucketed allreduce. Every rank builds the same plan from the
+// same model and config, so all ranks post the same sequence of
+// operations. With a 16-bit reduce_dtype each bucket is converted into a
+// staging buffer (tracked as TESSERA_MEM_COMM), reduced there and converted
+// back. Not copyable or movable; `comm` and `layout` must outlive it.
+class BucketReducer {
+ public:
+  // Plans the buckets. Throws tessera::Error (invalid argument) naming the
+  // option when a bucket capacity is not a positive finite number of MiB.
+  BucketReducer(const Host& host, CommView& comm, const FlatLayout& layout,
+                const BucketConfig& config, int32_t rank)
+      : host_(host),
+        comm_(comm),
+        total_(layout.total()),
+        dtype_(config.reduce_dtype),
+        buckets_(plan_grad_buckets(layout,
+                                   bucket_elements(config.first_bucket_mb, "first_bucket_mb"),
+                                   bucket_elements(config.bucket_mb, "bucket_mb"))),
+        schedule_(buckets_),
+        staging_(host, rank, TESSERA_MEM_COMM,
+                 dtype_ == TESSERA_F32 ? 0 : static_cast<size_t>(layout.total())) {
+    pending_.resize(buckets_.size());
+  }
+  BucketReducer(const BucketReducer&) = delete;
+  BucketReducer& operator=(const BucketReducer&) = delete;
+  ~BucketReducer() = default;
+
+  [[nodiscard]] const std::vector<GradBucket>& buckets() const noexcept { return buckets_; }
+
+  // Starts a step whose gradients are `grads` (layout.total() elements;
+  // anything else is an internal error). From the moment a bucket is
+  // started until finish() returns, its part of `grads` must not be touched.
+  void begin_step(std::span<float> grads) {
+    TESSERA_CHECK(grads.size() == total_, TESSERA_ERR_INTERNAL,
+                  "bucket reducer: gradient buffer of ", grads.size(), " elements for a model of ",
+                  total_);
+    grads_ = grads;
+    schedule_.reset();
+  }
+  // The backward of `unit` on the step's last micro-batch has returned:
+  // starts every complete bucket not started yet, in plan order.
+  void unit_done(int32_t unit) {
+    schedule_.after_unit(unit, [this](size_t b) { start(b); });
+  }
+  // Starts the buckets not started yet, then waits for every bucket in plan
+  // order (time counted as communication wait in the communicator's stats)
+  // and converts 16-bit results back into the gradients. Throws the first
+  // failed operation's error (tessera::Error from the backend) after
+  // waiting for the operations still pending.
+  void finish() {
+    try {
+      schedule_.start_rest([this](size_t b) { start(b); });
+      for (size_t b = 0; b < buckets_.size(); ++b) {
+        pending_[b].wait(host_);
+        if (dtype_ != TESSERA_F32) {
+          const FlatRange r = buckets_[b].range;
+          unpack_16bit(staging_.data() + r.begin, dtype_,
+                       grads_.subspan(static_cast<size_t>(r.begin), static_cast<size_t>(r.size())));
+        }
+      }
+    } catch (...) {
+      abandon();
+      throw;
+    }
+    grads_ = {};
+  }
+  // Waits for every started operation, ignoring their errors, and ends the
+  // step: the clean-up after a step failed part-way.
+  void abandon() noexcept {
+    // Replacing a pending operation waits for it and drops its error.
+    for (PendingOp& op : pending_) op = PendingOp{};
+    grads_ = {};
+  }
+
+ private:
+  void start(size_t bucket) {
+    const FlatRange r = buckets_[bucket].range;
+    const std::span<float> values =
+        grads_.subspan(static_cast<size_t>(r.begin), static_cast<size_t>(r.size()));
+    if (dtype_ == TESSERA_F32) {
+      pending_[bucket] = comm_.start_allreduce(values, TESSERA_SUM);
+      return;
+    }
+    uint16_t* staged = staging_.data() + r.begin;
+    pack_16bit(values, dtype_, staged);
+    const tessera_buffer buf{staged, r.size(), dtype_, tessera_device{TESSERA_DEVICE_CPU, 0}};
+    pending_[bucket] = comm_.start(CommView::args(TESSERA_COLL_ALLREDUCE, buf, buf, TESSERA_SUM));
+  }
+
+  Host host_;
+  CommView& comm_;
+  uint64_t total_;  // gradient elements
+  tessera_dtype dtype_;
+  std::vector<GradBucket> buckets_;
+  BucketSchedule schedule_;
+  TrackedBuffer<uint16_t> staging_;  // 16-bit copy of the gradients, same offsets
+  std::vector<PendingOp> pending_;   // per bucket, in plan order
+  std::span<float> grads_;
+};
+
+// Starts the buckets a unit's backward completed, on the last micro-batch
+// only: earlier micro-batches just accumulate into the local gradients.
+class BucketHooks final : public RunnerHooks {
+ public:
+  explicit BucketHooks(BucketReducer& reducer) : reducer_(reducer) {}
+  void after_backward(int32_t unit, int32_t /*micro*/, bool last_micro) override {
+    if (last_micro) reducer_.unit_done(unit);
+  }
+
+ private:
+  BucketReducer& reducer_;
+};
+
+}  // namespace tessera::sdk
