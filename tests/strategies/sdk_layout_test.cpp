@@ -147,6 +147,40 @@ TEST(GradBuckets, ReverseOrderWholeParametersAndSmallFirstBucket) {
   EXPECT_EQ(alone[3].range.size(), 6U);
 }
 
+// Reduce-scatter buckets are slices of the shard grid, from the end of the
+// shard down; each is ready once every rank's piece of it is final.
+TEST(GradBuckets, ShardGridSlicesCoverEveryRanksPiece) {
+  Fixture f;
+  const sdk::FlatLayout layout(f.view);
+  // 4 ranks: S = 5 (padded to 20). First slice 8 / 4 = 2 elements per rank.
+  const auto four = sdk::plan_shard_buckets(layout, 4, 8, 12);
+  ASSERT_EQ(four.size(), 2U);
+  EXPECT_EQ(four[0].range.begin, 3U);
+  EXPECT_EQ(four[0].range.end, 5U);
+  // Pieces a[3,5) b[8,10) c[13,15) and padding [18,20); a is tied into mid,
+  // but its last user in backward order is unit 0.
+  EXPECT_EQ(four[0].first_entry, 0U);
+  EXPECT_EQ(four[0].last_entry, 2U);
+  EXPECT_EQ(four[0].ready_after_unit, 0);
+  EXPECT_EQ(four[1].range.begin, 0U);
+  EXPECT_EQ(four[1].range.end, 3U);
+  EXPECT_EQ(four[1].last_entry, 3U);  // d in [15,18)
+  // One rank: the first slice is the end of the model, c and d, final after
+  // unit 1's backward.
+  const auto one = sdk::plan_shard_buckets(layout, 1, 8, 12);
+  ASSERT_EQ(one.size(), 2U);
+  EXPECT_EQ(one[0].range.begin, 10U);
+  EXPECT_EQ(one[0].range.end, 18U);
+  EXPECT_EQ(one[0].ready_after_unit, 1);
+  EXPECT_EQ(one[1].range.begin, 0U);
+  EXPECT_EQ(one[1].ready_after_unit, 0);
+  // A capacity below the world size still gives one element per rank.
+  const auto tiny = sdk::plan_shard_buckets(layout, 4, 1, 1);
+  ASSERT_EQ(tiny.size(), 5U);
+  for (size_t i = 0; i < tiny.size(); ++i) EXPECT_EQ(tiny[i].range.size(), 1U) << i;
+  EXPECT_THROW((void)sdk::plan_shard_buckets(layout, 0, 8, 8), Error);
+}
+
 TEST(GradBuckets, ScheduleStartsReadyBucketsInOrderOnly) {
   std::vector<sdk::GradBucket> buckets(3);
   buckets[0].ready_after_unit = 2;

@@ -1,7 +1,8 @@
 // `zero1` on 1 to 4 ranks: 20 AdamW steps with clipping equal `none` on one
 // rank (max relative difference 1e-5 per parameter tensor) and `ddp` on the
-// same ranks bit for bit (the same reduced gradients and an element-wise
-// optimizer make sharding exact); every rank holds bit-identical
+// same ranks bit for bit (the reduce-scatter sums each element in the same
+// order as the allreduce, and an element-wise optimizer makes sharding
+// exact); every rank holds bit-identical
 // parameters; the ranks' optimizer shards together cover every optimizer
 // tensor; tracked memory is 4Ψ parameters, 4Ψ gradients and 8·ceil(Ψ/N)
 // optimizer bytes per rank; the options keep the bits; bad options are
@@ -125,17 +126,19 @@ TEST(Zero1Equivalence, MlpShardsNeedPadding) {
   EXPECT_NE(psi % 4, 0) << psi << " parameters";
 }
 
-// Per step and rank: the gradient allreduce (ring volume 2(N-1)/N · 4Ψ)
-// plus the allgather of the padded shards ((N-1) · 4·ceil(Ψ/N)). Exact for
-// N = 2 and 4, where every bucket's share divides evenly.
-TEST(Zero1Options, BytesSentAreTheAllreduceAndTheShardAllgather) {
-  for (const int world : {2, 4}) {
+// Per step and rank, as in the ZeRO paper: the reduce-scatter of the
+// padded gradient grid ((N-1)/N of N·4·ceil(Ψ/N) bytes over the buckets),
+// the allreduce of the f64 sum of squares (ring volume 2(N-1)/N · 8, in
+// whole bytes) and the allgather of the padded shards ((N-1) · 4·ceil(Ψ/N)):
+// 2Ψ-equivalent in total. Exact for every N: each bucket is N equal blocks.
+TEST(Zero1Options, BytesSentAreTheReduceScatterAndTheShardAllgather) {
+  for (const int world : {2, 3, 4}) {
     const train::RunResult& result = cached(spec_of("gpt", "zero1", world));
     const int64_t psi = result.plan.parameters;
     const int64_t shard = (psi + world - 1) / world;
     ASSERT_FALSE(result.logged.empty());
     EXPECT_EQ(result.logged.back().comm_bytes,
-              2 * (world - 1) * 4 * psi / world + (world - 1) * 4 * shard)
+              2 * (world - 1) * 4 * shard + 2 * (world - 1) * 8 / world)
         << world << " ranks";
   }
 }

@@ -16,7 +16,7 @@ inline constexpr tessera_option_decl kZero1Options[] = {
     {"first_bucket_mb", TESSERA_OPT_FLOAT, "1",
      "capacity in MiB of the first bucket, kept small so communication starts early"},
     {"overlap", TESSERA_OPT_BOOL, "true",
-     "allreduce each bucket as soon as its gradients are complete during backward; "
+     "reduce-scatter each bucket as soon as its gradients are complete during backward; "
      "false: after the whole backward pass"},
 };
 
@@ -29,9 +29,10 @@ struct Zero1Options {
   // naming the option when a bucket size is not a positive finite number.
   static Zero1Options read(const sdk::Options& options);
 
-  // The gradient bucket plan these options describe (f32 on the wire).
+  // The gradient bucket plan these options describe (f32 on the wire,
+  // reduce-scatter over the shard grid).
   [[nodiscard]] sdk::BucketConfig buckets() const noexcept {
-    return sdk::BucketConfig{first_bucket_mb, bucket_mb, TESSERA_F32};
+    return sdk::BucketConfig{first_bucket_mb, bucket_mb, TESSERA_F32, true};
   }
 };
 

@@ -77,13 +77,15 @@ sdk::StepResult Zero1Strategy::step(const sdk::StepArgs& args) {
     throw;
   }
   reducer_.finish();
-  // The gradients are replicated after the allreduce, so the sum of squares
-  // over all of them is the global one, computed exactly as on one rank.
-  // Only this rank's shard is read by the optimizer, so only it is scaled.
-  const double total = sdk::sum_squares(state_.grads());
+  // After the reduce-scatter only this rank's shard holds summed gradients:
+  // the global sum of squares is the sum of the shards' (one f64 scalar
+  // allreduced). Only the shard is read by the optimizer, so only it is
+  // scaled.
+  const sdk::FlatRange mine = gather_.shard().real;
+  double total = mine.empty() ? 0.0 : sdk::sum_squares(state_.grads(mine));
+  world.allreduce(std::span<double>(&total, 1), TESSERA_SUM);
   const float factor = sdk::clip_coefficient(total, args.max_grad_norm);
   result.grad_norm = sdk::global_grad_norm(total);
-  const sdk::FlatRange mine = gather_.shard().real;
   if (!mine.empty()) {
     const std::span<float> grads = state_.grads(mine);
     sdk::scale_in_place(grads, factor);

@@ -2,10 +2,13 @@
 // parameters and gradients (flat f32 buffers, replicated) and trains on its
 // own slice of the global batch; the optimizer state is cut into N equal
 // shards of the flat range (sdk::even_shard, padded) and each rank keeps
-// and updates only its own. Gradients are summed across ranks bucket by
-// bucket during backward (as in ddp), each rank applies the optimizer to
+// and updates only its own. As in the ZeRO paper, gradients are
+// reduce-scattered bucket by bucket during backward, so each rank receives
+// the sum of its own shard only (into its part of the full gradient buffer,
+// where backward accumulates); the clip norm comes from the shards' sums of
+// squares (one f64 scalar allreduced), each rank applies the optimizer to
 // its shard, and the updated shards are allgathered so every rank again
-// holds the same, bit-identical parameters. docs/strategies/zero1.md
+// holds the same, bit-identical parameters: 2Ψ elements sent per step. docs/strategies/zero1.md
 // describes it for users.
 #pragma once
 
@@ -43,8 +46,8 @@ class Zero1Strategy final : public sdk::Strategy {
   // this rank owns are read, by tensor name and element range.
   void load(const sdk::StateReader& reader) override;
   // Collective. Forward/backward over the micro-batches with the bucketed
-  // SUM allreduce of ddp (overlapped unless overlap = false), then clips by
-  // the global norm (computed on the full, replicated gradient), runs the
+  // SUM reduce-scatter of the gradients (overlapped unless overlap = false),
+  // then clips by the global norm (shard sums of squares allreduced), runs the
   // optimizer on this rank's shard only and allgathers the updated shards.
   // Returns this rank's share of the loss, the norm before clipping, and
   // the time blocked and bytes sent on the world communicator. A failure of

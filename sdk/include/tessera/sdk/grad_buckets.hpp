@@ -74,6 +74,54 @@ inline std::vector<GradBucket> plan_grad_buckets(const FlatLayout& layout, uint6
   return out;
 }
 
+// Plans the buckets of a reduce-scatter over the shard grid of `world`
+// ranks (sdk::even_shard: shard size S = ceil(total / world), padded). A
+// bucket is a slice [o, o + len) of shard coordinates; it covers the flat
+// elements [r*S + o, r*S + o + len) of EVERY rank r, so packing those N
+// pieces in rank order gives the N equal blocks of a reduce-scatter, and
+// rank r receives the sum of its own piece. The returned GradBucket::range
+// is the slice in shard coordinates (not flat); first_entry/last_entry are
+// the lowest and highest entry any piece touches. Slices are walked from
+// the end of the shard down (bucket i+1 lies just before bucket i), the
+// first holding up to `first_capacity` elements over all ranks, later ones
+// up to `capacity` (at least one element per rank); slices may cut a
+// parameter. ready_after_unit is the lowest final_grad_unit over all
+// pieces, or the last unit when every piece is padding. Because each bucket
+// holds a piece of rank 0's shard (the start of the model, whose gradients
+// are final last in backward), most buckets only become ready in the last
+// 1/N of the backward pass. Throws tessera::Error (invalid argument) for a
+// world size < 1. Returns no bucket for a layout without elements.
+inline std::vector<GradBucket> plan_shard_buckets(const FlatLayout& layout, int32_t world,
+                                                  uint64_t first_capacity, uint64_t capacity) {
+  std::vector<GradBucket> out;
+  const ShardRange shard = even_shard(layout.total(), world, 0);
+  const uint64_t s = shard.shard_size;
+  const auto w = static_cast<uint64_t>(world);
+  const int32_t last_unit = std::max(layout.num_units() - 1, 0);
+  uint64_t end = s;
+  while (end > 0) {
+    const uint64_t cap = out.empty() ? first_capacity : capacity;
+    const uint64_t len = std::min(end, std::max<uint64_t>(1, cap / w));
+    GradBucket b;
+    b.range = {end - len, end};
+    b.ready_after_unit = last_unit;
+    b.first_entry = layout.entries().size();
+    b.last_entry = 0;
+    for (uint64_t r = 0; r < w; ++r) {
+      for (const FlatPiece& p : layout.pieces(r * s + b.range.begin, r * s + b.range.end)) {
+        const FlatEntry& e = layout.entry(p.entry);
+        b.ready_after_unit = std::min(b.ready_after_unit, e.final_grad_unit());
+        b.first_entry = std::min(b.first_entry, p.entry);
+        b.last_entry = std::max(b.last_entry, p.entry);
+      }
+    }
+    if (b.first_entry > b.last_entry) b.first_entry = b.last_entry;
+    out.push_back(b);
+    end -= len;
+  }
+  return out;
+}
+
 // Tracks which buckets of a step have been started. Buckets are started in
 // plan order only (every rank posts the same sequence of operations), so a
 // ready bucket waits behind an earlier one that is not ready yet.
