@@ -18,9 +18,9 @@
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/strategy.hpp"
 #include "tessera/sdk/tracked_buffer.hpp"
+#include "tessera/sdk/unit_gather.hpp"
 #include "tessera/sdk/unit_runner.hpp"
 #include "tessera/sdk/unit_shards.hpp"
-#include "unit_gather.hpp"
 #include "zero3_options.hpp"
 
 namespace tessera::strategies {
@@ -94,7 +94,7 @@ class Zero3Strategy final : public sdk::Strategy {
   sdk::SlotPointers param_ptrs_;
   sdk::SlotPointers grad_ptrs_;
   std::vector<std::vector<int32_t>> done_at_;  // [u]: owners whose gradients complete at u
-  UnitGather gather_;
+  sdk::UnitGather gather_;
   sdk::UnitRunner runner_;
 };
 

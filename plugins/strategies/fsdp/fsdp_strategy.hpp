@@ -1,0 +1,109 @@
+// The `fsdp` strategy: fully sharded data parallel on Tessera units. Every
+// model unit is one FSDP unit whose owned parameters are split evenly over
+// the G ranks of a sharding group (sdk::UnitShardLayout); each rank keeps
+// its pieces of the parameters, gradients and optimizer state. The
+// sharding_strategy option picks G and when gathered parameters are freed:
+//
+//   full_shard     G = N; each unit gathered before its forward and again
+//                  before its backward, freed after each (like zero3).
+//   shard_grad_op  G = N; each unit gathered before its forward and kept
+//                  until its backward is done.
+//   no_shard       G = 1; parameters used in place, each unit's gradients
+//                  allreduced over the world once they are complete.
+//   hybrid_shard   G = shard_group_size consecutive ranks; full_shard inside
+//                  the group, then each gradient piece allreduced over the
+//                  N / G ranks with the same index in their group.
+//
+// docs/strategies/fsdp.md describes it for users.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "fsdp_options.hpp"
+#include "tessera/sdk/flat_params.hpp"
+#include "tessera/sdk/strategy.hpp"
+#include "tessera/sdk/tracked_buffer.hpp"
+#include "tessera/sdk/unit_gather.hpp"
+#include "tessera/sdk/unit_runner.hpp"
+#include "tessera/sdk/unit_shards.hpp"
+
+namespace tessera::strategies {
+
+class FsdpStrategy final : public sdk::Strategy {
+ public:
+  // Reads and checks the options against the world size (see
+  // FsdpOptions::read); throws tessera::Error naming the bad option.
+  static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
+
+  // Allocates this rank's pieces: parameters (PARAMS) and gradients (GRADS)
+  // of Σ_u ceil(Ψ_u / G) elements each and the optimizer state of as many
+  // elements (OPTIMIZER). Not collective: the group communicators are split
+  // on the first collective call (step, or save with all replicas).
+  FsdpStrategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env);
+
+  // Each rank is its own data-parallel slice: data rank = rank, data size =
+  // world size.
+  [[nodiscard]] tessera_strategy_layout layout() const override;
+  // Reads the parameters and (when present) optimizer slots of this rank's
+  // pieces by tensor name and element range, so a checkpoint of any world
+  // size or sharding strategy can be read. Not collective. Errors of the
+  // reader propagate.
+  void load(const sdk::StateReader& reader) override;
+  // Collective. Forward and backward of the micro-batches with the
+  // parameters gathered per the sharding strategy; gradients reduced on the
+  // last micro-batch; global-norm clipping; each rank updates its pieces.
+  // Failures of a peer or the backend propagate as tessera::Error after the
+  // operations in flight are waited for and the temporary buffers freed.
+  sdk::StepResult step(const sdk::StepArgs& args) override;
+  // Writes this rank's pieces (only the ranks of the first sharding group,
+  // so every element is written once). With all replicas: collective, each
+  // unit gathered in its group and every parameter written by every rank.
+  void save(const sdk::StateWriter& writer) override;
+
+ private:
+  friend class FsdpHooks;
+
+  // Splits the world into the sharding group and the replica group (once;
+  // collective on the first call).
+  void ensure_comms();
+  // The communicator of the sharding group (the world when G = N).
+  [[nodiscard]] sdk::CommView& group();
+  [[nodiscard]] std::span<float> param_piece(int32_t u);
+  [[nodiscard]] std::span<float> grad_piece(int32_t u);
+  void bind_owner(sdk::SlotPointers& ptrs, int32_t owner, float* base);
+  // Gathers (G > 1) the owners of unit `u` and binds them; frees other
+  // gathered units unless kept (shard_grad_op keeps every unit until its
+  // backward is done); starts the gathers of `next` when prefetching.
+  void use_unit(int32_t u, int32_t next, bool free_others);
+  // Binds unit `u`'s gradient slots (full gradient buffers when G > 1).
+  void bind_grads(int32_t u);
+  // After unit `u`'s backward: shard_grad_op frees the parameters no lower
+  // unit uses; on the last micro-batch the complete gradients are
+  // reduce-scattered in the group and allreduced over the replicas.
+  void finish_unit(int32_t u, bool last_micro);
+  void release_all() noexcept;
+
+  sdk::Host host_;
+  sdk::StrategyEnv& env_;
+  FsdpOptions options_;
+  int32_t group_size_;
+  sdk::FlatLayout layout_;
+  sdk::UnitShardLayout shards_;
+  sdk::TrackedBuffer<float> params_;
+  sdk::TrackedBuffer<float> grads_;
+  sdk::OptimState optim_;
+  sdk::SlotPointers param_ptrs_;
+  sdk::SlotPointers grad_ptrs_;
+  std::vector<std::vector<int32_t>> done_at_;  // [u]: owners complete after u's backward
+  bool comms_ready_ = false;
+  std::unique_ptr<sdk::CommView> group_split_;    // 1 < G < N
+  std::unique_ptr<sdk::CommView> replica_split_;  // 1 < G < N
+  sdk::CommView* replicas_ = nullptr;             // N / G > 1: ranks with the same group index
+  std::unique_ptr<sdk::UnitGather> gather_;       // G > 1
+  sdk::UnitRunner runner_;
+};
+
+}  // namespace tessera::strategies
