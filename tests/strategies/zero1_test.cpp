@@ -5,7 +5,8 @@
 // exact); every rank holds bit-identical
 // parameters; the ranks' optimizer shards together cover every optimizer
 // tensor; tracked memory is 4Ψ parameters, 4Ψ gradients and 8·ceil(Ψ/N)
-// optimizer bytes per rank; the options keep the bits; bad options are
+// optimizer bytes per rank; the communication staging is bounded by two
+// buckets, not the model; the options keep the bits; bad options are
 // refused before any rank starts.
 #include <gtest/gtest.h>
 
@@ -154,6 +155,37 @@ TEST(Zero1Options, OverlapAndBucketSizesKeepTheBits) {
   EXPECT_EQ(first_bit_difference(merged(no_overlap), merged(base)), "");
   EXPECT_EQ(first_bit_difference(merged(tiny), merged(base)), "");
   expect_params_identical(tiny);
+}
+
+// Communication memory is bounded by the bucket size, not the model: with
+// buckets of B f32 elements over all ranks (floor(B/N) per rank), two
+// staging slots of N send blocks and one receive block each are all zero1
+// stages, the parameter allgather included, so the COMM peak is at most
+// 2·(N+1)·floor(B/N)·4 bytes (about two buckets), far below the 4Ψ bytes of
+// a staged gradient grid. With the default buckets (larger than these
+// models) one bucket covers the whole shard: at most (N+1)·S·4 bytes. The
+// bucket size changes when operations start, not the bits.
+TEST(Zero1Memory, CommPeakIsAboutTwoBucketsNotTheModel) {
+  const int64_t bucket = 524;  // f32 elements in 0.002 MiB
+  const std::string small = "bucket_mb = 0.002\nfirst_bucket_mb = 0.002";
+  for (const int world : {2, 3, 4}) {
+    const train::RunResult& result = cached(spec_of("gpt", "zero1", world, small));
+    const train::RunResult& base = cached(spec_of("gpt", "zero1", world));
+    const int64_t psi = result.plan.parameters;
+    const int64_t shard = (psi + world - 1) / world;
+    const int64_t two_buckets = 2 * 4 * (world + 1) * (bucket / world);
+    ASSERT_LT(two_buckets * 10, 4 * psi) << "the buckets must be small against the model";
+    ASSERT_EQ(result.memory.size(), static_cast<size_t>(world));
+    for (size_t r = 0; r < result.memory.size(); ++r) {
+      const int64_t peak = result.memory[r].peak[TESSERA_MEM_COMM];
+      EXPECT_GT(peak, 0) << world << " ranks, rank " << r;
+      EXPECT_LE(peak, two_buckets) << world << " ranks, rank " << r;
+      EXPECT_LE(base.memory[r].peak[TESSERA_MEM_COMM], 4 * (world + 1) * shard)
+          << world << " ranks, rank " << r;
+    }
+    EXPECT_EQ(first_bit_difference(merged(result), merged(base)), "") << world << " ranks";
+    EXPECT_EQ(result.logged.back().comm_bytes, base.logged.back().comm_bytes) << world << " ranks";
+  }
 }
 
 // Returns the message plan_run throws for `spec`, or "" if it accepts it.

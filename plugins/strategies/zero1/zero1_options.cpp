@@ -16,4 +16,12 @@ Zero1Options Zero1Options::read(const sdk::Options& options) {
   return o;
 }
 
+uint64_t Zero1Options::first_bucket_elements() const {
+  return sdk::bucket_elements(first_bucket_mb, "first_bucket_mb");
+}
+
+uint64_t Zero1Options::bucket_elements() const {
+  return sdk::bucket_elements(bucket_mb, "bucket_mb");
+}
+
 }  // namespace tessera::strategies

@@ -1,9 +1,10 @@
 // The options of the `zero1` strategy ([strategy.options]) and their checks.
 #pragma once
 
+#include <cstdint>
+
 #include "tessera/c/common.h"
 #include "tessera/c/plugin.h"
-#include "tessera/sdk/bucket_reducer.hpp"
 #include "tessera/sdk/host.hpp"
 
 namespace tessera::strategies {
@@ -11,8 +12,8 @@ namespace tessera::strategies {
 // Declarations handed to the host (key, type, default, help).
 inline constexpr tessera_option_decl kZero1Options[] = {
     {"bucket_mb", TESSERA_OPT_FLOAT, "25",
-     "gradient bucket capacity in MiB (a larger parameter gets a bucket of its own); also "
-     "bounds the staging buffer of the parameter allgather"},
+     "gradient bucket capacity in MiB over all ranks (a slice of every rank's shard); two "
+     "buckets in flight bound the communication staging, the parameter allgather included"},
     {"first_bucket_mb", TESSERA_OPT_FLOAT, "1",
      "capacity in MiB of the first bucket, kept small so communication starts early"},
     {"overlap", TESSERA_OPT_BOOL, "true",
@@ -29,11 +30,10 @@ struct Zero1Options {
   // naming the option when a bucket size is not a positive finite number.
   static Zero1Options read(const sdk::Options& options);
 
-  // The gradient bucket plan these options describe (f32 on the wire,
-  // reduce-scatter over the shard grid).
-  [[nodiscard]] sdk::BucketConfig buckets() const noexcept {
-    return sdk::BucketConfig{first_bucket_mb, bucket_mb, TESSERA_F32, true};
-  }
+  // Capacities of the first and of every later bucket in f32 elements
+  // (over all ranks), as sdk::plan_shard_buckets takes them.
+  [[nodiscard]] uint64_t first_bucket_elements() const;
+  [[nodiscard]] uint64_t bucket_elements() const;
 };
 
 }  // namespace tessera::strategies

@@ -3,21 +3,12 @@
 
 #include <algorithm>
 
+#include "tessera/sdk/bucket_reducer.hpp"
 #include "tessera/sdk/clip.hpp"
 #include "tessera/sdk/error.hpp"
 #include "tessera/sdk/flat_state.hpp"
-#include "tessera/sdk/grad_buckets.hpp"
 
 namespace tessera::strategies {
-
-namespace {
-// Elements per rank in one parameter allgather: a world's worth of them
-// fills one gradient bucket, so the staging stays near bucket_mb.
-uint64_t gather_chunk(const Zero1Options& options, int32_t world) {
-  const uint64_t bucket = sdk::bucket_elements(options.bucket_mb, "bucket_mb");
-  return std::max<uint64_t>(1, bucket / static_cast<uint64_t>(std::max(world, 1)));
-}
-}  // namespace
 
 void Zero1Strategy::check(const sdk::Host& /*host*/, const sdk::Options& options,
                           int32_t world_size) {
@@ -33,16 +24,16 @@ Zero1Strategy::Zero1Strategy(const sdk::Host& host, const sdk::Options& options,
       options_(Zero1Options::read(options)),
       layout_(env.model()),
       state_(host, layout_, env.rank()),
-      gather_(host, env.world(), layout_.total(), gather_chunk(options_, env.world_size())),
-      optim_(env.optimizer().make_state(gather_.shard().shard_size)),
-      runner_(host, env.model(), env.rank()),
-      reducer_(host, env.world(), layout_, options_.buckets(), env.rank()) {
+      grid_(host, env.world(), layout_, options_.first_bucket_elements(),
+            options_.bucket_elements(), env.rank()),
+      optim_(env.optimizer().make_state(grid_.shard().shard_size)),
+      runner_(host, env.model(), env.rank()) {
   if (env.rank() == 0) {
     host_.debug("zero1: ", layout_.total(), " parameters, optimizer shard of ",
-                gather_.shard().shard_size, " elements per rank (",
-                gather_.shard().padded_total - layout_.total(), " padding), ",
-                reducer_.buckets().size(), " buckets (first ", options_.first_bucket_mb,
-                " MiB, then ", options_.bucket_mb, " MiB), overlap ",
+                grid_.shard().shard_size, " elements per rank (",
+                grid_.shard().padded_total - layout_.total(), " padding), ", grid_.buckets().size(),
+                " buckets (first ", options_.first_bucket_mb, " MiB, then ", options_.bucket_mb,
+                " MiB), ", grid_.staging_elements(), " staged elements, overlap ",
                 options_.overlap ? "on" : "off", ", ", env.world_size(), " ranks");
   }
 }
@@ -56,9 +47,9 @@ tessera_strategy_layout Zero1Strategy::layout() const {
 }
 
 void Zero1Strategy::load(const sdk::StateReader& reader) {
-  const sdk::FlatRange mine = gather_.shard().real;
+  const sdk::FlatRange mine = grid_.shard().real;
   sdk::read_params(reader, layout_, mine, state_.params(mine));
-  gather_.gather(state_.params());
+  grid_.allgather(state_.params());
   sdk::read_optimizer_state(reader, layout_, env_.optimizer(), optim_, mine);
 }
 
@@ -66,22 +57,22 @@ sdk::StepResult Zero1Strategy::step(const sdk::StepArgs& args) {
   sdk::CommView& world = env_.world();
   const sdk::CommStats before = world.stats();
   state_.zero_grads();
-  reducer_.begin_step(state_.grads());
+  grid_.begin_step(state_.grads());
   sdk::StepResult result;
   try {
-    sdk::BucketHooks hooks(reducer_);
+    sdk::BucketHooks hooks(grid_);
     result.loss = runner_.run(args.micro_batches, args.loss_scales, state_.param_ptrs(),
                               state_.grad_ptrs(), options_.overlap ? &hooks : nullptr);
   } catch (...) {
-    reducer_.abandon();
+    grid_.abandon();
     throw;
   }
-  reducer_.finish();
+  grid_.finish();
   // After the reduce-scatter only this rank's shard holds summed gradients:
   // the global sum of squares is the sum of the shards' (one f64 scalar
   // allreduced). Only the shard is read by the optimizer, so only it is
   // scaled.
-  const sdk::FlatRange mine = gather_.shard().real;
+  const sdk::FlatRange mine = grid_.shard().real;
   double total = mine.empty() ? 0.0 : sdk::sum_squares(state_.grads(mine));
   world.allreduce(std::span<double>(&total, 1), TESSERA_SUM);
   const float factor = sdk::clip_coefficient(total, args.max_grad_norm);
@@ -91,7 +82,7 @@ sdk::StepResult Zero1Strategy::step(const sdk::StepArgs& args) {
     sdk::scale_in_place(grads, factor);
     env_.optimizer().step(optim_, 0, state_.params(mine), grads, args.step, args.lr);
   }
-  gather_.gather(state_.params());
+  grid_.allgather(state_.params());
   const sdk::CommStats& after = world.stats();
   result.comm_wait_ns = after.wait_ns - before.wait_ns;
   result.comm_bytes = after.bytes_sent - before.bytes_sent;
@@ -99,7 +90,7 @@ sdk::StepResult Zero1Strategy::step(const sdk::StepArgs& args) {
 }
 
 void Zero1Strategy::save(const sdk::StateWriter& writer) {
-  const sdk::FlatRange mine = gather_.shard().real;
+  const sdk::FlatRange mine = grid_.shard().real;
   if (writer.all_replicas()) {
     const sdk::FlatRange all{0, layout_.total()};
     sdk::write_params(writer, layout_, all, state_.params());

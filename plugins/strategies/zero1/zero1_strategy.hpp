@@ -14,8 +14,7 @@
 
 #include <cstdint>
 
-#include "shard_gather.hpp"
-#include "tessera/sdk/bucket_reducer.hpp"
+#include "shard_grid.hpp"
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/replicated_params.hpp"
 #include "tessera/sdk/strategy.hpp"
@@ -31,8 +30,9 @@ class Zero1Strategy final : public sdk::Strategy {
 
   // Allocates the replicated parameters and gradients (PARAMS, GRADS), the
   // optimizer state of this rank's padded shard (OPTIMIZER, through the
-  // host's optimizer table), the allgather staging (COMM), and plans the
-  // gradient buckets. Collective only in that every rank must create it.
+  // host's optimizer table), plans the gradient buckets and allocates their
+  // two staging slots (COMM, shared with the parameter allgather).
+  // Collective only in that every rank must create it.
   Zero1Strategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env);
 
   // Each rank is its own data-parallel slice: data rank = rank, data size =
@@ -65,10 +65,9 @@ class Zero1Strategy final : public sdk::Strategy {
   Zero1Options options_;
   sdk::FlatLayout layout_;
   sdk::ReplicatedParams state_;
-  ShardGather gather_;
+  ShardGrid grid_;
   sdk::OptimState optim_;  // shard_size elements: the shard, padding included
   sdk::UnitRunner runner_;
-  sdk::BucketReducer reducer_;
 };
 
 }  // namespace tessera::strategies

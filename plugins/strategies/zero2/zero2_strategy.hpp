@@ -19,9 +19,9 @@
 #include "tessera/sdk/replicated_params.hpp"
 #include "tessera/sdk/strategy.hpp"
 #include "tessera/sdk/tracked_buffer.hpp"
+#include "tessera/sdk/unit_reduce.hpp"
 #include "tessera/sdk/unit_runner.hpp"
 #include "tessera/sdk/unit_shards.hpp"
-#include "unit_grad_reducer.hpp"
 #include "zero2_options.hpp"
 
 namespace tessera::strategies {
@@ -94,7 +94,7 @@ class Zero2Strategy final : public sdk::Strategy {
   sdk::OptimState optim_;            // shard_elements() elements
   sdk::SlotPointers grad_ptrs_;
   std::vector<std::vector<int32_t>> done_at_;  // [u]: owners whose gradients complete at u
-  UnitGradReducer reducer_;
+  sdk::UnitReducer reducer_;
   sdk::UnitRunner runner_;
 };
 

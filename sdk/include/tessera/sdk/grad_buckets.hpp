@@ -1,6 +1,7 @@
 // Gradient buckets: the owned parameters grouped, in backward order, into
 // contiguous flat ranges that are communicated as one operation each
-// (allreduce for DDP, reduce-scatter for ZeRO-2). Grouping small tensors
+// (allreduce for DDP; zero1 reduce-scatters slices of the shard grid
+// planned by plan_shard_buckets). Grouping small tensors
 // saves per-operation latency; starting each bucket as soon as its
 // gradients are complete overlaps communication with the rest of the
 // backward pass.
