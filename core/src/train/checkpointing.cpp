@@ -4,6 +4,7 @@
 #include <cctype>
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -13,12 +14,15 @@
 
 #include "tessera/core/atomic_file.hpp"
 #include "tessera/core/safetensors.hpp"
+#include "tessera/core/safetensors_index.hpp"
+#include "tessera/core/train/sharded_checkpoint.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::train {
 namespace {
 
 constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kIndexFile = "index.json";
 constexpr const char* kLatestFile = "latest";
 constexpr std::string_view kOptimPrefix = "optim.";
 
@@ -69,19 +73,42 @@ std::optional<CheckpointInfo> find_latest_checkpoint(const std::filesystem::path
          "got '" + name + "'");
   }
   CheckpointInfo info;
-  info.file = dir / name / kModelFile;
   info.step = *step;
-  if (!std::filesystem::is_regular_file(info.file, ec)) {
-    fail("checkpoint: '" + latest.string() + "' names '" + name + "', but '" + info.file.string() +
-         "' does not exist");
+  const std::filesystem::path model_file = dir / name / kModelFile;
+  const std::filesystem::path index_file = dir / name / kIndexFile;
+  const bool full = std::filesystem::is_regular_file(model_file, ec);
+  const bool sharded = std::filesystem::is_regular_file(index_file, ec);
+  if (full && sharded) {
+    fail("checkpoint: '" + (dir / name).string() + "' holds both " + kModelFile + " and " +
+         kIndexFile + "; remove the one that is not the checkpoint of step " +
+         std::to_string(*step));
   }
-  info.metadata = SafetensorsReader::open(info.file).metadata();
+  if (!full && !sharded) {
+    fail("checkpoint: '" + latest.string() + "' names '" + name +
+         "', but that checkpoint does not exist: '" + (dir / name).string() + "' holds neither " +
+         kModelFile + " (format full) nor " + kIndexFile + " (format sharded)");
+  }
+  if (sharded) {
+    info.format = CheckpointFormat::sharded;
+    info.file = index_file;
+    const ShardedIndex index = read_index(index_file);
+    verify_sharded_files(index_file, index);
+    info.metadata = index.metadata;
+  } else {
+    info.file = model_file;
+    info.metadata = SafetensorsReader::open(info.file).metadata();
+  }
   const auto recorded = info.metadata.find("step");
   if (recorded != info.metadata.end() && recorded->second != std::to_string(*step)) {
     fail("checkpoint: '" + info.file.string() + "' records step " + recorded->second +
          " but its directory says " + std::to_string(*step));
   }
   return info;
+}
+
+void write_latest(const std::filesystem::path& dir, int64_t step) {
+  remove_stale_temp_files(dir / kLatestFile);
+  write_file_atomically(dir / kLatestFile, checkpoint_dir_name(step) + "\n");
 }
 
 std::vector<std::string> checkpoint_tensor_order(const model::Model& model,
@@ -136,11 +163,20 @@ std::filesystem::path write_checkpoint(const std::filesystem::path& dir, int64_t
     throw Error(TESSERA_ERR_INTERNAL,
                 "checkpoint: cannot create '" + step_dir.string() + "': " + ec.message());
   }
+  // An index of an earlier sharded attempt at this step would make the
+  // directory ambiguous.
+  if (std::filesystem::exists(step_dir / kIndexFile, ec)) {
+    std::filesystem::remove(step_dir / kIndexFile, ec);
+    if (ec) {
+      throw Error(
+          TESSERA_ERR_INTERNAL,
+          "checkpoint: cannot remove '" + (step_dir / kIndexFile).string() + "': " + ec.message());
+    }
+  }
   std::filesystem::path file = step_dir / kModelFile;
   remove_stale_temp_files(file);
   writer.save(file);
-  remove_stale_temp_files(dir / kLatestFile);
-  write_file_atomically(dir / kLatestFile, dir_name + "\n");
+  write_latest(dir, step);
   return file;
 }
 
@@ -165,25 +201,47 @@ void check_parameters_file(const std::filesystem::path& file, const model::Model
   if (!std::filesystem::exists(file, ec)) {
     fail(what + ": file '" + file.string() + "' does not exist");
   }
-  const SafetensorsReader reader = SafetensorsReader::open(file);
+  // What the file says about one tensor: absent, or dtype and shape.
+  struct Found {
+    tessera_dtype dtype = TESSERA_F32;
+    std::vector<uint64_t> shape;
+  };
+  std::function<std::optional<Found>(const std::string&)> lookup;
+  std::optional<SafetensorsReader> reader;
+  std::optional<ShardedIndex> index;
+  if (is_sharded_index(file)) {
+    index = read_index(file);
+    lookup = [&](const std::string& name) -> std::optional<Found> {
+      const auto it = index->tensors.find(name);
+      if (it == index->tensors.end()) return std::nullopt;
+      return Found{it->second.dtype, it->second.shape};
+    };
+  } else {
+    reader = SafetensorsReader::open(file);
+    lookup = [&](const std::string& name) -> std::optional<Found> {
+      if (!reader->contains(name)) return std::nullopt;
+      const TensorInfo& info = reader->info(name);
+      return Found{info.dtype, info.shape};
+    };
+  }
   for (size_t u = 0; u < model.size(); ++u) {
     const auto specs = model.unit(u).params();
     for (size_t p = 0; p < specs.size(); ++p) {
       if (model.owner(u, p) != model::ParamRef{u, p}) continue;
       const std::string name = fmt::format("{}.{}", model.unit(u).name(), specs[p].name);
       const std::vector<uint64_t> shape(specs[p].shape.begin(), specs[p].shape.end());
-      if (!reader.contains(name)) {
+      const std::optional<Found> found = lookup(name);
+      if (!found) {
         fail(fmt::format("{}: '{}' has no tensor '{}' (model '{}' needs it with shape {})", what,
                          file.string(), name, model.name(), shape_text(shape)));
       }
-      const TensorInfo& info = reader.info(name);
-      if (info.dtype != TESSERA_F32) {
+      if (found->dtype != TESSERA_F32) {
         fail(fmt::format("{}: '{}' tensor '{}' is {}, but parameters are F32", what, file.string(),
-                         name, safetensors_dtype_name(info.dtype)));
+                         name, safetensors_dtype_name(found->dtype)));
       }
-      if (info.shape != shape) {
+      if (found->shape != shape) {
         fail(fmt::format("{}: '{}' tensor '{}' has shape {}, but model '{}' needs {}", what,
-                         file.string(), name, shape_text(info.shape), model.name(),
+                         file.string(), name, shape_text(found->shape), model.name(),
                          shape_text(shape)));
       }
     }

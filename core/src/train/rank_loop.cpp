@@ -14,6 +14,7 @@
 #include "prepared_run.hpp"
 #include "tessera/core/data/sampler.hpp"
 #include "tessera/core/memory.hpp"
+#include "tessera/core/train/sharded_checkpoint.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::train::detail {
@@ -97,13 +98,26 @@ StepMetrics reduce_window(Communicator& comm, const Window& window, int64_t step
 }
 
 // Every rank loads the same source: resume > model.init > the model's init.
-void load_initial_state(const PreparedRun& run, const Config& config, StrategyInstance& strategy) {
+// A sharded checkpoint is opened once per rank (its reader is not
+// thread-safe); each strategy reads the slices it owns, whatever world size
+// wrote them.
+void load_initial_state(const PreparedRun& run, const Config& config, Communicator& comm,
+                        RunLog* log, StrategyInstance& strategy) {
   if (run.resume) {
-    strategy.load(*safetensors_source(run.resume->file));
+    const auto written = run.resume->metadata.find("world_size");
+    if (log != nullptr && written != run.resume->metadata.end() &&
+        written->second != std::to_string(comm.size())) {
+      const std::string line = fmt::format(
+          "checkpoint: resharding {} -> {} ranks ({} checkpoint {})", written->second, comm.size(),
+          run.resume->format == CheckpointFormat::sharded ? "sharded" : "full",
+          run.resume->file.string());
+      log->message(line);
+    }
+    strategy.load(*checkpoint_source(run.resume->file));
     return;
   }
   if (!config.model.init.empty()) {
-    const auto file = safetensors_source(config.model.init);
+    const auto file = checkpoint_source(config.model.init);
     strategy.load(ParametersOnly(*file));
     return;
   }
@@ -138,10 +152,39 @@ std::map<std::string, std::string> checkpoint_metadata(const Config& config, int
           {"micro_batches", std::to_string(config.data.micro_batches)}};
 }
 
+// Collective, format "sharded": rank 0 clears the step directory of an
+// earlier attempt, every rank writes its own pieces to its own file, the
+// slice records go to rank 0, which writes the index and then `latest`. A
+// failure on any rank aborts the world before `latest` changes.
+void write_sharded_step_checkpoint(const RankShared& s, Communicator& comm,
+                                   StrategyInstance& strategy, int64_t step, RunLog* log,
+                                   RankOutput& out) {
+  const Config& config = *s.config;
+  const std::filesystem::path dir = config.checkpoint.dir;
+  const std::filesystem::path step_dir = dir / checkpoint_dir_name(step);
+  if (comm.rank() == 0) (void)prepare_sharded_step_dir(dir, step);
+  comm.barrier();  // the directory exists and holds nothing of an earlier attempt
+  std::map<std::string, std::string> metadata = checkpoint_metadata(config, comm.size());
+  metadata["step"] = std::to_string(step);
+  std::vector<SliceRecord> records =
+      write_rank_shard(step_dir, comm.rank(), strategy.save(false), std::move(metadata));
+  std::vector<SliceRecord> all = gather_slice_records(comm, std::move(records));
+  if (comm.rank() == 0) {
+    out.last_checkpoint = write_sharded_index(dir, step, comm.size(), all, s.tensor_order,
+                                              checkpoint_metadata(config, comm.size()));
+    if (log != nullptr) log->message("checkpoint: " + out.last_checkpoint.string());
+  }
+  comm.barrier();  // the checkpoint is complete (or rank 0 failed and aborted)
+}
+
 // Collective: every rank's pieces go to rank 0, which writes the files.
 void write_step_checkpoint(const RankShared& s, Communicator& comm, StrategyInstance& strategy,
                            int64_t step, RunLog* log, RankOutput& out) {
   const Config& config = *s.config;
+  if (config.checkpoint.format == "sharded") {
+    write_sharded_step_checkpoint(s, comm, strategy, step, log, out);
+    return;
+  }
   std::optional<CollectedState> merged = s.gather->gather(comm, strategy.save(false));
   if (merged) {
     out.last_checkpoint = write_checkpoint(config.checkpoint.dir, step, *merged, s.tensor_order,
@@ -168,7 +211,7 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
   check_layout(layout, config, comm.size());
   const DistributedSampler sampler(*run.dataset, config.run.seed, config.data.batch_size,
                                    layout.data_rank, layout.data_size);
-  load_initial_state(run, config, *strategy);
+  load_initial_state(run, config, comm, log, *strategy);
 
   // The model returns the SUM of per-example (per-token) losses times this,
   // so gradients summed over micro-batches and ranks are the global mean's.

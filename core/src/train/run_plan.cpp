@@ -127,11 +127,6 @@ PreparedRun prepare_run(const Config& config, const PluginRegistry& registry) {
     plan.init_file = config.model.init;
     check_parameters_file(plan.init_file, *run.model, "model.init");
   }
-  if (!config.checkpoint.dir.empty() && config.checkpoint.format == "sharded") {
-    fail(
-        "checkpoint.format = 'sharded' is not supported by the run loop yet; use 'full' (one "
-        "safetensors file per checkpoint)");
-  }
   if (config.checkpoint.resume) {
     run.resume = find_latest_checkpoint(config.checkpoint.dir);
     if (run.resume) {

@@ -1,12 +1,17 @@
-// Training checkpoints on disk (format "full"): one directory per step,
+// Training checkpoints on disk: one directory per step,
 //
-//   <dir>/step-00000200/model.safetensors   every tensor, merged from all ranks
+//   <dir>/step-00000200/model.safetensors   format "full": every tensor,
+//                                           merged from all ranks on rank 0
+//   <dir>/step-00000200/index.json          format "sharded": one file per
+//   <dir>/step-00000200/rank00000.safetensors ... rank plus the index
+//                                           (sharded_checkpoint.hpp)
 //   <dir>/latest                            "step-00000200", written last
 //
 // with parameters named "<unit>.<param>" and optimizer state
-// "optim.<unit>.<param>.<slot>". Both files are replaced atomically, so
-// `latest` only ever names a complete checkpoint. The data position and the
-// random state are pure functions of (run.seed, step) and need no tensors.
+// "optim.<unit>.<param>.<slot>". Every file is replaced atomically and
+// `latest` is written after the checkpoint is complete, so it only ever
+// names a complete checkpoint. The data position and the random state are
+// pure functions of (run.seed, step) and need no tensors.
 #pragma once
 
 #include <cstdint>
@@ -30,19 +35,35 @@ std::string checkpoint_dir_name(int64_t step);
 // by digits only.
 std::optional<int64_t> parse_checkpoint_dir_name(const std::string& name);
 
+// How a checkpoint is stored.
+enum class CheckpointFormat {
+  full,     // one model.safetensors
+  sharded,  // index.json plus one rank file per rank that wrote it
+};
+
 // One checkpoint found on disk.
 struct CheckpointInfo {
-  std::filesystem::path file;  // <dir>/step-XXXXXXXX/model.safetensors
+  // full: <dir>/step-XXXXXXXX/model.safetensors; sharded: .../index.json
+  std::filesystem::path file;
+  CheckpointFormat format = CheckpointFormat::full;
   int64_t step = 0;
-  std::map<std::string, std::string> metadata;  // the file's __metadata__
+  std::map<std::string, std::string> metadata;  // __metadata__ or the index's metadata
 };
 
 // The checkpoint `<dir>/latest` names, opened and validated; nullopt when
-// `dir` or `latest` does not exist (nothing to resume). Throws
-// tessera::Error (invalid argument) naming the path when `latest` does not
-// hold one step directory name, the file it names is missing or not a valid
-// safetensors file, or its "step" metadata disagrees with the name.
+// `dir` or `latest` does not exist (nothing to resume). The step directory
+// holds either index.json (sharded; the index, every rank file and every
+// slice key are checked) or model.safetensors (full). Throws tessera::Error
+// (invalid argument) naming the path when `latest` does not hold one step
+// directory name, the directory holds neither file or both, a file is
+// missing or invalid, or the "step" metadata disagrees with the name.
 std::optional<CheckpointInfo> find_latest_checkpoint(const std::filesystem::path& dir);
+
+// Replaces `<dir>/latest` atomically with the name of step `step`'s
+// directory (removing stale temporary files of an interrupted write first).
+// Throws tessera::Error naming the path on failure; the previous `latest`
+// is untouched then.
+void write_latest(const std::filesystem::path& dir, int64_t step);
 
 // Tensor names in the order a checkpoint stores them: every owned parameter
 // in model order, then each parameter's optimizer slots
@@ -50,10 +71,11 @@ std::optional<CheckpointInfo> find_latest_checkpoint(const std::filesystem::path
 std::vector<std::string> checkpoint_tensor_order(const model::Model& model,
                                                  const Optimizer& optimizer);
 
-// Writes the checkpoint of `step` into `dir` (created if needed): the full
-// value of every tensor of `state` (CollectedState::full; tensors named in
-// `order` first, in that order, the rest by name), `metadata` plus "step",
-// then `latest`. Returns the model file's path. Throws tessera::Error naming
+// Writes the full checkpoint of `step` into `dir` (created if needed): the
+// full value of every tensor of `state` (CollectedState::full; tensors named
+// in `order` first, in that order, the rest by name), `metadata` plus
+// "step", then `latest`. A sharded index of an earlier attempt at the same
+// step is removed first. Returns the model file's path. Throws tessera::Error naming
 // the tensor when the pieces do not cover it, or naming the path on an I/O
 // failure; the previous checkpoint and `latest` are untouched then.
 std::filesystem::path write_checkpoint(const std::filesystem::path& dir, int64_t step,
@@ -75,10 +97,11 @@ class ParametersOnly final : public StateSource {
   const StateSource& inner_;
 };
 
-// Checks that safetensors file `file` holds every owned parameter of
-// `model` as F32 of the parameter's shape. Throws tessera::Error (invalid
-// argument) naming `what` ("model.init"), the file and the first tensor
-// that is missing or differs, or the file if it cannot be read.
+// Checks that `file` — a safetensors file, or a sharded index (a name
+// ending in ".json") — holds every owned parameter of `model` as F32 of the
+// parameter's shape. Throws tessera::Error (invalid argument) naming `what`
+// ("model.init"), the file and the first tensor that is missing or differs,
+// or the file if it cannot be read.
 void check_parameters_file(const std::filesystem::path& file, const model::Model& model,
                            const std::string& what);
 

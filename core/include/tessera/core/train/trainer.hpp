@@ -50,10 +50,9 @@ struct RunPlan {
 //    failing to build (their own messages, naming the key or file);
 //  * model.init missing, unreadable, or lacking a parameter / holding one of
 //    another shape or dtype (naming the file and the tensor);
-//  * checkpoint.format = "sharded" with checkpoint.dir set (not supported by
-//    the run loop yet);
 //  * checkpoint.resume with a `latest` file that is malformed or names a
-//    missing or unreadable checkpoint, or one written for another model.
+//    missing or unreadable checkpoint (full or sharded: index, rank files,
+//    slice keys), or one written for another model.
 // The data-parallel degree is only known once the strategy is created, so
 // "global batch < data-parallel ranks x micro_batches" is checked by every
 // rank right after creating it, before the first step (same message on

@@ -1,0 +1,69 @@
+// Converting a sharded checkpoint into one full safetensors file (the
+// library side of `tessera checkpoint convert --to full`).
+#include <system_error>
+#include <utility>
+
+#include "tessera/core/safetensors.hpp"
+#include "tessera/core/train/checkpointing.hpp"
+#include "tessera/core/train/sharded_checkpoint.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+[[noreturn]] void fail(const std::string& message) {
+  throw Error(TESSERA_ERR_INVALID_ARGUMENT, message);
+}
+
+}  // namespace
+
+fs::path resolve_sharded_index(const fs::path& in) {
+  std::error_code ec;
+  if (!fs::exists(in, ec)) fail("checkpoint: '" + in.string() + "' does not exist");
+  if (!fs::is_directory(in, ec)) return in;
+  if (fs::is_regular_file(in / "index.json", ec)) return in / "index.json";
+  if (fs::exists(in / "latest", ec)) {
+    const std::optional<CheckpointInfo> info = find_latest_checkpoint(in);
+    if (info && info->format == CheckpointFormat::sharded) return info->file;
+    if (info) {
+      fail("checkpoint: '" + (in / "latest").string() + "' names '" + info->file.string() +
+           "', a full checkpoint already (nothing to convert)");
+    }
+  }
+  fail("checkpoint: directory '" + in.string() +
+       "' holds neither an index.json (a sharded step directory) nor a 'latest' file (a "
+       "checkpoint directory)");
+}
+
+ConversionSummary convert_to_full(const fs::path& in, const fs::path& out) {
+  ConversionSummary summary;
+  summary.index = resolve_sharded_index(in);
+  summary.output = out;
+  ShardedCheckpoint checkpoint = ShardedCheckpoint::open(summary.index);
+  const ShardedIndex& index = checkpoint.index();
+  summary.world_size = index.world_size;
+
+  SafetensorsWriter writer;
+  for (const std::string& name : sharded_tensor_order(index)) {
+    const ShardedTensor& tensor = index.tensors.at(name);
+    std::vector<std::byte> bytes = checkpoint.read_full(name);
+    summary.bytes += bytes.size();
+    writer.add_owned(name, tensor.dtype, tensor.shape, std::move(bytes));
+    ++summary.tensors;
+  }
+  for (const auto& [key, value] : index.metadata) {
+    if (key != "tensor_order") writer.set_metadata(key, value);
+  }
+  writer.set_metadata("format", "full");
+
+  std::error_code ec;
+  if (fs::exists(out, ec) && fs::is_directory(out, ec)) {
+    fail("checkpoint convert: output '" + out.string() + "' is a directory (give a file name)");
+  }
+  writer.save(out);
+  return summary;
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,129 @@
+// Reading a sharded training checkpoint: the state source a strategy's
+// load() reads slices from, the check of the rank files, and the tensor
+// order of a full checkpoint.
+#include <algorithm>
+#include <set>
+#include <string_view>
+#include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "tessera/core/safetensors.hpp"
+#include "tessera/core/train/sharded_checkpoint.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::string_view kOptimPrefix = "optim.";
+
+class ShardedSource final : public StateSource {
+ public:
+  explicit ShardedSource(const fs::path& index_path)
+      : checkpoint_(ShardedCheckpoint::open(index_path)), describe_(index_path.string()) {}
+
+  [[nodiscard]] bool has(const std::string& name) const override {
+    return checkpoint_.index().tensors.count(name) != 0;
+  }
+
+  void read(const SliceRef& slice, std::span<float> out) const override {
+    const auto it = checkpoint_.index().tensors.find(slice.name);
+    TESSERA_CHECK(it != checkpoint_.index().tensors.end(), TESSERA_ERR_INVALID_ARGUMENT, describe_,
+                  ": no tensor '", slice.name, "'");
+    const ShardedTensor& tensor = it->second;
+    TESSERA_CHECK(tensor.dtype == TESSERA_F32, TESSERA_ERR_INVALID_ARGUMENT, describe_,
+                  ": tensor '", slice.name, "' is ", safetensors_dtype_name(tensor.dtype),
+                  ", training state must be F32");
+    const bool same_shape =
+        std::equal(slice.shape.begin(), slice.shape.end(), tensor.shape.begin(), tensor.shape.end(),
+                   [](int64_t a, uint64_t b) { return a >= 0 && static_cast<uint64_t>(a) == b; });
+    TESSERA_CHECK(same_shape, TESSERA_ERR_INVALID_ARGUMENT, describe_, ": tensor '", slice.name,
+                  "' has shape [", fmt::format("{}", fmt::join(tensor.shape, ", ")),
+                  "], the strategy expects [", fmt::format("{}", fmt::join(slice.shape, ", ")),
+                  "]");
+    const uint64_t numel = shape_numel(tensor.shape);
+    TESSERA_CHECK(slice.offset <= numel && slice.count <= numel - slice.offset,
+                  TESSERA_ERR_INVALID_ARGUMENT, describe_, ": elements [", slice.offset, ", ",
+                  slice.offset + slice.count, ") are outside tensor '", slice.name, "' of ", numel,
+                  " elements");
+    TESSERA_CHECK(out.size() == slice.count, TESSERA_ERR_INVALID_ARGUMENT, describe_, ": tensor '",
+                  slice.name, "': ", slice.count, " elements requested into a buffer of ",
+                  out.size());
+    checkpoint_.read<float>(slice.name, slice.offset, out);
+  }
+
+  [[nodiscard]] std::string describe() const override { return describe_; }
+
+ private:
+  // Opens rank files lazily, hence mutable; the source is used by one rank.
+  mutable ShardedCheckpoint checkpoint_;
+  std::string describe_;
+};
+
+}  // namespace
+
+bool is_sharded_index(const fs::path& file) { return file.extension() == ".json"; }
+
+std::unique_ptr<StateSource> sharded_source(const fs::path& index_path) {
+  return std::make_unique<ShardedSource>(index_path);
+}
+
+std::unique_ptr<StateSource> checkpoint_source(const fs::path& file) {
+  if (is_sharded_index(file)) return sharded_source(file);
+  return safetensors_source(file);
+}
+
+void verify_sharded_files(const fs::path& index_path, const ShardedIndex& index) {
+  std::map<std::string, SafetensorsReader> files;
+  for (const auto& [name, tensor] : index.tensors) {
+    for (const ShardSlice& slice : tensor.slices) {
+      auto it = files.find(slice.file);
+      if (it == files.end()) {
+        it =
+            files
+                .emplace(slice.file, SafetensorsReader::open(index_path.parent_path() / slice.file))
+                .first;
+      }
+      const SafetensorsReader& reader = it->second;
+      TESSERA_CHECK(reader.contains(slice.key), TESSERA_ERR_INVALID_ARGUMENT, "safetensors file '",
+                    reader.path().string(), "' has no tensor '", slice.key, "', which index '",
+                    index_path.string(), "' lists for tensor '", name, "'");
+      const TensorInfo& info = reader.info(slice.key);
+      TESSERA_CHECK(info.dtype == tensor.dtype && info.numel() == slice.count,
+                    TESSERA_ERR_INVALID_ARGUMENT, "safetensors file '", reader.path().string(),
+                    "': tensor '", slice.key, "' is ", safetensors_dtype_name(info.dtype), " with ",
+                    info.numel(), " elements but index '", index_path.string(), "' expects ",
+                    safetensors_dtype_name(tensor.dtype), " with ", slice.count, " for tensor '",
+                    name, "'");
+    }
+  }
+}
+
+std::vector<std::string> sharded_tensor_order(const ShardedIndex& index) {
+  std::vector<std::string> order;
+  std::set<std::string> listed;
+  if (const auto it = index.metadata.find("tensor_order"); it != index.metadata.end()) {
+    const nlohmann::json names = nlohmann::json::parse(it->second, nullptr, false);
+    if (names.is_array()) {
+      for (const auto& name : names) {
+        if (!name.is_string()) continue;
+        const auto text = name.get<std::string>();
+        if (index.tensors.count(text) != 0 && listed.insert(text).second) order.push_back(text);
+      }
+    }
+  }
+  for (const bool optim : {false, true}) {
+    for (const auto& [name, tensor] : index.tensors) {
+      if (name.starts_with(kOptimPrefix) == optim && listed.insert(name).second) {
+        order.push_back(name);
+      }
+    }
+  }
+  return order;
+}
+
+}  // namespace tessera::train
