@@ -19,7 +19,9 @@ namespace tessera::cli {
 
 CLI::App* add_bench_command(CLI::App& app, BenchArgs& args) {
   CLI::App* bench =
-      app.add_subcommand("bench", "Benchmarks: `bench collectives` times one collective");
+      app.add_subcommand("bench",
+                         "Benchmarks: `bench collectives` times one collective; `bench strategies` "
+                         "compares strategies on one configuration");
   bench->require_subcommand(1);
   CLI::App* cmd = bench->add_subcommand(
       "collectives", "Time one collective over a range of sizes and check every result");

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "bench_command.hpp"
+#include "bench_strategies.hpp"
+#include "checkpoint_command.hpp"
 #include "cli11.hpp"
 #include "cli_error.hpp"
 #include "global_options.hpp"
@@ -42,8 +44,9 @@ std::string parse_error_message(const CLI::App& app, const CLI::ParseError& e) {
   const CLI::App& level = in_bench ? *chosen.front() : app;
   const std::string prefix = in_bench ? "bench " : "";
   const std::string choices =
-      in_bench ? "collectives"
-               : "train, plugins, bench collectives or version; launch to start ranks";
+      in_bench ? "collectives or strategies"
+               : "train, plugins, bench collectives, bench strategies or version; launch to start "
+                 "ranks; checkpoint convert to merge a sharded checkpoint";
   const auto left = level.remaining();
   if (!left.empty()) {
     if (left.front().rfind('-', 0) == 0) {
@@ -70,14 +73,19 @@ int run(int argc, char** argv) {
   cli::GlobalOptions global;
   cli::PluginsArgs plugins_args;
   cli::BenchArgs bench_args;
+  cli::BenchStrategiesArgs strategies_args;
   cli::TrainArgs train_args;
   cli::LaunchArgs launch_args;
+  cli::CheckpointArgs checkpoint_args;
   cli::add_global_options(app, global);
   CLI::App* train = cli::add_train_command(app, train_args);
   CLI::App* plugins = cli::add_plugins_command(app, plugins_args);
   CLI::App* bench = cli::add_bench_command(app, bench_args);
+  CLI::App* bench_strategies =
+      cli::add_bench_strategies_command(*bench->get_parent(), strategies_args);
   CLI::App* version = cli::add_version_command(app);
   CLI::App* launch = cli::add_launch_command(app, launch_args);
+  CLI::App* checkpoint = cli::add_checkpoint_command(app, checkpoint_args);
 
   try {
     app.parse(argc, argv);
@@ -93,13 +101,17 @@ int run(int argc, char** argv) {
     if (*train) return cli::run_train_command(global, train_args, std::cout);
     if (*plugins) return cli::run_plugins_command(global, plugins_args, std::cout);
     if (*bench) return cli::run_bench_command(global, bench_args, std::cout);
+    if (*bench_strategies) {
+      return cli::run_bench_strategies_command(global, strategies_args, std::cout);
+    }
     if (*version) return cli::run_version_command(std::cout);
+    if (*checkpoint) return cli::run_checkpoint_command(checkpoint_args, std::cout);
     if (*launch) {
       return cli::run_launch_command(launch_args, {argv, static_cast<std::size_t>(argc)});
     }
     return report(
-        "no subcommand given (use train, plugins, bench collectives or version; launch to start "
-        "ranks)",
+        "no subcommand given (use train, plugins, bench collectives, bench strategies or version; "
+        "launch to start ranks; checkpoint convert to merge a sharded checkpoint)",
         kExitUsage);
   } catch (const cli::UsageError& e) {
     return report(e.what(), kExitUsage);

@@ -1,0 +1,65 @@
+# Tests of `tessera bench strategies` (label `cli`), included from
+# tests/cli/CMakeLists.txt after tessera_cli_test is defined. Every run uses
+# the tiny two-rank mlp of fixtures/bench_strategies_mlp.toml (676
+# parameters, 3 steps), so each test takes well under a second.
+set(_app "${PROJECT_SOURCE_DIR}/apps/tessera")
+set(_mlp "${CMAKE_CURRENT_SOURCE_DIR}/fixtures/bench_strategies_mlp.toml")
+set(_bs_out "${CMAKE_CURRENT_BINARY_DIR}/bench_strategies")
+file(MAKE_DIRECTORY "${_bs_out}")
+
+# ---- the helpers, and the built executable run from a test ----
+add_executable(tessera_cli_bench_strategies_tests
+  bench_strategies_test.cpp
+  ${_app}/bench_strategies.cpp
+  ${_app}/bench_strategies_child.cpp
+  ${_app}/bench_strategies_metrics.cpp
+  ${_app}/bench_strategies_report.cpp
+  ${_app}/global_options.cpp
+  ${_app}/plugins_list.cpp
+  ${_app}/plugins_describe.cpp
+  ${_app}/table.cpp)
+target_include_directories(tessera_cli_bench_strategies_tests PRIVATE "${_app}")
+target_link_libraries(tessera_cli_bench_strategies_tests PRIVATE Tessera::core GTest::gtest_main
+  CLI11::CLI11 nlohmann_json::nlohmann_json fmt::fmt)
+target_compile_definitions(tessera_cli_bench_strategies_tests PRIVATE
+  TESSERA_CLI_EXE="$<TARGET_FILE:tessera>"
+  TESSERA_CLI_MLP_CONFIG="${_mlp}")
+tessera_target_warnings(tessera_cli_bench_strategies_tests)
+add_dependencies(tessera_cli_bench_strategies_tests tessera)
+foreach(_plugin tessera_backend_inmemory tessera_strategy_ddp tessera_strategy_zero3)
+  if(TARGET ${_plugin})
+    add_dependencies(tessera_cli_bench_strategies_tests ${_plugin})
+  endif()
+endforeach()
+gtest_discover_tests(tessera_cli_bench_strategies_tests
+  DISCOVERY_MODE PRE_TEST
+  PROPERTIES LABELS "cli" TIMEOUT 60 ENVIRONMENT "TESSERA_PLUGIN_PATH=;TESSERA_LOG_LEVEL=")
+
+# ---- the command line ----
+set(_bs bench strategies "${_mlp}" --steps 3)
+string(REPEAT " +[0-9]+\\.[0-9]+" 10 _nums)  # the 10 numeric cells of a row
+# Both rows with a number in every column, the header lines, and the CSV.
+tessera_cli_test(bench_strategies_table
+  ARGS ${_bs} --strategies ddp,zero3 --csv "${_bs_out}/rows.csv"
+  STDOUT "# bench strategies: model mlp [(]676 parameters = P[)], 2 ranks as threads [(]inmemory backend[)]|means over steps 2-3 [(]step 1 is warm-up[)]|all 2 ranks together|strategy +step[(]ms[)] +sent[(]MiB[)] +sent/4P +params +grads +optim +comm +activ +total +rss[(]MiB[)]|\nddp${_nums}\n|\nzero3${_nums}\n"
+  CSV "${_bs_out}/rows.csv" CSV_ROWS 2
+  CSV_HEADER "^strategy,status,backend,ranks,parameters,steps,step_ms,sent_bytes_per_step,sent_per_4psi,params_bytes,grads_bytes,optimizer_bytes,comm_bytes,activations_bytes,total_bytes,peak_rss_bytes$")
+# Children that fail at run time (a global batch smaller than the ranks):
+# failed rows, each child's stderr tail, exit status 1 after the table.
+tessera_cli_test(bench_strategies_failed_children
+  ARGS ${_bs} --strategies ddp,zero3 --set data.batch_size=1
+  RC 1
+  STDOUT "\nddp +failed( +-)+\n|\nzero3 +failed( +-)+\n"
+  STDERR "'ddp' failed [(]exit status 1[)]; the last lines of its standard error:\n[^\n]*batch|'zero3' failed [(]exit status 1[)]|tessera: error: 2 of 2 strategies failed: ddp, zero3\n$")
+
+# ---- wrong command lines: exit code 2 before anything runs ----
+tessera_cli_test(usage_bench_strategies_unknown
+  ARGS ${_bs} --strategies ddp,zero9
+  RC 2 STDERR "^tessera: error: unknown strategy 'zero9' in --strategies [(]available strategy plugins: [^\n]*ddp[^\n]*zero3"
+  STDOUT_NOT "strategy +step")
+tessera_cli_test(usage_bench_strategies_repeated
+  ARGS ${_bs} --strategies ddp,zero3,ddp
+  RC 2 STDERR "^tessera: error: strategy 'ddp' is listed twice in --strategies")
+tessera_cli_test(usage_bench_strategies_zero_steps
+  ARGS ${_bs} --strategies ddp --steps 0
+  RC 2 STDERR "^tessera: error: --steps must be at least 1, got 0")
