@@ -4,7 +4,7 @@
 // parameter bits and within a relative difference of 1e-5 of `none` on one
 // rank; tracked persistent memory is 4 + 4 + 8 bytes per element of the
 // per-unit padded shards over the sharding group (Σ_u ceil(Ψ_u / G));
-// invalid and unimplemented options are refused naming the option.
+// invalid options are refused naming the option.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -143,16 +143,22 @@ TEST(FsdpOptions, BadOptionsAreRefusedByName) {
       {"sharding_strategy = \"hybrid_shard\"\nshard_group_size = 3", "shard_group_size"},
       {"shard_group_size = 2", "shard_group_size"},
       {"param_dtype = \"f8\"", "param_dtype"},
-      {"reduce_dtype = \"bf16\"", "reduce_dtype"},
-      {"wrap = \"min_params\"", "wrap"},
+      {"reduce_dtype = \"f64\"", "reduce_dtype"},
+      {"wrap = \"layer\"", "wrap"},
+      {"wrap = \"min_params\"", "min_params"},
+      {"wrap = \"min_params\"\nmin_params = -5", "min_params"},
+      {"min_params = 100", "min_params"},
   };
   for (const auto& b : bad) {
     const auto [status, msg] = plan_error(fsdp_spec("mlp", "fsdp", 4, b.options));
     EXPECT_NE(status, TESSERA_OK) << b.options;
     EXPECT_NE(msg.find(b.needle), std::string::npos) << b.options << ": " << msg;
   }
-  EXPECT_EQ(plan_error(fsdp_spec("mlp", "fsdp", 4, "sharding_strategy = \"no_shard\"")).first,
-            TESSERA_OK);
+  for (const std::string good :
+       {"sharding_strategy = \"no_shard\"", "wrap = \"min_params\"\nmin_params = 1",
+        "param_dtype = \"bf16\"\nreduce_dtype = \"f16\""}) {
+    EXPECT_EQ(plan_error(fsdp_spec("mlp", "fsdp", 4, good)).first, TESSERA_OK) << good;
+  }
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 // of parameters and 4 (gradients) + 8 (AdamW) bytes per element of the
 // per-unit padded shards (Σ_u ceil(Ψ_u / N)); overlap off gives the same
 // bits; bf16 gradients on the wire stay close to `none`; gradient
-// accumulation over two micro-batches still matches `none`.
+// accumulation over two micro-batches still matches `none`; the bytes sent
+// per step are exactly the reduce-scatter and allgather of the padded
+// per-unit shards.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -177,6 +179,33 @@ TEST(Zero2Options, MicroBatchesMatchNone) {
     std::string worst;
     EXPECT_LE(max_param_rel_diff(result.final_state[0], none.final_state[0], &worst), kTolerance)
         << model << ": largest difference in " << worst;
+  }
+}
+
+// Per step and rank, with S = Σ_u ceil(Ψ_u / N) the per-unit padded
+// shard: each unit's gradients are reduce-scattered once ((N-1)/N of
+// N·4·s_u bytes) and its updated parameters allgathered once (as much),
+// plus the f64 norm allreduce (2(N-1)/N · 8 bytes, whole bytes):
+// 2·(N-1)·4·S, the paper's 2Ψ with padding. With bf16 on the wire the
+// reduce-scatter halves.
+TEST(Zero2Options, BytesSentAreTheReduceScatterAndTheAllgather) {
+  for (const std::string model : {"mlp", "gpt"}) {
+    const train::CollectedState& state = cached(spec_of(model, "none", 1)).final_state.at(0);
+    for (const int world : {2, 3, 4}) {
+      const int64_t shard = unit_shard_elements(state, world);
+      const int64_t norm = 2 * (world - 1) * 8 / world;
+      const train::RunResult& f32 = cached(spec_of(model, "zero2", world));
+      ASSERT_FALSE(f32.logged.empty());
+      EXPECT_EQ(f32.logged.back().comm_bytes, 2 * (world - 1) * 4 * shard + norm)
+          << model << " on " << world << " ranks";
+      if (world == 2) {
+        const train::RunResult& bf16 =
+            cached(spec_of(model, "zero2", world, "reduce_dtype = \"bf16\""));
+        ASSERT_FALSE(bf16.logged.empty());
+        EXPECT_EQ(bf16.logged.back().comm_bytes, (world - 1) * (2 + 4) * shard + norm)
+            << model << " bf16 on " << world << " ranks";
+      }
+    }
   }
 }
 

@@ -19,12 +19,15 @@ ShardingStrategy parse_sharding(const std::string& v) {
                                         "no_shard, hybrid_shard"));
 }
 
-// Accepts only f32 for a dtype option: the 16-bit paths are not implemented.
-void require_f32(const sdk::Options& options, const char* key) {
+// The dtype of option `key`, refused naming the option when not f32, bf16
+// or f16.
+tessera_dtype read_dtype(const sdk::Options& options, const char* key) {
   const std::string v = options.get_string(key);
-  const tessera_dtype d = sdk::parse_comm_dtype(v, key);
-  TESSERA_CHECK(d == TESSERA_F32, TESSERA_ERR_UNSUPPORTED, "fsdp: option '", key, "' = '", v,
-                "' is not supported by this version of the fsdp strategy; use f32");
+  try {
+    return sdk::parse_comm_dtype(v, key);
+  } catch (const Error& e) {
+    throw Error(e.status(), ::tessera::detail::concat("fsdp: ", e.what()));
+  }
 }
 
 }  // namespace
@@ -49,10 +52,20 @@ FsdpOptions FsdpOptions::read(const sdk::Options& options, int32_t world_size) {
   o.shard_group_size = options.get_int("shard_group_size");
   o.prefetch = options.get_bool("prefetch");
   const std::string wrap = options.get_string("wrap");
-  TESSERA_CHECK(wrap == "unit", TESSERA_ERR_UNSUPPORTED, "fsdp: option 'wrap' = '", wrap,
-                "' is not supported by this version of the fsdp strategy; valid: unit");
-  require_f32(options, "param_dtype");
-  require_f32(options, "reduce_dtype");
+  TESSERA_CHECK(wrap == "unit" || wrap == "min_params", TESSERA_ERR_INVALID_ARGUMENT,
+                "fsdp: option 'wrap' = '", wrap, "' is not valid; valid: unit, min_params");
+  o.min_params = options.get_int("min_params");
+  if (wrap == "min_params") {
+    TESSERA_CHECK(o.min_params >= 1, TESSERA_ERR_INVALID_ARGUMENT,
+                  "fsdp: option 'min_params' = ", o.min_params,
+                  " must be at least 1 with wrap = 'min_params'");
+  } else {
+    TESSERA_CHECK(o.min_params == 0, TESSERA_ERR_INVALID_ARGUMENT,
+                  "fsdp: option 'min_params' = ", o.min_params,
+                  " is only valid with wrap = 'min_params', not '", wrap, "'");
+  }
+  o.param_dtype = read_dtype(options, "param_dtype");
+  o.reduce_dtype = read_dtype(options, "reduce_dtype");
   if (o.sharding != ShardingStrategy::kHybridShard) {
     TESSERA_CHECK(o.shard_group_size == 0, TESSERA_ERR_INVALID_ARGUMENT,
                   "fsdp: option 'shard_group_size' = ", o.shard_group_size,

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "tessera/c/common.h"
 #include "tessera/c/plugin.h"
 #include "tessera/sdk/host.hpp"
 
@@ -21,11 +22,17 @@ inline constexpr tessera_option_decl kFsdpOptions[] = {
      "hybrid_shard only: ranks per sharding group (consecutive ranks; must divide the world "
      "size); 0: the whole world"},
     {"wrap", TESSERA_OPT_STRING, "unit",
-     "unit: every model unit is one FSDP unit (the only policy this version implements)"},
+     "unit: every model unit is one FSDP unit; min_params: consecutive model units are merged "
+     "into one FSDP unit until it holds at least min_params parameters (the last may hold "
+     "fewer), one allgather and one reduce-scatter per FSDP unit"},
+    {"min_params", TESSERA_OPT_INT, "0",
+     "wrap = min_params only: the least parameter count of an FSDP unit (>= 1)"},
     {"param_dtype", TESSERA_OPT_STRING, "f32",
-     "dtype the parameters are gathered in (f32 only in this version)"},
+     "dtype the parameters are allgathered in (f32, bf16, f16); the shards keep f32 master "
+     "weights and the gathered values are widened back to f32 for compute"},
     {"reduce_dtype", TESSERA_OPT_STRING, "f32",
-     "dtype of the gradient reduction (f32 only in this version)"},
+     "dtype of the gradient reduce-scatter and of the allreduce across replicas (f32, bf16, "
+     "f16); the shards keep f32 gradients"},
     {"prefetch", TESSERA_OPT_BOOL, "true",
      "start the allgather of the next unit's parameters while the current unit computes"},
 };
@@ -36,14 +43,17 @@ enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard }
 struct FsdpOptions {
   ShardingStrategy sharding = ShardingStrategy::kFullShard;
   int64_t shard_group_size = 0;  // hybrid_shard: ranks per group (0: world)
+  int64_t min_params = 0;        // wrap = min_params: least parameters per FSDP unit (0: unit)
+  tessera_dtype param_dtype = TESSERA_F32;
+  tessera_dtype reduce_dtype = TESSERA_F32;
   bool prefetch = true;
 
   // Reads and checks the options against `world_size`. Throws
   // tessera::Error (invalid argument) naming the option and value for an
   // unknown sharding_strategy, wrap, param_dtype or reduce_dtype, for a
-  // dtype or wrap policy this version does not implement, and for a
-  // shard_group_size that is negative, larger than the world or does not
-  // divide it (or is set without hybrid_shard).
+  // min_params below 1 with wrap = min_params (or set with wrap = unit),
+  // and for a shard_group_size that is negative, larger than the world or
+  // does not divide it (or is set without hybrid_shard).
   static FsdpOptions read(const sdk::Options& options, int32_t world_size);
 
   // Ranks per sharding group for `world_size` ranks: the world for

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "tessera/sdk/clip.hpp"
+#include "tessera/sdk/dtype.hpp"
 #include "tessera/sdk/error.hpp"
 #include "tessera/sdk/flat_state.hpp"
 
@@ -17,11 +18,12 @@ class FsdpHooks final : public sdk::RunnerHooks {
  public:
   explicit FsdpHooks(FsdpStrategy& s) : s_(s) {}
   void before_forward(int32_t unit, int32_t /*micro*/) override {
-    const int32_t next = unit + 1 < s_.shards_.num_units() ? unit + 1 : -1;
-    s_.use_unit(unit, next, s_.options_.sharding != ShardingStrategy::kShardGradOp);
+    s_.use_unit(unit, s_.next_other(unit, 1),
+                s_.options_.sharding != ShardingStrategy::kShardGradOp);
   }
   void before_backward(int32_t unit, int32_t /*micro*/) override {
-    s_.use_unit(unit, unit - 1, s_.options_.sharding != ShardingStrategy::kShardGradOp);
+    s_.use_unit(unit, s_.next_other(unit, -1),
+                s_.options_.sharding != ShardingStrategy::kShardGradOp);
     s_.bind_grads(unit);
   }
   void after_backward(int32_t unit, int32_t /*micro*/, bool last_micro) override {
@@ -46,14 +48,17 @@ FsdpStrategy::FsdpStrategy(const sdk::Host& host, const sdk::Options& options,
       options_(FsdpOptions::read(options, env.world_size())),
       group_size_(options_.group_size(env.world_size())),
       layout_(env.model()),
-      shards_(layout_, group_size_, env.rank() % group_size_),
+      shards_(layout_, group_size_, env.rank() % group_size_,
+              options_.min_params > 0
+                  ? sdk::group_by_min_params(layout_, static_cast<uint64_t>(options_.min_params))
+                  : std::vector<int32_t>{}),
       params_(host, env.rank(), TESSERA_MEM_PARAMS, static_cast<size_t>(shards_.shard_elements())),
       grads_(host, env.rank(), TESSERA_MEM_GRADS, static_cast<size_t>(shards_.shard_elements())),
       optim_(env.optimizer().make_state(shards_.shard_elements())),
       param_ptrs_(layout_),
       grad_ptrs_(layout_),
       runner_(host, env.model(), env.rank()) {
-  done_at_.resize(static_cast<size_t>(shards_.num_units()));
+  done_at_.resize(static_cast<size_t>(shards_.model_units()));
   for (int32_t o = 0; o < shards_.num_units(); ++o) {
     done_at_[static_cast<size_t>(shards_.grad_done(o))].push_back(o);
   }
@@ -66,9 +71,11 @@ FsdpStrategy::FsdpStrategy(const sdk::Host& host, const sdk::Options& options,
   }
   if (env.rank() == 0) {
     host_.debug("fsdp: ", sharding_name(options_.sharding), ", ", layout_.total(),
-                " parameters in ", shards_.num_units(), " units, sharding groups of ", group_size_,
-                " ranks, ", env.world_size() / group_size_, " replicas, shard of ",
-                shards_.shard_elements(), " elements per rank");
+                " parameters in ", shards_.model_units(), " model units wrapped into ",
+                shards_.num_units(), " FSDP units, sharding groups of ", group_size_, " ranks, ",
+                env.world_size() / group_size_, " replicas, shard of ", shards_.shard_elements(),
+                " elements per rank, parameters gathered in ", dtype_name(options_.param_dtype),
+                ", gradients reduced in ", dtype_name(options_.reduce_dtype));
   }
 }
 
@@ -95,8 +102,10 @@ void FsdpStrategy::ensure_comms() {
   } else if (group_size_ == 1 && n > 1) {
     replicas_ = &world;
   }
-  if (group_size_ > 1)
-    gather_ = std::make_unique<sdk::UnitGather>(host_, group(), shards_, env_.rank());
+  if (group_size_ > 1) {
+    gather_ = std::make_unique<sdk::UnitGather>(host_, group(), shards_, env_.rank(),
+                                                options_.param_dtype, options_.reduce_dtype);
+  }
   comms_ready_ = true;
 }
 
@@ -123,11 +132,23 @@ void FsdpStrategy::bind_owner(sdk::SlotPointers& ptrs, int32_t owner, float* bas
   }
 }
 
+int32_t FsdpStrategy::next_other(int32_t m, int32_t direction) const {
+  const std::vector<int32_t>& mine = shards_.owners(m);
+  for (int32_t n = m + direction; n >= 0 && n < shards_.model_units(); n += direction) {
+    for (const int32_t o : shards_.owners(n)) {
+      if (std::find(mine.begin(), mine.end(), o) == mine.end()) return n;
+    }
+  }
+  return -1;
+}
+
 void FsdpStrategy::use_unit(int32_t u, int32_t next, bool free_others) {
   if (gather_ == nullptr) return;  // G = 1: bound in place
   const std::vector<int32_t>& needed = shards_.owners(u);
   static const std::vector<int32_t> kNone;
-  const std::vector<int32_t>& ahead = options_.prefetch && next >= 0 ? shards_.owners(next) : kNone;
+  // The next unit's FSDP units are kept when already gathered, with or
+  // without prefetching, so prefetch changes only when gathers start.
+  const std::vector<int32_t>& ahead = next >= 0 ? shards_.owners(next) : kNone;
   const auto in = [](const std::vector<int32_t>& v, int32_t o) {
     return std::find(v.begin(), v.end(), o) != v.end();
   };
@@ -140,6 +161,7 @@ void FsdpStrategy::use_unit(int32_t u, int32_t next, bool free_others) {
     }
   }
   for (const int32_t o : needed) bind_owner(param_ptrs_, o, gather_->ready(o, param_piece(o)));
+  if (!options_.prefetch) return;
   for (const int32_t o : ahead) gather_->start(o, param_piece(o));
 }
 
@@ -163,7 +185,9 @@ void FsdpStrategy::finish_unit(int32_t u, bool last_micro) {
       bind_owner(grad_ptrs_, o, nullptr);
       gather_->reduce_scatter(o, grad_piece(o));
     }
-    if (replicas_ != nullptr && !grad_piece(o).empty()) replicas_->allreduce(grad_piece(o));
+    if (replicas_ != nullptr) {
+      sdk::allreduce_as(host_, *replicas_, grad_piece(o), options_.reduce_dtype, env_.rank());
+    }
   }
 }
 
@@ -195,6 +219,8 @@ sdk::StepResult FsdpStrategy::step(const sdk::StepArgs& args) {
                                              replica_split_.get()};
   std::vector<sdk::CommStats> before;
   for (sdk::CommView* c : comms) before.push_back(c != nullptr ? c->stats() : sdk::CommStats{});
+  const int64_t gathers_before = gather_ != nullptr ? gather_->allgathers() : 0;
+  const int64_t scatters_before = gather_ != nullptr ? gather_->reduce_scatters() : 0;
   grads_.zero();
   sdk::StepResult result;
   try {
@@ -224,6 +250,11 @@ sdk::StepResult FsdpStrategy::step(const sdk::StepArgs& args) {
     env_.optimizer().step(optim_, s.shard_offset, param_piece(u).first(real), grads, args.step,
                           args.lr);
   }
+  if (env_.rank() == 0 && gather_ != nullptr && host_.enabled(TESSERA_LOG_DEBUG)) {
+    host_.debug("fsdp: step ", args.step, ": ", gather_->allgathers() - gathers_before,
+                " allgathers and ", gather_->reduce_scatters() - scatters_before,
+                " reduce-scatters of ", shards_.num_units(), " FSDP units");
+  }
   // The traffic of the split communicators counts too.
   for (size_t i = 0; i < comms.size(); ++i) {
     if (comms[i] == nullptr) continue;
@@ -236,22 +267,22 @@ sdk::StepResult FsdpStrategy::step(const sdk::StepArgs& args) {
 void FsdpStrategy::save(const sdk::StateWriter& writer) {
   const bool first_group = env_.rank() / group_size_ == 0;
   if (writer.all_replicas()) ensure_comms();
+  // The written parameters are the f32 masters, whatever param_dtype is.
+  std::unique_ptr<sdk::UnitGather> exact;
+  if (writer.all_replicas() && gather_ != nullptr) {
+    exact = std::make_unique<sdk::UnitGather>(host_, group(), shards_, env_.rank());
+  }
   for (int32_t u = 0; u < shards_.num_units(); ++u) {
     const sdk::UnitShard& s = shards_.unit(u);
     if (writer.all_replicas()) {
       if (s.unit.empty()) continue;
-      if (gather_ == nullptr) {
+      if (exact == nullptr) {
         sdk::write_params(writer, layout_, s.unit, param_piece(u).first(s.unit.size()));
       } else {
-        try {
-          const float* full = gather_->ready(u, param_piece(u));
-          sdk::write_params(writer, layout_, s.unit,
-                            std::span<const float>(full, static_cast<size_t>(s.unit.size())));
-        } catch (...) {
-          gather_->release_all();
-          throw;
-        }
-        gather_->release(u);
+        const float* full = exact->ready(u, param_piece(u));
+        sdk::write_params(writer, layout_, s.unit,
+                          std::span<const float>(full, static_cast<size_t>(s.unit.size())));
+        exact->release(u);
       }
     } else {
       if (!first_group) continue;  // the other groups hold the same values

@@ -1,7 +1,10 @@
-// The `fsdp` strategy: fully sharded data parallel on Tessera units. Every
-// model unit is one FSDP unit whose owned parameters are split evenly over
-// the G ranks of a sharding group (sdk::UnitShardLayout); each rank keeps
-// its pieces of the parameters, gradients and optimizer state. The
+// The `fsdp` strategy: fully sharded data parallel on Tessera units. Each
+// FSDP unit (one model unit with wrap = unit, a run of consecutive model
+// units holding at least min_params parameters with wrap = min_params) has
+// its owned parameters split evenly over the G ranks of a sharding group
+// (sdk::UnitShardLayout); each rank keeps its pieces of the parameters,
+// gradients and optimizer state in f32. Parameters may be allgathered in
+// param_dtype and gradients reduced in reduce_dtype (bf16 or f16). The
 // sharding_strategy option picks G and when gathered parameters are freed:
 //
 //   full_shard     G = N; each unit gathered before its forward and again
@@ -74,15 +77,21 @@ class FsdpStrategy final : public sdk::Strategy {
   [[nodiscard]] std::span<float> param_piece(int32_t u);
   [[nodiscard]] std::span<float> grad_piece(int32_t u);
   void bind_owner(sdk::SlotPointers& ptrs, int32_t owner, float* base);
-  // Gathers (G > 1) the owners of unit `u` and binds them; frees other
-  // gathered units unless kept (shard_grad_op keeps every unit until its
-  // backward is done); starts the gathers of `next` when prefetching.
+  // The first model unit after `m` in `direction` (+1 forward, -1
+  // backward) that uses an FSDP unit `m` does not (the one worth
+  // prefetching); -1 if none.
+  [[nodiscard]] int32_t next_other(int32_t m, int32_t direction) const;
+  // Gathers (G > 1) the FSDP units model unit `u` uses and binds them;
+  // frees other gathered units except those model unit `next` uses
+  // (shard_grad_op keeps every unit until its backward is done); starts
+  // the gathers of `next`'s FSDP units when prefetching.
   void use_unit(int32_t u, int32_t next, bool free_others);
-  // Binds unit `u`'s gradient slots (full gradient buffers when G > 1).
+  // Binds model unit `u`'s gradient slots (full gradient buffers when G > 1).
   void bind_grads(int32_t u);
-  // After unit `u`'s backward: shard_grad_op frees the parameters no lower
-  // unit uses; on the last micro-batch the complete gradients are
-  // reduce-scattered in the group and allreduced over the replicas.
+  // After model unit `u`'s backward: shard_grad_op frees the parameters no
+  // lower unit uses; on the last micro-batch the complete gradients are
+  // reduce-scattered in the group and allreduced over the replicas (in
+  // reduce_dtype).
   void finish_unit(int32_t u, bool last_micro);
   void release_all() noexcept;
 
@@ -97,7 +106,7 @@ class FsdpStrategy final : public sdk::Strategy {
   sdk::OptimState optim_;
   sdk::SlotPointers param_ptrs_;
   sdk::SlotPointers grad_ptrs_;
-  std::vector<std::vector<int32_t>> done_at_;  // [u]: owners complete after u's backward
+  std::vector<std::vector<int32_t>> done_at_;  // [model unit]: FSDP units complete after it
   bool comms_ready_ = false;
   std::unique_ptr<sdk::CommView> group_split_;    // 1 < G < N
   std::unique_ptr<sdk::CommView> replica_split_;  // 1 < G < N

@@ -1,6 +1,7 @@
 // The options of the `zero3` strategy ([strategy.options]) and their checks.
 #pragma once
 
+#include "tessera/c/common.h"
 #include "tessera/c/plugin.h"
 #include "tessera/sdk/host.hpp"
 
@@ -12,13 +13,17 @@ inline constexpr tessera_option_decl kZero3Options[] = {
      "start the allgather of the next unit's parameters (forward order in the forward pass, "
      "reverse order in the backward pass) while the current unit computes; false: gather each "
      "unit only when it is about to run"},
+    {"reduce_dtype", TESSERA_OPT_STRING, "f32",
+     "dtype of the gradient reduce-scatter on the wire (f32, bf16, f16); the gradient and "
+     "parameter shards stay f32"},
 };
 
 struct Zero3Options {
   bool prefetch = true;  // overlap the next unit's allgather with the current unit
+  tessera_dtype reduce_dtype = TESSERA_F32;
 
-  // Reads the options. The host has already checked their types; nothing
-  // else can be wrong, so this does not throw beyond the host's errors.
+  // Reads the options. Throws tessera::Error (invalid argument) naming
+  // reduce_dtype and its value when it is not f32, bf16 or f16.
   static Zero3Options read(const sdk::Options& options);
 };
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "tessera/sdk/clip.hpp"
+#include "tessera/sdk/dtype.hpp"
 #include "tessera/sdk/error.hpp"
 #include "tessera/sdk/flat_state.hpp"
 
@@ -49,7 +50,7 @@ Zero3Strategy::Zero3Strategy(const sdk::Host& host, const sdk::Options& options,
       optim_(env.optimizer().make_state(shards_.shard_elements())),
       param_ptrs_(layout_),
       grad_ptrs_(layout_),
-      gather_(host, env.world(), shards_),
+      gather_(host, env.world(), shards_, env.rank(), TESSERA_F32, options_.reduce_dtype),
       runner_(host, env.model(), env.rank()) {
   done_at_.resize(static_cast<size_t>(shards_.num_units()));
   for (int32_t o = 0; o < shards_.num_units(); ++o) {
@@ -58,7 +59,8 @@ Zero3Strategy::Zero3Strategy(const sdk::Host& host, const sdk::Options& options,
   if (env.rank() == 0) {
     host_.debug("zero3: ", layout_.total(), " parameters in ", shards_.num_units(),
                 " units, shard of ", shards_.shard_elements(), " elements per rank, prefetch ",
-                options_.prefetch ? "on" : "off", ", ", env.world_size(), " ranks");
+                options_.prefetch ? "on" : "off", ", gradients reduced in ",
+                dtype_name(options_.reduce_dtype), ", ", env.world_size(), " ranks");
   }
 }
 

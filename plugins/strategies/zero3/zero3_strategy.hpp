@@ -6,7 +6,8 @@
 // temporary buffer (the next unit's gather is started ahead while the
 // current one computes, unless prefetch = false) and freed as soon as the
 // unit is done; after the backward the unit's full gradients are
-// reduce-scattered into the owning ranks' gradient shards. Each rank then
+// reduce-scattered into the owning ranks' gradient shards (in reduce_dtype
+// on the wire: f32, bf16 or f16). Each rank then
 // clips by the global norm and updates only its own shard.
 // docs/strategies/zero3.md describes it for users.
 #pragma once

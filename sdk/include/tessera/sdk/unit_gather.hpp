@@ -4,6 +4,9 @@
 // started ahead of use) and one unit's full gradients (summed during
 // backward, reduce-scattered into the owning ranks' gradient shards).
 // Both are tracked as TESSERA_MEM_COMM and exist only while needed.
+// Either collective may travel in a 16-bit dtype (bf16, f16): the f32
+// values are rounded into a 16-bit staging copy for the wire and widened
+// back to f32 on arrival, so only the bytes sent shrink.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "tessera/sdk/comm_dtype.hpp"
 #include "tessera/sdk/error.hpp"
 #include "tessera/sdk/strategy.hpp"
 #include "tessera/sdk/tracked_buffer.hpp"
@@ -27,9 +31,14 @@ namespace tessera::sdk {
 class UnitGather {
  public:
   // `memory_rank` is the world rank the buffers are reported for (-1:
-  // shards.rank(), right when `comm` is the world).
+  // shards.rank(), right when `comm` is the world). `param_dtype` is the
+  // dtype of the parameter allgathers, `reduce_dtype` that of the gradient
+  // reduce-scatters (each F32, BF16 or F16; with one rank nothing is sent
+  // and values are copied in f32). Throws tessera::Error (invalid
+  // argument) for any other dtype.
   UnitGather(const Host& host, CommView& comm, const UnitShardLayout& shards,
-             int32_t memory_rank = -1);
+             int32_t memory_rank = -1, tessera_dtype param_dtype = TESSERA_F32,
+             tessera_dtype reduce_dtype = TESSERA_F32);
   UnitGather(const UnitGather&) = delete;
   UnitGather& operator=(const UnitGather&) = delete;
   ~UnitGather() = default;
@@ -41,8 +50,9 @@ class UnitGather {
   void start(int32_t owner, std::span<const float> piece);
   // Makes unit `owner`'s gathered parameters available (starting the
   // gather first if needed) and returns them: gathered_elements(owner)
-  // values, the unit's parameters in flat order then padding. Throws the
-  // backend's error for a failed allgather.
+  // f32 values, the unit's parameters in flat order then padding (rounded
+  // through param_dtype when that is 16-bit). Throws the backend's error
+  // for a failed allgather.
   float* ready(int32_t owner, std::span<const float> piece);
   // Whether `owner`'s parameters are gathered or being gathered.
   [[nodiscard]] bool held(int32_t owner) const;
@@ -58,18 +68,28 @@ class UnitGather {
   float* grads(int32_t owner);
   // Whether `owner` has a full gradient buffer.
   [[nodiscard]] bool has_grads(int32_t owner) const;
-  // Collective. Sums unit `owner`'s full gradient buffer over the ranks and
-  // stores this rank's piece into `piece` (ceil(Ψ_u / N) elements), then
-  // frees the buffer. A unit without a buffer contributes zeros. Throws the
-  // backend's error.
+  // Collective. Sums unit `owner`'s full gradient buffer over the ranks (in
+  // reduce_dtype on the wire) and stores this rank's piece into `piece`
+  // (ceil(Ψ_u / N) elements, f32), then frees the buffer. A unit without a
+  // buffer contributes zeros. Throws the backend's error.
   void reduce_scatter(int32_t owner, std::span<float> piece);
+
+  // Collectives posted since construction (none with one rank).
+  [[nodiscard]] int64_t allgathers() const noexcept { return allgathers_; }
+  [[nodiscard]] int64_t reduce_scatters() const noexcept { return reduce_scatters_; }
 
  private:
   struct Slot {
     TrackedBuffer<float> params;
-    PendingOp gather;  // declared after params: destroyed (waited) first
+    TrackedBuffer<uint16_t> send16;  // 16-bit params: this rank's piece
+    TrackedBuffer<uint16_t> recv16;  // 16-bit params: the gathered unit
+    PendingOp gather;                // declared after its buffers: destroyed (waited) first
     TrackedBuffer<float> grads;
   };
+  // Waits for `s`'s allgather (errors propagate) and widens a 16-bit
+  // gathered copy into s.params.
+  void complete(Slot& s);
+  static void free_params(Slot& s) noexcept;
   Slot& slot(int32_t owner);
   [[nodiscard]] const Slot& slot(int32_t owner) const;
 
@@ -77,19 +97,56 @@ class UnitGather {
   CommView& comm_;
   const UnitShardLayout& shards_;
   int32_t rank_;
+  tessera_dtype param_dtype_;
+  tessera_dtype reduce_dtype_;
   std::vector<Slot> slots_;
+  int64_t allgathers_ = 0;
+  int64_t reduce_scatters_ = 0;
 };
+
+// A CPU buffer of `count` elements of `dtype` at `data`.
+inline tessera_buffer wire_buffer(void* data, size_t count, tessera_dtype dtype) noexcept {
+  return tessera_buffer{data, count, dtype, tessera_device{TESSERA_DEVICE_CPU, 0}};
+}
+
+// Collective. Sums `data` (f32) over `comm` in place with `dtype` (F32,
+// BF16 or F16) on the wire: a 16-bit staging copy tracked as
+// TESSERA_MEM_COMM for `memory_rank` exists during the call. Throws the
+// backend's error, or tessera::Error (invalid argument) for another dtype.
+inline void allreduce_as(const Host& host, CommView& comm, std::span<float> data,
+                         tessera_dtype dtype, int32_t memory_rank) {
+  if (comm.size() == 1 || data.empty()) return;
+  if (dtype == TESSERA_F32) {
+    comm.allreduce(data);
+    return;
+  }
+  TrackedBuffer<uint16_t> wire(host, memory_rank, TESSERA_MEM_COMM, data.size());
+  pack_16bit(data, dtype, wire.data());
+  const tessera_buffer b = wire_buffer(wire.data(), data.size(), dtype);
+  comm.run(CommView::args(TESSERA_COLL_ALLREDUCE, b, b));
+  unpack_16bit(wire.data(), dtype, data);
+}
 
 // Definitions (header-only).
 inline UnitGather::UnitGather(const Host& host, CommView& comm, const UnitShardLayout& shards,
-                              int32_t memory_rank)
+                              int32_t memory_rank, tessera_dtype param_dtype,
+                              tessera_dtype reduce_dtype)
     : host_(host),
       comm_(comm),
       shards_(shards),
-      rank_(memory_rank >= 0 ? memory_rank : shards.rank()) {
+      rank_(memory_rank >= 0 ? memory_rank : shards.rank()),
+      param_dtype_(param_dtype),
+      reduce_dtype_(reduce_dtype) {
+  for (const tessera_dtype d : {param_dtype, reduce_dtype}) {
+    TESSERA_CHECK(d == TESSERA_F32 || d == TESSERA_BF16 || d == TESSERA_F16,
+                  TESSERA_ERR_INVALID_ARGUMENT, "unit gather: communication dtype ", dtype_name(d),
+                  " is not f32, bf16 or f16");
+  }
   slots_.resize(static_cast<size_t>(shards.num_units()));
   for (Slot& s : slots_) {
     s.params = TrackedBuffer<float>(host, rank_, TESSERA_MEM_COMM);
+    s.send16 = TrackedBuffer<uint16_t>(host, rank_, TESSERA_MEM_COMM);
+    s.recv16 = TrackedBuffer<uint16_t>(host, rank_, TESSERA_MEM_COMM);
     s.grads = TrackedBuffer<float>(host, rank_, TESSERA_MEM_COMM);
   }
 }
@@ -105,6 +162,13 @@ inline const UnitGather::Slot& UnitGather::slot(int32_t owner) const {
   return const_cast<UnitGather*>(this)->slot(owner);  // NOLINT
 }
 
+inline void UnitGather::free_params(Slot& s) noexcept {
+  s.gather = PendingOp();  // waits for an operation in flight, ignoring its error
+  s.params.release();
+  s.send16.release();
+  s.recv16.release();
+}
+
 inline void UnitGather::start(int32_t owner, std::span<const float> piece) {
   Slot& s = slot(owner);
   if (!s.params.empty()) return;
@@ -112,18 +176,50 @@ inline void UnitGather::start(int32_t owner, std::span<const float> piece) {
   TESSERA_CHECK(piece.size() == piece_size, TESSERA_ERR_INTERNAL, "unit gather: unit ", owner,
                 " piece of ", piece.size(), " elements, expected ", piece_size);
   if (piece_size == 0) return;  // the unit owns no parameters
-  s.params.resize(static_cast<size_t>(shards_.gathered_elements(owner)));
+  const auto gathered = static_cast<size_t>(shards_.gathered_elements(owner));
+  s.params.resize(gathered);
   if (comm_.size() == 1) {
     std::copy(piece.begin(), piece.end(), s.params.data());
     return;
   }
-  s.gather = comm_.start_allgather(piece, s.params.span());
+  ++allgathers_;
+  try {
+    if (param_dtype_ == TESSERA_F32) {
+      s.gather = comm_.start_allgather(piece, s.params.span());
+    } else {
+      s.send16.resize(piece.size());
+      pack_16bit(piece, param_dtype_, s.send16.data());
+      s.recv16.resize(gathered);
+      s.gather = comm_.start(CommView::args(
+          TESSERA_COLL_ALLGATHER, wire_buffer(s.send16.data(), piece.size(), param_dtype_),
+          wire_buffer(s.recv16.data(), gathered, param_dtype_)));
+    }
+  } catch (...) {
+    free_params(s);
+    throw;
+  }
+}
+
+inline void UnitGather::complete(Slot& s) {
+  if (s.gather.pending()) {
+    try {
+      s.gather.wait(host_);
+    } catch (...) {
+      free_params(s);
+      throw;
+    }
+  }
+  if (!s.recv16.empty()) {
+    unpack_16bit(s.recv16.data(), param_dtype_, s.params.span());
+    s.send16.release();
+    s.recv16.release();
+  }
 }
 
 inline float* UnitGather::ready(int32_t owner, std::span<const float> piece) {
   start(owner, piece);
   Slot& s = slot(owner);
-  if (s.gather.pending()) s.gather.wait(host_);
+  complete(s);
   return s.params.data();
 }
 
@@ -131,14 +227,20 @@ inline bool UnitGather::held(int32_t owner) const { return !slot(owner).params.e
 
 inline void UnitGather::release(int32_t owner) {
   Slot& s = slot(owner);
-  if (s.gather.pending()) s.gather.wait(host_);
-  s.params.release();
+  if (s.gather.pending()) {
+    try {
+      s.gather.wait(host_);
+    } catch (...) {
+      free_params(s);
+      throw;
+    }
+  }
+  free_params(s);
 }
 
 inline void UnitGather::release_all() noexcept {
   for (Slot& s : slots_) {
-    s.gather = PendingOp();  // waits for an operation in flight, ignoring its error
-    s.params.release();
+    free_params(s);
     s.grads.release();
   }
 }
@@ -158,12 +260,22 @@ inline void UnitGather::reduce_scatter(int32_t owner, std::span<float> piece) {
                 " gradient piece of ", piece.size(), " elements, expected ", piece_size);
   if (piece_size == 0) return;
   float* full = grads(owner);
+  const size_t total = static_cast<size_t>(piece_size) * static_cast<size_t>(comm_.size());
+  if (comm_.size() > 1) ++reduce_scatters_;
   if (comm_.size() == 1) {
     std::copy(full, full + piece_size, piece.begin());
+  } else if (reduce_dtype_ == TESSERA_F32) {
+    comm_.reduce_scatter(std::span<const float>(full, total), piece);
   } else {
-    comm_.reduce_scatter(std::span<const float>(full, static_cast<size_t>(piece_size) *
-                                                          static_cast<size_t>(comm_.size())),
-                         piece);
+    // Only the 16-bit copies exist while the reduce-scatter runs.
+    TrackedBuffer<uint16_t> send(host_, rank_, TESSERA_MEM_COMM, total);
+    pack_16bit(std::span<const float>(full, total), reduce_dtype_, send.data());
+    s.grads.release();
+    TrackedBuffer<uint16_t> recv(host_, rank_, TESSERA_MEM_COMM, piece.size());
+    comm_.run(CommView::args(TESSERA_COLL_REDUCE_SCATTER,
+                             wire_buffer(send.data(), total, reduce_dtype_),
+                             wire_buffer(recv.data(), piece.size(), reduce_dtype_)));
+    unpack_16bit(recv.data(), reduce_dtype_, piece);
   }
   s.grads.release();
 }
