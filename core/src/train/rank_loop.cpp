@@ -148,6 +148,7 @@ std::map<std::string, std::string> checkpoint_metadata(const Config& config, int
           {"model", config.model.name},
           {"optimizer", config.optimizer.name},
           {"seed", std::to_string(config.run.seed)},
+          {"steps", std::to_string(config.run.steps)},
           {"batch_size", std::to_string(config.data.batch_size)},
           {"micro_batches", std::to_string(config.data.micro_batches)}};
 }

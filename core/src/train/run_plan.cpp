@@ -62,6 +62,13 @@ void check_resume(const CheckpointInfo& info, const Config& config, const model:
         "from the uninterrupted run",
         info.file.string(), value("seed"), config.run.seed);
   }
+  if (!value("steps").empty() && value("steps") != std::to_string(config.run.steps)) {
+    logger->warn(
+        "resuming '{}' written by a run of {} steps under run.steps = {}: the learning-rate "
+        "schedule now spans {} steps, so the learning rate from step {} on differs from the "
+        "original run's",
+        info.file.string(), value("steps"), config.run.steps, config.run.steps, info.step + 1);
+  }
   if (!value("batch_size").empty() &&
       value("batch_size") != std::to_string(config.data.batch_size)) {
     logger->warn("resuming '{}' written with data.batch_size {} under data.batch_size {}",
