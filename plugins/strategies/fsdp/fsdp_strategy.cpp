@@ -104,7 +104,10 @@ void FsdpStrategy::ensure_comms() {
   }
   if (group_size_ > 1) {
     gather_ = std::make_unique<sdk::UnitGather>(host_, group(), shards_, env_.rank(),
-                                                options_.param_dtype, options_.reduce_dtype);
+                                                options_.param_dtype);
+    // hybrid_shard: each reduced piece is summed over the replicas too.
+    reducer_ = std::make_unique<sdk::UnitReducer>(host_, group(), shards_, options_.reduce_dtype,
+                                                  env_.rank(), replicas_);
   }
   comms_ready_ = true;
 }
@@ -166,8 +169,8 @@ void FsdpStrategy::use_unit(int32_t u, int32_t next, bool free_others) {
 }
 
 void FsdpStrategy::bind_grads(int32_t u) {
-  if (gather_ == nullptr) return;
-  for (const int32_t o : shards_.owners(u)) bind_owner(grad_ptrs_, o, gather_->grads(o));
+  if (reducer_ == nullptr) return;  // G = 1: bound in place
+  for (const int32_t o : shards_.owners(u)) bind_owner(grad_ptrs_, o, reducer_->grads(o));
 }
 
 void FsdpStrategy::finish_unit(int32_t u, bool last_micro) {
@@ -179,19 +182,28 @@ void FsdpStrategy::finish_unit(int32_t u, bool last_micro) {
       gather_->release(o);
     }
   }
-  if (!last_micro) return;
-  for (const int32_t o : done) {
-    if (gather_ != nullptr) {
-      bind_owner(grad_ptrs_, o, nullptr);
-      gather_->reduce_scatter(o, grad_piece(o));
-    }
-    if (replicas_ != nullptr) {
+  if (!last_micro) return;  // the full gradients keep accumulating
+  if (reducer_ == nullptr) {
+    // G = 1: the gradients were accumulated in place.
+    if (replicas_ == nullptr) return;
+    for (const int32_t o : done) {
       sdk::allreduce_as(host_, *replicas_, grad_piece(o), options_.reduce_dtype, env_.rank());
     }
+    return;
   }
+  // The reduce-scatters started after the previous model unit ran during
+  // this unit's backward; at most the FSDP units completed at one model
+  // unit are in flight at a time.
+  reducer_->finish_all();
+  for (const int32_t o : done) {
+    bind_owner(grad_ptrs_, o, nullptr);
+    reducer_->start(o, grad_piece(o), /*blocking=*/false);
+  }
+  if (u == 0) reducer_->finish_all();
 }
 
 void FsdpStrategy::release_all() noexcept {
+  if (reducer_ != nullptr) reducer_->abandon();
   if (gather_ == nullptr) return;
   gather_->release_all();
   for (int32_t o = 0; o < shards_.num_units(); ++o) {
@@ -220,13 +232,14 @@ sdk::StepResult FsdpStrategy::step(const sdk::StepArgs& args) {
   std::vector<sdk::CommStats> before;
   for (sdk::CommView* c : comms) before.push_back(c != nullptr ? c->stats() : sdk::CommStats{});
   const int64_t gathers_before = gather_ != nullptr ? gather_->allgathers() : 0;
-  const int64_t scatters_before = gather_ != nullptr ? gather_->reduce_scatters() : 0;
-  grads_.zero();
+  const int64_t scatters_before = reducer_ != nullptr ? reducer_->reduce_scatters() : 0;
+  grads_.zero();  // the reducer adds each unit's reduced piece into it once
   sdk::StepResult result;
   try {
     FsdpHooks hooks(*this);
     result.loss =
         runner_.run(args.micro_batches, args.loss_scales, param_ptrs_, grad_ptrs_, &hooks);
+    if (reducer_ != nullptr) reducer_->finish_all();
   } catch (...) {
     release_all();
     throw;
@@ -252,7 +265,7 @@ sdk::StepResult FsdpStrategy::step(const sdk::StepArgs& args) {
   }
   if (env_.rank() == 0 && gather_ != nullptr && host_.enabled(TESSERA_LOG_DEBUG)) {
     host_.debug("fsdp: step ", args.step, ": ", gather_->allgathers() - gathers_before,
-                " allgathers and ", gather_->reduce_scatters() - scatters_before,
+                " allgathers and ", reducer_->reduce_scatters() - scatters_before,
                 " reduce-scatters of ", shards_.num_units(), " FSDP units");
   }
   // The traffic of the split communicators counts too.

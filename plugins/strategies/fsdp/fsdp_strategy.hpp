@@ -4,8 +4,11 @@
 // its owned parameters split evenly over the G ranks of a sharding group
 // (sdk::UnitShardLayout); each rank keeps its pieces of the parameters,
 // gradients and optimizer state in f32. Parameters may be allgathered in
-// param_dtype and gradients reduced in reduce_dtype (bf16 or f16). The
-// sharding_strategy option picks G and when gathered parameters are freed:
+// param_dtype and gradients reduced in reduce_dtype (bf16 or f16). When
+// G > 1 a unit's gradients are reduce-scattered in its group as soon as they
+// are complete on the last micro-batch, non-blocking while the backward goes
+// on (sdk::UnitReducer). The sharding_strategy option picks G and when
+// gathered parameters are freed:
 //
 //   full_shard     G = N; each unit gathered before its forward and again
 //                  before its backward, freed after each (like zero3).
@@ -15,7 +18,8 @@
 //                  allreduced over the world once they are complete.
 //   hybrid_shard   G = shard_group_size consecutive ranks; full_shard inside
 //                  the group, then each gradient piece allreduced over the
-//                  N / G ranks with the same index in their group.
+//                  N / G ranks with the same index in their group once its
+//                  reduce-scatter is done.
 //
 // docs/strategies/fsdp.md describes it for users.
 #pragma once
@@ -30,6 +34,7 @@
 #include "tessera/sdk/strategy.hpp"
 #include "tessera/sdk/tracked_buffer.hpp"
 #include "tessera/sdk/unit_gather.hpp"
+#include "tessera/sdk/unit_reduce.hpp"
 #include "tessera/sdk/unit_runner.hpp"
 #include "tessera/sdk/unit_shards.hpp"
 
@@ -89,10 +94,14 @@ class FsdpStrategy final : public sdk::Strategy {
   // Binds model unit `u`'s gradient slots (full gradient buffers when G > 1).
   void bind_grads(int32_t u);
   // After model unit `u`'s backward: shard_grad_op frees the parameters no
-  // lower unit uses; on the last micro-batch the complete gradients are
-  // reduce-scattered in the group and allreduced over the replicas (in
-  // reduce_dtype).
+  // lower unit uses. On the last micro-batch, G > 1: the reduce-scatters
+  // started after the previous model unit are completed (and their pieces
+  // allreduced over the replicas), then those of the FSDP units complete at
+  // `u` are started; model unit 0 waits for all. G = 1: the complete
+  // gradients are allreduced over the world at once. All in reduce_dtype.
   void finish_unit(int32_t u, bool last_micro);
+  // Frees every temporary buffer (waiting for operations in flight and
+  // ignoring their errors) and unbinds the gathered slots.
   void release_all() noexcept;
 
   sdk::Host host_;
@@ -111,7 +120,8 @@ class FsdpStrategy final : public sdk::Strategy {
   std::unique_ptr<sdk::CommView> group_split_;    // 1 < G < N
   std::unique_ptr<sdk::CommView> replica_split_;  // 1 < G < N
   sdk::CommView* replicas_ = nullptr;             // N / G > 1: ranks with the same group index
-  std::unique_ptr<sdk::UnitGather> gather_;       // G > 1
+  std::unique_ptr<sdk::UnitGather> gather_;       // G > 1: gathered parameters
+  std::unique_ptr<sdk::UnitReducer> reducer_;     // G > 1: full gradients, reduce-scatters
   sdk::UnitRunner runner_;
 };
 

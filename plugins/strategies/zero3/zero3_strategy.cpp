@@ -12,7 +12,8 @@ namespace tessera::strategies {
 
 // The runner's callbacks: gather before each unit's forward and backward,
 // prefetching the next unit in the direction of the pass; gradients bound
-// before the backward and reduce-scattered after it.
+// before the backward, their reduce-scatters started after it on the last
+// micro-batch.
 class Zero3Hooks final : public sdk::RunnerHooks {
  public:
   explicit Zero3Hooks(Zero3Strategy& s) : s_(s) {}
@@ -50,7 +51,8 @@ Zero3Strategy::Zero3Strategy(const sdk::Host& host, const sdk::Options& options,
       optim_(env.optimizer().make_state(shards_.shard_elements())),
       param_ptrs_(layout_),
       grad_ptrs_(layout_),
-      gather_(host, env.world(), shards_, env.rank(), TESSERA_F32, options_.reduce_dtype),
+      gather_(host, env.world(), shards_, env.rank()),
+      reducer_(host, env.world(), shards_, options_.reduce_dtype, env.rank()),
       runner_(host, env.model(), env.rank()) {
   done_at_.resize(static_cast<size_t>(shards_.num_units()));
   for (int32_t o = 0; o < shards_.num_units(); ++o) {
@@ -111,18 +113,22 @@ void Zero3Strategy::use_unit(int32_t u, int32_t next) {
 }
 
 void Zero3Strategy::bind_grads(int32_t u) {
-  for (const int32_t o : shards_.owners(u)) bind_owner(grad_ptrs_, o, gather_.grads(o));
+  for (const int32_t o : shards_.owners(u)) bind_owner(grad_ptrs_, o, reducer_.grads(o));
 }
 
 void Zero3Strategy::finish_grads(int32_t u, bool last_micro) {
-  if (!last_micro) return;
+  if (!last_micro) return;  // the full gradients keep accumulating
+  // At most the owners completed at one unit are in flight at a time.
+  reducer_.finish_all();
   for (const int32_t o : done_at_[static_cast<size_t>(u)]) {
     bind_owner(grad_ptrs_, o, nullptr);
-    gather_.reduce_scatter(o, grad_piece(o));
+    reducer_.start(o, grad_piece(o), /*blocking=*/false);
   }
+  if (u == 0) reducer_.finish_all();
 }
 
 void Zero3Strategy::release_all() noexcept {
+  reducer_.abandon();
   gather_.release_all();
   for (int32_t o = 0; o < shards_.num_units(); ++o) {
     bind_owner(param_ptrs_, o, nullptr);
@@ -146,12 +152,13 @@ void Zero3Strategy::load(const sdk::StateReader& reader) {
 sdk::StepResult Zero3Strategy::step(const sdk::StepArgs& args) {
   sdk::CommView& world = env_.world();
   const sdk::CommStats before = world.stats();
-  grads_.zero();
+  grads_.zero();  // the reducer adds each unit's reduced piece into it once
   sdk::StepResult result;
   try {
     Zero3Hooks hooks(*this);
     result.loss =
         runner_.run(args.micro_batches, args.loss_scales, param_ptrs_, grad_ptrs_, &hooks);
+    reducer_.finish_all();
   } catch (...) {
     release_all();
     throw;

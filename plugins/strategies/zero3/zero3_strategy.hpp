@@ -5,10 +5,11 @@
 // forward and backward the unit's full parameters are allgathered into a
 // temporary buffer (the next unit's gather is started ahead while the
 // current one computes, unless prefetch = false) and freed as soon as the
-// unit is done; after the backward the unit's full gradients are
-// reduce-scattered into the owning ranks' gradient shards (in reduce_dtype
-// on the wire: f32, bf16 or f16). Each rank then
-// clips by the global norm and updates only its own shard.
+// unit is done. On the last micro-batch, once a unit's gradients are
+// complete, its full gradients are reduce-scattered into the owning ranks'
+// gradient shards (sdk::UnitReducer, in reduce_dtype on the wire: f32, bf16
+// or f16), non-blocking while the backward of the next unit runs. Each rank
+// then clips by the global norm and updates only its own shard.
 // docs/strategies/zero3.md describes it for users.
 #pragma once
 
@@ -20,6 +21,7 @@
 #include "tessera/sdk/strategy.hpp"
 #include "tessera/sdk/tracked_buffer.hpp"
 #include "tessera/sdk/unit_gather.hpp"
+#include "tessera/sdk/unit_reduce.hpp"
 #include "tessera/sdk/unit_runner.hpp"
 #include "tessera/sdk/unit_shards.hpp"
 #include "zero3_options.hpp"
@@ -47,7 +49,8 @@ class Zero3Strategy final : public sdk::Strategy {
   void load(const sdk::StateReader& reader) override;
   // Collective. Forward and backward over the micro-batches with every unit
   // gathered around its computation; the unit's full gradients accumulate
-  // over the micro-batches and are reduce-scattered on the last one. The
+  // over the micro-batches and are reduce-scattered on the last one, while
+  // the backward goes on; they are all waited for when it ends. The
   // global norm is the allreduced sum of the ranks' shard sums of squares;
   // each rank clips and updates its own shard. Returns this rank's share of
   // the loss, the norm before clipping, the time blocked and the bytes sent
@@ -72,13 +75,16 @@ class Zero3Strategy final : public sdk::Strategy {
   // Binds unit `u`'s gradient slots to the full gradient buffers of their
   // owners (allocated zeroed on first use in the step).
   void bind_grads(int32_t u);
-  // After unit `u`'s backward: on the last micro-batch, reduce-scatters the
-  // gradients of every owner complete at `u` and frees them.
+  // After unit `u`'s backward on the last micro-batch: completes the
+  // reduce-scatters started after the previous unit (they ran during u's
+  // backward), then starts those of every owner whose gradients are
+  // complete at `u`; the backward's last unit (0) waits for all of them.
   void finish_grads(int32_t u, bool last_micro);
   // Frees unit `owner`'s gathered parameters and unbinds its slots.
   void release_params(int32_t owner);
-  // Frees every temporary buffer and unbinds every slot (end of a step,
-  // error path).
+  // Frees every temporary buffer (waiting for operations in flight and
+  // ignoring their errors) and unbinds every slot (end of a step, error
+  // path).
   void release_all() noexcept;
   // Sets the parameter (or gradient) pointers of every slot using a
   // parameter `owner` owns to `base` + its offset in the unit (nullptr: unbind).
@@ -95,7 +101,8 @@ class Zero3Strategy final : public sdk::Strategy {
   sdk::SlotPointers param_ptrs_;
   sdk::SlotPointers grad_ptrs_;
   std::vector<std::vector<int32_t>> done_at_;  // [u]: owners whose gradients complete at u
-  sdk::UnitGather gather_;
+  sdk::UnitGather gather_;                     // gathered parameters
+  sdk::UnitReducer reducer_;                   // full gradients and their reduce-scatters
   sdk::UnitRunner runner_;
 };
 

@@ -1,12 +1,11 @@
-// The temporary full-size buffers of the per-unit sharded strategies
-// (ZeRO stage 3, FSDP): one unit's gathered
-// parameters (allgathered from every rank's piece of the unit, possibly
-// started ahead of use) and one unit's full gradients (summed during
-// backward, reduce-scattered into the owning ranks' gradient shards).
-// Both are tracked as TESSERA_MEM_COMM and exist only while needed.
-// Either collective may travel in a 16-bit dtype (bf16, f16): the f32
-// values are rounded into a 16-bit staging copy for the wire and widened
-// back to f32 on arrival, so only the bytes sent shrink.
+// The gathered parameters of the per-unit sharded strategies (ZeRO stage 3,
+// FSDP): one unit's full parameters, allgathered from every rank's piece of
+// the unit (possibly started ahead of use), tracked as TESSERA_MEM_COMM and
+// alive only while needed. The allgather may travel in a 16-bit dtype
+// (bf16, f16): the f32 piece is rounded into a 16-bit staging copy for the
+// wire and the gathered values widened back to f32 on arrival, so only the
+// bytes sent shrink. The gradient half (full gradient buffers and their
+// reduce-scatters) is sdk::UnitReducer, in unit_reduce.hpp.
 #pragma once
 
 #include <algorithm>
@@ -22,8 +21,8 @@
 
 namespace tessera::sdk {
 
-// Gathered parameter and full gradient buffers, one slot of each per unit
-// (indexed by the owning unit). Not thread-safe; one per rank. `comm` and
+// Gathered parameter buffers, one slot per unit (indexed by the owning
+// unit). Not thread-safe; one per rank. `comm` and
 // `shards` must outlive it. Every collective it posts is posted in the same
 // order by every rank as long as the callers' sequence of calls is the same
 // on every rank (it is: it depends on the model only). The destructor
@@ -32,13 +31,11 @@ class UnitGather {
  public:
   // `memory_rank` is the world rank the buffers are reported for (-1:
   // shards.rank(), right when `comm` is the world). `param_dtype` is the
-  // dtype of the parameter allgathers, `reduce_dtype` that of the gradient
-  // reduce-scatters (each F32, BF16 or F16; with one rank nothing is sent
-  // and values are copied in f32). Throws tessera::Error (invalid
-  // argument) for any other dtype.
+  // dtype of the parameter allgathers (F32, BF16 or F16; with one rank
+  // nothing is sent and values are copied in f32). Throws tessera::Error
+  // (invalid argument) for any other dtype.
   UnitGather(const Host& host, CommView& comm, const UnitShardLayout& shards,
-             int32_t memory_rank = -1, tessera_dtype param_dtype = TESSERA_F32,
-             tessera_dtype reduce_dtype = TESSERA_F32);
+             int32_t memory_rank = -1, tessera_dtype param_dtype = TESSERA_F32);
   UnitGather(const UnitGather&) = delete;
   UnitGather& operator=(const UnitGather&) = delete;
   ~UnitGather() = default;
@@ -59,24 +56,12 @@ class UnitGather {
   // Waits for an allgather in flight (errors propagate) and frees the
   // gathered parameters of `owner`; nothing if none are held.
   void release(int32_t owner);
-  // Frees every gathered parameter buffer and gradient buffer; waits for
-  // allgathers in flight and swallows their errors (the error path).
+  // Frees every gathered parameter buffer; waits for allgathers in flight
+  // and swallows their errors (the error path).
   void release_all() noexcept;
 
-  // Unit `owner`'s full gradient buffer (gathered_elements(owner) values),
-  // allocated zeroed on first use and kept until reduce_scatter().
-  float* grads(int32_t owner);
-  // Whether `owner` has a full gradient buffer.
-  [[nodiscard]] bool has_grads(int32_t owner) const;
-  // Collective. Sums unit `owner`'s full gradient buffer over the ranks (in
-  // reduce_dtype on the wire) and stores this rank's piece into `piece`
-  // (ceil(Ψ_u / N) elements, f32), then frees the buffer. A unit without a
-  // buffer contributes zeros. Throws the backend's error.
-  void reduce_scatter(int32_t owner, std::span<float> piece);
-
-  // Collectives posted since construction (none with one rank).
+  // Allgathers posted since construction (none with one rank).
   [[nodiscard]] int64_t allgathers() const noexcept { return allgathers_; }
-  [[nodiscard]] int64_t reduce_scatters() const noexcept { return reduce_scatters_; }
 
  private:
   struct Slot {
@@ -84,7 +69,6 @@ class UnitGather {
     TrackedBuffer<uint16_t> send16;  // 16-bit params: this rank's piece
     TrackedBuffer<uint16_t> recv16;  // 16-bit params: the gathered unit
     PendingOp gather;                // declared after its buffers: destroyed (waited) first
-    TrackedBuffer<float> grads;
   };
   // Waits for `s`'s allgather (errors propagate) and widens a 16-bit
   // gathered copy into s.params.
@@ -98,10 +82,8 @@ class UnitGather {
   const UnitShardLayout& shards_;
   int32_t rank_;
   tessera_dtype param_dtype_;
-  tessera_dtype reduce_dtype_;
   std::vector<Slot> slots_;
   int64_t allgathers_ = 0;
-  int64_t reduce_scatters_ = 0;
 };
 
 // A CPU buffer of `count` elements of `dtype` at `data`.
@@ -109,45 +91,23 @@ inline tessera_buffer wire_buffer(void* data, size_t count, tessera_dtype dtype)
   return tessera_buffer{data, count, dtype, tessera_device{TESSERA_DEVICE_CPU, 0}};
 }
 
-// Collective. Sums `data` (f32) over `comm` in place with `dtype` (F32,
-// BF16 or F16) on the wire: a 16-bit staging copy tracked as
-// TESSERA_MEM_COMM for `memory_rank` exists during the call. Throws the
-// backend's error, or tessera::Error (invalid argument) for another dtype.
-inline void allreduce_as(const Host& host, CommView& comm, std::span<float> data,
-                         tessera_dtype dtype, int32_t memory_rank) {
-  if (comm.size() == 1 || data.empty()) return;
-  if (dtype == TESSERA_F32) {
-    comm.allreduce(data);
-    return;
-  }
-  TrackedBuffer<uint16_t> wire(host, memory_rank, TESSERA_MEM_COMM, data.size());
-  pack_16bit(data, dtype, wire.data());
-  const tessera_buffer b = wire_buffer(wire.data(), data.size(), dtype);
-  comm.run(CommView::args(TESSERA_COLL_ALLREDUCE, b, b));
-  unpack_16bit(wire.data(), dtype, data);
-}
-
 // Definitions (header-only).
 inline UnitGather::UnitGather(const Host& host, CommView& comm, const UnitShardLayout& shards,
-                              int32_t memory_rank, tessera_dtype param_dtype,
-                              tessera_dtype reduce_dtype)
+                              int32_t memory_rank, tessera_dtype param_dtype)
     : host_(host),
       comm_(comm),
       shards_(shards),
       rank_(memory_rank >= 0 ? memory_rank : shards.rank()),
-      param_dtype_(param_dtype),
-      reduce_dtype_(reduce_dtype) {
-  for (const tessera_dtype d : {param_dtype, reduce_dtype}) {
-    TESSERA_CHECK(d == TESSERA_F32 || d == TESSERA_BF16 || d == TESSERA_F16,
-                  TESSERA_ERR_INVALID_ARGUMENT, "unit gather: communication dtype ", dtype_name(d),
-                  " is not f32, bf16 or f16");
-  }
+      param_dtype_(param_dtype) {
+  TESSERA_CHECK(
+      param_dtype == TESSERA_F32 || param_dtype == TESSERA_BF16 || param_dtype == TESSERA_F16,
+      TESSERA_ERR_INVALID_ARGUMENT, "unit gather: parameter dtype ", dtype_name(param_dtype),
+      " is not f32, bf16 or f16");
   slots_.resize(static_cast<size_t>(shards.num_units()));
   for (Slot& s : slots_) {
     s.params = TrackedBuffer<float>(host, rank_, TESSERA_MEM_COMM);
     s.send16 = TrackedBuffer<uint16_t>(host, rank_, TESSERA_MEM_COMM);
     s.recv16 = TrackedBuffer<uint16_t>(host, rank_, TESSERA_MEM_COMM);
-    s.grads = TrackedBuffer<float>(host, rank_, TESSERA_MEM_COMM);
   }
 }
 
@@ -239,45 +199,7 @@ inline void UnitGather::release(int32_t owner) {
 }
 
 inline void UnitGather::release_all() noexcept {
-  for (Slot& s : slots_) {
-    free_params(s);
-    s.grads.release();
-  }
-}
-
-inline float* UnitGather::grads(int32_t owner) {
-  Slot& s = slot(owner);
-  if (s.grads.empty()) s.grads.resize(static_cast<size_t>(shards_.gathered_elements(owner)));
-  return s.grads.data();
-}
-
-inline bool UnitGather::has_grads(int32_t owner) const { return !slot(owner).grads.empty(); }
-
-inline void UnitGather::reduce_scatter(int32_t owner, std::span<float> piece) {
-  Slot& s = slot(owner);
-  const uint64_t piece_size = shards_.unit(owner).shard.shard_size;
-  TESSERA_CHECK(piece.size() == piece_size, TESSERA_ERR_INTERNAL, "unit gather: unit ", owner,
-                " gradient piece of ", piece.size(), " elements, expected ", piece_size);
-  if (piece_size == 0) return;
-  float* full = grads(owner);
-  const size_t total = static_cast<size_t>(piece_size) * static_cast<size_t>(comm_.size());
-  if (comm_.size() > 1) ++reduce_scatters_;
-  if (comm_.size() == 1) {
-    std::copy(full, full + piece_size, piece.begin());
-  } else if (reduce_dtype_ == TESSERA_F32) {
-    comm_.reduce_scatter(std::span<const float>(full, total), piece);
-  } else {
-    // Only the 16-bit copies exist while the reduce-scatter runs.
-    TrackedBuffer<uint16_t> send(host_, rank_, TESSERA_MEM_COMM, total);
-    pack_16bit(std::span<const float>(full, total), reduce_dtype_, send.data());
-    s.grads.release();
-    TrackedBuffer<uint16_t> recv(host_, rank_, TESSERA_MEM_COMM, piece.size());
-    comm_.run(CommView::args(TESSERA_COLL_REDUCE_SCATTER,
-                             wire_buffer(send.data(), total, reduce_dtype_),
-                             wire_buffer(recv.data(), piece.size(), reduce_dtype_)));
-    unpack_16bit(recv.data(), reduce_dtype_, piece);
-  }
-  s.grads.release();
+  for (Slot& s : slots_) free_params(s);
 }
 
 }  // namespace tessera::sdk

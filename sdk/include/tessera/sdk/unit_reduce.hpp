@@ -3,19 +3,22 @@
 // unit's gradients go to a temporary full-size buffer (the unit's backward,
 // and the backward of every unit tied to its parameters, add into it);
 // once they are complete the buffer is reduce-scattered (SUM) over the
-// ranks and this rank's piece of the sum is ADDED into the caller's
-// gradient shard (zero the piece at the start of a step to store instead).
-// The reduce-scatter can run non-blocking while the backward goes on, and
-// the wire can be bf16/f16 (f32 master gradients, only the bytes sent
-// shrink). Every temporary buffer is tracked as TESSERA_MEM_COMM and lives
-// only from the unit's first use in a backward pass until its
-// reduce-scatter has been waited for.
+// ranks (of the sharding group) and this rank's piece of the sum is ADDED
+// into the caller's gradient shard (zero the piece at the start of a step
+// to store instead). With a replica communicator (FSDP's hybrid_shard) the
+// piece is also summed over the replicas before it is added. The
+// reduce-scatter runs non-blocking while the backward goes on, and the
+// wire can be bf16/f16 (f32 master gradients, only the bytes sent shrink).
+// Every temporary buffer is tracked as TESSERA_MEM_COMM and lives only from
+// the unit's first use in a backward pass until its reduce-scatter has been
+// waited for.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "tessera/c/common.h"
@@ -29,20 +32,43 @@
 
 namespace tessera::sdk {
 
+// Collective. Sums `data` (f32) over `comm` in place with `dtype` (F32,
+// BF16 or F16) on the wire: a 16-bit staging copy tracked as
+// TESSERA_MEM_COMM for `memory_rank` exists during the call. Nothing is
+// sent with one rank or no data. Throws the backend's error, or
+// tessera::Error (invalid argument) for another dtype.
+inline void allreduce_as(const Host& host, CommView& comm, std::span<float> data,
+                         tessera_dtype dtype, int32_t memory_rank) {
+  if (comm.size() == 1 || data.empty()) return;
+  if (dtype == TESSERA_F32) {
+    comm.allreduce(data);
+    return;
+  }
+  TrackedBuffer<uint16_t> wire(host, memory_rank, TESSERA_MEM_COMM, data.size());
+  pack_16bit(data, dtype, wire.data());
+  const tessera_buffer b{wire.data(), data.size(), dtype, tessera_device{TESSERA_DEVICE_CPU, 0}};
+  comm.run(CommView::args(TESSERA_COLL_ALLREDUCE, b, b));
+  unpack_16bit(wire.data(), dtype, data);
+}
+
 // Full gradient buffers and their reduce-scatters, one slot per owning
-// unit. Not thread-safe; one per rank. `comm` and `shards` must outlive it.
-// Every rank posts the same collectives in the same order as long as the
-// callers' sequence of calls depends on the model only. The destructor
-// waits for reduce-scatters still in flight, ignoring errors.
+// unit. Not thread-safe; one per rank. `comm`, `shards` and the replica
+// communicator must outlive it. Every rank posts the same collectives in
+// the same order as long as the callers' sequence of calls depends on the
+// model only. The destructor waits for reduce-scatters still in flight,
+// ignoring errors.
 class UnitReducer {
  public:
-  // `wire` is the dtype of the gradients on the wire: TESSERA_F32,
-  // TESSERA_BF16 or TESSERA_F16 (anything else: tessera::Error, invalid
-  // argument, naming the dtype). `memory_rank` is the world rank the
-  // buffers are reported for (-1: shards.rank(), right when `comm` is the
-  // world).
+  // `comm` is the communicator the units are sharded over (the world, or
+  // FSDP's sharding group). `wire` is the dtype of the gradients on the
+  // wire: TESSERA_F32, TESSERA_BF16 or TESSERA_F16 (anything else:
+  // tessera::Error, invalid argument, naming the dtype). `memory_rank` is
+  // the world rank the buffers are reported for (-1: shards.rank(), right
+  // when `comm` is the world). `replicas` (nullptr: none) is a communicator
+  // over which this rank's reduced piece is allreduced (SUM, in `wire`)
+  // before it is added: the ranks holding the same piece in other groups.
   UnitReducer(const Host& host, CommView& comm, const UnitShardLayout& shards, tessera_dtype wire,
-              int32_t memory_rank = -1);
+              int32_t memory_rank = -1, CommView* replicas = nullptr);
   UnitReducer(const UnitReducer&) = delete;
   UnitReducer& operator=(const UnitReducer&) = delete;
   ~UnitReducer() { abandon(); }
@@ -58,13 +84,15 @@ class UnitReducer {
   // Collective. Starts the reduce-scatter (SUM) of `owner`'s full gradient
   // buffer (zeros if it has none); its result will be added into `piece`
   // (this rank's ceil(Ψ_u / N) elements of the unit in the gradient shard,
-  // which must stay valid until finish()). With `blocking` (or one rank)
-  // the result is added before returning. A unit owning no parameter posts
-  // nothing. Throws the backend's error (the unit's buffers are freed).
+  // which must stay valid until finish()). With `blocking` (or one rank on
+  // `comm`, then still allreduced over the replicas) the result is added
+  // before returning. A unit owning no parameter posts nothing. Throws the
+  // backend's error (the unit's buffers are freed).
   void start(int32_t owner, std::span<float> piece, bool blocking);
-  // Waits for `owner`'s reduce-scatter if one is in flight, adds the result
-  // into its piece (converted to f32) and frees the unit's temporary
-  // buffers. Throws the backend's error (the buffers are freed anyway).
+  // Waits for `owner`'s reduce-scatter if one is in flight, allreduces the
+  // result over the replicas (if any), adds it into its piece (converted to
+  // f32) and frees the unit's temporary buffers. Collective over the
+  // replicas. Throws the backend's error (the buffers are freed anyway).
   void finish(int32_t owner);
   // finish() for every unit with a reduce-scatter in flight, in unit order.
   void finish_all() {
@@ -72,6 +100,8 @@ class UnitReducer {
   }
   // Whether a reduce-scatter of `owner` is in flight.
   [[nodiscard]] bool pending(int32_t owner) const { return slot(owner).op.pending(); }
+  // Reduce-scatters posted on `comm` since construction (none with one rank).
+  [[nodiscard]] int64_t reduce_scatters() const noexcept { return reduce_scatters_; }
   // Waits for every reduce-scatter in flight, ignoring its error, and frees
   // every temporary buffer (the error path).
   void abandon() noexcept {
@@ -99,7 +129,11 @@ class UnitReducer {
   [[nodiscard]] const Slot& slot(int32_t owner) const {
     return const_cast<UnitReducer*>(this)->slot(owner);  // NOLINT
   }
-  // Adds the received piece of `s` into its target and frees its buffers.
+  [[nodiscard]] bool has_replicas() const noexcept {
+    return replicas_ != nullptr && replicas_->size() > 1;
+  }
+  // Sums the received piece of `s` over the replicas, adds it into its
+  // target and frees its buffers (also when the allreduce throws).
   void accumulate(Slot& s);
   static void free_buffers(Slot& s) noexcept {
     s.full.release();
@@ -117,13 +151,15 @@ class UnitReducer {
   CommView& comm_;
   const UnitShardLayout& shards_;
   tessera_dtype wire_;
+  CommView* replicas_;
   std::vector<Slot> slots_;
+  int64_t reduce_scatters_ = 0;
 };
 
 // Definitions (header-only).
 inline UnitReducer::UnitReducer(const Host& host, CommView& comm, const UnitShardLayout& shards,
-                                tessera_dtype wire, int32_t memory_rank)
-    : host_(host), comm_(comm), shards_(shards), wire_(wire) {
+                                tessera_dtype wire, int32_t memory_rank, CommView* replicas)
+    : host_(host), comm_(comm), shards_(shards), wire_(wire), replicas_(replicas) {
   TESSERA_CHECK(wire == TESSERA_F32 || wire == TESSERA_BF16 || wire == TESSERA_F16,
                 TESSERA_ERR_INVALID_ARGUMENT, "unit reduce: gradient wire dtype ",
                 ::tessera::dtype_name(wire), " is not f32, bf16 or f16");
@@ -156,13 +192,26 @@ inline void UnitReducer::start(int32_t owner, std::span<float> piece, bool block
   const auto pieces = static_cast<size_t>(piece_size);
   const size_t total = pieces * static_cast<size_t>(comm_.size());
   if (s.full.empty()) s.full.resize(total);  // no contribution: zeros
-  if (comm_.size() == 1) {
+  if (comm_.size() == 1 && !has_replicas()) {
     // The rank's piece is the whole unit: nothing to sum over or convert.
     for (size_t i = 0; i < pieces; ++i) piece[i] += s.full[i];
     free_buffers(s);
     return;
   }
   try {
+    if (comm_.size() == 1) {
+      // Nothing to scatter: the whole unit is the received piece, summed
+      // over the replicas in the wire dtype by accumulate().
+      if (wire_ == TESSERA_F32) {
+        s.recv = std::move(s.full);
+      } else {
+        s.recv16.resize(pieces);
+        pack_16bit(s.full.span(), wire_, s.recv16.data());
+        s.full.release();
+      }
+      accumulate(s);
+      return;
+    }
     if (wire_ == TESSERA_F32) {
       s.recv.resize(pieces);
       s.op = comm_.start(CommView::args(TESSERA_COLL_REDUCE_SCATTER,
@@ -177,6 +226,7 @@ inline void UnitReducer::start(int32_t owner, std::span<float> piece, bool block
                                         cpu_buffer(s.wire.data(), total, wire_),
                                         cpu_buffer(s.recv16.data(), pieces, wire_)));
     }
+    ++reduce_scatters_;
   } catch (...) {
     free_buffers(s);
     throw;
@@ -197,7 +247,21 @@ inline void UnitReducer::finish(int32_t owner) {
 }
 
 inline void UnitReducer::accumulate(Slot& s) {
-  if (wire_ != TESSERA_F32 && comm_.size() > 1) {
+  const bool wide = wire_ == TESSERA_F32;
+  if (has_replicas()) {
+    // The 16-bit piece is summed as it arrived: no widening and rounding
+    // back between the two reductions.
+    try {
+      const size_t n = s.piece.size();
+      const tessera_buffer b =
+          wide ? cpu_buffer(s.recv.data(), n, TESSERA_F32) : cpu_buffer(s.recv16.data(), n, wire_);
+      replicas_->run(CommView::args(TESSERA_COLL_ALLREDUCE, b, b));
+    } catch (...) {
+      free_buffers(s);
+      throw;
+    }
+  }
+  if (!wide) {
     s.recv.resize(s.piece.size());
     unpack_16bit(s.recv16.data(), wire_, s.recv.span());
   }
