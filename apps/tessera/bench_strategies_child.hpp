@@ -11,25 +11,24 @@ namespace tessera::cli {
 
 // How a child process ended.
 struct ChildOutcome {
-  int exit_status = -1;     // exit code; -1 when killed by a signal
-  int signal = 0;           // the signal that killed it; 0 when it exited
+  int wait_status = 0;      // as from waitpid
   int64_t max_rss_kib = 0;  // ru_maxrss of the child (wait4), KiB
   double wall_seconds = 0;  // from start to exit
 
-  [[nodiscard]] bool ok() const noexcept { return exit_status == 0 && signal == 0; }
-  // "exit status 1", "killed by signal 9 (SIGKILL)".
+  // True when the child exited with status 0.
+  [[nodiscard]] bool ok() const noexcept;
+  // "exited with status 1", "was killed by signal 9 (SIGKILL)" (describe_exit).
   [[nodiscard]] std::string describe() const;
 };
 
-// Starts `argv[0]` (a path, not searched on PATH) with `argv`, stdin from
-// /dev/null, stdout and stderr written to the two files (created or
-// truncated), waits for it with wait4() and returns how it ended and its
-// peak resident set size. The child is killed if this process dies first
-// (PR_SET_PDEATHSIG). The peak includes what the child's image held before
-// exec, i.e. at least the resident memory of this process when it forked.
-// Throws tessera::Error (internal) when argv is empty, a file cannot be
-// opened, or fork/wait fail; a command that cannot be executed makes the
-// child exit with status 127 and say why on its stderr file.
+// Starts `argv` (argv[0] is looked up on PATH when it has no '/') in this
+// process's group and environment, stdin from /dev/null, stdout and stderr
+// written to the two files (created or truncated), waits for it and returns
+// how it ended and its peak resident set size. The child is killed if this
+// process dies first (PR_SET_PDEATHSIG). The peak includes what the child's
+// image held before exec, i.e. at least the resident memory of this process
+// when it forked. Throws tessera::Error when argv is empty, the command
+// cannot be executed, a file cannot be created, or fork/wait fail.
 ChildOutcome run_child(const std::vector<std::string>& argv,
                        const std::filesystem::path& stdout_file,
                        const std::filesystem::path& stderr_file);

@@ -15,6 +15,7 @@ add_executable(tessera_cli_bench_strategies_tests
   ${_app}/bench_strategies_metrics.cpp
   ${_app}/bench_strategies_report.cpp
   ${_app}/global_options.cpp
+  ${_app}/launch_process.cpp
   ${_app}/plugins_list.cpp
   ${_app}/plugins_describe.cpp
   ${_app}/table.cpp)
@@ -50,7 +51,7 @@ tessera_cli_test(bench_strategies_failed_children
   ARGS ${_bs} --strategies ddp,zero3 --set data.batch_size=1
   RC 1
   STDOUT "\nddp +failed( +-)+\n|\nzero3 +failed( +-)+\n"
-  STDERR "'ddp' failed [(]exit status 1[)]; the last lines of its standard error:\n[^\n]*batch|'zero3' failed [(]exit status 1[)]|tessera: error: 2 of 2 strategies failed: ddp, zero3\n$")
+  STDERR "'ddp' failed [(]exited with status 1[)]; the last lines of its standard error:\n[^\n]*batch|'zero3' failed [(]exited with status 1[)]|tessera: error: 2 of 2 strategies failed: ddp, zero3\n$")
 
 # ---- wrong command lines: exit code 2 before anything runs ----
 tessera_cli_test(usage_bench_strategies_unknown
