@@ -22,26 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 
 RunSpec gpt_spec(const std::string& strategy, int world, int64_t steps, const std::string& toml) {
-  RunSpec spec;
-  spec.model = "gpt";
-  spec.strategy = strategy;
-  spec.strategy_options = strategy_options_of(strategy);
-  spec.world = world;
-  spec.batch = 12;
-  spec.steps = steps;
-  spec.extra_toml = toml;
-  return spec;
-}
-
-template <typename Body>
-std::string error_of(Body&& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected tessera::Error, nothing was thrown";
-  return "";
+  return checkpoint_spec("gpt", strategy, world, steps, toml);
 }
 
 void expect_same_file_content(const fs::path& a_path, const fs::path& b_path) {
@@ -102,7 +83,7 @@ TEST(ShardedConvert, ConvertedFileSeedsRuns) {
       run(gpt_spec("fsdp", 2, 6, checkpoint_toml(sharded_dir.path(), 0, "sharded", true)));
   ASSERT_EQ(from_full.first_step, 5);
   ASSERT_EQ(from_sharded.first_step, 5);
-  EXPECT_EQ(first_bit_difference(merged_of(from_full), merged_of(from_sharded)), "");
+  EXPECT_EQ(first_bit_difference(merged(from_full), merged(from_sharded)), "");
 
   // Through model.init: the parameters start a new run (optimizer state in
   // the file is ignored).

@@ -23,15 +23,8 @@ namespace fs = std::filesystem;
 
 RunSpec sharded_spec(const std::string& strategy, int world, int64_t steps, const fs::path& dir,
                      int64_t every = 0, bool resume = false) {
-  RunSpec spec;
-  spec.model = "mlp";
-  spec.strategy = strategy;
-  spec.strategy_options = strategy_options_of(strategy);
-  spec.world = world;
-  spec.batch = 12;
-  spec.steps = steps;
-  spec.extra_toml = checkpoint_toml(dir, every, "sharded", resume);
-  return spec;
+  return checkpoint_spec("mlp", strategy, world, steps,
+                         checkpoint_toml(dir, every, "sharded", resume));
 }
 
 std::string text_of(const fs::path& file) {
@@ -39,18 +32,6 @@ std::string text_of(const fs::path& file) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
-}
-
-// The message of the tessera::Error `body` throws ("" and a failure if none).
-template <typename Body>
-std::string error_of(Body&& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected tessera::Error, nothing was thrown";
-  return "";
 }
 
 TEST(ShardedIndex, ListsEveryTensorWithSlicesCoveringItExactly) {
@@ -66,7 +47,7 @@ TEST(ShardedIndex, ListsEveryTensorWithSlicesCoveringItExactly) {
   EXPECT_EQ(index.metadata.at("step"), "2");
   EXPECT_EQ(index.metadata.at("strategy"), "zero3");
 
-  const train::CollectedState state = merged_of(result);
+  const train::CollectedState state = merged(result);
   std::vector<std::string> listed;
   for (const auto& [name, tensor] : index.tensors) listed.push_back(name);
   EXPECT_EQ(listed, tensor_names(state));

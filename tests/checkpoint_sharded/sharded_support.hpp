@@ -1,49 +1,44 @@
-// Helpers of the sharded-checkpoint tests: scratch directories and run
-// specifications that checkpoint in format "sharded".
+// Helpers of the sharded-checkpoint tests: run specifications of the tiny
+// models that checkpoint (in format "sharded" or "full"), and the message
+// of an expected tessera::Error. Scratch directories, the [checkpoint]
+// table and the resume harness come from the strategy tests'
+// resume_support.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
-#include <filesystem>
 #include <string>
 
+#include "resume_support.hpp"
 #include "run_support.hpp"
 #include "tessera/core/train/strategy_host.hpp"
 #include "tessera/core/train/trainer.hpp"
+#include "tessera/sdk/error.hpp"
 
 namespace tessera::test {
-
-// A fresh directory under the system temporary directory, removed with its
-// contents at the end of the scope.
-class Scratch {
- public:
-  Scratch();
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  ~Scratch();
-  [[nodiscard]] const std::filesystem::path& path() const { return path_; }
-  [[nodiscard]] std::filesystem::path operator/(const std::string& name) const {
-    return path_ / name;
-  }
-
- private:
-  std::filesystem::path path_;
-};
-
-// The [checkpoint] table: `dir`, a checkpoint every `every` steps in
-// `format`, resuming when `resume`.
-std::string checkpoint_toml(const std::filesystem::path& dir, int64_t every,
-                            const std::string& format, bool resume);
 
 // Options of a strategy for these tests: fsdp with full_shard, nothing for
 // the others.
 std::string strategy_options_of(const std::string& strategy);
 
-// Every rank's final state merged into one.
-train::CollectedState merged_of(const train::RunResult& result);
+// A run of `model` under `strategy` (with strategy_options_of) on `world`
+// ranks for `steps` steps with a batch of 12 and `checkpoint` (a
+// [checkpoint] table, or "") appended to the configuration.
+RunSpec checkpoint_spec(const std::string& model, const std::string& strategy, int world,
+                        int64_t steps, const std::string& checkpoint);
 
-// Copies step directory `step_dir` of checkpoint directory `from` into `to`
-// and points `to`'s `latest` at it, as if the run had stopped there.
-void cut_at(const std::filesystem::path& from, const std::filesystem::path& to,
-            const std::string& step_dir);
+// The message of the tessera::Error `body` throws; "" and a test failure
+// if it throws none (other exceptions pass through).
+template <typename Body>
+std::string error_of(Body&& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected tessera::Error, nothing was thrown";
+  return "";
+}
 
 }  // namespace tessera::test

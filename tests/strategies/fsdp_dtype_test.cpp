@@ -8,11 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 
-#include "fsdp_support.hpp"
+#include "strategy_support.hpp"
 
-namespace tessera::test::fsdp {
+namespace tessera::test {
 namespace {
 
 // bf16 keeps 8 significant bits. With param_dtype = bf16 every forward and
@@ -87,7 +88,7 @@ TEST(FsdpDtype, Bf16HalvesTheBytesSent) {
       const train::RunResult& bf16 = cached(spec(model, "fsdp", world, kBf16));
       ASSERT_FALSE(f32.logged.empty());
       ASSERT_FALSE(bf16.logged.empty());
-      const int64_t norm = 2 * (world - 1) * 8 / world;
+      const int64_t norm = norm_bytes(world);
       EXPECT_EQ(f32.logged.back().comm_bytes, sharded_step_bytes(psi, per_unit(model), world));
       EXPECT_EQ(bf16.logged.back().comm_bytes,
                 sharded_step_bytes(psi, per_unit(model), world, 2, 2));
@@ -104,4 +105,4 @@ TEST(FsdpDtype, Bf16HalvesTheBytesSent) {
 }
 
 }  // namespace
-}  // namespace tessera::test::fsdp
+}  // namespace tessera::test

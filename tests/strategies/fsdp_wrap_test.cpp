@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "fsdp_support.hpp"
+#include "strategy_support.hpp"
 
-namespace tessera::test::fsdp {
+namespace tessera::test {
 namespace {
 
 struct WrapCase {
@@ -68,12 +68,7 @@ TEST_P(FsdpWrap, MinParamsMatchesNoneWithMergedShards) {
   const std::map<std::string, int64_t> psi = unit_params(none.final_state[0]);
   const int group = c.sharding == "hybrid_shard" ? 2 : c.world;
   const int64_t shard = padded_shard(psi, c.wrapped, group);
-  for (size_t r = 0; r < result.memory.size(); ++r) {
-    const auto& peak = result.memory[r].peak;
-    EXPECT_EQ(peak[TESSERA_MEM_PARAMS], 4 * shard) << "rank " << r;
-    EXPECT_EQ(peak[TESSERA_MEM_GRADS], 4 * shard) << "rank " << r;
-    EXPECT_EQ(peak[TESSERA_MEM_OPTIMIZER], 8 * shard) << "rank " << r;
-  }
+  expect_persistent_peaks(result, c.world, {4 * shard, 4 * shard, 8 * shard});
 
   if (c.sharding != "full_shard") return;
   // Fewer, larger collectives: each FSDP unit's allgathers and its one
@@ -119,8 +114,7 @@ TEST(FsdpBytes, FollowTheShardingStrategy) {
   for (const std::string model : {"mlp", "gpt"}) {
     const std::map<std::string, int64_t> psi =
         unit_params(cached(spec(model, "none", 1)).final_state.at(0));
-    std::vector<FsdpUnit> once = per_unit(model);
-    for (FsdpUnit& g : once) g.gathers = 1;
+    const std::vector<FsdpUnit> once = per_unit_once(model);
     for (const int world : {2, 3, 4}) {
       const auto bytes = [&](const std::string& sharding) {
         const train::RunResult& r =
@@ -188,4 +182,4 @@ TEST(FsdpPrefetch, OffKeepsTheBitsAndTheBytes) {
 }
 
 }  // namespace
-}  // namespace tessera::test::fsdp
+}  // namespace tessera::test

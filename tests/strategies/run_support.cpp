@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <utility>
 
 #include "tessera/core/config.hpp"
 #include "tessera/sdk/error.hpp"
@@ -70,6 +71,15 @@ std::vector<std::string> param_names(const train::CollectedState& state) {
     if (name.rfind("optim.", 0) != 0) names.push_back(name);
   }
   return names;
+}
+
+train::CollectedState merged(const train::RunResult& result) {
+  train::CollectedState all;
+  for (const train::CollectedState& s : result.final_state) {
+    train::CollectedState copy = s;
+    all.merge(std::move(copy));
+  }
+  return all;
 }
 
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {

@@ -54,6 +54,10 @@ std::vector<std::string> param_names(const train::CollectedState& state);
 // Every tensor name of a state, sorted.
 std::vector<std::string> tensor_names(const train::CollectedState& state);
 
+// The ranks' final states of `result` merged into one (each rank wrote its
+// own optimizer pieces; replicated tensors are taken once).
+train::CollectedState merged(const train::RunResult& result);
+
 // max |a - b| / max |b| over one tensor (max |a - b| when b is all zero).
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b);
 

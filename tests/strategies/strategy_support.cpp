@@ -1,5 +1,5 @@
-// Helpers shared by the `fsdp` tests (see fsdp_support.hpp).
-#include "fsdp_support.hpp"
+// Helpers shared by the sharded-strategy tests (see strategy_support.hpp).
+#include "strategy_support.hpp"
 
 #include <gtest/gtest.h>
 
@@ -9,11 +9,12 @@
 #include <memory>
 #include <regex>
 #include <sstream>
-#include <utility>
 
+#include "tessera/core/config.hpp"
 #include "tessera/core/logging.hpp"
+#include "tessera/sdk/error.hpp"
 
-namespace tessera::test::fsdp {
+namespace tessera::test {
 
 RunSpec spec(const std::string& model, const std::string& strategy, int world,
              const std::string& options, int64_t micro_batches) {
@@ -24,6 +25,13 @@ RunSpec spec(const std::string& model, const std::string& strategy, int world,
   s.batch = micro_batches > 1 ? 24 : 12;
   s.micro_batches = micro_batches;
   s.strategy_options = options;
+  return s;
+}
+
+RunSpec uneven_spec(const std::string& model, const std::string& strategy, int world,
+                    const std::string& options, int64_t micro_batches) {
+  RunSpec s = spec(model, strategy, world, options, micro_batches);
+  if (micro_batches == 1) s.batch = model == "mlp" ? 11 : 10;
   return s;
 }
 
@@ -48,13 +56,14 @@ void expect_params_identical(const train::RunResult& result) {
   }
 }
 
-train::CollectedState merged(const train::RunResult& result) {
-  train::CollectedState all;
-  for (const train::CollectedState& s : result.final_state) {
-    train::CollectedState copy = s;
-    all.merge(std::move(copy));
+std::string refusal(const RunSpec& s) {
+  try {
+    (void)train::plan_run(parse_config(config_toml(s), "bad.toml"), registry());
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT) << e.what();
+    return e.what();
   }
-  return all;
+  return "";
 }
 
 std::map<std::string, int64_t> unit_params(const train::CollectedState& state) {
@@ -65,6 +74,19 @@ std::map<std::string, int64_t> unit_params(const train::CollectedState& state) {
   return per_unit;
 }
 
+std::vector<FsdpUnit> per_unit(const std::string& model) {
+  if (model == "gpt") {
+    return {{{"embed"}, 3}, {{"block0"}, 2}, {{"block1"}, 2}, {{"head"}, 1}};
+  }
+  return {{{"layer0"}, 2}, {{"layer1"}, 2}, {{"head"}, 1}};
+}
+
+std::vector<FsdpUnit> per_unit_once(const std::string& model) {
+  std::vector<FsdpUnit> once = per_unit(model);
+  for (FsdpUnit& g : once) g.gathers = 1;
+  return once;
+}
+
 namespace {
 int64_t params_of(const std::map<std::string, int64_t>& psi, const FsdpUnit& g) {
   int64_t n = 0;
@@ -73,10 +95,25 @@ int64_t params_of(const std::map<std::string, int64_t>& psi, const FsdpUnit& g) 
 }
 }  // namespace
 
+int64_t padded_shard(const std::map<std::string, int64_t>& psi,
+                     const std::vector<FsdpUnit>& wrapped, int group) {
+  int64_t sum = 0;
+  for (const FsdpUnit& g : wrapped) sum += (params_of(psi, g) + group - 1) / group;
+  return sum;
+}
+
+int64_t padded_shard(const std::map<std::string, int64_t>& psi, int group) {
+  int64_t sum = 0;
+  for (const auto& [unit, n] : psi) sum += (n + group - 1) / group;
+  return sum;
+}
+
+int64_t norm_bytes(int world) { return 2 * (world - 1) * 8 / world; }
+
 int64_t sharded_step_bytes(const std::map<std::string, int64_t>& psi,
                            const std::vector<FsdpUnit>& wrapped, int world, int64_t param_bytes,
                            int64_t reduce_bytes) {
-  int64_t bytes = 2 * (world - 1) * 8 / world;
+  int64_t bytes = norm_bytes(world);
   for (const FsdpUnit& g : wrapped) {
     const int64_t piece = (params_of(psi, g) + world - 1) / world;
     bytes += (world - 1) * piece * (g.gathers * param_bytes + reduce_bytes);
@@ -84,11 +121,18 @@ int64_t sharded_step_bytes(const std::map<std::string, int64_t>& psi,
   return bytes;
 }
 
-int64_t padded_shard(const std::map<std::string, int64_t>& psi,
-                     const std::vector<FsdpUnit>& wrapped, int group) {
-  int64_t sum = 0;
-  for (const FsdpUnit& g : wrapped) sum += (params_of(psi, g) + group - 1) / group;
-  return sum;
+void expect_persistent_peaks(const train::RunResult& result, int world,
+                             const PersistentBytes& expected, const std::string& where) {
+  ASSERT_EQ(result.memory.size(), static_cast<size_t>(world)) << where;
+  for (size_t r = 0; r < result.memory.size(); ++r) {
+    const auto& peak = result.memory[r].peak;
+    EXPECT_EQ(peak[TESSERA_MEM_PARAMS], expected.params) << where << " rank " << r;
+    EXPECT_EQ(peak[TESSERA_MEM_GRADS], expected.grads) << where << " rank " << r;
+    EXPECT_EQ(peak[TESSERA_MEM_OPTIMIZER], expected.optimizer) << where << " rank " << r;
+    EXPECT_EQ(peak[TESSERA_MEM_PARAMS] + peak[TESSERA_MEM_GRADS] + peak[TESSERA_MEM_OPTIMIZER],
+              expected.params + expected.grads + expected.optimizer)
+        << where << " rank " << r;
+  }
 }
 
 Collectives step_collectives(const RunSpec& s, int64_t step) {
@@ -119,11 +163,4 @@ Collectives step_collectives(const RunSpec& s, int64_t step) {
   return c;
 }
 
-std::vector<FsdpUnit> per_unit(const std::string& model) {
-  if (model == "gpt") {
-    return {{{"embed"}, 3}, {{"block0"}, 2}, {{"block1"}, 2}, {{"head"}, 1}};
-  }
-  return {{{"layer0"}, 2}, {{"layer1"}, 2}, {{"head"}, 1}};
-}
-
-}  // namespace tessera::test::fsdp
+}  // namespace tessera::test
