@@ -5,6 +5,7 @@
 #include "tessera/c/plugin.h"
 #include "tessera/sdk/bucket_reducer.hpp"
 #include "tessera/sdk/host.hpp"
+#include "tessera/sdk/strategy_options.hpp"
 
 namespace tessera::strategies {
 
@@ -21,16 +22,21 @@ inline constexpr tessera_option_decl kDdpOptions[] = {
      "dtype of the gradient allreduce: f32, bf16 or f16 (16-bit halves the bytes sent)"},
 };
 
-struct DdpOptions {
-  double bucket_mb = 25.0;                   // capacity of every bucket after the first, MiB
-  double first_bucket_mb = 1.0;              // capacity of the first bucket, MiB
-  bool overlap = true;                       // start buckets during backward
+// bucket_mb, first_bucket_mb and overlap (sdk::BucketOptions) and the wire
+// dtype of the allreduce.
+struct DdpOptions : sdk::BucketOptions {
   tessera_dtype reduce_dtype = TESSERA_F32;  // wire dtype of the allreduce
 
   // Reads and checks the options. Throws tessera::Error (invalid argument)
-  // naming the option when a bucket size is not a positive finite number,
-  // or when reduce_dtype is not one of f32, bf16, f16 (listing them).
-  static DdpOptions read(const sdk::Options& options);
+  // naming the option when reduce_dtype is not one of f32, bf16, f16
+  // (listing them), or else when a bucket size is not a positive finite
+  // number.
+  static DdpOptions read(const sdk::Options& options) {
+    DdpOptions o;
+    o.reduce_dtype = sdk::read_comm_dtype(options, "reduce_dtype");
+    static_cast<sdk::BucketOptions&>(o) = sdk::BucketOptions::read(options);
+    return o;
+  }
 
   // The bucket plan and wire dtype these options describe.
   [[nodiscard]] sdk::BucketConfig buckets() const noexcept {

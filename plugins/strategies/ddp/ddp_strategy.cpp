@@ -3,20 +3,19 @@
 
 #include "tessera/sdk/clip.hpp"
 #include "tessera/sdk/dtype.hpp"
-#include "tessera/sdk/error.hpp"
 #include "tessera/sdk/flat_state.hpp"
 
 namespace tessera::strategies {
 
 void DdpStrategy::check(const sdk::Host& /*host*/, const sdk::Options& options,
                         int32_t world_size) {
-  TESSERA_CHECK(world_size >= 1, TESSERA_ERR_INVALID_ARGUMENT, "strategy 'ddp' needs at least ",
-                "one rank, but the world size is ", world_size);
+  check_world_size("ddp", world_size);
   (void)DdpOptions::read(options);
 }
 
 DdpStrategy::DdpStrategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env)
-    : host_(host),
+    : sdk::DataParallelStrategy(env),
+      host_(host),
       env_(env),
       options_(DdpOptions::read(options)),
       layout_(env.model()),
@@ -32,14 +31,6 @@ DdpStrategy::DdpStrategy(const sdk::Host& host, const sdk::Options& options, sdk
   }
 }
 
-tessera_strategy_layout DdpStrategy::layout() const {
-  tessera_strategy_layout l{};
-  l.struct_size = sizeof l;
-  l.data_rank = env_.rank();
-  l.data_size = env_.world_size();
-  return l;
-}
-
 void DdpStrategy::load(const sdk::StateReader& reader) {
   const sdk::FlatRange all{0, layout_.total()};
   sdk::read_params(reader, layout_, all, state_.params());
@@ -49,7 +40,7 @@ void DdpStrategy::load(const sdk::StateReader& reader) {
 
 sdk::StepResult DdpStrategy::step(const sdk::StepArgs& args) {
   sdk::CommView& world = env_.world();
-  const sdk::CommStats before = world.stats();
+  const sdk::CommMeter meter({&world});
   state_.zero_grads();
   reducer_.begin_step(state_.grads());
   sdk::StepResult result;
@@ -66,9 +57,7 @@ sdk::StepResult DdpStrategy::step(const sdk::StepArgs& args) {
   const double total = sdk::sum_squares(state_.grads());
   result.grad_norm = sdk::clip_by_global_norm(state_.grads(), total, args.max_grad_norm);
   env_.optimizer().step(optim_, 0, state_.params(), state_.grads(), args.step, args.lr);
-  const sdk::CommStats& after = world.stats();
-  result.comm_wait_ns = after.wait_ns - before.wait_ns;
-  result.comm_bytes = after.bytes_sent - before.bytes_sent;
+  meter.add_to(result);
   return result;
 }
 

@@ -10,6 +10,7 @@
 
 #include "ddp_options.hpp"
 #include "tessera/sdk/bucket_reducer.hpp"
+#include "tessera/sdk/data_parallel.hpp"
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/replicated_params.hpp"
 #include "tessera/sdk/strategy.hpp"
@@ -17,7 +18,7 @@
 
 namespace tessera::strategies {
 
-class DdpStrategy final : public sdk::Strategy {
+class DdpStrategy final : public sdk::DataParallelStrategy {
  public:
   // Accepts any world size >= 1; checks the options (see DdpOptions::read).
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
@@ -25,11 +26,9 @@ class DdpStrategy final : public sdk::Strategy {
   // Allocates the replicated state (PARAMS, GRADS, the optimizer's state,
   // a COMM staging buffer for a 16-bit reduce_dtype) and plans the buckets.
   // Collective only in that every rank must create it; no communication.
+  // Each rank is its own data-parallel slice.
   DdpStrategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env);
 
-  // Each rank is its own data-parallel slice: data rank = rank, data size =
-  // world size.
-  [[nodiscard]] tessera_strategy_layout layout() const override;
   // Collective. Reads every parameter, then broadcasts them from rank 0 so
   // all replicas start bit-identical; reads the optimizer state when the
   // reader has all of it (part of it is an error naming the missing tensor).

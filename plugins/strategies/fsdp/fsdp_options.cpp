@@ -1,8 +1,8 @@
 // Options of the `fsdp` strategy (see fsdp_options.hpp).
 #include "fsdp_options.hpp"
 
-#include "tessera/sdk/comm_dtype.hpp"
 #include "tessera/sdk/error.hpp"
+#include "tessera/sdk/strategy_options.hpp"
 
 namespace tessera::strategies {
 
@@ -17,17 +17,6 @@ ShardingStrategy parse_sharding(const std::string& v) {
               ::tessera::detail::concat("fsdp: option 'sharding_strategy' = '", v,
                                         "' is not valid; valid: full_shard, shard_grad_op, "
                                         "no_shard, hybrid_shard"));
-}
-
-// The dtype of option `key`, refused naming the option when not f32, bf16
-// or f16.
-tessera_dtype read_dtype(const sdk::Options& options, const char* key) {
-  const std::string v = options.get_string(key);
-  try {
-    return sdk::parse_comm_dtype(v, key);
-  } catch (const Error& e) {
-    throw Error(e.status(), ::tessera::detail::concat("fsdp: ", e.what()));
-  }
 }
 
 }  // namespace
@@ -64,8 +53,8 @@ FsdpOptions FsdpOptions::read(const sdk::Options& options, int32_t world_size) {
                   "fsdp: option 'min_params' = ", o.min_params,
                   " is only valid with wrap = 'min_params', not '", wrap, "'");
   }
-  o.param_dtype = read_dtype(options, "param_dtype");
-  o.reduce_dtype = read_dtype(options, "reduce_dtype");
+  o.param_dtype = sdk::read_comm_dtype(options, "param_dtype", "fsdp");
+  o.reduce_dtype = sdk::read_comm_dtype(options, "reduce_dtype", "fsdp");
   if (o.sharding != ShardingStrategy::kHybridShard) {
     TESSERA_CHECK(o.shard_group_size == 0, TESSERA_ERR_INVALID_ARGUMENT,
                   "fsdp: option 'shard_group_size' = ", o.shard_group_size,

@@ -26,21 +26,20 @@
 
 #include <cstdint>
 #include <memory>
-#include <span>
-#include <vector>
 
 #include "fsdp_options.hpp"
+#include "tessera/sdk/data_parallel.hpp"
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/strategy.hpp"
-#include "tessera/sdk/tracked_buffer.hpp"
 #include "tessera/sdk/unit_gather.hpp"
 #include "tessera/sdk/unit_reduce.hpp"
 #include "tessera/sdk/unit_runner.hpp"
+#include "tessera/sdk/unit_shard_state.hpp"
 #include "tessera/sdk/unit_shards.hpp"
 
 namespace tessera::strategies {
 
-class FsdpStrategy final : public sdk::Strategy {
+class FsdpStrategy final : public sdk::DataParallelStrategy {
  public:
   // Reads and checks the options against the world size (see
   // FsdpOptions::read); throws tessera::Error naming the bad option.
@@ -49,12 +48,10 @@ class FsdpStrategy final : public sdk::Strategy {
   // Allocates this rank's pieces: parameters (PARAMS) and gradients (GRADS)
   // of Σ_u ceil(Ψ_u / G) elements each and the optimizer state of as many
   // elements (OPTIMIZER). Not collective: the group communicators are split
-  // on the first collective call (step, or save with all replicas).
+  // on the first collective call (step, or save with all replicas). Each
+  // rank is its own data-parallel slice.
   FsdpStrategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env);
 
-  // Each rank is its own data-parallel slice: data rank = rank, data size =
-  // world size.
-  [[nodiscard]] tessera_strategy_layout layout() const override;
   // Reads the parameters and (when present) optimizer slots of this rank's
   // pieces by tensor name and element range, so a checkpoint of any world
   // size or sharding strategy can be read. Not collective. Errors of the
@@ -79,9 +76,6 @@ class FsdpStrategy final : public sdk::Strategy {
   void ensure_comms();
   // The communicator of the sharding group (the world when G = N).
   [[nodiscard]] sdk::CommView& group();
-  [[nodiscard]] std::span<float> param_piece(int32_t u);
-  [[nodiscard]] std::span<float> grad_piece(int32_t u);
-  void bind_owner(sdk::SlotPointers& ptrs, int32_t owner, float* base);
   // The first model unit after `m` in `direction` (+1 forward, -1
   // backward) that uses an FSDP unit `m` does not (the one worth
   // prefetching); -1 if none.
@@ -110,12 +104,9 @@ class FsdpStrategy final : public sdk::Strategy {
   int32_t group_size_;
   sdk::FlatLayout layout_;
   sdk::UnitShardLayout shards_;
-  sdk::TrackedBuffer<float> params_;
-  sdk::TrackedBuffer<float> grads_;
-  sdk::OptimState optim_;
+  sdk::UnitShardState state_;  // this rank's pieces, f32
   sdk::SlotPointers param_ptrs_;
   sdk::SlotPointers grad_ptrs_;
-  std::vector<std::vector<int32_t>> done_at_;  // [model unit]: FSDP units complete after it
   bool comms_ready_ = false;
   std::unique_ptr<sdk::CommView> group_split_;    // 1 < G < N
   std::unique_ptr<sdk::CommView> replica_split_;  // 1 < G < N

@@ -1,11 +1,8 @@
 // The options of the `zero1` strategy ([strategy.options]) and their checks.
 #pragma once
 
-#include <cstdint>
-
-#include "tessera/c/common.h"
 #include "tessera/c/plugin.h"
-#include "tessera/sdk/host.hpp"
+#include "tessera/sdk/strategy_options.hpp"
 
 namespace tessera::strategies {
 
@@ -21,19 +18,10 @@ inline constexpr tessera_option_decl kZero1Options[] = {
      "false: after the whole backward pass"},
 };
 
-struct Zero1Options {
-  double bucket_mb = 25.0;       // capacity of every bucket after the first, MiB
-  double first_bucket_mb = 1.0;  // capacity of the first bucket, MiB
-  bool overlap = true;           // start buckets during backward
-
-  // Reads and checks the options. Throws tessera::Error (invalid argument)
-  // naming the option when a bucket size is not a positive finite number.
-  static Zero1Options read(const sdk::Options& options);
-
-  // Capacities of the first and of every later bucket in f32 elements
-  // (over all ranks), as sdk::plan_shard_buckets takes them.
-  [[nodiscard]] uint64_t first_bucket_elements() const;
-  [[nodiscard]] uint64_t bucket_elements() const;
-};
+// bucket_mb, first_bucket_mb and overlap, read and checked by
+// sdk::BucketOptions::read (a bucket size that is not a positive finite
+// number is an invalid argument naming the option); the capacities in f32
+// elements over all ranks are what sdk::plan_shard_buckets takes.
+using Zero1Options = sdk::BucketOptions;
 
 }  // namespace tessera::strategies

@@ -5,21 +5,20 @@
 
 #include "tessera/sdk/bucket_reducer.hpp"
 #include "tessera/sdk/clip.hpp"
-#include "tessera/sdk/error.hpp"
 #include "tessera/sdk/flat_state.hpp"
 
 namespace tessera::strategies {
 
 void Zero1Strategy::check(const sdk::Host& /*host*/, const sdk::Options& options,
                           int32_t world_size) {
-  TESSERA_CHECK(world_size >= 1, TESSERA_ERR_INVALID_ARGUMENT, "strategy 'zero1' needs at least ",
-                "one rank, but the world size is ", world_size);
+  check_world_size("zero1", world_size);
   (void)Zero1Options::read(options);
 }
 
 Zero1Strategy::Zero1Strategy(const sdk::Host& host, const sdk::Options& options,
                              sdk::StrategyEnv& env)
-    : host_(host),
+    : sdk::DataParallelStrategy(env),
+      host_(host),
       env_(env),
       options_(Zero1Options::read(options)),
       layout_(env.model()),
@@ -38,14 +37,6 @@ Zero1Strategy::Zero1Strategy(const sdk::Host& host, const sdk::Options& options,
   }
 }
 
-tessera_strategy_layout Zero1Strategy::layout() const {
-  tessera_strategy_layout l{};
-  l.struct_size = sizeof l;
-  l.data_rank = env_.rank();
-  l.data_size = env_.world_size();
-  return l;
-}
-
 void Zero1Strategy::load(const sdk::StateReader& reader) {
   const sdk::FlatRange mine = grid_.shard().real;
   sdk::read_params(reader, layout_, mine, state_.params(mine));
@@ -55,7 +46,7 @@ void Zero1Strategy::load(const sdk::StateReader& reader) {
 
 sdk::StepResult Zero1Strategy::step(const sdk::StepArgs& args) {
   sdk::CommView& world = env_.world();
-  const sdk::CommStats before = world.stats();
+  const sdk::CommMeter meter({&world});
   state_.zero_grads();
   grid_.begin_step(state_.grads());
   sdk::StepResult result;
@@ -83,9 +74,7 @@ sdk::StepResult Zero1Strategy::step(const sdk::StepArgs& args) {
     env_.optimizer().step(optim_, 0, state_.params(mine), grads, args.step, args.lr);
   }
   grid_.allgather(state_.params());
-  const sdk::CommStats& after = world.stats();
-  result.comm_wait_ns = after.wait_ns - before.wait_ns;
-  result.comm_bytes = after.bytes_sent - before.bytes_sent;
+  meter.add_to(result);
   return result;
 }
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "shard_grid.hpp"
+#include "tessera/sdk/data_parallel.hpp"
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/replicated_params.hpp"
 #include "tessera/sdk/strategy.hpp"
@@ -23,7 +24,7 @@
 
 namespace tessera::strategies {
 
-class Zero1Strategy final : public sdk::Strategy {
+class Zero1Strategy final : public sdk::DataParallelStrategy {
  public:
   // Accepts any world size >= 1; checks the options (see Zero1Options::read).
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
@@ -32,12 +33,10 @@ class Zero1Strategy final : public sdk::Strategy {
   // optimizer state of this rank's padded shard (OPTIMIZER, through the
   // host's optimizer table), plans the gradient buckets and allocates their
   // two staging slots (COMM, shared with the parameter allgather).
-  // Collective only in that every rank must create it.
+  // Collective only in that every rank must create it. Each rank is its own
+  // data-parallel slice.
   Zero1Strategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env);
 
-  // Each rank is its own data-parallel slice: data rank = rank, data size =
-  // world size.
-  [[nodiscard]] tessera_strategy_layout layout() const override;
   // Collective. Reads the parameters of this rank's shard and allgathers
   // them (every element comes from exactly one rank, so the replicas start
   // bit-identical); reads the optimizer state of the shard when the reader

@@ -12,21 +12,20 @@
 #pragma once
 
 #include <cstdint>
-#include <span>
-#include <vector>
 
+#include "tessera/sdk/data_parallel.hpp"
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/replicated_params.hpp"
 #include "tessera/sdk/strategy.hpp"
-#include "tessera/sdk/tracked_buffer.hpp"
 #include "tessera/sdk/unit_reduce.hpp"
 #include "tessera/sdk/unit_runner.hpp"
+#include "tessera/sdk/unit_shard_state.hpp"
 #include "tessera/sdk/unit_shards.hpp"
 #include "zero2_options.hpp"
 
 namespace tessera::strategies {
 
-class Zero2Strategy final : public sdk::Strategy {
+class Zero2Strategy final : public sdk::DataParallelStrategy {
  public:
   // Accepts any world size >= 1; reads and checks the options (an invalid
   // reduce_dtype is an invalid argument naming it).
@@ -36,11 +35,9 @@ class Zero2Strategy final : public sdk::Strategy {
   // gradient shard (GRADS, Σ_u ceil(Ψ_u / N) elements) and the optimizer
   // state of as many elements (OPTIMIZER, through the host's optimizer
   // table). Per-unit gradient buffers exist during a step only (COMM).
+  // Each rank is its own data-parallel slice.
   Zero2Strategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env);
 
-  // Each rank is its own data-parallel slice: data rank = rank, data size =
-  // world size.
-  [[nodiscard]] tessera_strategy_layout layout() const override;
   // Reads every parameter (they are replicated) and, when the reader has
   // optimizer state, the optimizer slots of this rank's pieces, by tensor
   // name and element range, so a checkpoint of any world size can be read.
@@ -65,21 +62,6 @@ class Zero2Strategy final : public sdk::Strategy {
  private:
   friend class Zero2Hooks;
 
-  // This rank's piece of unit `u` in the gradient shard, padding included.
-  [[nodiscard]] std::span<float> grad_piece(int32_t u);
-  // Binds the gradient slots of every unit whose parameters unit `u` uses
-  // to their full gradient buffers (allocated zeroed on first use).
-  void bind_grads(int32_t u);
-  // After unit `u`'s backward: completes the reduce-scatters started after
-  // the previous unit, then starts those of every owner whose gradients
-  // are complete at `u` (blocking without overlap); the backward's last
-  // unit (0) waits for all of them.
-  void reduce_grads(int32_t u);
-  // Points the gradient slots of the parameters `owner` owns at `base` +
-  // their offset in the unit (nullptr: unbind).
-  void bind_owner(int32_t owner, float* base);
-  // Unbinds every gradient slot.
-  void unbind_all() noexcept;
   // Allgathers every unit's parameters from the ranks' updated pieces into
   // the replicated parameters. Collective; throws the backend's error.
   void gather_params();
@@ -89,11 +71,9 @@ class Zero2Strategy final : public sdk::Strategy {
   Zero2Options options_;
   sdk::FlatLayout layout_;
   sdk::UnitShardLayout shards_;
-  sdk::ReplicatedParams params_;     // full parameters, no replicated gradients
-  sdk::TrackedBuffer<float> grads_;  // this rank's gradient pieces, padding included
-  sdk::OptimState optim_;            // shard_elements() elements
+  sdk::ReplicatedParams params_;  // full parameters, no replicated gradients
+  sdk::UnitShardState state_;     // gradient and optimizer pieces, padding included
   sdk::SlotPointers grad_ptrs_;
-  std::vector<std::vector<int32_t>> done_at_;  // [u]: owners whose gradients complete at u
   sdk::UnitReducer reducer_;
   sdk::UnitRunner runner_;
 };

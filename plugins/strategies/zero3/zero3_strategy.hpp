@@ -14,21 +14,20 @@
 #pragma once
 
 #include <cstdint>
-#include <span>
-#include <vector>
 
+#include "tessera/sdk/data_parallel.hpp"
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/strategy.hpp"
-#include "tessera/sdk/tracked_buffer.hpp"
 #include "tessera/sdk/unit_gather.hpp"
 #include "tessera/sdk/unit_reduce.hpp"
 #include "tessera/sdk/unit_runner.hpp"
+#include "tessera/sdk/unit_shard_state.hpp"
 #include "tessera/sdk/unit_shards.hpp"
 #include "zero3_options.hpp"
 
 namespace tessera::strategies {
 
-class Zero3Strategy final : public sdk::Strategy {
+class Zero3Strategy final : public sdk::DataParallelStrategy {
  public:
   // Accepts any world size >= 1; reads the options.
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
@@ -36,12 +35,10 @@ class Zero3Strategy final : public sdk::Strategy {
   // Allocates this rank's shards: parameters (PARAMS) and gradients (GRADS)
   // of Σ_u ceil(Ψ_u / N) elements each and the optimizer state of as many
   // elements (OPTIMIZER, through the host's optimizer table). Gathered
-  // buffers are allocated during a step only (COMM).
+  // buffers are allocated during a step only (COMM). Each rank is its own
+  // data-parallel slice.
   Zero3Strategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env);
 
-  // Each rank is its own data-parallel slice: data rank = rank, data size =
-  // world size.
-  [[nodiscard]] tessera_strategy_layout layout() const override;
   // Reads the parameters and (when the reader has optimizer state) the
   // optimizer slots of this rank's pieces, by tensor name and element
   // range, so a checkpoint of any world size can be read. Not collective.
@@ -65,44 +62,21 @@ class Zero3Strategy final : public sdk::Strategy {
  private:
   friend class Zero3Hooks;
 
-  // This rank's piece of unit `u` in the parameter / gradient shards.
-  [[nodiscard]] std::span<float> param_piece(int32_t u);
-  [[nodiscard]] std::span<float> grad_piece(int32_t u);
-  // Gathers the parameters unit `u` uses, frees every other gathered unit
-  // except those `next` uses (whose gathers are started when prefetching;
-  // next < 0: none) and binds the slot pointers.
-  void use_unit(int32_t u, int32_t next);
-  // Binds unit `u`'s gradient slots to the full gradient buffers of their
-  // owners (allocated zeroed on first use in the step).
-  void bind_grads(int32_t u);
-  // After unit `u`'s backward on the last micro-batch: completes the
-  // reduce-scatters started after the previous unit (they ran during u's
-  // backward), then starts those of every owner whose gradients are
-  // complete at `u`; the backward's last unit (0) waits for all of them.
-  void finish_grads(int32_t u, bool last_micro);
-  // Frees unit `owner`'s gathered parameters and unbinds its slots.
-  void release_params(int32_t owner);
   // Frees every temporary buffer (waiting for operations in flight and
   // ignoring their errors) and unbinds every slot (end of a step, error
   // path).
   void release_all() noexcept;
-  // Sets the parameter (or gradient) pointers of every slot using a
-  // parameter `owner` owns to `base` + its offset in the unit (nullptr: unbind).
-  void bind_owner(sdk::SlotPointers& ptrs, int32_t owner, float* base);
 
   sdk::Host host_;
   sdk::StrategyEnv& env_;
   Zero3Options options_;
   sdk::FlatLayout layout_;
   sdk::UnitShardLayout shards_;
-  sdk::TrackedBuffer<float> params_;  // this rank's pieces, padding included
-  sdk::TrackedBuffer<float> grads_;
-  sdk::OptimState optim_;  // shard_elements() elements
+  sdk::UnitShardState state_;  // this rank's pieces, padding included
   sdk::SlotPointers param_ptrs_;
   sdk::SlotPointers grad_ptrs_;
-  std::vector<std::vector<int32_t>> done_at_;  // [u]: owners whose gradients complete at u
-  sdk::UnitGather gather_;                     // gathered parameters
-  sdk::UnitReducer reducer_;                   // full gradients and their reduce-scatters
+  sdk::UnitGather gather_;    // gathered parameters
+  sdk::UnitReducer reducer_;  // full gradients and their reduce-scatters
   sdk::UnitRunner runner_;
 };
 

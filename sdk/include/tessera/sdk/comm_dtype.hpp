@@ -27,6 +27,12 @@ inline tessera_dtype parse_comm_dtype(const std::string& value, const char* opti
                                         "' is not a valid dtype; valid: f32, bf16, f16"));
 }
 
+// A CPU buffer of `count` elements of `dtype` at `data`: the send or
+// receive side of a collective on a (possibly 16-bit) staging buffer.
+inline tessera_buffer wire_buffer(void* data, size_t count, tessera_dtype dtype) noexcept {
+  return tessera_buffer{data, count, dtype, tessera_device{TESSERA_DEVICE_CPU, 0}};
+}
+
 // Converts `src` into `dst` (src.size() elements of `dtype`, F16 or BF16,
 // round to nearest even). Throws tessera::Error (invalid argument) for any
 // other dtype.

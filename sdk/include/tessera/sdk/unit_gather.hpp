@@ -60,6 +60,21 @@ class UnitGather {
   // and swallows their errors (the error path).
   void release_all() noexcept;
 
+  // The per-unit schedule of ZeRO-3 and FSDP around model unit `m`'s
+  // forward or backward, over this rank's parameter shard buffer `shard`
+  // (shards.shard_elements() elements) and the parameter slot pointers
+  // `ptrs`: when `free_others`, releases (and unbinds) every held unit that
+  // neither `m` nor model unit `next` uses (next < 0: none); gathers the
+  // units `m` uses and binds their slots; when `prefetch`, starts the
+  // gathers of the units `next` uses. Throws the backend's error.
+  void use(SlotPointers& ptrs, std::span<const float> shard, int32_t m, int32_t next, bool prefetch,
+           bool free_others = true);
+  // Unbinds unit `owner`'s slots in `ptrs`, then release(owner).
+  void release(SlotPointers& ptrs, int32_t owner) {
+    shards_.bind(ptrs, owner, nullptr);
+    release(owner);
+  }
+
   // Allgathers posted since construction (none with one rank).
   [[nodiscard]] int64_t allgathers() const noexcept { return allgathers_; }
 
@@ -70,8 +85,10 @@ class UnitGather {
     TrackedBuffer<uint16_t> recv16;  // 16-bit params: the gathered unit
     PendingOp gather;                // declared after its buffers: destroyed (waited) first
   };
-  // Waits for `s`'s allgather (errors propagate) and widens a 16-bit
-  // gathered copy into s.params.
+  // Waits for `s`'s allgather if one is in flight; on its error frees the
+  // slot and rethrows.
+  void wait(Slot& s);
+  // wait(s), then widens a 16-bit gathered copy into s.params.
   void complete(Slot& s);
   static void free_params(Slot& s) noexcept;
   Slot& slot(int32_t owner);
@@ -85,11 +102,6 @@ class UnitGather {
   std::vector<Slot> slots_;
   int64_t allgathers_ = 0;
 };
-
-// A CPU buffer of `count` elements of `dtype` at `data`.
-inline tessera_buffer wire_buffer(void* data, size_t count, tessera_dtype dtype) noexcept {
-  return tessera_buffer{data, count, dtype, tessera_device{TESSERA_DEVICE_CPU, 0}};
-}
 
 // Definitions (header-only).
 inline UnitGather::UnitGather(const Host& host, CommView& comm, const UnitShardLayout& shards,
@@ -160,15 +172,18 @@ inline void UnitGather::start(int32_t owner, std::span<const float> piece) {
   }
 }
 
-inline void UnitGather::complete(Slot& s) {
-  if (s.gather.pending()) {
-    try {
-      s.gather.wait(host_);
-    } catch (...) {
-      free_params(s);
-      throw;
-    }
+inline void UnitGather::wait(Slot& s) {
+  if (!s.gather.pending()) return;
+  try {
+    s.gather.wait(host_);
+  } catch (...) {
+    free_params(s);
+    throw;
   }
+}
+
+inline void UnitGather::complete(Slot& s) {
+  wait(s);
   if (!s.recv16.empty()) {
     unpack_16bit(s.recv16.data(), param_dtype_, s.params.span());
     s.send16.release();
@@ -187,19 +202,30 @@ inline bool UnitGather::held(int32_t owner) const { return !slot(owner).params.e
 
 inline void UnitGather::release(int32_t owner) {
   Slot& s = slot(owner);
-  if (s.gather.pending()) {
-    try {
-      s.gather.wait(host_);
-    } catch (...) {
-      free_params(s);
-      throw;
-    }
-  }
+  wait(s);
   free_params(s);
 }
 
 inline void UnitGather::release_all() noexcept {
   for (Slot& s : slots_) free_params(s);
+}
+
+inline void UnitGather::use(SlotPointers& ptrs, std::span<const float> shard, int32_t m,
+                            int32_t next, bool prefetch, bool free_others) {
+  const std::vector<int32_t>& needed = shards_.owners(m);
+  static const std::vector<int32_t> kNone;
+  const std::vector<int32_t>& ahead = next >= 0 ? shards_.owners(next) : kNone;
+  const auto in = [](const std::vector<int32_t>& v, int32_t o) {
+    return std::find(v.begin(), v.end(), o) != v.end();
+  };
+  if (free_others) {
+    for (int32_t o = 0; o < shards_.num_units(); ++o) {
+      if (held(o) && !in(needed, o) && !in(ahead, o)) release(ptrs, o);
+    }
+  }
+  for (const int32_t o : needed) shards_.bind(ptrs, o, ready(o, shards_.piece(shard, o)));
+  if (!prefetch) return;
+  for (const int32_t o : ahead) start(o, shards_.piece(shard, o));
 }
 
 }  // namespace tessera::sdk

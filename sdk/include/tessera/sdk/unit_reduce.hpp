@@ -46,7 +46,7 @@ inline void allreduce_as(const Host& host, CommView& comm, std::span<float> data
   }
   TrackedBuffer<uint16_t> wire(host, memory_rank, TESSERA_MEM_COMM, data.size());
   pack_16bit(data, dtype, wire.data());
-  const tessera_buffer b{wire.data(), data.size(), dtype, tessera_device{TESSERA_DEVICE_CPU, 0}};
+  const tessera_buffer b = wire_buffer(wire.data(), data.size(), dtype);
   comm.run(CommView::args(TESSERA_COLL_ALLREDUCE, b, b));
   unpack_16bit(wire.data(), dtype, data);
 }
@@ -98,6 +98,29 @@ class UnitReducer {
   void finish_all() {
     for (int32_t o = 0; o < shards_.num_units(); ++o) finish(o);
   }
+
+  // Before model unit `m`'s backward: binds the gradient slots in `ptrs` of
+  // every unit whose parameters `m` uses to that unit's full gradient
+  // buffer (grads(), so errors of a reduce-scatter still in flight
+  // propagate).
+  void bind(SlotPointers& ptrs, int32_t m) {
+    for (const int32_t o : shards_.owners(m)) shards_.bind(ptrs, o, grads(o));
+  }
+  // After model unit `m`'s backward, once the gradients are to be reduced:
+  // completes the reduce-scatters started after the previous model unit
+  // (they ran during m's backward, so at most the units completed at one
+  // model unit are in flight), then unbinds and start()s those of every
+  // unit complete at `m` (UnitShardLayout::completed_at) into its piece of
+  // `grad_shard` (this rank's gradient shard buffer); the backward's last
+  // model unit (0) waits for all. Collective; throws the backend's error.
+  void reduce_completed(SlotPointers& ptrs, std::span<float> grad_shard, int32_t m, bool blocking) {
+    finish_all();
+    for (const int32_t o : shards_.completed_at(m)) {
+      shards_.bind(ptrs, o, nullptr);
+      start(o, shards_.piece(grad_shard, o), blocking);
+    }
+    if (m == 0) finish_all();
+  }
   // Whether a reduce-scatter of `owner` is in flight.
   [[nodiscard]] bool pending(int32_t owner) const { return slot(owner).op.pending(); }
   // Reduce-scatters posted on `comm` since construction (none with one rank).
@@ -141,10 +164,6 @@ class UnitReducer {
     s.recv.release();
     s.recv16.release();
     s.piece = {};
-  }
-  // A CPU buffer of `count` elements of `dtype` at `data`.
-  static tessera_buffer cpu_buffer(void* data, size_t count, tessera_dtype dtype) {
-    return tessera_buffer{data, count, dtype, tessera_device{TESSERA_DEVICE_CPU, 0}};
   }
 
   Host host_;
@@ -215,16 +234,16 @@ inline void UnitReducer::start(int32_t owner, std::span<float> piece, bool block
     if (wire_ == TESSERA_F32) {
       s.recv.resize(pieces);
       s.op = comm_.start(CommView::args(TESSERA_COLL_REDUCE_SCATTER,
-                                        cpu_buffer(s.full.data(), total, TESSERA_F32),
-                                        cpu_buffer(s.recv.data(), pieces, TESSERA_F32)));
+                                        wire_buffer(s.full.data(), total, TESSERA_F32),
+                                        wire_buffer(s.recv.data(), pieces, TESSERA_F32)));
     } else {
       s.wire.resize(total);
       pack_16bit(s.full.span(), wire_, s.wire.data());
       s.full.release();  // only the packed copy travels
       s.recv16.resize(pieces);
       s.op = comm_.start(CommView::args(TESSERA_COLL_REDUCE_SCATTER,
-                                        cpu_buffer(s.wire.data(), total, wire_),
-                                        cpu_buffer(s.recv16.data(), pieces, wire_)));
+                                        wire_buffer(s.wire.data(), total, wire_),
+                                        wire_buffer(s.recv16.data(), pieces, wire_)));
     }
     ++reduce_scatters_;
   } catch (...) {
@@ -253,8 +272,8 @@ inline void UnitReducer::accumulate(Slot& s) {
     // back between the two reductions.
     try {
       const size_t n = s.piece.size();
-      const tessera_buffer b =
-          wide ? cpu_buffer(s.recv.data(), n, TESSERA_F32) : cpu_buffer(s.recv16.data(), n, wire_);
+      const tessera_buffer b = wide ? wire_buffer(s.recv.data(), n, TESSERA_F32)
+                                    : wire_buffer(s.recv16.data(), n, wire_);
       replicas_->run(CommView::args(TESSERA_COLL_ALLREDUCE, b, b));
     } catch (...) {
       free_buffers(s);

@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -90,6 +91,7 @@ class UnitShardLayout {
     const int32_t units = group_of_.empty() ? 0 : group_of_.back() + 1;
     units_.resize(static_cast<size_t>(units));
     grad_done_.assign(static_cast<size_t>(units), models);
+    completed_at_.resize(static_cast<size_t>(models));
     entries_.resize(static_cast<size_t>(units));
     owners_.resize(static_cast<size_t>(models));
     // The model units' ranges are consecutive in unit order: a sharded
@@ -130,6 +132,9 @@ class UnitShardLayout {
       }
       std::sort(owners.begin(), owners.end());
     }
+    for (int32_t o = 0; o < units; ++o) {
+      completed_at_[static_cast<size_t>(grad_done_[static_cast<size_t>(o)])].push_back(o);
+    }
   }
 
   [[nodiscard]] const FlatLayout& flat() const noexcept { return *layout_; }
@@ -159,9 +164,38 @@ class UnitShardLayout {
   // pass (the lowest model unit using any of them; the first model unit of
   // `owner` when it holds none).
   [[nodiscard]] int32_t grad_done(int32_t owner) const { return grad_done_.at(checked(owner)); }
+  // The sharded units whose gradients are complete once model unit `m`'s
+  // backward has run (those with grad_done(o) == m), ascending.
+  [[nodiscard]] const std::vector<int32_t>& completed_at(int32_t m) const {
+    return completed_at_.at(checked_model(m));
+  }
   // Indices into flat().entries() of the parameters sharded unit `u` holds.
   [[nodiscard]] const std::vector<size_t>& entries(int32_t u) const {
     return entries_.at(checked(u));
+  }
+
+  // Sharded unit `u`'s piece (shard_size elements, padding included) of a
+  // shard buffer of shard_elements() elements laid out like this rank's
+  // (parameters, gradients). Throws tessera::Error (internal) for a buffer
+  // of another size.
+  template <typename T>
+  [[nodiscard]] std::span<T> piece(std::span<T> shard_buffer, int32_t u) const {
+    TESSERA_CHECK(shard_buffer.size() == shard_elements_, TESSERA_ERR_INTERNAL,
+                  "unit shards: shard buffer of ", shard_buffer.size(), " elements, expected ",
+                  shard_elements_);
+    const UnitShard& s = unit(u);
+    return shard_buffer.subspan(static_cast<size_t>(s.shard_offset),
+                                static_cast<size_t>(s.shard.shard_size));
+  }
+  // Points the slots in `ptrs` of every parameter sharded unit `u` holds
+  // (their owners and tied users) at `base` plus the parameter's offset in
+  // the unit: `base` is a gathered (or whole) unit buffer in flat order.
+  // nullptr unbinds them.
+  void bind(SlotPointers& ptrs, int32_t u, float* base) const {
+    const uint64_t begin = unit(u).unit.begin;
+    for (const size_t i : entries(u)) {
+      ptrs.bind_entry(i, base != nullptr ? base + (layout_->entry(i).offset - begin) : nullptr);
+    }
   }
 
  private:
@@ -182,9 +216,10 @@ class UnitShardLayout {
   int32_t rank_;
   std::vector<int32_t> group_of_;  // [model unit]: sharded unit
   std::vector<UnitShard> units_;
-  std::vector<std::vector<int32_t>> owners_;  // [model unit]
-  std::vector<int32_t> grad_done_;            // [sharded unit]: model unit
-  std::vector<std::vector<size_t>> entries_;  // [sharded unit]
+  std::vector<std::vector<int32_t>> owners_;        // [model unit]
+  std::vector<int32_t> grad_done_;                  // [sharded unit]: model unit
+  std::vector<std::vector<size_t>> entries_;        // [sharded unit]
+  std::vector<std::vector<int32_t>> completed_at_;  // [model unit]: sharded units
   uint64_t shard_elements_ = 0;
 };
 
