@@ -18,3 +18,8 @@ if(TESSERA_SANITIZE)
   add_link_options(-fsanitize=${_tessera_san})
   message(STATUS "Tessera: sanitizers ${_tessera_san}")
 endif()
+
+# __FILE__ (in the location TESSERA_CHECK appends to its messages) relative
+# to the source tree, so messages and binaries carry no path of the build
+# machine.
+add_compile_options(-fmacro-prefix-map=${PROJECT_SOURCE_DIR}/=)
