@@ -37,7 +37,7 @@ ChildOutcome run_child(const std::vector<std::string>& argv,
 }
 
 std::string file_tail(const std::filesystem::path& file, int max_lines) {
-  constexpr std::streamoff kMaxBytes = 64 * 1024;
+  constexpr std::streamoff kMaxBytes = std::streamoff{64} * 1024;
   std::ifstream in(file, std::ios::binary);
   if (!in || max_lines <= 0) return {};
   in.seekg(0, std::ios::end);

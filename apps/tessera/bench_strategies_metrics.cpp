@@ -29,10 +29,10 @@ struct Line {
   int64_t step = 0;
   double step_seconds = 0;
   double comm_bytes = 0;
-  json memory;
 };
 
-Line parse_line(const std::string& text, const std::string& what, int64_t number) {
+// Parses one line; its "memory" array goes to `memory`.
+Line parse_line(const std::string& text, const std::string& what, int64_t number, json& memory) {
   json j;
   try {
     j = json::parse(text);
@@ -45,19 +45,19 @@ Line parse_line(const std::string& text, const std::string& what, int64_t number
     line.step = j.at("step").get<int64_t>();
     line.step_seconds = j.at("step_seconds").get<double>();
     line.comm_bytes = j.at("comm_bytes").get<double>();
-    line.memory = j.at("memory");
+    memory = j.at("memory");
   } catch (const json::exception& e) {
     fail(what, number, std::string("missing or ill-typed field: ") + e.what());
   }
-  if (!line.memory.is_array()) fail(what, number, "'memory' is not an array");
+  if (!memory.is_array()) fail(what, number, "'memory' is not an array");
   return line;
 }
 
-// Peaks of the last line: per category and total, max over ranks.
-void read_peaks(const Line& line, const std::string& what, int64_t number, StrategyMeasure& m) {
-  m.ranks = static_cast<int>(line.memory.size());
+// Peaks of the last line's memory array: per category and total, max over ranks.
+void read_peaks(const json& memory, const std::string& what, int64_t number, StrategyMeasure& m) {
+  m.ranks = static_cast<int>(memory.size());
   try {
-    for (const json& rank : line.memory) {
+    for (const json& rank : memory) {
       const json& peak = rank.at("peak");
       for (size_t c = 0; c < kCategories.size(); ++c) {
         const char* name = MemoryTracker::category_name(kCategories[c]);
@@ -77,10 +77,13 @@ StrategyMeasure summarize_metrics(std::istream& in, const std::string& what) {
   std::vector<Line> lines;
   std::string text;
   int64_t number = 0;
+  json last_memory;
+  int64_t last_number = 0;
   while (std::getline(in, text)) {
     ++number;
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    lines.push_back(parse_line(text, what, number));
+    lines.push_back(parse_line(text, what, number, last_memory));
+    last_number = number;
   }
   if (lines.empty()) fail(what, 0, "no metrics line (the run logged no step)");
 
@@ -98,7 +101,7 @@ StrategyMeasure summarize_metrics(std::istream& in, const std::string& what) {
   m.sent_bytes = bytes / n;
   m.first_averaged = lines[from].step;
   m.last_averaged = lines.back().step;
-  read_peaks(lines.back(), what, number, m);
+  read_peaks(last_memory, what, last_number, m);
   return m;
 }
 

@@ -62,7 +62,7 @@ void remove_file(const fs::path& path) {
 }  // namespace
 
 fs::path prepare_sharded_step_dir(const fs::path& dir, int64_t step) {
-  const fs::path step_dir = dir / checkpoint_dir_name(step);
+  fs::path step_dir = dir / checkpoint_dir_name(step);
   std::error_code ec;
   fs::create_directories(step_dir, ec);
   if (ec || !fs::is_directory(step_dir)) {
@@ -217,7 +217,7 @@ fs::path write_sharded_index(const fs::path& dir, int64_t step, int world_size,
   metadata["tensor_order"] = names.dump();
   index.metadata = std::move(metadata);
 
-  const fs::path index_path = dir / checkpoint_dir_name(step) / kIndexFile;
+  fs::path index_path = dir / checkpoint_dir_name(step) / kIndexFile;
   remove_stale_temp_files(index_path);
   write_index(index_path, index);
   write_latest(dir, step);
