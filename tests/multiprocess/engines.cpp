@@ -1,5 +1,7 @@
 #include "engines.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <stdexcept>
 
@@ -95,6 +97,16 @@ std::filesystem::path write_gpt_config(const std::filesystem::path& dir, int ste
       << "\n";
   if (!out) throw std::runtime_error("cannot write " + path.string());
   return path;
+}
+
+TensorDiff tensor_diff(std::span<const float> a, std::span<const float> b) {
+  if (a.size() != b.size()) throw std::invalid_argument("tensor_diff: sizes differ");
+  TensorDiff d;
+  for (size_t i = 0; i < a.size(); ++i) {
+    d.max_abs_diff = std::max(d.max_abs_diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    d.max_abs_reference = std::max(d.max_abs_reference, std::fabs(static_cast<double>(b[i])));
+  }
+  return d;
 }
 
 }  // namespace tessera::mptest

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,5 +45,13 @@ const char* rank_env_key(Engine e) noexcept;
 // `dir`/ckpt) to `dir`/run.toml and returns its path.
 std::filesystem::path write_gpt_config(const std::filesystem::path& dir, int steps,
                                        int checkpoint_every, double timeout_s);
+
+// The largest |a[i] - b[i]| and the largest |b[i]|, for a relative
+// comparison of a tensor with its reference (sizes must be equal).
+struct TensorDiff {
+  double max_abs_diff = 0;
+  double max_abs_reference = 0;
+};
+TensorDiff tensor_diff(std::span<const float> a, std::span<const float> b);
 
 }  // namespace tessera::mptest

@@ -56,12 +56,9 @@ TEST_P(SameTraining, MatchesInmemory) {
     std::vector<float> b(a.size());
     actual.read(name, std::span<float>(a));
     expected.read(name, std::span<float>(b));
-    double diff = 0;
-    double scale = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
-      scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
-    }
+    const TensorDiff d = tensor_diff(a, b);
+    const double diff = d.max_abs_diff;
+    const double scale = d.max_abs_reference;
     EXPECT_LE(diff, kTolerance * std::max(scale, 1e-30))
         << name << " on " << engine_name(engine) << ": max |diff| " << diff << ", max |value| "
         << scale;

@@ -144,12 +144,9 @@ void expect_close(const Tensors& actual, const Tensors& expected, const std::str
   for (const auto& [name, b] : expected) {
     const std::vector<float>& a = actual.at(name);
     ASSERT_EQ(a.size(), b.size()) << what << ": " << name;
-    double diff = 0;
-    double scale = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
-      scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
-    }
+    const TensorDiff d = tensor_diff(a, b);
+    const double diff = d.max_abs_diff;
+    const double scale = d.max_abs_reference;
     EXPECT_LE(diff, kTolerance * std::max(scale, 1e-30))
         << what << ": " << name << ": max |diff| " << diff << ", max |value| " << scale;
     ++(name.rfind("optim.", 0) == 0 ? slots : params);
