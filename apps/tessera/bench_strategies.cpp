@@ -203,12 +203,7 @@ int run_bench_strategies_command(const GlobalOptions& global, const BenchStrateg
   const std::vector<std::string> names = parse_strategy_list(args.strategies);
   if (args.steps < 1)
     throw UsageError("--steps must be at least 1, got " + std::to_string(args.steps));
-  if (!global.config_file.empty()) {
-    throw UsageError(
-        "--config is not used by 'tessera bench strategies': the configuration is its CONFIG "
-        "argument (got --config " +
-        global.config_file + ")");
-  }
+  refuse_global_config(global, "tessera bench strategies");
   const Config base = load_config(args.config, args.overrides);
   const Session session = open_session(global, base);
   check_names(names, *session.registry);

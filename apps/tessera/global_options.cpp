@@ -75,4 +75,11 @@ Session open_session(const GlobalOptions& options, const Config& config,
   return open_with(options, &config, default_level);
 }
 
+void refuse_global_config(const GlobalOptions& options, const std::string& command) {
+  if (options.config_file.empty()) return;
+  throw UsageError("--config is not used by '" + command +
+                   "': the configuration is its CONFIG argument (got --config " +
+                   options.config_file + ")");
+}
+
 }  // namespace tessera::cli

@@ -42,6 +42,11 @@ struct Session {
 // and tessera::Error if the config file is missing or invalid.
 Session open_session(const GlobalOptions& options, const std::string& default_level = "warn");
 
+// For commands that take their configuration as a CONFIG argument
+// (`command` is e.g. "tessera train"): throws UsageError naming the command
+// and the file when the global --config was given too.
+void refuse_global_config(const GlobalOptions& options, const std::string& command);
+
 // The same with a configuration the command has loaded itself (`tessera
 // train CONFIG`, with its overrides); options.config_file is not read.
 Session open_session(const GlobalOptions& options, const Config& config,

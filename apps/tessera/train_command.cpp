@@ -67,12 +67,7 @@ void print_dry_run(const Config& config, const train::RunPlan& plan, std::ostrea
 }
 
 int run_train_command(const GlobalOptions& global, const TrainArgs& args, std::ostream& out) {
-  if (!global.config_file.empty()) {
-    throw UsageError(
-        "--config is not used by 'tessera train': the configuration is its CONFIG "
-        "argument (got --config " +
-        global.config_file + ")");
-  }
+  refuse_global_config(global, "tessera train");
   const Config config = load_config(args.config, args.overrides);
   const Session session = open_session(global, config);
   if (args.dry_run) {
