@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "../support/error_of.hpp"
 #include "resume_support.hpp"
 #include "run_support.hpp"
 #include "tessera/core/train/strategy_host.hpp"
@@ -27,18 +28,5 @@ std::string strategy_options_of(const std::string& strategy);
 // [checkpoint] table, or "") appended to the configuration.
 RunSpec checkpoint_spec(const std::string& model, const std::string& strategy, int world,
                         int64_t steps, const std::string& checkpoint);
-
-// The message of the tessera::Error `body` throws; "" and a test failure
-// if it throws none (other exceptions pass through).
-template <typename Body>
-std::string error_of(Body&& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected tessera::Error, nothing was thrown";
-  return "";
-}
 
 }  // namespace tessera::test

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/error_of.hpp"
 #include "tessera/core/config.hpp"
 #include "tessera/core/plugin_registry.hpp"
 #include "tessera/core/train/trainer.hpp"
@@ -40,22 +41,6 @@ std::string mlp_toml(const std::string& strategy, int world_size, int steps);
 // A tiny gpt run on synthetic sequences: 1 layer, d 16, 2 heads, seq 8,
 // vocab 32, batch 8, adamw lr 0.01.
 std::string gpt_toml(const std::string& strategy, int world_size, int steps);
-
-// The message of the tessera::Error `body` throws; fails the test (and
-// returns "") if it throws nothing or something else.
-template <typename Body>
-std::string error_of(Body&& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected tessera::Error, got: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected tessera::Error, nothing was thrown";
-  return "";
-}
 
 // A fresh directory removed with its content at the end of the test.
 class ScratchDir {
