@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_error.hpp"
+#include "display_path.hpp"
 #include "plugins_command.hpp"
 #include "table.hpp"
 
@@ -46,13 +47,6 @@ int run_plugins_command(const GlobalOptions& global, const PluginsArgs& args, st
 }
 
 namespace {
-
-// Absolute, normalised form of a search directory for display.
-std::string display_path(const std::filesystem::path& dir) {
-  std::error_code ec;
-  const auto abs = std::filesystem::absolute(dir, ec);
-  return (ec ? dir : abs.lexically_normal()).string();
-}
 
 std::string abi_text(const PluginRecord& r) {
   if (r.abi_major < 0) return "-";

@@ -9,20 +9,10 @@
 #include <fmt/format.h>
 
 #include "cli_error.hpp"
+#include "display_path.hpp"
 #include "tessera/core/config.hpp"
 
 namespace tessera::cli {
-namespace {
-
-// Absolute, normalised form of a plugin file for display.
-std::string display_path(const std::filesystem::path& file) {
-  std::error_code ec;
-  const auto abs = std::filesystem::absolute(file, ec);
-  return (ec ? file : abs.lexically_normal()).string();
-}
-
-}  // namespace
-
 CLI::App* add_train_command(CLI::App& app, TrainArgs& args) {
   CLI::App* cmd = app.add_subcommand(
       "train", "Train the model a run configuration (TOML) describes, on its backend and strategy");

@@ -6,7 +6,9 @@
 #include <mutex>
 
 namespace tessera {
-namespace {
+// Not in the anonymous namespace: MemoryTracker::Impl, which has external
+// linkage, holds these.
+namespace memory_detail {
 
 // Counters of one rank (or of the unranked slot). Aligned so that ranks
 // updating their own slot from different threads do not share cache lines.
@@ -23,6 +25,11 @@ struct alignas(64) Slot {
     total_peak.store(0, std::memory_order_relaxed);
   }
 };
+
+}  // namespace memory_detail
+namespace {
+
+using memory_detail::Slot;
 
 // Raises `peak` to `value` if it is larger (compare-and-swap loop).
 void raise_peak(std::atomic<int64_t>& peak, int64_t value) noexcept {

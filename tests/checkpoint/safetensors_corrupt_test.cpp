@@ -2,7 +2,6 @@
 // names the file and, where one is at fault, the tensor.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -13,15 +12,9 @@
 namespace tessera {
 namespace {
 
+using test::craft;
 using test::TempDir;
 using test::write_bytes;
-
-std::string craft(const std::string& header, const std::string& data) {
-  std::string file(8, '\0');
-  const uint64_t n = header.size();
-  std::memcpy(file.data(), &n, 8);
-  return file + header + data;
-}
 
 // One F32 tensor entry "name" with the given shape and offsets.
 std::string entry(const std::string& name, const std::string& dtype, const std::string& shape,

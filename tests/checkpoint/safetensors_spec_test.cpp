@@ -12,19 +12,9 @@
 namespace tessera {
 namespace {
 
+using test::craft;
 using test::TempDir;
 using test::write_bytes;
-
-// 8-byte little-endian length (spelled out byte by byte), header, data.
-std::string craft(const std::string& header, const std::string& data) {
-  std::string file;
-  uint64_t n = header.size();
-  for (int i = 0; i < 8; ++i) {
-    file.push_back(static_cast<char>(n & 0xffU));
-    n >>= 8;
-  }
-  return file + header + data;
-}
 
 TEST(SafetensorsSpec, HandCraftedFileIsReadCorrectly) {
   TempDir dir;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -63,6 +64,19 @@ inline std::string read_bytes(const std::filesystem::path& path) {
 inline void write_bytes(const std::filesystem::path& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// A safetensors file from its parts: the header's length as 8 little-endian
+// bytes (spelled out byte by byte, whatever the host's order), the JSON
+// header, then the data.
+inline std::string craft(const std::string& header, const std::string& data) {
+  std::string file;
+  uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) {
+    file.push_back(static_cast<char>(n & 0xffU));
+    n >>= 8;
+  }
+  return file + header + data;
 }
 
 }  // namespace tessera::test

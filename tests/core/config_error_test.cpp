@@ -5,124 +5,116 @@
 
 #include <gtest/gtest.h>
 
+#include "config_error.hpp"
 #include "tessera/core/config.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera {
 namespace {
 
-// The message of the error parse_config throws for `text` ("" if none).
-std::string error_of(const std::string& text, std::vector<std::string> overrides = {}) {
-  try {
-    (void)parse_config(text, "run.toml", overrides);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT);
-    return e.what();
-  }
-  ADD_FAILURE() << "no error for:\n" << text;
-  return {};
-}
+using test::config_error;
 
 #define EXPECT_HAS(haystack, needle) \
   EXPECT_NE((haystack).find(needle), std::string::npos) << "in: " << (haystack)
 
 TEST(ConfigErrors, UnknownKeySuggestsTheNearestKnownKey) {
-  const std::string e = error_of("[run]\nsteps = 3\nwrld_size = 4\n");
+  const std::string e = config_error("[run]\nsteps = 3\nwrld_size = 4\n");
   EXPECT_EQ(e, "run.toml:3: unknown key 'run.wrld_size' (did you mean 'world_size'?)");
 }
 
 TEST(ConfigErrors, SwappedLettersStillGetASuggestion) {
-  EXPECT_HAS(error_of("[optimizer]\nrl = 0.1\n"), "(did you mean 'lr'?)");
-  EXPECT_HAS(error_of("[run]\nstpes = 1\n"),
+  EXPECT_HAS(config_error("[optimizer]\nrl = 0.1\n"), "(did you mean 'lr'?)");
+  EXPECT_HAS(config_error("[run]\nstpes = 1\n"),
              "run.toml:2: unknown key 'run.stpes' (did you mean 'steps'?)");
 }
 
 TEST(ConfigErrors, UnknownKeyFarFromAnyKnownKeyHasNoSuggestion) {
-  EXPECT_EQ(error_of("[data]\n\nshuffle_buffer = 4\n"),
+  EXPECT_EQ(config_error("[data]\n\nshuffle_buffer = 4\n"),
             "run.toml:3: unknown key 'data.shuffle_buffer'");
 }
 
 TEST(ConfigErrors, UnknownSectionSuggestsTheNearestSection) {
-  EXPECT_EQ(error_of("[optimiser]\nlr = 0.1\n"),
+  EXPECT_EQ(config_error("[optimiser]\nlr = 0.1\n"),
             "run.toml:1: unknown section 'optimiser' (did you mean 'optimizer'?)");
 }
 
 TEST(ConfigErrors, KeyOutsideAnySectionPointsToItsSection) {
-  EXPECT_EQ(error_of("steps = 5\n[run]\n"),
+  EXPECT_EQ(config_error("steps = 5\n[run]\n"),
             "run.toml:1: unknown key 'steps' outside any section (did you mean 'run.steps'?)");
 }
 
 TEST(ConfigErrors, WrongTypesNameTheExpectedAndTheGivenType) {
-  EXPECT_EQ(error_of("[run]\nsteps = \"ten\"\n"),
+  EXPECT_EQ(config_error("[run]\nsteps = \"ten\"\n"),
             "run.toml:2: 'run.steps' must be an integer, got a string");
-  EXPECT_EQ(error_of("[run]\n\nsteps = 10.0\n"),
+  EXPECT_EQ(config_error("[run]\n\nsteps = 10.0\n"),
             "run.toml:3: 'run.steps' must be an integer, got a float");
-  EXPECT_EQ(error_of("[optimizer]\nlr = \"fast\"\n"),
+  EXPECT_EQ(config_error("[optimizer]\nlr = \"fast\"\n"),
             "run.toml:2: 'optimizer.lr' must be a number, got a string");
-  EXPECT_EQ(error_of("[checkpoint]\nresume = 1\n"),
+  EXPECT_EQ(config_error("[checkpoint]\nresume = 1\n"),
             "run.toml:2: 'checkpoint.resume' must be a boolean (true or false), got an integer");
-  EXPECT_EQ(error_of("[plugins]\npaths = \"./p\"\n"),
+  EXPECT_EQ(config_error("[plugins]\npaths = \"./p\"\n"),
             "run.toml:2: 'plugins.paths' must be an array of strings, got a string");
-  EXPECT_EQ(error_of("[plugins]\nallow = [\"a\", 3]\n"),
+  EXPECT_EQ(config_error("[plugins]\nallow = [\"a\", 3]\n"),
             "run.toml:2: 'plugins.allow' must contain only strings, got an integer");
-  EXPECT_EQ(error_of("run = 3\n"), "run.toml:1: 'run' must be a table ([run]), got an integer");
-  EXPECT_EQ(error_of("[backend]\noptions = 3\n"),
+  EXPECT_EQ(config_error("run = 3\n"), "run.toml:1: 'run' must be a table ([run]), got an integer");
+  EXPECT_EQ(config_error("[backend]\noptions = 3\n"),
             "run.toml:2: 'backend.options' must be a table, got an integer");
 }
 
 TEST(ConfigErrors, RangesAreCheckedWithTheLine) {
-  EXPECT_EQ(error_of("[run]\nworld_size = 0\n"),
+  EXPECT_EQ(config_error("[run]\nworld_size = 0\n"),
             "run.toml:2: 'run.world_size' must be between 1 and 2147483647, got 0");
-  EXPECT_EQ(error_of("[run]\nsteps = -1\n"), "run.toml:2: 'run.steps' must be >= 0, got -1");
-  EXPECT_EQ(error_of("[run]\nlog_every = 0\n"), "run.toml:2: 'run.log_every' must be >= 1, got 0");
-  EXPECT_EQ(error_of("[run]\nseed = -5\n"), "run.toml:2: 'run.seed' must be >= 0, got -5");
-  EXPECT_EQ(error_of("[backend]\ntimeout_s = 0\n"),
+  EXPECT_EQ(config_error("[run]\nsteps = -1\n"), "run.toml:2: 'run.steps' must be >= 0, got -1");
+  EXPECT_EQ(config_error("[run]\nlog_every = 0\n"),
+            "run.toml:2: 'run.log_every' must be >= 1, got 0");
+  EXPECT_EQ(config_error("[run]\nseed = -5\n"), "run.toml:2: 'run.seed' must be >= 0, got -5");
+  EXPECT_EQ(config_error("[backend]\ntimeout_s = 0\n"),
             "run.toml:2: 'backend.timeout_s' must be > 0.0, got 0.0");
-  EXPECT_EQ(error_of("[data]\nbatch_size = 0\n"),
+  EXPECT_EQ(config_error("[data]\nbatch_size = 0\n"),
             "run.toml:2: 'data.batch_size' must be >= 1, got 0");
-  EXPECT_EQ(error_of("[optimizer]\nlr = -0.5\n"),
+  EXPECT_EQ(config_error("[optimizer]\nlr = -0.5\n"),
             "run.toml:2: 'optimizer.lr' must be > 0.0, got -0.5");
-  EXPECT_EQ(error_of("[optimizer]\nbeta2 = 1\n"),
+  EXPECT_EQ(config_error("[optimizer]\nbeta2 = 1\n"),
             "run.toml:2: 'optimizer.beta2' must be in [0, 1), got 1.0");
-  EXPECT_EQ(error_of("[checkpoint]\nevery = -1\n"),
+  EXPECT_EQ(config_error("[checkpoint]\nevery = -1\n"),
             "run.toml:2: 'checkpoint.every' must be >= 0, got -1");
 }
 
 TEST(ConfigErrors, ValuesOutsideTheirSetListTheChoices) {
-  EXPECT_EQ(error_of("[data]\nkind = \"synthtic\"\n"),
+  EXPECT_EQ(config_error("[data]\nkind = \"synthtic\"\n"),
             "run.toml:2: 'data.kind' must be one of synthetic, text, tokens; got 'synthtic' "
             "(did you mean 'synthetic'?)");
-  EXPECT_EQ(error_of("[checkpoint]\nformat = \"zip\"\n"),
+  EXPECT_EQ(config_error("[checkpoint]\nformat = \"zip\"\n"),
             "run.toml:2: 'checkpoint.format' must be one of full, sharded; got 'zip'");
-  EXPECT_EQ(error_of("[run]\nlog_level = \"verbose\"\n"),
+  EXPECT_EQ(config_error("[run]\nlog_level = \"verbose\"\n"),
             "run.toml:2: 'run.log_level' must be one of trace, debug, info, warn, error, "
             "critical, off; got 'verbose'");
 }
 
 TEST(ConfigErrors, PluginNamesMustBeNames) {
-  EXPECT_EQ(error_of("[strategy]\nname = \"Data Parallel\"\n"),
+  EXPECT_EQ(config_error("[strategy]\nname = \"Data Parallel\"\n"),
             "run.toml:2: 'strategy.name' must be a name made of a-z, 0-9 and '_', got "
             "'Data Parallel'");
-  EXPECT_EQ(error_of("[compression]\n[compression.options]\nratio = 0.1\n"),
+  EXPECT_EQ(config_error("[compression]\n[compression.options]\nratio = 0.1\n"),
             "run.toml:1: [compression] needs a 'name' (or remove the section)");
 }
 
 TEST(ConfigErrors, DependentKeysAreChecked) {
-  EXPECT_EQ(error_of("[data]\nkind = \"text\"\n"),
+  EXPECT_EQ(config_error("[data]\nkind = \"text\"\n"),
             "run.toml:2: 'data.kind' = 'text' needs 'data.path'");
-  EXPECT_EQ(error_of("[checkpoint]\nresume = true\n"),
+  EXPECT_EQ(config_error("[checkpoint]\nresume = true\n"),
             "run.toml:2: 'checkpoint.resume' = true needs 'checkpoint.dir'");
 }
 
 TEST(ConfigErrors, SyntaxErrorsGiveLineAndColumn) {
-  const std::string e = error_of("[run]\nsteps = = 3\n");
+  const std::string e = config_error("[run]\nsteps = = 3\n");
   EXPECT_EQ(e.rfind("run.toml:2:", 0), 0u) << e;
-  const std::string dup = error_of("[run]\nsteps = 1\nsteps = 2\n");
+  const std::string dup = config_error("[run]\nsteps = 1\nsteps = 2\n");
   EXPECT_EQ(dup.rfind("run.toml:3:", 0), 0u) << dup;
 }
 
 TEST(ConfigErrors, AllProblemsAreReportedInFileOrder) {
-  const std::string e = error_of("[run]\nsteps = -1\nwrld_size = 2\n[data]\nbatch_size = 0\n");
+  const std::string e = config_error("[run]\nsteps = -1\nwrld_size = 2\n[data]\nbatch_size = 0\n");
   EXPECT_EQ(e,
             "run.toml:2: 'run.steps' must be >= 0, got -1\n"
             "run.toml:3: unknown key 'run.wrld_size' (did you mean 'world_size'?)\n"
@@ -131,9 +123,9 @@ TEST(ConfigErrors, AllProblemsAreReportedInFileOrder) {
 
 TEST(ConfigErrors, ModelAcceptsAnyOtherKeyButChecksItsOwn) {
   EXPECT_NO_THROW((void)parse_config("[model]\nanything_at_all = 1\n", "run.toml"));
-  EXPECT_EQ(error_of("[model]\nname = 3\n"),
+  EXPECT_EQ(config_error("[model]\nname = 3\n"),
             "run.toml:2: 'model.name' must be a string, got an integer");
-  EXPECT_EQ(error_of("[model]\ninit = false\n"),
+  EXPECT_EQ(config_error("[model]\ninit = false\n"),
             "run.toml:2: 'model.init' must be a string, got a boolean");
 }
 

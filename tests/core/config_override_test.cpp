@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "config_error.hpp"
 #include "tessera/core/config.hpp"
 #include "tessera/sdk/error.hpp"
 
@@ -25,15 +26,10 @@ Config with(std::vector<std::string> overrides, const std::string& text = kBase)
   return parse_config(text, "run.toml", overrides);
 }
 
-std::string error_of(std::vector<std::string> overrides, const std::string& text = kBase) {
-  try {
-    (void)parse_config(text, "run.toml", overrides);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT);
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return {};
+// The message of the error the overrides of `text` raise.
+std::string override_error(const std::vector<std::string>& overrides,
+                           const std::string& text = kBase) {
+  return test::config_error(text, overrides);
 }
 
 TEST(ConfigOverrides, ReplaceValuesOfAnyType) {
@@ -90,38 +86,38 @@ TEST(ConfigOverrides, RelativePluginPathsFromOverridesStayAsWritten) {
 }
 
 TEST(ConfigOverrides, UnknownSectionOrKeyNamesTheOverride) {
-  EXPECT_EQ(error_of({"optimiser.lr=0.1"}),
+  EXPECT_EQ(override_error({"optimiser.lr=0.1"}),
             "--set optimiser.lr=0.1: unknown section 'optimiser' (did you mean 'optimizer'?)");
-  EXPECT_EQ(error_of({"run.wrld_size=4"}),
+  EXPECT_EQ(override_error({"run.wrld_size=4"}),
             "--set run.wrld_size=4: unknown key 'run.wrld_size' (did you mean 'world_size'?)");
-  EXPECT_EQ(error_of({"strategy.bucket_mb=4"}),
+  EXPECT_EQ(override_error({"strategy.bucket_mb=4"}),
             "--set strategy.bucket_mb=4: unknown key 'strategy.bucket_mb'");
 }
 
 TEST(ConfigOverrides, MalformedOverridesAreErrors) {
-  EXPECT_EQ(error_of({"run.steps"}), "--set run.steps: expected section.key=value");
-  EXPECT_EQ(error_of({"steps=3"}), "--set steps=3: expected section.key=value");
-  EXPECT_EQ(error_of({"run..steps=3"}), "--set run..steps=3: expected section.key=value");
-  EXPECT_EQ(error_of({"run.steps.x=3"}),
+  EXPECT_EQ(override_error({"run.steps"}), "--set run.steps: expected section.key=value");
+  EXPECT_EQ(override_error({"steps=3"}), "--set steps=3: expected section.key=value");
+  EXPECT_EQ(override_error({"run..steps=3"}), "--set run..steps=3: expected section.key=value");
+  EXPECT_EQ(override_error({"run.steps.x=3"}),
             "--set run.steps.x=3: key 'run.steps.x' is too deep; 'run.steps' has no sub-keys");
-  EXPECT_EQ(error_of({"backend.options.a.b=3"}),
+  EXPECT_EQ(override_error({"backend.options.a.b=3"}),
             "--set backend.options.a.b=3: key 'backend.options.a.b' is too deep; "
             "'backend.options' has no sub-keys");
-  EXPECT_EQ(error_of({"model.layers.x=3"}, "[model]\nlayers = 4\n"),
+  EXPECT_EQ(override_error({"model.layers.x=3"}, "[model]\nlayers = 4\n"),
             "--set model.layers.x=3: 'model.layers' is an integer, not a table");
 }
 
 TEST(ConfigOverrides, BadValuesNameTheOverrideInsteadOfALine) {
-  EXPECT_EQ(error_of({"run.steps=lots"}),
+  EXPECT_EQ(override_error({"run.steps=lots"}),
             "--set run.steps=lots: 'run.steps' must be an integer, got a string");
-  EXPECT_EQ(error_of({"run.world_size=0"}),
+  EXPECT_EQ(override_error({"run.world_size=0"}),
             "--set run.world_size=0: 'run.world_size' must be between 1 and 2147483647, got 0");
-  EXPECT_EQ(error_of({"strategy.options=3"}),
+  EXPECT_EQ(override_error({"strategy.options=3"}),
             "--set strategy.options=3: 'strategy.options' must be a table, got an integer");
 }
 
 TEST(ConfigOverrides, FileProblemsComeBeforeOverrideProblems) {
-  EXPECT_EQ(error_of({"run.steps=-3"}, "[run]\nlog_every = 0\n"),
+  EXPECT_EQ(override_error({"run.steps=-3"}, "[run]\nlog_every = 0\n"),
             "run.toml:2: 'run.log_every' must be >= 1, got 0\n"
             "--set run.steps=-3: 'run.steps' must be >= 0, got -3");
 }

@@ -54,4 +54,8 @@ struct TensorDiff {
 };
 TensorDiff tensor_diff(std::span<const float> a, std::span<const float> b);
 
+// How close a multi-process result must be to its reference: max |a - b| /
+// max |b| per tensor.
+inline constexpr double kTolerance = 1e-5;
+
 }  // namespace tessera::mptest

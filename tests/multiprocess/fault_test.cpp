@@ -27,7 +27,7 @@
 namespace tessera::mptest {
 namespace {
 
-constexpr int kRanks = 3;
+constexpr int kFaultRanks = 3;
 constexpr int kVictim = 1;
 constexpr double kTimeoutS = 5.0;
 
@@ -78,7 +78,7 @@ TEST_P(Fault, KilledRankFailsTheOthersWithinTheTimeout) {
   const auto ckpt = dir.path() / "ckpt";
   const auto log = dir.path() / "run.log";
   const std::string mark = "fault-" + std::to_string(::getpid()) + "-" + engine_name(engine);
-  std::vector<std::string> command = train_command(engine, kRanks, config, {}, mark);
+  std::vector<std::string> command = train_command(engine, kFaultRanks, config, {}, mark);
   if (engine == Engine::kMpi && !param.survivors_report) {
     command.erase(std::find(command.begin(), command.end(), "--enable-recovery"));
   }
@@ -110,7 +110,7 @@ TEST_P(Fault, KilledRankFailsTheOthersWithinTheTimeout) {
       << "the survivors took " << after_kill.count() << " ms to exit:\n"
       << text;
   if (param.survivors_report) {
-    EXPECT_GE(error_lines(text).size(), static_cast<size_t>(kRanks - 1))
+    EXPECT_GE(error_lines(text).size(), static_cast<size_t>(kFaultRanks - 1))
         << "expected an error from each surviving rank naming rank " << kVictim
         << " and the collective:\n"
         << text;

@@ -16,18 +16,18 @@
 namespace tessera::mptest {
 namespace {
 
-constexpr int kRanks = 2;
+constexpr int kTrainingRanks = 2;
 constexpr int kSteps = 8;
-constexpr double kTolerance = 1e-5;  // max |a - b| / max |b| per tensor
 
 // Runs the config on `e` into `dir`/<engine>; returns the final checkpoint.
 std::filesystem::path train(Engine e, const std::filesystem::path& config,
                             const std::filesystem::path& dir) {
   const auto ckpt = dir / engine_name(e);
   const auto log = dir / (std::string(engine_name(e)) + ".log");
-  ChildProcess child(train_command(e, kRanks, config, {"checkpoint.dir=\"" + ckpt.string() + "\""},
-                                   "same-" + std::string(engine_name(e))),
-                     launcher_env(), log);
+  ChildProcess child(
+      train_command(e, kTrainingRanks, config, {"checkpoint.dir=\"" + ckpt.string() + "\""},
+                    "same-" + std::string(engine_name(e))),
+      launcher_env(), log);
   const ChildExit exit = child.wait(std::chrono::minutes(4));
   EXPECT_TRUE(exit.ok()) << engine_name(e) << " run " << exit.describe() << ":\n" << read_text(log);
   return ckpt / "step-00000008" / "model.safetensors";

@@ -39,7 +39,6 @@ constexpr int kSavedRanks = 2;
 constexpr int kResumedRanks = 3;
 constexpr int kSavedStep = 10;
 constexpr int kFinalStep = 20;
-constexpr double kTolerance = 1e-5;  // max |a - b| / max |b| per tensor
 constexpr auto kRunLimit = std::chrono::minutes(2);
 
 using Tensors = std::map<std::string, std::vector<float>>;

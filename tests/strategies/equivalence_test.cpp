@@ -9,11 +9,10 @@
 #include <string>
 
 #include "run_support.hpp"
+#include "strategy_support.hpp"
 
 namespace tessera::test {
 namespace {
-
-constexpr double kTolerance = 1e-5;
 
 // The `none` run of `model` on `batch` examples per step, computed once.
 const train::RunResult& reference(const std::string& model, int64_t batch, int64_t steps = 20) {
@@ -31,16 +30,16 @@ const train::RunResult& reference(const std::string& model, int64_t batch, int64
   return it->second;
 }
 
-struct Case {
+struct DdpCase {
   std::string model;
   int world;
   int64_t batch;  // global batch; not always divisible by world
 };
 
-class DdpEquivalence : public ::testing::TestWithParam<Case> {};
+class DdpEquivalence : public ::testing::TestWithParam<DdpCase> {};
 
 TEST_P(DdpEquivalence, MatchesNoneOnOneRankAndRanksAgree) {
-  const Case c = GetParam();
+  const DdpCase c = GetParam();
   RunSpec spec;
   spec.model = c.model;
   spec.world = c.world;
@@ -64,11 +63,11 @@ TEST_P(DdpEquivalence, MatchesNoneOnOneRankAndRanksAgree) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, DdpEquivalence,
-                         ::testing::Values(Case{"mlp", 1, 11}, Case{"mlp", 2, 11},
-                                           Case{"mlp", 3, 11}, Case{"mlp", 4, 11},
-                                           Case{"gpt", 1, 10}, Case{"gpt", 2, 10},
-                                           Case{"gpt", 3, 10}, Case{"gpt", 4, 10}),
-                         [](const ::testing::TestParamInfo<Case>& param_info) {
+                         ::testing::Values(DdpCase{"mlp", 1, 11}, DdpCase{"mlp", 2, 11},
+                                           DdpCase{"mlp", 3, 11}, DdpCase{"mlp", 4, 11},
+                                           DdpCase{"gpt", 1, 10}, DdpCase{"gpt", 2, 10},
+                                           DdpCase{"gpt", 3, 10}, DdpCase{"gpt", 4, 10}),
+                         [](const ::testing::TestParamInfo<DdpCase>& param_info) {
                            return param_info.param.model + "_world" +
                                   std::to_string(param_info.param.world) + "_batch" +
                                   std::to_string(param_info.param.batch);

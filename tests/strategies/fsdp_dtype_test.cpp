@@ -25,11 +25,11 @@ namespace {
 // gpt hybrid_shard 2.0e-2, gpt shard_grad_op 2.2e-2. 5% bounds them with
 // margin while a wrong reduction (whole gradients lost or doubled) is far
 // outside it.
-constexpr double kBf16Tolerance = 5e-2;
+constexpr double kFsdpBf16Tolerance = 5e-2;
 // f16 keeps 11 significant bits. Measured: gpt no_shard with f16
 // gradients 1.6e-3, gpt full_shard with f16 parameters and gradients on 4
 // ranks 3.1e-3.
-constexpr double kF16Tolerance = 1e-2;
+constexpr double kFsdpF16Tolerance = 1e-2;
 
 const char* const kBf16 = "param_dtype = \"bf16\"\nreduce_dtype = \"bf16\"";
 
@@ -42,7 +42,7 @@ TEST(FsdpDtype, Bf16ParamsAndGradientsStayClose) {
       expect_params_identical(result);
       std::string worst;
       const double diff = max_param_rel_diff(result.final_state[0], none.final_state[0], &worst);
-      EXPECT_LE(diff, kBf16Tolerance) << model << " on " << world << ": worst " << worst;
+      EXPECT_LE(diff, kFsdpBf16Tolerance) << model << " on " << world << ": worst " << worst;
       // The 16-bit path was taken: the f32 run differs.
       EXPECT_NE(first_bit_difference(merged(result), merged(cached(spec(model, "fsdp", world)))),
                 "")
@@ -61,10 +61,10 @@ TEST(FsdpDtype, HybridAndNoShardStayClose) {
     double tolerance;
   } cases[] = {
       {std::string(kBf16) + "\nsharding_strategy = \"hybrid_shard\"\nshard_group_size = 2", 4,
-       kBf16Tolerance},
-      {std::string(kBf16) + "\nsharding_strategy = \"shard_grad_op\"", 3, kBf16Tolerance},
-      {"reduce_dtype = \"f16\"\nsharding_strategy = \"no_shard\"", 2, kF16Tolerance},
-      {"param_dtype = \"f16\"\nreduce_dtype = \"f16\"", 4, kF16Tolerance},
+       kFsdpBf16Tolerance},
+      {std::string(kBf16) + "\nsharding_strategy = \"shard_grad_op\"", 3, kFsdpBf16Tolerance},
+      {"reduce_dtype = \"f16\"\nsharding_strategy = \"no_shard\"", 2, kFsdpF16Tolerance},
+      {"param_dtype = \"f16\"\nreduce_dtype = \"f16\"", 4, kFsdpF16Tolerance},
   };
   const train::RunResult& none = cached(spec("gpt", "none", 1));
   for (const auto& c : cases) {

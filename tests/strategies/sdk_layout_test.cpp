@@ -18,7 +18,7 @@ namespace {
 
 // Three units; mid.t is tied to embed.a; head.e is empty.
 //   flat: a [0,6) b [6,10) c [10,15) d [15,18) e [18,18)
-FakeModel three_units() {
+FakeModel layout_model() {
   return FakeModel({
       FakeUnit{"embed", {FakeParam{"a", {2, 3}}, FakeParam{"b", {4}}}},
       FakeUnit{"mid", {FakeParam{"c", {5}}, FakeParam{"t", {2, 3}, 0, 0}}},
@@ -27,7 +27,7 @@ FakeModel three_units() {
 }
 
 struct Fixture {
-  FakeModel model = three_units();
+  FakeModel model = layout_model();
   HostContext host_ctx{"strategy.test"};
   sdk::Host host{host_ctx.api()};
   sdk::ModelView view{host, model.api(), model.handle()};

@@ -22,7 +22,7 @@
 namespace tessera::test {
 namespace {
 
-FakeModel three_units() {
+FakeModel runner_model() {
   return FakeModel({
       FakeUnit{"embed", {FakeParam{"a", {2, 3}}, FakeParam{"b", {4}}}, 100},
       FakeUnit{"mid", {FakeParam{"c", {5}}, FakeParam{"t", {2, 3}, 0, 0}}, 200},
@@ -58,7 +58,7 @@ class LoggingHooks : public sdk::RunnerHooks {
 };
 
 struct RunnerFixture {
-  FakeModel model = three_units();
+  FakeModel model = runner_model();
   HostContext host_ctx{"strategy.test"};
   sdk::Host host{host_ctx.api()};
   sdk::ModelView view{host, model.api(), model.handle()};

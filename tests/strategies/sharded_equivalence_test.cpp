@@ -26,7 +26,7 @@
 namespace tessera::test {
 namespace {
 
-struct Case {
+struct ShardedCase {
   std::string strategy;
   std::string model;
   int world;
@@ -34,14 +34,14 @@ struct Case {
   int group;             // ranks per sharding group
 };
 
-void PrintTo(const Case& c, std::ostream* os) {
+void PrintTo(const ShardedCase& c, std::ostream* os) {
   *os << c.strategy << "/" << (c.sharding.empty() ? "" : c.sharding + "/") << c.model << "/world"
       << c.world;
 }
 
 // The run of `c`, or of `none` on one rank with the same batch when
 // `reference`.
-RunSpec spec_of(const Case& c, bool reference) {
+RunSpec spec_of(const ShardedCase& c, bool reference) {
   if (c.strategy != "fsdp") {
     return reference ? uneven_spec(c.model, "none", 1) : uneven_spec(c.model, c.strategy, c.world);
   }
@@ -51,10 +51,10 @@ RunSpec spec_of(const Case& c, bool reference) {
   return spec(c.model, "fsdp", c.world, options);
 }
 
-class ShardedEquivalence : public ::testing::TestWithParam<Case> {};
+class ShardedEquivalence : public ::testing::TestWithParam<ShardedCase> {};
 
 TEST_P(ShardedEquivalence, MatchesNoneWithShardedMemory) {
-  const Case c = GetParam();
+  const ShardedCase c = GetParam();
   const train::RunResult& result = cached(spec_of(c, false));
   const train::RunResult& none = cached(spec_of(c, true));
   ASSERT_EQ(result.last_step, 20);
@@ -96,8 +96,8 @@ TEST_P(ShardedEquivalence, MatchesNoneWithShardedMemory) {
   }
 }
 
-std::vector<Case> cases() {
-  std::vector<Case> out;
+std::vector<ShardedCase> cases() {
+  std::vector<ShardedCase> out;
   for (const std::string model : {"mlp", "gpt"}) {
     for (int world = 1; world <= 4; ++world) {
       for (const std::string zero : {"zero1", "zero2", "zero3"}) {
@@ -113,8 +113,8 @@ std::vector<Case> cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, ShardedEquivalence, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<Case>& param_info) {
-                           const Case& c = param_info.param;
+                         [](const ::testing::TestParamInfo<ShardedCase>& param_info) {
+                           const ShardedCase& c = param_info.param;
                            return c.strategy + "_" + (c.sharding.empty() ? "" : c.sharding + "_") +
                                   c.model + "_world" + std::to_string(c.world);
                          });

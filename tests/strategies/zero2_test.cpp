@@ -22,7 +22,7 @@ namespace {
 // percent; after 20 steps the worst tensor differs from `none` by about 1%
 // of its scale (gpt block1.ln1_b), the rest far less. 3% bounds that with
 // margin while still catching a wrong reduction (off by whole gradients).
-constexpr double kBf16Tolerance = 3e-2;
+constexpr double kZero2Bf16Tolerance = 3e-2;
 
 // Overlap changes when the reduce-scatters are waited for, not what they
 // deliver.
@@ -45,7 +45,7 @@ TEST(Zero2Options, Bf16GradientsStayClose) {
     expect_params_identical(result);
     std::string worst;
     const double diff = max_param_rel_diff(result.final_state[0], none.final_state[0], &worst);
-    EXPECT_LE(diff, kBf16Tolerance) << model << ": largest difference in " << worst;
+    EXPECT_LE(diff, kZero2Bf16Tolerance) << model << ": largest difference in " << worst;
     // The wire really is 16 bits: the f32 run differs.
     EXPECT_NE(first_bit_difference(merged(result), merged(cached(uneven_spec(model, "zero2", 2)))),
               "")

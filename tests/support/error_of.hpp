@@ -5,25 +5,33 @@
 
 #include <exception>
 #include <string>
+#include <utility>
 
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::test {
 
-// The message of the tessera::Error `body` throws; fails the test (and
-// returns "") if it throws nothing or something else.
+// The tessera::Error `body` throws; fails the test (and returns an Error with
+// status TESSERA_OK and no message) if it throws nothing or something else.
 template <typename Body>
-std::string error_of(Body&& body) {
+Error thrown_error(Body&& body) {
   try {
     body();
   } catch (const Error& e) {
-    return e.what();
+    return e;
   } catch (const std::exception& e) {
     ADD_FAILURE() << "expected tessera::Error, got: " << e.what();
-    return "";
+    return Error(TESSERA_OK, "");
   }
   ADD_FAILURE() << "expected tessera::Error, nothing was thrown";
-  return "";
+  return Error(TESSERA_OK, "");
+}
+
+// The message of the tessera::Error `body` throws ("" and a failed test if
+// it throws nothing or something else).
+template <typename Body>
+std::string error_of(Body&& body) {
+  return thrown_error(std::forward<Body>(body)).what();
 }
 
 }  // namespace tessera::test

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "support/error_of.hpp"
 #include "tessera/core/logging.hpp"
 #include "tessera/core/train/strategy_host.hpp"
 #include "tessera/sdk/error.hpp"
@@ -18,6 +19,7 @@ namespace {
 
 using test::last_error;
 using test::same_bits;
+using test::thrown_error;
 
 const std::vector<int64_t> kShape = {2, 5};
 
@@ -29,18 +31,6 @@ std::vector<float> iota(float start, std::size_t n) {
 
 CollectedState::Piece piece(uint64_t offset, std::vector<float> values, int rank) {
   return CollectedState::Piece{offset, std::move(values), rank};
-}
-
-// Throws and returns the tessera::Error, or fails the test.
-template <typename Fn>
-Error error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no tessera::Error thrown";
-  return Error(TESSERA_OK, "");
 }
 
 // Writes elements [offset, offset + values.size()) of "w" through the C table.
@@ -100,7 +90,7 @@ TEST(CollectedState, DifferingReplicasNameTensorElementAndRanks) {
   all[7] = std::nextafter(all[7], 100.0F);  // one ulp apart
   CollectedState rank2;
   rank2.add("block0.w", kShape, piece(2, {all.begin() + 2, all.end()}, 2));
-  const Error e = error_of([&] { rank0.merge(std::move(rank2)); });
+  const Error e = thrown_error([&] { rank0.merge(std::move(rank2)); });
   EXPECT_EQ(e.status(), TESSERA_ERR_MISMATCH);
   const std::string msg = e.what();
   EXPECT_NE(msg.find("tensor 'block0.w'"), std::string::npos) << msg;
@@ -116,7 +106,7 @@ TEST(CollectedState, SignedZerosAndUnknownRanksDiffer) {
   neg[0] = -0.0F;
   CollectedState b;
   b.add("w", kShape, piece(0, neg, -1));
-  const Error e = error_of([&] { a.merge(std::move(b)); });
+  const Error e = thrown_error([&] { a.merge(std::move(b)); });
   EXPECT_NE(std::string(e.what()).find("element 0"), std::string::npos) << e.what();
   EXPECT_NE(std::string(e.what()).find("unknown"), std::string::npos) << e.what();
 }
@@ -125,18 +115,18 @@ TEST(CollectedState, FullReportsGapsAndMissingTensors) {
   CollectedState state;
   state.add("w", kShape, piece(0, iota(0, 3), 0));
   state.add("w", kShape, piece(5, iota(5, 3), 1));
-  Error e = error_of([&] { (void)state.full("w"); });
+  Error e = thrown_error([&] { (void)state.full("w"); });
   EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(e.what()).find("tensor 'w' of shape [2, 5]: elements [3, 5)"),
             std::string::npos)
       << e.what();
   state.add("w", kShape, piece(3, iota(3, 2), 1));
-  e = error_of([&] { (void)state.full("w"); });
+  e = thrown_error([&] { (void)state.full("w"); });
   EXPECT_NE(std::string(e.what()).find("elements [8, 10) were not saved"), std::string::npos)
       << e.what();
   state.add("w", kShape, piece(8, iota(8, 2), 0));
   EXPECT_TRUE(same_bits(state.full("w"), iota(0, 10)));
-  e = error_of([&] { (void)state.full("v"); });
+  e = thrown_error([&] { (void)state.full("v"); });
   EXPECT_NE(std::string(e.what()).find("tensor 'v' was not saved"), std::string::npos) << e.what();
 }
 
@@ -145,10 +135,10 @@ TEST(CollectedState, ShapeDisagreementAndRangeErrors) {
   a.add("w", kShape, piece(0, iota(0, 10), 0));
   CollectedState b;
   b.add("w", std::vector<int64_t>{5, 2}, piece(0, iota(0, 10), 1));
-  Error e = error_of([&] { a.merge(std::move(b)); });
+  Error e = thrown_error([&] { a.merge(std::move(b)); });
   EXPECT_EQ(e.status(), TESSERA_ERR_MISMATCH);
   EXPECT_NE(std::string(e.what()).find("[5, 2] after shape [2, 5]"), std::string::npos) << e.what();
-  e = error_of([&] { a.add("w", kShape, piece(8, iota(0, 3), 0)); });
+  e = thrown_error([&] { a.add("w", kShape, piece(8, iota(0, 3), 0)); });
   EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(e.what()).find("[8, 11) are outside"), std::string::npos) << e.what();
 }

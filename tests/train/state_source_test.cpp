@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "checkpoint/temp_dir.hpp"
+#include "support/error_of.hpp"
 #include "tessera/core/safetensors.hpp"
 #include "tessera/core/train/strategy_host.hpp"
 #include "tessera/sdk/error.hpp"
@@ -15,20 +16,9 @@
 namespace tessera::train {
 namespace {
 
+using test::error_of;
 using test::last_error;
 using test::same_bits;
-
-// The message of the tessera::Error `fn` throws ("" if none).
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no tessera::Error thrown";
-  return {};
-}
 
 SliceRef slice(std::string name, std::vector<int64_t> shape, uint64_t offset, uint64_t count) {
   return SliceRef{std::move(name), std::move(shape), offset, count};

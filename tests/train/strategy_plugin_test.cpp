@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "support/error_of.hpp"
 #include "tessera/core/comm.hpp"
 #include "tessera/core/logging.hpp"
 #include "tessera/core/train/strategy_host.hpp"
@@ -17,17 +18,7 @@
 namespace tessera::train {
 namespace {
 
-// The message of the tessera::Error `fn` throws ("" if none).
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no tessera::Error thrown";
-  return {};
-}
+using test::error_of;
 
 TEST(StrategyPlugin, UnknownNameInAnEmptyRegistrySaysNoneAvailable) {
   const PluginRegistry registry;

@@ -8,7 +8,7 @@
 namespace tessera::model {
 namespace {
 
-struct HeadContext final : UnitContext {
+struct GptHeadContext final : UnitContext {
   int64_t rows = -1;
   float scale = 1.0f;
   float loss = 0.0f;
@@ -34,13 +34,13 @@ GptHead::GptHead(std::string name, int64_t vocab, int64_t d_model, std::string t
 }
 
 std::unique_ptr<UnitContext> GptHead::make_context() const {
-  return std::make_unique<HeadContext>();
+  return std::make_unique<GptHeadContext>();
 }
 
 ConstView GptHead::forward(UnitContext& ctx_base, std::span<const float* const> params,
                            const UnitInput& input) const {
   kernels::check_count(name_, "parameter", params.size(), specs_.size());
-  auto& c = dynamic_cast<HeadContext&>(ctx_base);
+  auto& c = dynamic_cast<GptHeadContext&>(ctx_base);
   const int64_t n = input.x.rows;
   TESSERA_CHECK(!input.x.empty() && input.x.cols == d_, TESSERA_ERR_INVALID_ARGUMENT, "unit '",
                 name_, "': input has ", input.x.cols, " columns, expected ", d_);
@@ -70,7 +70,7 @@ ConstView GptHead::backward(UnitContext& ctx_base, std::span<const float* const>
                             std::span<float* const> grads, ConstView grad_output) const {
   kernels::check_count(name_, "parameter", params.size(), specs_.size());
   kernels::check_count(name_, "gradient", grads.size(), specs_.size());
-  auto& c = dynamic_cast<HeadContext&>(ctx_base);
+  auto& c = dynamic_cast<GptHeadContext&>(ctx_base);
   TESSERA_CHECK(c.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward without a forward on this context");
   const int64_t n = c.rows;

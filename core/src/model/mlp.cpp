@@ -42,7 +42,7 @@ struct DenseContext final : UnitContext {
   }
 };
 
-struct HeadContext final : UnitContext {
+struct MlpHeadContext final : UnitContext {
   int64_t rows = -1;
   float scale = 1.0f;
   float loss = 0.0f;
@@ -122,13 +122,13 @@ ClassifierHead::ClassifierHead(std::string name, int64_t in, int64_t classes, bo
 }
 
 std::unique_ptr<UnitContext> ClassifierHead::make_context() const {
-  return std::make_unique<HeadContext>();
+  return std::make_unique<MlpHeadContext>();
 }
 
 ConstView ClassifierHead::forward(UnitContext& ctx_base, std::span<const float* const> params,
                                   const UnitInput& input) const {
   kernels::check_count(name_, "parameter", params.size(), specs_.size());
-  auto& ctx = dynamic_cast<HeadContext&>(ctx_base);
+  auto& ctx = dynamic_cast<MlpHeadContext&>(ctx_base);
   const int64_t n = take_input(name_, is_first(), in_, input, ctx.x);
   TESSERA_CHECK(input.batch != nullptr && !input.batch->is_sequence() &&
                     static_cast<int64_t>(input.batch->targets.size()) == n,
@@ -149,7 +149,7 @@ ConstView ClassifierHead::backward(UnitContext& ctx_base, std::span<const float*
                                    std::span<float* const> grads, ConstView grad_output) const {
   kernels::check_count(name_, "parameter", params.size(), specs_.size());
   kernels::check_count(name_, "gradient", grads.size(), specs_.size());
-  auto& ctx = dynamic_cast<HeadContext&>(ctx_base);
+  auto& ctx = dynamic_cast<MlpHeadContext&>(ctx_base);
   TESSERA_CHECK(ctx.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward without a forward on this context");
   const int64_t n = ctx.rows;

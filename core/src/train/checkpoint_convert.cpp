@@ -3,6 +3,7 @@
 #include <system_error>
 #include <utility>
 
+#include "invalid_input.hpp"
 #include "tessera/core/safetensors.hpp"
 #include "tessera/core/train/checkpointing.hpp"
 #include "tessera/core/train/sharded_checkpoint.hpp"
@@ -12,10 +13,6 @@ namespace tessera::train {
 namespace {
 
 namespace fs = std::filesystem;
-
-[[noreturn]] void fail(const std::string& message) {
-  throw Error(TESSERA_ERR_INVALID_ARGUMENT, message);
-}
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "invalid_input.hpp"
 #include "tessera/core/atomic_file.hpp"
 #include "tessera/core/safetensors.hpp"
 #include "tessera/core/safetensors_index.hpp"
@@ -21,14 +22,7 @@
 namespace tessera::train {
 namespace {
 
-constexpr const char* kModelFile = "model.safetensors";
-constexpr const char* kIndexFile = "index.json";
 constexpr const char* kLatestFile = "latest";
-constexpr std::string_view kOptimPrefix = "optim.";
-
-[[noreturn]] void fail(const std::string& message) {
-  throw Error(TESSERA_ERR_INVALID_ARGUMENT, message);
-}
 
 std::string trim(const std::string& text) {
   const auto begin = text.find_first_not_of(" \t\r\n");

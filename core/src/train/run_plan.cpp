@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "invalid_input.hpp"
 #include "prepared_run.hpp"
 #include "tessera/core/logging.hpp"
 #include "tessera/core/options.hpp"
@@ -13,10 +14,6 @@
 namespace tessera::train {
 namespace detail {
 namespace {
-
-[[noreturn]] void fail(const std::string& message) {
-  throw Error(TESSERA_ERR_INVALID_ARGUMENT, message);
-}
 
 std::span<const tessera_option_decl> declared_options(const tessera_plugin_descriptor& d) {
   if (d.options == nullptr) return {};

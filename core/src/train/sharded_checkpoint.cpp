@@ -27,8 +27,6 @@ namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
 constexpr int kSliceTag = 7302;  // p2p tag of the slice-record gather
-constexpr const char* kIndexFile = "index.json";
-constexpr const char* kModelFile = "model.safetensors";
 
 // Whether `name` is a file an attempt at a step may have left: the index,
 // the full model file, a rank file, or a temporary file of any of them.

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/safetensors.hpp"
+#include "tessera/core/train/checkpointing.hpp"
 #include "tessera/core/train/sharded_checkpoint.hpp"
 #include "tessera/sdk/error.hpp"
 
@@ -18,8 +19,6 @@ namespace tessera::train {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr std::string_view kOptimPrefix = "optim.";
 
 class ShardedSource final : public StateSource {
  public:

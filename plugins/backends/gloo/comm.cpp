@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "collectives.hpp"
+#include "forever.hpp"
 #include "p2p.hpp"
 #include "store.hpp"
 #include "tessera/sdk/coll.hpp"
@@ -14,8 +15,6 @@
 
 namespace tessera::gloo_backend {
 namespace {
-
-constexpr auto kForever = std::chrono::milliseconds(std::chrono::hours(100));
 
 std::chrono::milliseconds gloo_timeout(int64_t timeout_ms) {
   return timeout_ms > 0 ? std::chrono::milliseconds(timeout_ms) : kForever;

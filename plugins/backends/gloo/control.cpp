@@ -6,14 +6,13 @@
 #include <optional>
 #include <utility>
 
+#include "forever.hpp"
+
 namespace tessera::gloo_backend {
 namespace {
 
 constexpr uint64_t kSlot = 0x7e55000000000001ULL;  // the only slot of the control context
 constexpr uint32_t kMagic = 0x54474331;            // "TGC1"
-// Waits that end by an abort from our side or a peer's failure, never by
-// gloo's timeout (which would close every pair of the control context).
-constexpr auto kForever = std::chrono::hours(100);
 
 enum : uint32_t { kQuery = 1, kAnswer = 2, kAbort = 3 };
 
@@ -196,6 +195,8 @@ void Control::serve() {
     bool received = false;
     try {
       inbox->recv(others_, kSlot, 0, sizeof(Message));
+      // Ends by an abort from our side or a peer's failure, never by gloo's
+      // timeout (which would close every pair of the control context).
       received = inbox->waitRecv(&source, kForever);
     } catch (const std::exception& e) {
       // A peer died with a message announced but not delivered: its broken

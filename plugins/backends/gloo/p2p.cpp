@@ -1,5 +1,6 @@
 #include "p2p.hpp"
 
+#include "forever.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::gloo_backend {
@@ -8,7 +9,6 @@ namespace {
 // Above every slot gloo's collectives use (prefixes 0x01..0x08 in the top
 // byte, small integers for the algorithm objects).
 constexpr uint64_t kP2pPrefix = uint64_t{0xA5} << 56;
-constexpr auto kForever = std::chrono::hours(100);
 
 }  // namespace
 

@@ -19,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessera/core/model/model.hpp"
@@ -26,6 +27,11 @@
 #include "tessera/core/train/strategy_host.hpp"
 
 namespace tessera::train {
+
+// The files of a step directory, and the name prefix of optimizer state.
+inline constexpr const char* kModelFile = "model.safetensors";  // format full
+inline constexpr const char* kIndexFile = "index.json";         // format sharded
+inline constexpr std::string_view kOptimPrefix = "optim.";
 
 // "step-00000042": the directory name of step `step` (8 digits, more when
 // the step needs them).
