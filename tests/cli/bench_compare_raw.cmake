@@ -9,22 +9,9 @@ tessera_add_plugin(NAME cli_solo_raw KIND backend SOURCES fixtures/solo_raw_back
   OUTPUT_DIRECTORY "${_raw_dir}")
 
 # ---- below the command line: the reporter's columns and launch_bench over
-# real plugins. The benchmark sources are compiled in from apps/tessera. ----
-set(_app "${PROJECT_SOURCE_DIR}/apps/tessera")
-add_executable(tessera_cli_bench_tests
-  bench_compare_raw_test.cpp
-  bench_raw_report_test.cpp
-  ${_app}/bench_check.cpp
-  ${_app}/bench_engine.cpp
-  ${_app}/bench_launch.cpp
-  ${_app}/bench_ops.cpp
-  ${_app}/bench_raw.cpp
-  ${_app}/bench_report.cpp
-  ${_app}/memcpy_rate.cpp
-  ${_app}/size_list.cpp
-  ${_app}/table.cpp)
-target_include_directories(tessera_cli_bench_tests PRIVATE "${_app}")
-target_link_libraries(tessera_cli_bench_tests PRIVATE Tessera::core GTest::gtest_main fmt::fmt)
+# real plugins, linked from the CLI's own library (apps/tessera). ----
+add_executable(tessera_cli_bench_tests bench_compare_raw_test.cpp bench_raw_report_test.cpp)
+target_link_libraries(tessera_cli_bench_tests PRIVATE tessera_cli GTest::gtest_main)
 target_compile_definitions(tessera_cli_bench_tests PRIVATE
   TESSERA_CLI_PLUGIN_DIR="${TESSERA_PLUGIN_OUTPUT_DIR}"
   TESSERA_CLI_FIXTURE_DIR="${_raw_dir}")

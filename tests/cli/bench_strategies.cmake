@@ -2,26 +2,13 @@
 # tests/cli/CMakeLists.txt after tessera_cli_test is defined. Every run uses
 # the tiny two-rank mlp of fixtures/bench_strategies_mlp.toml (676
 # parameters, 3 steps), so each test takes well under a second.
-set(_app "${PROJECT_SOURCE_DIR}/apps/tessera")
 set(_mlp "${CMAKE_CURRENT_SOURCE_DIR}/fixtures/bench_strategies_mlp.toml")
 set(_bs_out "${CMAKE_CURRENT_BINARY_DIR}/bench_strategies")
 file(MAKE_DIRECTORY "${_bs_out}")
 
 # ---- the helpers, and the built executable run from a test ----
-add_executable(tessera_cli_bench_strategies_tests
-  bench_strategies_test.cpp
-  ${_app}/bench_strategies.cpp
-  ${_app}/bench_strategies_child.cpp
-  ${_app}/bench_strategies_metrics.cpp
-  ${_app}/bench_strategies_report.cpp
-  ${_app}/global_options.cpp
-  ${_app}/launch_process.cpp
-  ${_app}/plugins_list.cpp
-  ${_app}/plugins_describe.cpp
-  ${_app}/table.cpp)
-target_include_directories(tessera_cli_bench_strategies_tests PRIVATE "${_app}")
-target_link_libraries(tessera_cli_bench_strategies_tests PRIVATE Tessera::core GTest::gtest_main
-  CLI11::CLI11 nlohmann_json::nlohmann_json fmt::fmt)
+add_executable(tessera_cli_bench_strategies_tests bench_strategies_test.cpp)
+target_link_libraries(tessera_cli_bench_strategies_tests PRIVATE tessera_cli GTest::gtest_main)
 target_compile_definitions(tessera_cli_bench_strategies_tests PRIVATE
   TESSERA_CLI_EXE="$<TARGET_FILE:tessera>"
   TESSERA_CLI_MLP_CONFIG="${_mlp}")
