@@ -23,3 +23,23 @@ endif()
 # to the source tree, so messages and binaries carry no path of the build
 # machine.
 add_compile_options(-fmacro-prefix-map=${PROJECT_SOURCE_DIR}/=)
+
+# Unity builds (CMAKE_UNITY_BUILD=ON, which scripts/common.sh passes): the
+# generated unity sources #include the .cpp files, and clang-tidy, which
+# scripts/tidy.sh runs over those unity sources, would report each include
+# as bugprone-suspicious-include. Called once at the end of the top-level
+# CMakeLists.txt, for every target of the project.
+function(tessera_unity_build_settings dir)
+  get_property(targets DIRECTORY "${dir}" PROPERTY BUILDSYSTEM_TARGETS)
+  foreach(target IN LISTS targets)
+    get_target_property(type ${target} TYPE)
+    if(NOT type STREQUAL "INTERFACE_LIBRARY" AND NOT type STREQUAL "UTILITY")
+      set_property(TARGET ${target} PROPERTY UNITY_BUILD_CODE_BEFORE_INCLUDE
+                   "// NOLINTNEXTLINE(bugprone-suspicious-include)")
+    endif()
+  endforeach()
+  get_property(subdirs DIRECTORY "${dir}" PROPERTY SUBDIRECTORIES)
+  foreach(subdir IN LISTS subdirs)
+    tessera_unity_build_settings("${subdir}")
+  endforeach()
+endfunction()
