@@ -2,6 +2,7 @@
 // option values, as small C++ helpers over tessera_host_api.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -97,5 +98,22 @@ class Options {
   const tessera_host_api* api_;
   const tessera_options* opts_;
 };
+
+namespace detail {
+// Throws the host's message for a failed call into a host-implemented table.
+inline void check_host_call(const Host& host, tessera_status status, const char* what) {
+  if (status == TESSERA_OK) return;
+  const tessera_host_api* api = host.raw();
+  const char* msg = nullptr;
+  if (api != nullptr &&
+      api->struct_size >= offsetof(tessera_host_api, last_error) + sizeof(void*) &&
+      api->last_error != nullptr) {
+    msg = api->last_error(api->ctx);
+  }
+  throw Error(status,
+              ::tessera::detail::concat(
+                  what, ": ", (msg != nullptr && *msg != '\0') ? msg : status_name(status)));
+}
+}  // namespace detail
 
 }  // namespace tessera::sdk

@@ -1,0 +1,147 @@
+// Strategy-side view of a model (tessera_model_api, c/model.h): its units,
+// their parameter slots, per-micro-batch contexts, and forward/backward calls
+// that throw tessera::Error with the model's message when they fail.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessera/c/model.h"
+#include "tessera/sdk/error.hpp"
+#include "tessera/sdk/host.hpp"
+
+namespace tessera::sdk {
+
+// One parameter slot of a unit (see tessera_param_info).
+struct ParamInfo {
+  std::string name;       // within the unit
+  std::string full_name;  // "<unit>.<param>" of the owner; the checkpoint key
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+  tessera_split_hint split = TESSERA_SPLIT_NONE;
+  int32_t owner_unit = 0;
+  int32_t owner_param = 0;
+  bool tied = false;  // storage belongs to (owner_unit, owner_param)
+};
+
+// A unit's per-micro-batch context; destroys itself.
+class UnitContext {
+ public:
+  UnitContext() = default;
+  UnitContext(const tessera_model_api* api, tessera_unit_ctx* ctx) : api_(api), ctx_(ctx) {}
+  UnitContext(UnitContext&& o) noexcept : api_(o.api_), ctx_(std::exchange(o.ctx_, nullptr)) {}
+  UnitContext& operator=(UnitContext&& o) noexcept {
+    if (this != &o) {
+      reset();
+      api_ = o.api_;
+      ctx_ = std::exchange(o.ctx_, nullptr);
+    }
+    return *this;
+  }
+  UnitContext(const UnitContext&) = delete;
+  UnitContext& operator=(const UnitContext&) = delete;
+  ~UnitContext() { reset(); }
+
+  [[nodiscard]] tessera_unit_ctx* raw() const noexcept { return ctx_; }
+  // Bytes of activations and outputs it holds now.
+  [[nodiscard]] uint64_t bytes() const noexcept {
+    return ctx_ != nullptr ? api_->context_bytes(ctx_) : 0;
+  }
+  void reset() noexcept {
+    if (ctx_ != nullptr) api_->context_destroy(ctx_);
+    ctx_ = nullptr;
+  }
+
+ private:
+  const tessera_model_api* api_ = nullptr;
+  tessera_unit_ctx* ctx_ = nullptr;
+};
+
+class ModelView {
+ public:
+  ModelView(const Host& host, const tessera_model_api* api, const tessera_model* model)
+      : host_(host), api_(api), model_(model) {
+    TESSERA_CHECK(api != nullptr && model != nullptr, TESSERA_ERR_INVALID_ARGUMENT,
+                  "strategy environment has no model");
+    const int32_t n = api_->num_units(model_);
+    units_.resize(static_cast<size_t>(std::max(n, 0)));
+    for (int32_t u = 0; u < n; ++u) {
+      auto& unit = units_[static_cast<size_t>(u)];
+      const char* name = api_->unit_name(model_, u);
+      unit.name = name != nullptr ? name : "";
+      const int32_t np = api_->num_params(model_, u);
+      for (int32_t p = 0; p < np; ++p) {
+        tessera_param_info info{};
+        info.struct_size = sizeof info;
+        detail::check_host_call(host_, api_->param_info(model_, u, p, &info), "model param_info");
+        ParamInfo pi;
+        pi.name = info.name;
+        pi.full_name = info.full_name;
+        pi.shape.assign(info.shape, info.shape + info.ndim);
+        pi.numel = info.numel;
+        pi.split = info.split;
+        pi.owner_unit = info.owner_unit;
+        pi.owner_param = info.owner_param;
+        pi.tied = info.owner_unit != u || info.owner_param != p;
+        unit.params.push_back(std::move(pi));
+      }
+    }
+  }
+
+  [[nodiscard]] int32_t num_units() const noexcept { return static_cast<int32_t>(units_.size()); }
+  [[nodiscard]] const std::string& unit_name(int32_t unit) const {
+    return units_.at(static_cast<size_t>(unit)).name;
+  }
+  // Parameter slots of `unit` in declaration order.
+  [[nodiscard]] const std::vector<ParamInfo>& params(int32_t unit) const {
+    return units_.at(static_cast<size_t>(unit)).params;
+  }
+
+  [[nodiscard]] UnitContext make_context(int32_t unit) const {
+    tessera_unit_ctx* ctx = nullptr;
+    detail::check_host_call(host_, api_->context_create(model_, unit, &ctx),
+                            "model context_create");
+    return {api_, ctx};
+  }
+
+  // See tessera_model_api::forward / backward.
+  tessera_matrix forward(int32_t unit, UnitContext& ctx, const float* const* params,
+                         const tessera_batch* batch, tessera_matrix x, float loss_scale) const {
+    tessera_matrix out{};
+    detail::check_host_call(
+        host_, api_->forward(model_, unit, ctx.raw(), params, batch, x, loss_scale, &out),
+        "model forward");
+    return out;
+  }
+  tessera_matrix backward(int32_t unit, UnitContext& ctx, const float* const* params,
+                          float* const* grads, tessera_matrix grad_output) const {
+    tessera_matrix grad_in{};
+    detail::check_host_call(
+        host_, api_->backward(model_, unit, ctx.raw(), params, grads, grad_output, &grad_in),
+        "model backward");
+    return grad_in;
+  }
+
+  [[nodiscard]] int64_t batch_examples(const tessera_batch* batch) const noexcept {
+    return api_->batch_examples(batch);
+  }
+  [[nodiscard]] int64_t batch_tokens_per_example(const tessera_batch* batch) const noexcept {
+    return api_->batch_tokens_per_example(batch);
+  }
+
+ private:
+  struct Unit {
+    std::string name;
+    std::vector<ParamInfo> params;
+  };
+  Host host_;
+  const tessera_model_api* api_;
+  const tessera_model* model_;
+  std::vector<Unit> units_;
+};
+
+}  // namespace tessera::sdk
