@@ -90,6 +90,8 @@ void print_json(const LoadedPlugin& plugin, std::ostream& out) {
   doc["kind"] = std::string(kind_name(d.kind));
   doc["version"] = text_or_empty(d.version);
   doc["abi"] = std::to_string(d.abi_major) + "." + std::to_string(d.abi_minor);
+  const InterfaceVersion api = interface_version(d);
+  doc["api"] = std::to_string(api.major) + "." + std::to_string(api.minor);
   doc["file"] = plugin.path().string();
   doc["summary"] = text_or_empty(d.summary);
   if (d.kind == TESSERA_KIND_BACKEND) doc["capabilities"] = capability_names(d);
@@ -108,6 +110,8 @@ void print_text(const LoadedPlugin& plugin, std::ostream& out) {
   out << "name:     " << text_or_empty(d.name) << '\n'
       << "kind:     " << kind_name(d.kind) << '\n'
       << "version:  " << text_or_empty(d.version) << '\n'
+      << "API:      " << kind_name(d.kind) << ' ' << interface_version(d).major << '.'
+      << interface_version(d).minor << '\n'
       << "ABI:      " << d.abi_major << '.' << d.abi_minor << '\n'
       << "file:     " << plugin.path().string() << '\n'
       << "summary:  " << text_or_empty(d.summary) << '\n';

@@ -53,6 +53,12 @@ std::string abi_text(const PluginRecord& r) {
   return std::to_string(r.abi_major) + "." + std::to_string(r.abi_minor);
 }
 
+// Version of the plugin's interface table (of its kind), "-" if unread.
+std::string api_text(const PluginRecord& r) {
+  if (r.api_major < 0) return "-";
+  return std::to_string(r.api_major) + "." + std::to_string(r.api_minor);
+}
+
 std::vector<const PluginRecord*> sorted_records(const PluginRegistry& registry) {
   std::vector<const PluginRecord*> out;
   for (const auto& r : registry.records()) out.push_back(&r);
@@ -75,6 +81,7 @@ void print_json(const Session& session, std::ostream& out) {
     p["name"] = r->name;
     p["version"] = r->version;
     p["abi"] = r->abi_major < 0 ? nlohmann::json(nullptr) : nlohmann::json(abi_text(*r));
+    p["api"] = r->api_major < 0 ? nlohmann::json(nullptr) : nlohmann::json(api_text(*r));
     p["status"] = r->loaded ? "loaded" : "rejected";
     p["file"] = r->path.string();
     p["reason"] = r->reason;
@@ -94,14 +101,18 @@ void print_plugin_list(const Session& session, bool json, std::ostream& out) {
   const auto records = sorted_records(*session.registry);
   const bool any_rejected =
       std::any_of(records.begin(), records.end(), [](const PluginRecord* r) { return !r->loaded; });
-  std::vector<Column> columns{{"kind"}, {"name"}, {"version"}, {"ABI"}, {"status"}, {"file"}};
+  std::vector<Column> columns{{"kind"}, {"name"},   {"version"}, {"API"},
+                              {"ABI"},  {"status"}, {"file"}};
   if (any_rejected) columns.push_back({"reason"});
   TextTable table(std::move(columns));
   for (const PluginRecord* r : records) {
-    std::vector<std::string> row{
-        r->kind.empty() ? "-" : r->kind,       r->name.empty() ? "-" : r->name,
-        r->version.empty() ? "-" : r->version, abi_text(*r),
-        r->loaded ? "loaded" : "rejected",     r->path.string()};
+    std::vector<std::string> row{r->kind.empty() ? "-" : r->kind,
+                                 r->name.empty() ? "-" : r->name,
+                                 r->version.empty() ? "-" : r->version,
+                                 api_text(*r),
+                                 abi_text(*r),
+                                 r->loaded ? "loaded" : "rejected",
+                                 r->path.string()};
     if (any_rejected) row.push_back(r->loaded ? "" : r->reason);
     table.add_row(std::move(row));
   }

@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 
 #include "tessera/c/backend.h"
+#include "tessera/c/model.h"
+#include "tessera/c/strategy.h"
 #include "tessera/sdk/dtype.hpp"
 
 namespace tessera::detail {
@@ -56,13 +58,25 @@ std::string check_options(const tessera_plugin_descriptor& d) {
   return {};
 }
 
-// Reason naming the first function of the ABI 1.0 backend table that is
-// NULL, or an empty string when all are present.
-std::string check_backend_functions(const tessera_backend_api& api) {
-  struct Slot {
-    const char* name;
-    bool present;
-  };
+// A function of an interface table: its name and whether it is non-NULL.
+struct Slot {
+  const char* name;
+  bool present;
+};
+
+// Reason naming the first required function of a `kind` table that is NULL,
+// or an empty string when all are present.
+template <std::size_t N>
+std::string first_missing(const char* kind, const Slot (&slots)[N]) {
+  for (const Slot& slot : slots) {
+    if (!slot.present) return fmt::format("{} api function '{}' is NULL", kind, slot.name);
+  }
+  return {};
+}
+
+// The functions of backend interface 1.0 (raw_post, 1.2, may be NULL).
+std::string check_backend_functions(const void* table) {
+  const auto& api = *static_cast<const tessera_backend_api*>(table);
   const Slot slots[] = {
       {"create", api.create != nullptr},
       {"destroy", api.destroy != nullptr},
@@ -77,27 +91,75 @@ std::string check_backend_functions(const tessera_backend_api& api) {
       {"work_test", api.work_test != nullptr},
       {"work_free", api.work_free != nullptr},
   };
-  for (const Slot& slot : slots) {
-    if (!slot.present) return fmt::format("backend api function '{}' is NULL", slot.name);
+  return first_missing("backend", slots);
+}
+
+// The functions of strategy interface 2.0 (all required).
+std::string check_strategy_functions(const void* table) {
+  const auto& api = *static_cast<const tessera_strategy_api*>(table);
+  const Slot slots[] = {
+      {"check", api.check != nullptr},     {"create", api.create != nullptr},
+      {"destroy", api.destroy != nullptr}, {"load", api.load != nullptr},
+      {"step", api.step != nullptr},       {"save", api.save != nullptr},
+  };
+  return first_missing("strategy", slots);
+}
+
+// What this host supports of one plugin kind's interface: the major it
+// speaks (any minor of it), the smallest table it can use and the check of
+// that table's required functions. major 0: no interface for the kind yet.
+struct KindInterface {
+  int major;
+  std::size_t min_size;
+  std::string (*check_functions)(const void* table);
+};
+
+KindInterface kind_interface(tessera_plugin_kind kind) noexcept {
+  switch (kind) {
+    case TESSERA_KIND_BACKEND:
+      return {TESSERA_BACKEND_API_MAJOR, offsetof(tessera_backend_api, work_free) + sizeof(void*),
+              &check_backend_functions};
+    case TESSERA_KIND_STRATEGY:
+      return {TESSERA_STRATEGY_API_MAJOR, offsetof(tessera_strategy_api, save) + sizeof(void*),
+              &check_strategy_functions};
+    case TESSERA_KIND_MODEL:
+      return {TESSERA_MODEL_API_MAJOR, sizeof(uint32_t), nullptr};
+    default:
+      return {0, sizeof(uint32_t), nullptr};
   }
-  return {};
+}
+
+// Refuses an interface version this host does not speak, naming both.
+std::string check_interface_version(const tessera_plugin_descriptor& d) {
+  const char* kind = plugin_kind_name(d.kind);
+  const InterfaceVersion v = interface_version(d);
+  const KindInterface supported = kind_interface(d.kind);
+  if (supported.major == 0) {
+    return fmt::format("{} interface {}.{}: this host has no {} interface yet", kind, v.major,
+                       v.minor, kind);
+  }
+  if (v.major == supported.major) return {};
+  return fmt::format("{} interface {}.{} is not supported: this host speaks {} {}.x ({})", kind,
+                     v.major, v.minor, kind, supported.major,
+                     v.major < supported.major ? "rebuild the plugin against the current SDK"
+                                               : "the plugin is newer than this host");
 }
 
 std::string check_api(const tessera_plugin_descriptor& d) {
+  if (std::string reason = check_interface_version(d); !reason.empty()) return reason;
   uint32_t api_size = 0;
   std::memcpy(&api_size, d.api, sizeof api_size);  // every table starts with its struct_size
-  const std::size_t needed = min_api_size(d.kind);
-  if (api_size < needed) {
+  const KindInterface supported = kind_interface(d.kind);
+  if (api_size < supported.min_size) {
     return fmt::format("{} api table struct_size {} is smaller than the {} bytes this host needs",
-                       plugin_kind_name(d.kind), api_size, needed);
+                       plugin_kind_name(d.kind), api_size, supported.min_size);
   }
-  if (d.kind == TESSERA_KIND_BACKEND) {
-    return check_backend_functions(*static_cast<const tessera_backend_api*>(d.api));
-  }
-  return {};
+  return supported.check_functions != nullptr ? supported.check_functions(d.api) : std::string();
 }
 
 }  // namespace
+
+int kind_interface_major(int kind) noexcept { return kind_interface(kind).major; }
 
 const char* plugin_kind_name(int kind) noexcept {
   if (kind < 0 || kind >= TESSERA_KIND_COUNT) return nullptr;
@@ -105,12 +167,7 @@ const char* plugin_kind_name(int kind) noexcept {
 }
 
 std::size_t min_api_size(tessera_plugin_kind kind) noexcept {
-  switch (kind) {
-    case TESSERA_KIND_BACKEND:
-      return offsetof(tessera_backend_api, work_free) + sizeof(void*);
-    default:
-      return sizeof(uint32_t);
-  }
+  return kind_interface(kind).min_size;
 }
 
 std::string check_descriptor(const tessera_plugin_descriptor& d, const std::string& file_kind,
@@ -131,6 +188,9 @@ std::string check_descriptor(const tessera_plugin_descriptor& d, const std::stri
     return fmt::format("descriptor kind {} is not a known plugin kind", d.kind);
   }
   record.kind = kind;
+  const InterfaceVersion api_version = interface_version(d);
+  record.api_major = api_version.major;
+  record.api_minor = api_version.minor;
   if (d.version != nullptr) record.version = d.version;
   if (d.summary != nullptr) record.summary = d.summary;
   if (d.name != nullptr) record.name = d.name;
@@ -150,3 +210,25 @@ std::string check_descriptor(const tessera_plugin_descriptor& d, const std::stri
 }
 
 }  // namespace tessera::detail
+
+namespace tessera {
+
+InterfaceVersion interface_version(const tessera_plugin_descriptor& d) noexcept {
+  // Before ABI 1.3 the two fields were one zero `reserved0`, and the whole
+  // ABI had one version: a table of then was version 1.<abi_minor> of its kind.
+  if (d.abi_major == 1 && d.abi_minor < 3) return {1, d.abi_minor};
+  return {d.api_major, d.api_minor};
+}
+
+std::string supported_interfaces() {
+  std::string text;
+  for (int kind = 0; kind < TESSERA_KIND_COUNT; ++kind) {
+    const int major = detail::kind_interface_major(kind);
+    if (!text.empty()) text += ", ";
+    text += detail::plugin_kind_name(kind);
+    text += major == 0 ? std::string(" none yet") : fmt::format(" {}.x", major);
+  }
+  return text;
+}
+
+}  // namespace tessera

@@ -14,6 +14,10 @@ namespace tessera::detail {
 // is not one of TESSERA_KIND_*.
 const char* plugin_kind_name(int kind) noexcept;
 
+// Interface major this host speaks for plugins of `kind`; 0 when it has no
+// interface for the kind yet.
+int kind_interface_major(int kind) noexcept;
+
 // Smallest `struct_size` of the interface table of `kind` that this host can
 // use: for backends, the ABI 1.0 table up to and including work_free; for
 // kinds without a table defined by this host, just its struct_size field.
@@ -22,9 +26,9 @@ std::size_t min_api_size(tessera_plugin_kind kind) noexcept;
 // Checks `descriptor` in this order: ABI major, descriptor struct_size, kind
 // in range and equal to `file_kind`, name present and equal to `file_name`,
 // version and api present, declared options well formed (non-NULL key of
-// [a-z0-9_]+, unique, known type, default and help present), and the api
-// table's struct_size (and, for backends, every function of the 1.0 table
-// present). Copies what it could read into `record` (ABI version, kind,
+// [a-z0-9_]+, unique, known type, default and help present), the interface
+// version of the kind (a major this host speaks), and the api table's
+// struct_size and required functions (backend, strategy and model tables). Copies what it could read into `record` (ABI version, kind,
 // name, version, summary) so a rejected plugin still shows what it claimed.
 // Returns the reason for the first failed check, or an empty string when the
 // descriptor is acceptable. Only reads fields that the descriptor's

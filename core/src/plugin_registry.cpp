@@ -192,8 +192,9 @@ std::string PluginRegistry::Impl::load(PluginRecord& record, const std::string& 
     return fmt::format("duplicate of {}", first->second->path().string());
   }
   auto plugin = std::make_shared<LibraryPlugin>(std::move(library), descriptor, path);
-  log->debug("loaded {} plugin '{}' {} (ABI {}.{}) from {}", record.kind, record.name,
-             record.version, record.abi_major, record.abi_minor, path.string());
+  log->debug("loaded {} plugin '{}' {} ({} interface {}.{}, ABI {}.{}) from {}", record.kind,
+             record.name, record.version, record.kind, record.api_major, record.api_minor,
+             record.abi_major, record.abi_minor, path.string());
   accepted.emplace(id, std::move(plugin));
   return {};
 }

@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include "tessera/c/backend.h"
+#include "tessera/c/model.h"
+#include "tessera/c/strategy.h"
 #include "tessera/core/plugin_registry.hpp"
 #include "test_support.hpp"
 
@@ -51,6 +53,17 @@ std::vector<BrokenCase> broken_cases() {
                    offsetof(tessera_backend_api, work_free) + sizeof(void*))},
       {"libtessera_backend_nullkey.so", "option 0 has a NULL key"},
       {"libtessera_backend_badtype.so", "option 'depth' has unknown type 42"},
+      {"libtessera_model_future.so",
+       fmt::format("model interface 3.{} is not supported: this host speaks model {}.x (the "
+                   "plugin is newer than this host)",
+                   TESSERA_BACKEND_API_MINOR, TESSERA_MODEL_API_MAJOR)},
+      {"libtessera_strategy_retired.so",
+       fmt::format("strategy interface 1.2 is not supported: this host speaks strategy {}.x "
+                   "(rebuild the plugin against the current SDK)",
+                   TESSERA_STRATEGY_API_MAJOR)},
+      {"libtessera_compressor_early.so",
+       fmt::format("compressor interface {}.{}: this host has no compressor interface yet",
+                   TESSERA_BACKEND_API_MAJOR, TESSERA_BACKEND_API_MINOR)},
       {"libtessera_widget_thing.so", "file name names unknown plugin kind 'widget'"},
       {"README.txt", "file name does not follow the pattern libtessera_<kind>_<name>.so"},
   };

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tessera/c/backend.h"
+#include "tessera/core/host_api.hpp"
 #include "tessera/core/plugin_registry.hpp"
 #include "tessera/sdk/error.hpp"
 #include "test_support.hpp"
@@ -51,26 +53,31 @@ TEST(Scan, ExaminesEveryPluginFileInNameOrderAndIgnoresOthers) {
   PluginRegistry registry;
   registry.scan({fixture_dir()});
   const std::vector<std::string> expected = {
-      "libtessera_backend_abi2.so",       "libtessera_backend_badtype.so",
-      "libtessera_backend_good.so",       "libtessera_backend_noentry.so",
-      "libtessera_backend_nullentry.so",  "libtessera_backend_nullkey.so",
-      "libtessera_backend_smallapi.so",   "libtessera_backend_smalldesc.so",
-      "libtessera_backend_spare.so",      "libtessera_backend_stripped.so",
-      "libtessera_backend_text.so",       "libtessera_backend_truncated.so",
-      "libtessera_backend_unresolved.so", "libtessera_backend_wrongkind.so",
-      "libtessera_backend_wrongname.so",  "libtessera_widget_thing.so",
+      "libtessera_backend_abi2.so",      "libtessera_backend_badtype.so",
+      "libtessera_backend_good.so",      "libtessera_backend_legacy12.so",
+      "libtessera_backend_noentry.so",   "libtessera_backend_nullentry.so",
+      "libtessera_backend_nullkey.so",   "libtessera_backend_smallapi.so",
+      "libtessera_backend_smalldesc.so", "libtessera_backend_spare.so",
+      "libtessera_backend_stripped.so",  "libtessera_backend_text.so",
+      "libtessera_backend_truncated.so", "libtessera_backend_unresolved.so",
+      "libtessera_backend_wrongkind.so", "libtessera_backend_wrongname.so",
+      "libtessera_compressor_early.so",  "libtessera_model_future.so",
+      "libtessera_strategy_retired.so",  "libtessera_widget_thing.so",
   };
   EXPECT_EQ(file_names(registry.records()), expected)
       << "README.txt and libunrelated.so must be ignored";
   for (const PluginRecord& r : registry.records()) {
-    const bool good = r.name == "good" || r.name == "spare" || r.name == "stripped";
+    const bool good =
+        r.name == "good" || r.name == "legacy12" || r.name == "spare" || r.name == "stripped";
     EXPECT_EQ(r.loaded, good) << r.path << ": " << r.reason;
     EXPECT_EQ(r.reason.empty(), good) << r.path;
     EXPECT_EQ(r.path.parent_path(), fixture_dir());
   }
   EXPECT_EQ(registry.names(TESSERA_KIND_BACKEND),
-            (std::vector<std::string>{"good", "spare", "stripped"}));
+            (std::vector<std::string>{"good", "legacy12", "spare", "stripped"}));
   EXPECT_TRUE(registry.names(TESSERA_KIND_STRATEGY).empty());
+  EXPECT_TRUE(registry.names(TESSERA_KIND_MODEL).empty());
+  EXPECT_TRUE(registry.names(TESSERA_KIND_COMPRESSOR).empty());
 }
 
 TEST(Scan, AcceptedPluginDescriptorReadsBack) {
@@ -99,11 +106,35 @@ TEST(Scan, AcceptedPluginDescriptorReadsBack) {
   EXPECT_EQ(record->summary, "loader test fixture good");
   EXPECT_EQ(record->abi_major, TESSERA_ABI_MAJOR);
   EXPECT_EQ(record->abi_minor, TESSERA_ABI_MINOR);
+  EXPECT_EQ(record->api_major, TESSERA_BACKEND_API_MAJOR);
+  EXPECT_EQ(record->api_minor, TESSERA_BACKEND_API_MINOR);
+  const InterfaceVersion version = interface_version(d);
+  EXPECT_EQ(version.major, TESSERA_BACKEND_API_MAJOR);
+  EXPECT_EQ(version.minor, TESSERA_BACKEND_API_MINOR);
 
   EXPECT_EQ(registry.get(TESSERA_KIND_BACKEND, "spare")->descriptor().version,
             std::string("0.3.0"));
   EXPECT_EQ(registry.find(TESSERA_KIND_STRATEGY, "good"), nullptr);
   EXPECT_EQ(registry.find(TESSERA_KIND_BACKEND, "abi2"), nullptr);
+}
+
+// A backend compiled against the frozen ABI 1.2 headers (descriptor without
+// per-kind versions) is read as backend interface 1.2 and used: calls reach
+// it through the host's table as for a current plugin.
+TEST(Scan, BackendBuiltAgainstTheAbi12HeadersStillLoads) {
+  PluginRegistry registry;
+  const PluginRecord& record = registry.load_file(backend_fixture("legacy12"));
+  ASSERT_TRUE(record.loaded) << record.reason;
+  EXPECT_EQ(record.abi_major, 1);
+  EXPECT_EQ(record.abi_minor, 2);
+  EXPECT_EQ(record.api_major, 1);
+  EXPECT_EQ(record.api_minor, 2);
+  const auto plugin = registry.get(TESSERA_KIND_BACKEND, "legacy12");
+  const auto* api = static_cast<const tessera_backend_api*>(plugin->descriptor().api);
+  tessera_backend* backend = nullptr;
+  const tessera_backend_config config{sizeof(tessera_backend_config), 1, 1000};
+  EXPECT_EQ(api->create(plugin->host().api(), nullptr, &config, &backend), TESSERA_ERR_UNSUPPORTED);
+  EXPECT_EQ(take_thread_error(), "fixture backend legacy12 cannot create backends");
 }
 
 TEST(Scan, StrippedLibraryIsFoundThroughItsDynamicSymbols) {
@@ -143,7 +174,7 @@ TEST(Scan, RescanningADirectoryAddsNothing) {
   registry.scan(
       {fixture_dir(), fixture_dir() / ".", fixture_dir() / ".." / fixture_dir().filename()});
   EXPECT_EQ(registry.records().size(), count);
-  EXPECT_EQ(registry.names(TESSERA_KIND_BACKEND).size(), 3U);
+  EXPECT_EQ(registry.names(TESSERA_KIND_BACKEND).size(), 4U);
 }
 
 TEST(Scan, MissingDirectoryIsNotAnError) {
@@ -195,14 +226,14 @@ TEST(AllowList, EmptyListAllowsEverything) {
   PluginRegistry registry;
   registry.set_allow_list({});
   registry.scan({fixture_dir()});
-  EXPECT_EQ(registry.names(TESSERA_KIND_BACKEND).size(), 3U);
+  EXPECT_EQ(registry.names(TESSERA_KIND_BACKEND).size(), 4U);
 }
 
 TEST(Get, UnknownNameListsAvailableNamesAndSearchedDirectories) {
   PluginRegistry registry;
   registry.scan({fixture_dir()});
   const std::string message = get_error(registry, TESSERA_KIND_BACKEND, "mpi");
-  EXPECT_NE(message.find("no backend plugin named 'mpi' (available: good, spare, stripped)"),
+  EXPECT_NE(message.find("no backend plugin named 'mpi' (available: good, legacy12, spare, stripped)"),
             std::string::npos)
       << message;
   EXPECT_NE(message.find("searched " + fixture_dir().string()), std::string::npos) << message;
@@ -212,7 +243,7 @@ TEST(Get, NameOfARejectedFileNamesTheFileAndReason) {
   PluginRegistry registry;
   registry.scan({fixture_dir()});
   const std::string message = get_error(registry, TESSERA_KIND_BACKEND, "abi2");
-  EXPECT_NE(message.find("no backend plugin named 'abi2' (available: good, spare, stripped); "
+  EXPECT_NE(message.find("no backend plugin named 'abi2' (available: good, legacy12, spare, stripped); "
                          "libtessera_backend_abi2.so in " +
                          fixture_dir().string() + " was rejected: ABI 2."),
             std::string::npos)

@@ -114,7 +114,7 @@ cp "$built" "$plugin_dir/"
 run_logged "$work/plugins.log" "$prefix/bin/tessera" plugins --plugin-path "$plugin_dir"
 cat "$work/plugins.log"
 awk -v file="$plugin_dir/$plugin_file" \
-  '$1 == "backend" && $2 == "example_threads" && $5 == "loaded" && $6 == file { found = 1 }
+  '$1 == "backend" && $2 == "example_threads" && $6 == "loaded" && $7 == file { found = 1 }
    END { exit found ? 0 : 1 }' "$work/plugins.log" ||
   fail "example_threads is not listed as a loaded backend from $plugin_dir" "$work/plugins.log"
 run_logged "$work/describe.log" "$prefix/bin/tessera" plugins --plugin-path "$plugin_dir" \

@@ -66,7 +66,8 @@ std::unique_ptr<StrategyInstance> StrategyPlugin::create(Communicator& comm,
   env.struct_size = sizeof env;
   env.rank = comm.rank();
   env.world_size = comm.size();
-  env.reserved = 0;
+  env.model_api_major = TESSERA_MODEL_API_MAJOR;
+  env.model_api_minor = TESSERA_MODEL_API_MINOR;
   env.backend = comm.c_api();
   env.world = comm.c_handle();
   env.model_api = model_api();

@@ -32,6 +32,19 @@ class LoadedPlugin {
   [[nodiscard]] std::string_view name() const noexcept { return descriptor().name; }
 };
 
+// Version of a plugin's interface table (TESSERA_<KIND>_API_MAJOR.MINOR it
+// was built with). A descriptor of ABI 1.0-1.2, from before kinds had their
+// own versions, has interface 1.<abi_minor>.
+struct InterfaceVersion {
+  int major = -1;
+  int minor = -1;
+};
+[[nodiscard]] InterfaceVersion interface_version(const tessera_plugin_descriptor& d) noexcept;
+
+// The interface majors this host accepts, per kind: "backend 1.x, strategy
+// 2.x, compressor none yet, ...".
+[[nodiscard]] std::string supported_interfaces();
+
 // What the scan found for one file, accepted or not.
 struct PluginRecord {
   std::filesystem::path path;
@@ -39,8 +52,10 @@ struct PluginRecord {
   std::string name;     // likewise
   std::string version;  // empty if unread
   std::string summary;
-  int abi_major = -1;  // -1 if unread
+  int abi_major = -1;  // descriptor ABI; -1 if unread
   int abi_minor = -1;
+  int api_major = -1;  // version of the kind's interface table; -1 if unread
+  int api_minor = -1;
   bool loaded = false;  // accepted and usable
   std::string reason;   // why it was rejected; empty when loaded
 };

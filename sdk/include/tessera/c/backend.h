@@ -26,6 +26,15 @@
 extern "C" {
 #endif
 
+/* Version of the backend interface (tessera_backend_api and the structs it
+ * takes), carried in the descriptor's api_major/api_minor.
+ *   1.0  the table up to work_free
+ *   1.1  no backend change (the whole ABI was versioned as one then)
+ *   1.2  raw_post
+ * A host accepts backend 1.x of any minor. */
+#define TESSERA_BACKEND_API_MAJOR 1
+#define TESSERA_BACKEND_API_MINOR 2
+
 typedef struct tessera_backend tessera_backend;
 typedef struct tessera_comm tessera_comm;
 typedef struct tessera_work tessera_work;

@@ -7,8 +7,14 @@
  *  - A struct that can grow starts with `uint32_t struct_size`; fields are only
  *    appended, each tagged with the ABI minor that added it.  A reader checks
  *    struct_size before touching a field that a smaller struct lacks.
- *  - A breaking change bumps TESSERA_ABI_MAJOR; the host refuses plugins of
- *    another major and names both versions.
+ *  - Two kinds of version (see docs/sdk.md, "Versioning"):
+ *      TESSERA_ABI_MAJOR.MINOR (below) covers what every plugin shares: this
+ *      header, the descriptor (plugin.h) and the host table (host.h);
+ *      each kind's interface table has its own major.minor in its header
+ *      (TESSERA_BACKEND_API_*, TESSERA_STRATEGY_API_*, TESSERA_MODEL_API_*),
+ *      carried in the descriptor and checked by the host for that kind only.
+ *    A breaking change bumps the major of what it breaks; the host refuses a
+ *    plugin of a major it does not support and names both versions.
  */
 #ifndef TESSERA_C_COMMON_H
 #define TESSERA_C_COMMON_H
@@ -20,10 +26,15 @@
 extern "C" {
 #endif
 
-/* ABI version of these headers. Major: incompatible change. Minor: appended
- * fields or functions; a host accepts any minor of its own major. */
+/* Version of the shared ABI: this header, the descriptor and the host table.
+ * Major: incompatible change. Minor: appended fields or functions; a host
+ * accepts any minor of its own major.
+ *   1.0  descriptor, host table
+ *   1.1  host last_error
+ *   1.2  (no shared change; was the version of the whole ABI)
+ *   1.3  descriptor api_major/api_minor: per-kind interface versions */
 #define TESSERA_ABI_MAJOR 1
-#define TESSERA_ABI_MINOR 2
+#define TESSERA_ABI_MINOR 3
 
 /* Marks the single symbol a plugin exports; everything else is hidden. */
 #if defined(_WIN32)

@@ -1,5 +1,5 @@
 /*
- * Tessera plugin ABI: models as sequences of units (ABI 1.1).
+ * Tessera plugin ABI: models as sequences of units (model interface 2.0).
  *
  * A model is an ordered list of units (embedding, blocks, head). Each unit
  * declares its parameter tensors and runs forward and backward on parameter
@@ -22,6 +22,14 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Version of the model interface (this header's table and structs), carried
+ * in a model plugin's descriptor and in tessera_strategy_env.
+ *   1.x  the host's built-in models only (descriptor ABI 1.1-1.2)
+ *   2.0  models as plugins
+ * A host accepts model 2.x of any minor. */
+#define TESSERA_MODEL_API_MAJOR 2
+#define TESSERA_MODEL_API_MINOR 0
 
 typedef struct tessera_model tessera_model;       /* a built model            */
 typedef struct tessera_unit_ctx tessera_unit_ctx; /* one unit, one micro-batch */

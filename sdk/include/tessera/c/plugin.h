@@ -35,8 +35,14 @@ typedef struct tessera_plugin_descriptor {
   uint16_t abi_major;   /* TESSERA_ABI_MAJOR the plugin was built with                 */
   uint16_t abi_minor;   /* TESSERA_ABI_MINOR the plugin was built with                 */
   /* ---- ABI 1.0 ---- */
-  tessera_plugin_kind kind;           /* TESSERA_KIND_*; must agree with the file name     */
-  uint32_t reserved0;                 /* zero                                              */
+  tessera_plugin_kind kind; /* TESSERA_KIND_*; must agree with the file name */
+  /* ---- ABI 1.3 (these 4 bytes were `uint32_t reserved0`, zero) ---- */
+  /* Version of the interface table `api` points to, e.g.
+   * TESSERA_BACKEND_API_MAJOR / _MINOR for a backend. A host reads a
+   * descriptor of ABI 1.0-1.2 as interface 1.<abi_minor> of its kind. */
+  uint16_t api_major;
+  uint16_t api_minor;
+  /* ---- ABI 1.0 ---- */
   const char* name;                   /* [a-z0-9_]+; must agree with the file name         */
   const char* version;                /* the plugin's own version, e.g. "1.2.0"            */
   const char* summary;                /* one line for `tessera plugins`                    */
@@ -44,7 +50,8 @@ typedef struct tessera_plugin_descriptor {
   uint32_t num_options;               /* entries in `options`                    */
   uint32_t reserved1;                 /* zero                                    */
   /* Interface table of the kind, e.g. `const tessera_backend_api*` for a
-   * backend. The table begins with its own struct_size. */
+   * backend, of version api_major.api_minor. The table begins with its own
+   * struct_size. */
   const void* api;
 } tessera_plugin_descriptor;
 

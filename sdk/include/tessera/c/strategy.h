@@ -1,5 +1,5 @@
 /*
- * Tessera plugin ABI: training strategies (ABI 1.1).
+ * Tessera plugin ABI: training strategies (strategy interface 2.0).
  *
  * A strategy library's descriptor has kind TESSERA_KIND_STRATEGY and `api`
  * pointing to a static tessera_strategy_api. One strategy object exists per
@@ -31,6 +31,14 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Version of the strategy interface (this header's tables and structs),
+ * carried in the descriptor's api_major/api_minor.
+ *   1.0-1.2  the first strategy table (descriptor ABI 1.1-1.2)
+ *   2.0      model interface 2 in the environment; descriptor ABI 1.3
+ * A host accepts strategy 2.x of any minor. */
+#define TESSERA_STRATEGY_API_MAJOR 2
+#define TESSERA_STRATEGY_API_MINOR 0
 
 typedef struct tessera_strategy tessera_strategy;
 
@@ -121,7 +129,10 @@ typedef struct tessera_strategy_env {
   uint32_t struct_size;
   int32_t rank;       /* in the world                     */
   int32_t world_size; /* ranks in the world               */
-  int32_t reserved;
+  /* Version of the model interface `model_api` implements
+   * (TESSERA_MODEL_API_MAJOR.MINOR of the model plugin). */
+  uint16_t model_api_major;
+  uint16_t model_api_minor;
   const tessera_backend_api* backend; /* the world's backend table          */
   tessera_comm* world;                /* this rank's world communicator     */
   const tessera_model_api* model_api;

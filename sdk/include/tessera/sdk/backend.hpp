@@ -218,22 +218,12 @@ struct BackendAdapter {
 // Registers backend class `cls` as the plugin `name_str`. `caps` is a mask of
 // TESSERA_BACKEND_CAP_*; `options` a static array of tessera_option_decl or
 // TESSERA_NO_OPTIONS. Use once per library, at namespace scope.
-#define TESSERA_REGISTER_BACKEND(cls, name_str, version_str, summary_str, caps, options) \
-  namespace {                                                                            \
-  constexpr tessera_backend_api tessera_detail_backend_api =                             \
-      ::tessera::sdk::detail::BackendAdapter<cls>::table(caps);                          \
-  const tessera_plugin_descriptor tessera_detail_descriptor = {                          \
-      sizeof(tessera_plugin_descriptor),                                                 \
-      TESSERA_ABI_MAJOR,                                                                 \
-      TESSERA_ABI_MINOR,                                                                 \
-      TESSERA_KIND_BACKEND,                                                              \
-      0,                                                                                 \
-      name_str,                                                                          \
-      version_str,                                                                       \
-      summary_str,                                                                       \
-      TESSERA_DETAIL_OPTIONS_PTR(options),                                               \
-      TESSERA_DETAIL_OPTIONS_COUNT(options),                                             \
-      0,                                                                                 \
-      &tessera_detail_backend_api};                                                      \
-  }                                                                                      \
+#define TESSERA_REGISTER_BACKEND(cls, name_str, version_str, summary_str, caps, options)    \
+  namespace {                                                                               \
+  constexpr tessera_backend_api tessera_detail_backend_api =                                \
+      ::tessera::sdk::detail::BackendAdapter<cls>::table(caps);                             \
+  const tessera_plugin_descriptor tessera_detail_descriptor = TESSERA_DETAIL_DESCRIPTOR(    \
+      TESSERA_KIND_BACKEND, TESSERA_BACKEND_API_MAJOR, TESSERA_BACKEND_API_MINOR, name_str, \
+      version_str, summary_str, options, &tessera_detail_backend_api);                      \
+  }                                                                                         \
   TESSERA_DETAIL_DEFINE_ENTRY(tessera_detail_descriptor)

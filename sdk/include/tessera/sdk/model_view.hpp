@@ -63,10 +63,17 @@ class UnitContext {
 
 class ModelView {
  public:
-  ModelView(const Host& host, const tessera_model_api* api, const tessera_model* model)
+  // `api_major`.`api_minor`: the model interface version `api` implements;
+  // a major other than this SDK's TESSERA_MODEL_API_MAJOR is refused.
+  ModelView(const Host& host, const tessera_model_api* api, const tessera_model* model,
+            int api_major = TESSERA_MODEL_API_MAJOR, int api_minor = TESSERA_MODEL_API_MINOR)
       : host_(host), api_(api), model_(model) {
     TESSERA_CHECK(api != nullptr && model != nullptr, TESSERA_ERR_INVALID_ARGUMENT,
                   "strategy environment has no model");
+    TESSERA_CHECK(api_major == TESSERA_MODEL_API_MAJOR, TESSERA_ERR_UNSUPPORTED,
+                  "the model implements model interface ", api_major, ".", api_minor,
+                  "; this strategy was built for model interface ", TESSERA_MODEL_API_MAJOR,
+                  ".x");
     const int32_t n = api_->num_units(model_);
     units_.resize(static_cast<size_t>(std::max(n, 0)));
     for (int32_t u = 0; u < n; ++u) {

@@ -74,6 +74,17 @@ constexpr uint32_t options_count(std::nullptr_t /*none*/) noexcept { return 0; }
 #define TESSERA_DETAIL_OPTIONS_PTR(options) ::tessera::sdk::detail::options_ptr(options)
 #define TESSERA_DETAIL_OPTIONS_COUNT(options) ::tessera::sdk::detail::options_count(options)
 
+// A tessera_plugin_descriptor initialiser for a plugin of `kind` whose
+// interface table `api_ptr` has version api_major.api_minor. Used by the
+// kind-specific registration macros.
+#define TESSERA_DETAIL_DESCRIPTOR(kind, api_major, api_minor, name_str, version_str, summary_str, \
+                                  options, api_ptr)                                               \
+  {                                                                                               \
+    sizeof(tessera_plugin_descriptor), TESSERA_ABI_MAJOR, TESSERA_ABI_MINOR, kind, api_major,     \
+        api_minor, name_str, version_str, summary_str, TESSERA_DETAIL_OPTIONS_PTR(options),       \
+        TESSERA_DETAIL_OPTIONS_COUNT(options), 0, api_ptr                                         \
+  }
+
 // Emits the exported entry point returning `descriptor_expr`. Used by the
 // kind-specific registration macros; not meant to be called directly.
 #define TESSERA_DETAIL_DEFINE_ENTRY(descriptor_expr)                                  \

@@ -52,7 +52,7 @@ class StrategyEnv {
   StrategyEnv(const Host& host, const tessera_strategy_env& env)
       : rank_(env.rank),
         world_size_(env.world_size),
-        model_(host, env.model_api, env.model),
+        model_(host, env.model_api, env.model, env.model_api_major, env.model_api_minor),
         world_(host, env.backend, env.world),
         optimizer_(host, env.optim_api, env.optimizer) {}
   StrategyEnv(const StrategyEnv&) = delete;
@@ -192,22 +192,12 @@ struct StrategyAdapter {
 
 // Registers strategy class `cls` as the plugin `name_str`; `options` is a
 // static array of tessera_option_decl or TESSERA_NO_OPTIONS. Once per library.
-#define TESSERA_REGISTER_STRATEGY(cls, name_str, version_str, summary_str, options) \
-  namespace {                                                                       \
-  constexpr tessera_strategy_api tessera_detail_strategy_api =                      \
-      ::tessera::sdk::detail::StrategyAdapter<cls>::table();                        \
-  const tessera_plugin_descriptor tessera_detail_descriptor = {                     \
-      sizeof(tessera_plugin_descriptor),                                            \
-      TESSERA_ABI_MAJOR,                                                            \
-      TESSERA_ABI_MINOR,                                                            \
-      TESSERA_KIND_STRATEGY,                                                        \
-      0,                                                                            \
-      name_str,                                                                     \
-      version_str,                                                                  \
-      summary_str,                                                                  \
-      TESSERA_DETAIL_OPTIONS_PTR(options),                                          \
-      TESSERA_DETAIL_OPTIONS_COUNT(options),                                        \
-      0,                                                                            \
-      &tessera_detail_strategy_api};                                                \
-  }                                                                                 \
+#define TESSERA_REGISTER_STRATEGY(cls, name_str, version_str, summary_str, options)            \
+  namespace {                                                                                  \
+  constexpr tessera_strategy_api tessera_detail_strategy_api =                                 \
+      ::tessera::sdk::detail::StrategyAdapter<cls>::table();                                   \
+  const tessera_plugin_descriptor tessera_detail_descriptor = TESSERA_DETAIL_DESCRIPTOR(       \
+      TESSERA_KIND_STRATEGY, TESSERA_STRATEGY_API_MAJOR, TESSERA_STRATEGY_API_MINOR, name_str, \
+      version_str, summary_str, options, &tessera_detail_strategy_api);                        \
+  }                                                                                            \
   TESSERA_DETAIL_DEFINE_ENTRY(tessera_detail_descriptor)
