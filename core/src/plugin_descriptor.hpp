@@ -19,8 +19,8 @@ const char* plugin_kind_name(int kind) noexcept;
 int kind_interface_major(int kind) noexcept;
 
 // Smallest `struct_size` of the interface table of `kind` that this host can
-// use: for backends, the ABI 1.0 table up to and including work_free; for
-// kinds without a table defined by this host, just its struct_size field.
+// use: for backends, the 1.0 table up to and including work_free; for
+// strategies, the 2.0 table; otherwise just its struct_size field.
 std::size_t min_api_size(tessera_plugin_kind kind) noexcept;
 
 // Checks `descriptor` in this order: ABI major, descriptor struct_size, kind
@@ -28,8 +28,9 @@ std::size_t min_api_size(tessera_plugin_kind kind) noexcept;
 // version and api present, declared options well formed (non-NULL key of
 // [a-z0-9_]+, unique, known type, default and help present), the interface
 // version of the kind (a major this host speaks), and the api table's
-// struct_size and required functions (backend, strategy and model tables). Copies what it could read into `record` (ABI version, kind,
-// name, version, summary) so a rejected plugin still shows what it claimed.
+// struct_size and required functions (backend and strategy tables). Copies
+// what it could read into `record` (ABI and interface versions, kind, name,
+// version, summary) so a rejected plugin still shows what it claimed.
 // Returns the reason for the first failed check, or an empty string when the
 // descriptor is acceptable. Only reads fields that the descriptor's
 // struct_size says exist; never throws for a bad descriptor.

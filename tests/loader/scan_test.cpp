@@ -233,8 +233,9 @@ TEST(Get, UnknownNameListsAvailableNamesAndSearchedDirectories) {
   PluginRegistry registry;
   registry.scan({fixture_dir()});
   const std::string message = get_error(registry, TESSERA_KIND_BACKEND, "mpi");
-  EXPECT_NE(message.find("no backend plugin named 'mpi' (available: good, legacy12, spare, stripped)"),
-            std::string::npos)
+  EXPECT_NE(
+      message.find("no backend plugin named 'mpi' (available: good, legacy12, spare, stripped)"),
+      std::string::npos)
       << message;
   EXPECT_NE(message.find("searched " + fixture_dir().string()), std::string::npos) << message;
 }
@@ -243,10 +244,11 @@ TEST(Get, NameOfARejectedFileNamesTheFileAndReason) {
   PluginRegistry registry;
   registry.scan({fixture_dir()});
   const std::string message = get_error(registry, TESSERA_KIND_BACKEND, "abi2");
-  EXPECT_NE(message.find("no backend plugin named 'abi2' (available: good, legacy12, spare, stripped); "
-                         "libtessera_backend_abi2.so in " +
-                         fixture_dir().string() + " was rejected: ABI 2."),
-            std::string::npos)
+  EXPECT_NE(
+      message.find("no backend plugin named 'abi2' (available: good, legacy12, spare, stripped); "
+                   "libtessera_backend_abi2.so in " +
+                   fixture_dir().string() + " was rejected: ABI 2."),
+      std::string::npos)
       << message;
   // A descriptor that claimed the name from a file of another name counts too.
   const std::string other = get_error(registry, TESSERA_KIND_BACKEND, "someoneelse");

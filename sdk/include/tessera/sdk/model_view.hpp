@@ -72,8 +72,7 @@ class ModelView {
                   "strategy environment has no model");
     TESSERA_CHECK(api_major == TESSERA_MODEL_API_MAJOR, TESSERA_ERR_UNSUPPORTED,
                   "the model implements model interface ", api_major, ".", api_minor,
-                  "; this strategy was built for model interface ", TESSERA_MODEL_API_MAJOR,
-                  ".x");
+                  "; this strategy was built for model interface ", TESSERA_MODEL_API_MAJOR, ".x");
     const int32_t n = api_->num_units(model_);
     units_.resize(static_cast<size_t>(std::max(n, 0)));
     for (int32_t u = 0; u < n; ++u) {
