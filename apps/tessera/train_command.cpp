@@ -38,7 +38,8 @@ void print_dry_run(const Config& config, const train::RunPlan& plan, std::ostrea
                      display_path(plan.backend_file))
       << fmt::format("#   {:<9} {:<10} {}\n", "strategy", plan.strategy,
                      display_path(plan.strategy_file))
-      << fmt::format("#   {:<9} {:<10} {}\n", "model", plan.model, plan.model_source) << "# plan\n"
+      << fmt::format("#   {:<9} {:<10} {}\n", "model", plan.model, display_path(plan.model_file))
+      << "# plan\n"
       << fmt::format("#   {:<16} {} ({})\n", "ranks", plan.world_size,
                      plan.thread_ranks ? "threads of this process"
                                        : "processes started by the backend's launcher")

@@ -1,9 +1,11 @@
 #include "tessera/core/host_api.hpp"
 
+#include <string>
 #include <string_view>
 #include <utility>
 #include <variant>
 
+#include "tessera/core/data/batch.hpp"
 #include "tessera/core/logging.hpp"
 #include "tessera/core/memory.hpp"
 #include "tessera/core/options.hpp"
@@ -126,6 +128,60 @@ tessera_status host_option_string(void* /*ctx*/, const tessera_options* opts, co
   return TESSERA_OK;
 }
 
+tessera_status host_option_int_list(void* /*ctx*/, const tessera_options* opts, const char* key,
+                                    const int64_t** values, uint64_t* count) noexcept {
+  const auto* value = find_option(opts, key);
+  const auto* v = value != nullptr ? std::get_if<std::vector<int64_t>>(value) : nullptr;
+  if (v == nullptr || values == nullptr || count == nullptr) return TESSERA_ERR_INVALID_ARGUMENT;
+  *values = v->empty() ? nullptr : v->data();  // owned by the options set
+  *count = v->size();
+  return TESSERA_OK;
+}
+
+int64_t host_batch_examples(void* /*ctx*/, const tessera_batch* batch) noexcept {
+  return batch != nullptr ? reinterpret_cast<const Batch*>(batch)->size : 0;
+}
+
+tessera_status host_batch_tensor(void* ctx, const tessera_batch* batch, const char* name,
+                                 tessera_tensor_view* out) noexcept {
+  const auto fail = [ctx](const std::string& message) {
+    host_set_error(ctx, TESSERA_ERR_INVALID_ARGUMENT, message.c_str());
+    return TESSERA_ERR_INVALID_ARGUMENT;
+  };
+  if (batch == nullptr || name == nullptr || out == nullptr ||
+      out->struct_size < sizeof(tessera_tensor_view)) {
+    return fail("batch_tensor: NULL argument or output struct too small");
+  }
+  const auto& b = *reinterpret_cast<const Batch*>(batch);
+  tessera_tensor_view view{};
+  view.struct_size = sizeof view;
+  const std::string_view n = name;
+  if (b.is_sequence() && (n == "tokens" || n == "targets")) {
+    const auto& v = n == "tokens" ? b.tokens : b.targets;
+    view.dtype = TESSERA_I32;
+    view.data = v.empty() ? nullptr : v.data();
+    view.ndim = 2;
+    view.shape[0] = b.size;
+    view.shape[1] = b.seq_len;
+  } else if (!b.is_sequence() && n == "features") {
+    view.dtype = TESSERA_F32;
+    view.data = b.inputs.empty() ? nullptr : b.inputs.data();
+    view.ndim = 2;
+    view.shape[0] = b.size;
+    view.shape[1] = b.features;
+  } else if (!b.is_sequence() && n == "targets") {
+    view.dtype = TESSERA_I32;
+    view.data = b.targets.empty() ? nullptr : b.targets.data();
+    view.ndim = 1;
+    view.shape[0] = b.size;
+  } else {
+    return fail("batch has no tensor '" + std::string(n) + "' (it has " +
+                (b.is_sequence() ? "tokens, targets" : "features, targets") + ")");
+  }
+  *out = view;
+  return TESSERA_OK;
+}
+
 int32_t host_thread_rank(void* /*ctx*/) noexcept {
   const int rank = thread_rank();
   return rank >= 0 ? rank : TESSERA_RANK_UNKNOWN;
@@ -150,6 +206,9 @@ HostContext::HostContext(const std::string& logger_name) : logger_(get_logger(lo
   api_.option_string = &host_option_string;
   api_.thread_rank = &host_thread_rank;
   api_.last_error = &host_last_error;
+  api_.option_int_list = &host_option_int_list;
+  api_.batch_examples = &host_batch_examples;
+  api_.batch_tensor = &host_batch_tensor;
 }
 
 std::string take_thread_error() {

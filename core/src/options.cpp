@@ -31,6 +31,8 @@ const char* type_phrase(tessera_option_type type) noexcept {
       return "a float";
     case TESSERA_OPT_STRING:
       return "a string";
+    case TESSERA_OPT_INT_LIST:
+      return "an array of ints";
     default:
       return "an unknown type";
   }
@@ -54,6 +56,17 @@ std::optional<tessera_options::Value> convert(const toml::node& node, tessera_op
       break;
     case TESSERA_OPT_STRING:
       if (const auto* s = node.as_string()) return tessera_options::Value(s->get());
+      break;
+    case TESSERA_OPT_INT_LIST:
+      if (const auto* a = node.as_array()) {
+        std::vector<int64_t> values;
+        for (const toml::node& item : *a) {
+          const auto* i = item.as_integer();
+          if (i == nullptr) return std::nullopt;
+          values.push_back(i->get());
+        }
+        return tessera_options::Value(std::move(values));
+      }
       break;
     default:
       break;
@@ -96,7 +109,7 @@ void check_decls(std::span<const tessera_option_decl> decls, const std::string& 
       throw Error(TESSERA_ERR_INTERNAL,
                   where + ": plugin option #" + std::to_string(i) + " has no key");
     }
-    if (decl.type < TESSERA_OPT_BOOL || decl.type > TESSERA_OPT_STRING) {
+    if (decl.type < TESSERA_OPT_BOOL || decl.type > TESSERA_OPT_INT_LIST) {
       throw Error(TESSERA_ERR_INTERNAL, where + ": plugin option '" + decl.key +
                                             "' has unknown type " + std::to_string(decl.type));
     }
@@ -185,6 +198,13 @@ std::string option_value_text(const tessera_options::Value& value) {
   if (const auto* b = std::get_if<bool>(&value)) return *b ? "true" : "false";
   if (const auto* i = std::get_if<int64_t>(&value)) return std::to_string(*i);
   if (const auto* d = std::get_if<double>(&value)) return detail::format_float(*d);
+  if (const auto* list = std::get_if<std::vector<int64_t>>(&value)) {
+    std::string text = "[";
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      text += (i == 0 ? "" : ", ") + std::to_string((*list)[i]);
+    }
+    return text + "]";
+  }
   return std::get<std::string>(value);
 }
 
@@ -198,6 +218,8 @@ const char* option_type_name(tessera_option_type type) noexcept {
       return "float";
     case TESSERA_OPT_STRING:
       return "string";
+    case TESSERA_OPT_INT_LIST:
+      return "int list";
     default:
       return "unknown";
   }

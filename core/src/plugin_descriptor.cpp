@@ -49,7 +49,7 @@ std::string check_options(const tessera_plugin_descriptor& d) {
       return fmt::format("option {} has key '{}', which is not of the form [a-z0-9_]+", i, key);
     }
     if (!seen.insert(key).second) return fmt::format("option '{}' is declared twice", key);
-    if (o.type < TESSERA_OPT_BOOL || o.type > TESSERA_OPT_STRING) {
+    if (o.type < TESSERA_OPT_BOOL || o.type > TESSERA_OPT_INT_LIST) {
       return fmt::format("option '{}' has unknown type {}", key, o.type);
     }
     if (o.default_value == nullptr) return fmt::format("option '{}' has a NULL default", key);

@@ -1,8 +1,10 @@
-// Building models from the [model] section and its errors.
+// Building models from the [model] section (the model plugins' declared
+// options) and its errors.
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "../support/models.hpp"
 #include "tessera/core/model/model.hpp"
 #include "tessera/sdk/error.hpp"
 
@@ -20,7 +22,7 @@ ModelSection section(const std::string& name, std::string_view toml_text) {
 // The message of the error make_model throws (empty when it does not).
 std::string error_of(const ModelSection& s) {
   try {
-    (void)make_model(s);
+    (void)make_model(s, test::model_plugins());
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT);
     return e.what();
@@ -30,31 +32,50 @@ std::string error_of(const ModelSection& s) {
 
 TEST(ModelConfig, BuildsMlpUnits) {
   const auto model =
-      make_model(section("mlp", "input = 4\nhidden = [8, 6]\nclasses = 3\nactivation = 'gelu'"));
+      make_model(section("mlp", "input = 4\nhidden = [8, 6]\nclasses = 3\nactivation = 'gelu'"),
+                 test::model_plugins());
   ASSERT_EQ(model->size(), 3u);
-  EXPECT_EQ(model->unit(0).name(), "layer0");
-  EXPECT_EQ(model->unit(2).name(), "head");
+  EXPECT_EQ(model->unit_name(0), "layer0");
+  EXPECT_EQ(model->unit_name(2), "head");
   EXPECT_EQ(model->data_shape().features, 4);
   EXPECT_EQ(model->data_shape().classes, 3);
   EXPECT_EQ(model->parameter_count(), 4 * 8 + 8 + 8 * 6 + 6 + 6 * 3 + 3);
-  EXPECT_EQ(model->unit(0).params()[0].split, SplitHint::column);
+  EXPECT_EQ(model->params(0)[0].split, SplitHint::column);
+  EXPECT_EQ(model->params(0)[0].split_blocks, 1);
+  EXPECT_EQ(model->interface().major, TESSERA_MODEL_API_MAJOR);
+}
+
+TEST(ModelConfig, AbsentKeysTakeTheDeclaredDefaults) {
+  const auto mlp = make_model(section("mlp", ""), test::model_plugins());
+  EXPECT_EQ(mlp->data_shape().features, 32);
+  EXPECT_EQ(mlp->data_shape().classes, 10);
+  EXPECT_EQ(mlp->size(), 2u);  // hidden = [64]
+  const auto gpt = make_model(section("gpt", "layers = 1"), test::model_plugins());
+  EXPECT_EQ(gpt->data_shape().seq_len, 32);
+  EXPECT_EQ(gpt->data_shape().vocab, 256);
+  EXPECT_EQ(gpt->size(), 3u);
 }
 
 TEST(ModelConfig, MlpWithoutHiddenLayersIsOneHead) {
-  const auto model = make_model(section("mlp", "input = 4\nhidden = []\nclasses = 2"));
+  const auto model =
+      make_model(section("mlp", "input = 4\nhidden = []\nclasses = 2"), test::model_plugins());
   ASSERT_EQ(model->size(), 1u);
-  EXPECT_TRUE(model->unit(0).is_first());
-  EXPECT_TRUE(model->unit(0).is_last());
+  EXPECT_EQ(model->unit_name(0), "head");
 }
 
 TEST(ModelConfig, BuildsTiedAndUntiedGpt) {
-  const auto tied = make_model(section(
-      "gpt", "vocab = 11\nlayers = 2\nd_model = 8\nheads = 2\nseq_len = 5\ntied_head = true"));
+  const auto tied = make_model(
+      section("gpt",
+              "vocab = 11\nlayers = 2\nd_model = 8\nheads = 2\nseq_len = 5\ntied_head = true"),
+      test::model_plugins());
   ASSERT_EQ(tied->size(), 4u);
-  EXPECT_EQ(tied->unit(1).name(), "block0");
+  EXPECT_EQ(tied->unit_name(1), "block0");
+  EXPECT_EQ(tied->params(3)[2].tied_to, "embed.wte");
   EXPECT_EQ(tied->owner(3, 2), (ParamRef{0, 0}));
-  const auto untied = make_model(section(
-      "gpt", "vocab = 11\nlayers = 2\nd_model = 8\nheads = 2\nseq_len = 5\ntied_head = false"));
+  const auto untied = make_model(
+      section("gpt",
+              "vocab = 11\nlayers = 2\nd_model = 8\nheads = 2\nseq_len = 5\ntied_head = false"),
+      test::model_plugins());
   EXPECT_EQ(untied->owner(3, 2), (ParamRef{3, 2}));
   EXPECT_EQ(untied->parameter_count(), tied->parameter_count() + 11 * 8);
   EXPECT_EQ(tied->data_shape().seq_len, 5);
@@ -62,10 +83,12 @@ TEST(ModelConfig, BuildsTiedAndUntiedGpt) {
 }
 
 TEST(ModelConfig, ErrorsNameTheKey) {
-  EXPECT_NE(error_of(section("mlp", "input = 4\nhidden = [8]\nclasses = 3\nwidth = 2"))
-                .find("key 'width' is unknown"),
-            std::string::npos);
-  EXPECT_NE(error_of(section("mlp", "input = 4\nhidden = [8]")).find("key 'classes' is missing"),
+  const std::string typo =
+      error_of(section("mlp", "input = 4\nhidden = [8]\nclasses = 3\nwidht = 2"));
+  EXPECT_NE(typo.find("run.toml:[model]: unknown option 'widht' (line 4)"), std::string::npos)
+      << typo;
+  EXPECT_NE(typo.find("declared: input, hidden, classes, activation"), std::string::npos) << typo;
+  EXPECT_NE(error_of(section("mlp", "input = 4\nhidden = [8, 'x']")).find("option 'hidden'"),
             std::string::npos);
   EXPECT_NE(error_of(section("mlp", "input = 4\nhidden = [0]\nclasses = 3")).find("'hidden'"),
             std::string::npos);
@@ -80,12 +103,16 @@ TEST(ModelConfig, ErrorsNameTheKey) {
                              "4\ntied_head = 1"))
                 .find("'tied_head'"),
             std::string::npos);
-  EXPECT_NE(error_of(section("gpt", "vocab = 11\nlayers = 1\nd_model = 8\nheads = 2"))
-                .find("'seq_len' is missing"),
-            std::string::npos);
+  const std::string range = error_of(section("gpt", "vocab = 1"));
+  EXPECT_NE(
+      range.find("run.toml:[model]: model 'gpt': model 'gpt' key 'vocab' must be >= 2, got 1"),
+      std::string::npos)
+      << range;
   const std::string unknown = error_of(section("resnet", ""));
-  EXPECT_NE(unknown.find("resnet"), std::string::npos);
-  EXPECT_NE(unknown.find("run.toml:[model]"), std::string::npos);
+  EXPECT_NE(unknown.find("run.toml:[model]: key 'name' names unknown model 'resnet'"),
+            std::string::npos)
+      << unknown;
+  EXPECT_NE(unknown.find("gpt, mlp"), std::string::npos) << unknown;
 }
 
 }  // namespace

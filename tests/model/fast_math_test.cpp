@@ -1,6 +1,6 @@
 // Accuracy of the vectorisable exp and tanh used by the GELU kernels,
 // measured against libm in double over dense grids.
-#include "tessera/core/model/fast_math.hpp"
+#include "tessera/models/fast_math.hpp"
 
 #include <gtest/gtest.h>
 

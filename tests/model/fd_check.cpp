@@ -6,7 +6,8 @@
 #include <cmath>
 #include <string>
 
-#include "tessera/core/data/rng.hpp"
+#include "../support/models.hpp"
+#include "tessera/sdk/rng.hpp"
 
 namespace tessera::model::testing {
 namespace {
@@ -14,7 +15,7 @@ namespace {
 // Everything one evaluation of the unit needs.
 struct Problem {
   const Unit& unit;
-  const Batch& batch;
+  BatchView batch;
   std::vector<std::vector<float>> params;
   std::vector<float> input;
   int64_t input_cols;
@@ -92,7 +93,7 @@ std::vector<float> random_values(int64_t count, float std, uint64_t seed) {
 
 void expect_gradients_match(const Unit& unit, const Batch& batch, const std::vector<float>& input,
                             int64_t input_cols, float param_std, float eps, uint64_t seed) {
-  Problem problem{unit, batch, {}, input, input_cols, {}};
+  Problem problem{unit, test::view_of(batch), {}, input, input_cols, {}};
   uint64_t key = seed;
   for (const ParamSpec& spec : unit.params()) {
     problem.params.push_back(random_values(spec.numel(), param_std, ++key));

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "tessera/core/data/batch.hpp"
-#include "tessera/core/model/unit.hpp"
+#include "tessera/models/unit.hpp"
 
 namespace tessera::model::testing {
 

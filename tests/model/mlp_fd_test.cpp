@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "fd_check.hpp"
-#include "tessera/core/model/mlp.hpp"
+#include "mlp.hpp"
 
 namespace tessera::model {
 namespace {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "../support/models.hpp"
 #include "fd_check.hpp"
 #include "tessera/core/model/model.hpp"
 
@@ -60,7 +61,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 class ReferenceModels : public ::testing::TestWithParam<int> {
  protected:
   std::unique_ptr<Model> make() const {
-    return make_model(GetParam() == 0 ? mlp_section() : gpt_section(GetParam() == 1));
+    return make_model(GetParam() == 0 ? mlp_section() : gpt_section(GetParam() == 1),
+                      test::model_plugins());
   }
 };
 
@@ -129,21 +131,19 @@ TEST_P(ReferenceModels, SeveralLiveContextsPerUnit) {
   ModelParams sequential(*model), interleaved(*model);
   for (const Batch& h : halves) reference_forward_backward(*model, params, sequential, h, scale);
 
-  std::vector<std::vector<std::unique_ptr<UnitContext>>> ctx(2);
+  std::vector<std::vector<Model::Context>> ctx(2);
   for (std::size_t m = 0; m < 2; ++m) {
-    UnitInput in;
-    in.batch = &halves[m];
-    in.loss_scale = scale;
+    ConstView x;
     for (std::size_t i = 0; i < model->size(); ++i) {
-      ctx[m].push_back(model->unit(i).make_context());
-      in.x = model->unit(i).forward(*ctx[m][i], params.unit_const(i), in);
-      EXPECT_GT(ctx[m][i]->bytes(), 0u) << model->unit(i).name();
+      ctx[m].push_back(model->make_context(i));
+      x = model->forward(i, ctx[m][i], params.unit_const(i), halves[m], x, scale);
+      EXPECT_GT(ctx[m][i].bytes(), 0u) << model->unit_name(i);
     }
   }
   for (std::size_t m = 2; m-- > 0;) {
     ConstView g;
     for (std::size_t i = model->size(); i-- > 0;) {
-      g = model->unit(i).backward(*ctx[m][i], params.unit_const(i), interleaved.unit(i), g);
+      g = model->backward(i, ctx[m][i], params.unit_const(i), interleaved.unit(i), g);
     }
   }
   const auto a = sequential.flatten();
@@ -162,7 +162,7 @@ TEST_P(ReferenceModels, WholeModelGradientMatchesFiniteDifferences) {
   params.init(*model, 11);
   // Larger values than init so every term matters.
   for (std::size_t i = 0; i < model->size(); ++i) {
-    for (std::size_t j = 0; j < model->unit(i).params().size(); ++j) {
+    for (std::size_t j = 0; j < model->params(i).size(); ++j) {
       if (!(model->owner(i, j) == ParamRef{i, j})) continue;
       const auto v = params.at({i, j});
       const auto r = testing::random_values(static_cast<int64_t>(v.size()), 0.4f, 100 + i * 16 + j);
@@ -174,7 +174,7 @@ TEST_P(ReferenceModels, WholeModelGradientMatchesFiniteDifferences) {
   ModelParams grads(*model);
   reference_forward_backward(*model, params, grads, batch, scale);
   for (const std::size_t u : {std::size_t{0}, model->size() - 1}) {
-    for (std::size_t j = 0; j < model->unit(u).params().size(); ++j) {
+    for (std::size_t j = 0; j < model->params(u).size(); ++j) {
       const ParamRef ref = model->owner(u, j);
       if (!(ref == ParamRef{u, j})) continue;
       const auto values = params.at(ref);
@@ -194,7 +194,7 @@ TEST_P(ReferenceModels, WholeModelGradientMatchesFiniteDifferences) {
       }
       EXPECT_GT(norm, 0.0);
       EXPECT_LE(std::sqrt(diff), 1e-2 * std::sqrt(norm) + 1e-4)
-          << model->unit(u).name() << "." << model->unit(u).params()[j].name;
+          << model->unit_name(u) << "." << model->params(u)[j].name;
     }
   }
 }

@@ -3,9 +3,10 @@
 
 #include <utility>
 
-#include "tessera/core/data/rng.hpp"
+#include "../support/models.hpp"
 #include "tessera/core/data/synthetic.hpp"
 #include "tessera/core/model/model.hpp"
+#include "tessera/sdk/rng.hpp"
 
 namespace tessera::model {
 namespace {
@@ -31,7 +32,7 @@ std::pair<double, double> train(const Model& model, const Dataset& data, int64_t
     if (step == 0) first = loss;
     last = loss;
     for (std::size_t u = 0; u < model.size(); ++u) {
-      for (std::size_t j = 0; j < model.unit(u).params().size(); ++j) {
+      for (std::size_t j = 0; j < model.params(u).size(); ++j) {
         const ParamRef ref = model.owner(u, j);
         if (!(ref == ParamRef{u, j})) continue;
         const auto p = params.at(ref);
@@ -47,7 +48,7 @@ TEST(ReferenceTraining, TinyGptLossFalls) {
   ModelSection s;
   s.name = "gpt";
   s.params = toml::parse("vocab = 8\nlayers = 1\nd_model = 16\nheads = 2\nseq_len = 8");
-  const auto model = make_model(s);
+  const auto model = make_model(s, test::model_plugins());
   const SyntheticSequences data(model->data_shape(), 5, 0.05);
   const auto [first, last] = train(*model, data, 8, 30, 0.5f);
   EXPECT_LT(last, first);
@@ -58,7 +59,7 @@ TEST(ReferenceTraining, MlpLossFalls) {
   ModelSection s;
   s.name = "mlp";
   s.params = toml::parse("input = 6\nhidden = [16]\nclasses = 3");
-  const auto model = make_model(s);
+  const auto model = make_model(s, test::model_plugins());
   const SyntheticClusters data(model->data_shape(), 5, 3.0);
   const auto [first, last] = train(*model, data, 16, 30, 0.5f);
   EXPECT_LT(last, first - 0.1) << "first " << first << " last " << last;

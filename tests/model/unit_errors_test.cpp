@@ -3,8 +3,9 @@
 
 #include <string>
 
-#include "tessera/core/model/gpt.hpp"
-#include "tessera/core/model/mlp.hpp"
+#include "../support/models.hpp"
+#include "gpt.hpp"
+#include "mlp.hpp"
 #include "tessera/core/model/model.hpp"
 #include "tessera/sdk/error.hpp"
 
@@ -31,7 +32,8 @@ TEST(UnitErrors, OutOfRangeTokenIsNamed) {
   Batch batch = Batch::make(1, 3, 0);
   batch.tokens = {1, 7, 2};
   auto ctx = unit.make_context();
-  const std::string msg = message_of([&] { unit.forward(*ctx, params, {&batch, {}, 1.0f}); });
+  const BatchView view = test::view_of(batch);
+  const std::string msg = message_of([&] { unit.forward(*ctx, params, {&view, {}, 1.0f}); });
   EXPECT_NE(msg.find("token 7"), std::string::npos) << msg;
   EXPECT_NE(msg.find("embed"), std::string::npos) << msg;
 }
@@ -43,7 +45,8 @@ TEST(UnitErrors, OutOfRangeTargetIsNamed) {
   Batch batch = Batch::make(2, 0, 2);
   batch.targets = {0, 3};
   auto ctx = unit.make_context();
-  const std::string msg = message_of([&] { unit.forward(*ctx, params, {&batch, {}, 1.0f}); });
+  const BatchView view = test::view_of(batch);
+  const std::string msg = message_of([&] { unit.forward(*ctx, params, {&view, {}, 1.0f}); });
   EXPECT_NE(msg.find("target 3"), std::string::npos) << msg;
 }
 
@@ -53,13 +56,14 @@ TEST(UnitErrors, WrongParameterCountAndShapes) {
   Batch batch = Batch::make(2, 0, 4);
   auto ctx = unit.make_context();
   const std::vector<const float*> one{w.data()};
+  const BatchView view = test::view_of(batch);
   EXPECT_NE(message_of([&] {
-              unit.forward(*ctx, one, {&batch, {x.data(), 2, 3}, 1.0f});
+              unit.forward(*ctx, one, {&view, {x.data(), 2, 3}, 1.0f});
             }).find("expected 2 parameter pointers, got 1"),
             std::string::npos);
   const std::vector<const float*> params{w.data(), b.data()};
   EXPECT_NE(message_of([&] {
-              unit.forward(*ctx, params, {&batch, {x.data(), 3, 2}, 1.0f});
+              unit.forward(*ctx, params, {&view, {x.data(), 3, 2}, 1.0f});
             }).find("input has 2 columns, expected 3"),
             std::string::npos);
   std::vector<float*> grads{w.data(), b.data()};
@@ -80,8 +84,9 @@ TEST(UnitErrors, BlockNeedsMatchingRows) {
   const Batch batch = Batch::make(2, 3, 0);
   std::vector<float> x(5 * 4);
   auto ctx = unit.make_context();
+  const BatchView view = test::view_of(batch);
   EXPECT_NE(message_of([&] {
-              unit.forward(*ctx, params, {&batch, {x.data(), 5, 4}, 1.0f});
+              unit.forward(*ctx, params, {&view, {x.data(), 5, 4}, 1.0f});
             }).find("expected 6x4"),
             std::string::npos);
 }
@@ -90,21 +95,23 @@ TEST(UnitErrors, BadTiesAreRefused) {
   std::vector<std::unique_ptr<Unit>> units;
   units.push_back(std::make_unique<GptEmbedding>("embed", 5, 4, 3));
   units.push_back(std::make_unique<GptHead>("head", 5, 4, "embed.missing"));
-  const std::string msg = message_of([&] { Model("gpt", std::move(units), {}); });
+  const std::string msg = message_of([&] { sdk::model::Model("gpt", std::move(units), {}); });
   EXPECT_NE(msg.find("head.wte"), std::string::npos) << msg;
   EXPECT_NE(msg.find("embed.missing"), std::string::npos) << msg;
 
   std::vector<std::unique_ptr<Unit>> shapes;
   shapes.push_back(std::make_unique<GptEmbedding>("embed", 5, 4, 3));
   shapes.push_back(std::make_unique<GptHead>("head", 6, 4, "embed.wte"));
-  EXPECT_NE(message_of([&] { Model("gpt", std::move(shapes), {}); }).find("another shape"),
-            std::string::npos);
+  EXPECT_NE(
+      message_of([&] { sdk::model::Model("gpt", std::move(shapes), {}); }).find("another shape"),
+      std::string::npos);
 
   std::vector<std::unique_ptr<Unit>> order;
   order.push_back(std::make_unique<GptHead>("head", 5, 4, ""));
   order.push_back(std::make_unique<GptEmbedding>("embed", 5, 4, 3));
-  EXPECT_NE(message_of([&] { Model("gpt", std::move(order), {}); }).find("first-unit flag"),
-            std::string::npos);
+  EXPECT_NE(
+      message_of([&] { sdk::model::Model("gpt", std::move(order), {}); }).find("first-unit flag"),
+      std::string::npos);
 }
 
 }  // namespace

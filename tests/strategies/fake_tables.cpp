@@ -46,14 +46,14 @@ struct FakeModelTable {
                                    tessera_param_info* out) {
     const FakeModel* fm = model_of(m);
     const FakeParam& fp = fm->units_.at(u).params.at(p);
-    out->split = TESSERA_SPLIT_NONE;
+    out->split = TESSERA_SPLIT_REPLICATED;
     out->name = fp.name.c_str();
     out->full_name = fm->full_names_.at(u).at(p).c_str();
     out->shape = fp.shape.data();
     out->ndim = static_cast<int32_t>(fp.shape.size());
     out->owner_unit = fp.tied_unit >= 0 ? fp.tied_unit : u;
     out->owner_param = fp.tied_unit >= 0 ? fp.tied_param : p;
-    out->reserved = 0;
+    out->split_blocks = 1;
     out->numel = std::accumulate(fp.shape.begin(), fp.shape.end(), int64_t{1},
                                  [](int64_t a, int64_t b) { return a * b; });
     return TESSERA_OK;
@@ -79,8 +79,11 @@ struct FakeModelTable {
     return s;
   }
   static tessera_status forward(const tessera_model* m, int32_t u, tessera_unit_ctx* c,
-                                const float* const* params, const tessera_batch* batch,
-                                tessera_matrix x, float loss_scale, tessera_matrix* out) {
+                                const tessera_unit_call* call, tessera_matrix x,
+                                tessera_matrix* out) {
+    const float* const* params = call->params;
+    const tessera_batch* batch = call->batch;
+    const float loss_scale = call->loss_scale;
     FakeModel* fm = model_of(m);
     auto* ctx = reinterpret_cast<FakeContext*>(c);
     fm->calls.push_back("F" + std::to_string(u));
@@ -97,8 +100,9 @@ struct FakeModelTable {
     return TESSERA_OK;
   }
   static tessera_status backward(const tessera_model* m, int32_t u, tessera_unit_ctx* c,
-                                 const float* const* /*params*/, float* const* grads,
-                                 tessera_matrix grad_output, tessera_matrix* grad_input) {
+                                 const tessera_unit_call* call, tessera_matrix grad_output,
+                                 tessera_matrix* grad_input) {
+    float* const* grads = call->grads;
     FakeModel* fm = model_of(m);
     auto* ctx = reinterpret_cast<FakeContext*>(c);
     fm->calls.push_back("B" + std::to_string(u));
@@ -116,24 +120,56 @@ struct FakeModelTable {
     *grad_input = u == 0 ? tessera_matrix{} : tessera_matrix{&ctx->grad_in, 1, 1};
     return TESSERA_OK;
   }
-  static int64_t batch_examples(const tessera_batch* batch) {
-    return reinterpret_cast<const FakeBatch*>(batch)->examples;
+  // What strategies do not call: building, data spec, init, cost and the
+  // split backward.
+  static tessera_status create(const tessera_host_api* /*host*/, const tessera_options* /*opts*/,
+                               tessera_model** /*out*/) {
+    return TESSERA_ERR_UNSUPPORTED;
   }
-  static int64_t batch_tokens_per_example(const tessera_batch* /*batch*/) { return 1; }
+  static void destroy(tessera_model* /*model*/) {}
+  static tessera_status data_spec(const tessera_model* /*m*/, tessera_data_spec* /*out*/) {
+    return TESSERA_ERR_UNSUPPORTED;
+  }
+  static uint32_t unit_flags(const tessera_model* /*m*/, int32_t /*u*/) { return 0; }
+  static tessera_status unit_cost(const tessera_model* /*m*/, int32_t /*u*/,
+                                  tessera_unit_cost* /*out*/) {
+    return TESSERA_ERR_UNSUPPORTED;
+  }
+  static tessera_status init_params(const tessera_model* /*m*/, int32_t /*u*/,
+                                    float* const* /*params*/, uint64_t /*seed*/) {
+    return TESSERA_ERR_UNSUPPORTED;
+  }
+  static tessera_status backward_input(const tessera_model* /*m*/, int32_t /*u*/,
+                                       tessera_unit_ctx* /*c*/, const tessera_unit_call* /*call*/,
+                                       tessera_matrix /*grad_output*/,
+                                       tessera_matrix* /*grad_input*/) {
+    return TESSERA_ERR_UNSUPPORTED;
+  }
+  static tessera_status backward_weight(const tessera_model* /*m*/, int32_t /*u*/,
+                                        tessera_unit_ctx* /*c*/,
+                                        const tessera_unit_call* /*call*/) {
+    return TESSERA_ERR_UNSUPPORTED;
+  }
 
   static constexpr tessera_model_api kApi{sizeof(tessera_model_api),
                                           0,
+                                          &create,
+                                          &destroy,
+                                          &data_spec,
                                           &num_units,
                                           &unit_name,
+                                          &unit_flags,
                                           &num_params,
                                           &param_info,
+                                          &unit_cost,
+                                          &init_params,
                                           &context_create,
                                           &context_destroy,
                                           &context_bytes,
                                           &forward,
                                           &backward,
-                                          &batch_examples,
-                                          &batch_tokens_per_example};
+                                          &backward_input,
+                                          &backward_weight};
 };
 
 FakeModel::FakeModel(std::vector<FakeUnit> units) : units_(std::move(units)) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/models.hpp"
 #include "fake_tables.hpp"
 #include "tessera/core/config.hpp"
 #include "tessera/core/data/dataset.hpp"
@@ -163,7 +164,7 @@ TEST(UnitRunner, GptGradientsEqualTheReferenceTrainer) {
       "[model]\nname = \"gpt\"\nlayers = 1\nd_model = 16\nheads = 2\nseq_len = 8\nvocab = 32\n"
       "[data]\nbatch_size = 6\n",
       "runner.toml");
-  const auto model = model::make_model(config.model);
+  const auto model = model::make_model(config.model, test::model_plugins());
   const auto data = make_dataset(config.data, model->data_shape(), 3);
   const DistributedSampler sampler(*data, 3, 6, 0, 1);
   const std::vector<Batch> micro = sampler.micro_batches(1, 2);
@@ -180,7 +181,7 @@ TEST(UnitRunner, GptGradientsEqualTheReferenceTrainer) {
 
   HostContext host_ctx("strategy.test");
   const sdk::Host host(host_ctx.api());
-  const sdk::ModelView view(host, train::model_api(), train::as_c_model(*model));
+  const sdk::ModelView view(host, model->api(), model->handle());
   const sdk::FlatLayout layout(view);
   std::vector<float> params = ref_params.flatten();
   ASSERT_EQ(params.size(), layout.total());

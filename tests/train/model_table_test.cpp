@@ -1,7 +1,8 @@
-// The model table (tessera_model_api over model::Model): forward and
-// backward through it equal direct unit calls bit for bit, parameter infos
-// describe owners and ties, and every failure is a status plus a readable
-// host last_error, never an exception.
+// The model table of the in-tree model plugins (tessera_model_api, built by
+// the SDK's model adapter): forward and backward through it equal direct
+// calls of the same units bit for bit, parameter infos describe owners and
+// ties, the host's batch accessors give the units their data, and every
+// failure is a status plus a readable message, never an exception.
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -9,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "gpt.hpp"
+#include "mlp.hpp"
 #include "tessera/core/train/strategy_host.hpp"
 #include "train/train_util.hpp"
 
@@ -16,8 +19,10 @@ namespace tessera::train {
 namespace {
 
 using test::batch_for;
-using test::last_error;
 using test::same_bits;
+
+// The message the plugin recorded for its last failed call on this thread.
+std::string plugin_error() { return take_thread_error(); }
 
 // One context per unit, destroyed with the test.
 struct Contexts {
@@ -28,24 +33,34 @@ struct Contexts {
   }
 };
 
+tessera_unit_call call_of(const float* const* params, float* const* grads, const Batch* batch,
+                          float scale) {
+  tessera_unit_call call{};
+  call.struct_size = sizeof call;
+  call.loss_scale = scale;
+  call.batch = batch != nullptr ? as_c_batch(*batch) : nullptr;
+  call.params = params;
+  call.grads = grads;
+  return call;
+}
+
 // Runs forward and backward of every unit through the table, adding the
 // gradients into `grads`; returns the loss.
 float table_forward_backward(const model::Model& m, const model::ModelParams& params,
                              model::ModelParams& grads, const Batch& batch, float scale) {
-  const tessera_model_api* api = model_api();
-  const tessera_model* cm = as_c_model(m);
+  const tessera_model_api* api = m.api();
+  const tessera_model* cm = m.handle();
   const auto units = api->num_units(cm);
   Contexts contexts{api, {}};
   tessera_matrix x{};
   for (int32_t u = 0; u < units; ++u) {
     tessera_unit_ctx* ctx = nullptr;
-    EXPECT_EQ(api->context_create(cm, u, &ctx), TESSERA_OK) << last_error();
+    EXPECT_EQ(api->context_create(cm, u, &ctx), TESSERA_OK) << plugin_error();
     contexts.ctx.push_back(ctx);
     tessera_matrix out{};
-    EXPECT_EQ(api->forward(cm, u, ctx, params.unit_const(static_cast<std::size_t>(u)).data(),
-                           as_c_batch(batch), x, scale, &out),
-              TESSERA_OK)
-        << last_error();
+    const tessera_unit_call call =
+        call_of(params.unit_const(static_cast<std::size_t>(u)).data(), nullptr, &batch, scale);
+    EXPECT_EQ(api->forward(cm, u, ctx, &call, x, &out), TESSERA_OK) << plugin_error();
     EXPECT_GT(api->context_bytes(ctx), 0u);
     x = out;
   }
@@ -54,21 +69,67 @@ float table_forward_backward(const model::Model& m, const model::ModelParams& pa
   tessera_matrix grad{};
   for (int32_t u = units; u-- > 0;) {
     tessera_matrix grad_in{};
-    EXPECT_EQ(api->backward(cm, u, contexts.ctx[static_cast<std::size_t>(u)],
-                            params.unit_const(static_cast<std::size_t>(u)).data(),
-                            grads.unit(static_cast<std::size_t>(u)).data(), grad, &grad_in),
-              TESSERA_OK)
-        << last_error();
+    const tessera_unit_call call =
+        call_of(params.unit_const(static_cast<std::size_t>(u)).data(),
+                grads.unit(static_cast<std::size_t>(u)).data(), nullptr, scale);
+    EXPECT_EQ(
+        api->backward(cm, u, contexts.ctx[static_cast<std::size_t>(u)], &call, grad, &grad_in),
+        TESSERA_OK)
+        << plugin_error();
     grad = grad_in;
   }
   EXPECT_EQ(grad.data, nullptr) << "the first unit returns no input gradient";
   return loss;
 }
 
+// The same units built directly (no plugin, no C table): the reference.
+std::vector<std::unique_ptr<model::Unit>> direct_units(const std::string& which) {
+  if (which == "mlp") {
+    model::MlpConfig c;
+    c.input = 6;
+    c.hidden = {7, 5};
+    c.classes = 3;
+    return model::build_mlp_units(c);
+  }
+  model::GptConfig c;
+  c.vocab = 11;
+  c.layers = 2;
+  c.d_model = 8;
+  c.heads = 2;
+  c.seq_len = 5;
+  c.tied_head = which == "gpt_tied";
+  return model::build_gpt_units(c);
+}
+
+// Forward and backward of `units` called directly on `params`' buffers.
+double direct_forward_backward(const std::vector<std::unique_ptr<model::Unit>>& units,
+                               const model::ModelParams& params, model::ModelParams& grads,
+                               const Batch& batch, float scale) {
+  const sdk::model::BatchView view = test::view_of(batch);
+  std::vector<std::unique_ptr<sdk::model::UnitContext>> ctx;
+  sdk::model::UnitInput in;
+  in.batch = &view;
+  in.loss_scale = scale;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    ctx.push_back(units[u]->make_context());
+    in.x = units[u]->forward(*ctx.back(), params.unit_const(u), in);
+  }
+  const double loss = in.x.data[0];
+  model::ConstView g;
+  for (std::size_t u = units.size(); u-- > 0;) {
+    g = units[u]->backward(*ctx[u], params.unit_const(u), grads.unit(u), g);
+  }
+  return loss;
+}
+
+std::unique_ptr<model::Model> model_for(const std::string& which) {
+  return which == "mlp" ? test::tiny_mlp() : test::tiny_gpt(which == "gpt_tied");
+}
+
 class ModelTableEquivalence : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ModelTableEquivalence, ForwardBackwardEqualDirectUnitCalls) {
-  const auto m = GetParam() == "mlp" ? test::tiny_mlp() : test::tiny_gpt(GetParam() == "gpt_tied");
+  const auto m = model_for(GetParam());
   model::ModelParams params(*m);
   params.init(*m, 5);
   const Batch batch = batch_for(*m, 3, 9);
@@ -76,7 +137,7 @@ TEST_P(ModelTableEquivalence, ForwardBackwardEqualDirectUnitCalls) {
 
   model::ModelParams direct_grads(*m);
   const double direct_loss =
-      model::reference_forward_backward(*m, params, direct_grads, batch, scale);
+      direct_forward_backward(direct_units(GetParam()), params, direct_grads, batch, scale);
   model::ModelParams table_grads(*m);
   const float table_loss = table_forward_backward(*m, params, table_grads, batch, scale);
 
@@ -86,7 +147,7 @@ TEST_P(ModelTableEquivalence, ForwardBackwardEqualDirectUnitCalls) {
 
 TEST_P(ModelTableEquivalence, RankThreadsShareOneModel) {
   // Ranks as threads call the table on one model with their own contexts.
-  const auto m = GetParam() == "mlp" ? test::tiny_mlp() : test::tiny_gpt(GetParam() == "gpt_tied");
+  const auto m = model_for(GetParam());
   model::ModelParams params(*m);
   params.init(*m, 2);
   const Batch batch = batch_for(*m, 2, 4);
@@ -118,11 +179,11 @@ INSTANTIATE_TEST_SUITE_P(Models, ModelTableEquivalence,
 
 TEST(ModelTable, DescribesUnitsAndParameters) {
   const auto m = test::tiny_mlp();
-  const tessera_model_api* api = model_api();
-  const tessera_model* cm = as_c_model(*m);
+  const tessera_model_api* api = m->api();
+  const tessera_model* cm = m->handle();
   EXPECT_EQ(api->struct_size, sizeof(tessera_model_api));
   ASSERT_EQ(api->num_units(cm), 3);
-  EXPECT_STREQ(api->unit_name(cm, 0), m->unit(0).name().c_str());
+  EXPECT_STREQ(api->unit_name(cm, 0), m->unit_name(0).c_str());
   EXPECT_EQ(api->unit_name(cm, 3), nullptr);
   EXPECT_EQ(api->unit_name(cm, -1), nullptr);
   EXPECT_EQ(api->num_params(cm, 1), 2);
@@ -130,9 +191,9 @@ TEST(ModelTable, DescribesUnitsAndParameters) {
 
   tessera_param_info info{};
   info.struct_size = sizeof info;
-  ASSERT_EQ(api->param_info(cm, 1, 0, &info), TESSERA_OK) << last_error();
+  ASSERT_EQ(api->param_info(cm, 1, 0, &info), TESSERA_OK) << plugin_error();
   EXPECT_STREQ(info.name, "w");
-  EXPECT_EQ(std::string(info.full_name), m->unit(1).name() + ".w");
+  EXPECT_EQ(std::string(info.full_name), m->unit_name(1) + ".w");
   EXPECT_EQ(info.ndim, 2);
   EXPECT_EQ(info.shape[0], 7);
   EXPECT_EQ(info.shape[1], 5);
@@ -140,20 +201,58 @@ TEST(ModelTable, DescribesUnitsAndParameters) {
   EXPECT_EQ(info.split, TESSERA_SPLIT_COLUMN);
   EXPECT_EQ(info.owner_unit, 1);
   EXPECT_EQ(info.owner_param, 0);
+  EXPECT_EQ(info.split_blocks, 1);
 
-  Batch seq = batch_for(*test::tiny_gpt(true), 4, 1);
-  const Batch cls = batch_for(*m, 6, 1);
-  EXPECT_EQ(api->batch_examples(as_c_batch(cls)), 6);
-  EXPECT_EQ(api->batch_tokens_per_example(as_c_batch(cls)), 1);
-  EXPECT_EQ(api->batch_examples(as_c_batch(seq)), 4);
-  EXPECT_EQ(api->batch_tokens_per_example(as_c_batch(seq)), 5);
-  EXPECT_EQ(api->batch_examples(nullptr), 0);
+  tessera_data_spec spec{};
+  spec.struct_size = sizeof spec;
+  ASSERT_EQ(api->data_spec(cm, &spec), TESSERA_OK) << plugin_error();
+  EXPECT_EQ(spec.kind, TESSERA_DATA_FEATURES);
+  EXPECT_EQ(spec.features, 6);
+  EXPECT_EQ(spec.classes, 3);
+
+  tessera_unit_cost cost{};
+  cost.struct_size = sizeof cost;
+  ASSERT_EQ(api->unit_cost(cm, 1, &cost), TESSERA_OK) << plugin_error();
+  EXPECT_EQ(cost.params, 7 * 5 + 5);
+  EXPECT_EQ(api->unit_flags(cm, 1) & TESSERA_UNIT_TENSOR_PARALLEL, 0u);
+}
+
+TEST(ModelTable, HostBatchAccessorsDescribeBothLayouts) {
+  HostContext host("model.test");
+  const tessera_host_api* api = host.api();
+  const Batch seq = batch_for(*test::tiny_gpt(true), 4, 1);
+  const Batch cls = batch_for(*test::tiny_mlp(), 6, 1);
+  EXPECT_EQ(api->batch_examples(api->ctx, as_c_batch(cls)), 6);
+  EXPECT_EQ(api->batch_examples(api->ctx, as_c_batch(seq)), 4);
+  EXPECT_EQ(api->batch_examples(api->ctx, nullptr), 0);
+  tessera_tensor_view v{};
+  v.struct_size = sizeof v;
+  ASSERT_EQ(api->batch_tensor(api->ctx, as_c_batch(seq), "tokens", &v), TESSERA_OK);
+  EXPECT_EQ(v.dtype, TESSERA_I32);
+  EXPECT_EQ(v.ndim, 2);
+  EXPECT_EQ(v.shape[0], 4);
+  EXPECT_EQ(v.shape[1], 5);
+  EXPECT_EQ(v.data, seq.tokens.data());
+  ASSERT_EQ(api->batch_tensor(api->ctx, as_c_batch(cls), "features", &v), TESSERA_OK);
+  EXPECT_EQ(v.dtype, TESSERA_F32);
+  EXPECT_EQ(v.shape[1], 6);
+  ASSERT_EQ(api->batch_tensor(api->ctx, as_c_batch(cls), "targets", &v), TESSERA_OK);
+  EXPECT_EQ(v.ndim, 1);
+  EXPECT_EQ(api->batch_tensor(api->ctx, as_c_batch(cls), "tokens", &v),
+            TESSERA_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(plugin_error(), "batch has no tensor 'tokens' (it has features, targets)");
+  const sdk::model::BatchView view = sdk::model::BatchView::read(api, as_c_batch(seq));
+  EXPECT_EQ(view.size, 4);
+  EXPECT_EQ(view.seq_len, 5);
+  EXPECT_EQ(view.tokens.data(), seq.tokens.data());
+  EXPECT_EQ(view.targets.size(), seq.targets.size());
+  EXPECT_TRUE(view.inputs.empty());
 }
 
 TEST(ModelTable, TiedHeadNamesTheEmbeddingAsOwner) {
   const auto m = test::tiny_gpt(true);
-  const tessera_model_api* api = model_api();
-  const tessera_model* cm = as_c_model(*m);
+  const tessera_model_api* api = m->api();
+  const tessera_model* cm = m->handle();
   const int32_t head = api->num_units(cm) - 1;
   ASSERT_STREQ(api->unit_name(cm, head), "head");
   const int32_t slots = api->num_params(cm, head);
@@ -161,7 +260,7 @@ TEST(ModelTable, TiedHeadNamesTheEmbeddingAsOwner) {
 
   tessera_param_info tied{};
   tied.struct_size = sizeof tied;
-  ASSERT_EQ(api->param_info(cm, head, 2, &tied), TESSERA_OK) << last_error();
+  ASSERT_EQ(api->param_info(cm, head, 2, &tied), TESSERA_OK) << plugin_error();
   EXPECT_STREQ(tied.name, "wte");
   EXPECT_STREQ(tied.full_name, "embed.wte");
   EXPECT_EQ(tied.owner_unit, 0);
@@ -171,7 +270,7 @@ TEST(ModelTable, TiedHeadNamesTheEmbeddingAsOwner) {
 
   tessera_param_info owner{};
   owner.struct_size = sizeof owner;
-  ASSERT_EQ(api->param_info(cm, 0, 0, &owner), TESSERA_OK) << last_error();
+  ASSERT_EQ(api->param_info(cm, 0, 0, &owner), TESSERA_OK) << plugin_error();
   EXPECT_STREQ(owner.full_name, "embed.wte");
   EXPECT_EQ(owner.full_name, tied.full_name) << "one stable string per name";
   EXPECT_EQ(owner.owner_unit, 0);
@@ -179,7 +278,8 @@ TEST(ModelTable, TiedHeadNamesTheEmbeddingAsOwner) {
   const auto untied = test::tiny_gpt(false);
   tessera_param_info own{};
   own.struct_size = sizeof own;
-  ASSERT_EQ(api->param_info(as_c_model(*untied), head, 2, &own), TESSERA_OK) << last_error();
+  ASSERT_EQ(untied->api()->param_info(untied->handle(), head, 2, &own), TESSERA_OK)
+      << plugin_error();
   EXPECT_STREQ(own.full_name, "head.w");
   EXPECT_EQ(own.owner_unit, head);
   EXPECT_EQ(own.owner_param, 2);
@@ -190,7 +290,7 @@ TEST(ModelTable, SmallerCallerStructGetsOnlyItsPrefix) {
   tessera_param_info info{};
   info.numel = -7;
   info.struct_size = offsetof(tessera_param_info, numel);  // an older caller without numel
-  ASSERT_EQ(model_api()->param_info(as_c_model(*m), 0, 1, &info), TESSERA_OK) << last_error();
+  ASSERT_EQ(m->api()->param_info(m->handle(), 0, 1, &info), TESSERA_OK) << plugin_error();
   EXPECT_EQ(info.struct_size, offsetof(tessera_param_info, numel));
   EXPECT_STREQ(info.name, "b");
   EXPECT_EQ(info.numel, -7) << "a field beyond the caller's struct_size was written";
@@ -198,25 +298,27 @@ TEST(ModelTable, SmallerCallerStructGetsOnlyItsPrefix) {
 
 TEST(ModelTable, BadArgumentsReturnStatusAndMessage) {
   const auto m = test::tiny_gpt(true);
-  const tessera_model_api* api = model_api();
-  const tessera_model* cm = as_c_model(*m);
+  const tessera_model_api* api = m->api();
+  const tessera_model* cm = m->handle();
   tessera_param_info info{};
   info.struct_size = sizeof info;
   EXPECT_EQ(api->param_info(cm, 9, 0, &info), TESSERA_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(last_error().find("no unit 9"), std::string::npos) << last_error();
+  std::string msg = plugin_error();
+  EXPECT_NE(msg.find("model 'gpt' has no unit 9 (it has 4)"), std::string::npos) << msg;
   EXPECT_EQ(api->param_info(cm, 0, 5, &info), TESSERA_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(last_error().find("unit 'embed'"), std::string::npos) << last_error();
-  EXPECT_NE(last_error().find("no parameter 5"), std::string::npos) << last_error();
+  msg = plugin_error();
+  EXPECT_NE(msg.find("unit 'embed' has no parameter 5"), std::string::npos) << msg;
   tessera_unit_ctx* ctx = nullptr;
   EXPECT_EQ(api->context_create(cm, -1, &ctx), TESSERA_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(ctx, nullptr);
-  EXPECT_NE(last_error().find("context_create"), std::string::npos) << last_error();
+  msg = plugin_error();
+  EXPECT_NE(msg.find("has no unit -1"), std::string::npos) << msg;
 }
 
 TEST(ModelTable, UnitErrorsComeBackAsStatusAndLastError) {
   const auto m = test::tiny_gpt(true);
-  const tessera_model_api* api = model_api();
-  const tessera_model* cm = as_c_model(*m);
+  const tessera_model_api* api = m->api();
+  const tessera_model* cm = m->handle();
   model::ModelParams params(*m);
   params.init(*m, 1);
   Batch batch = batch_for(*m, 2, 3);
@@ -227,29 +329,50 @@ TEST(ModelTable, UnitErrorsComeBackAsStatusAndLastError) {
   tessera_unit_ctx* block = nullptr;
   ASSERT_EQ(api->context_create(cm, 1, &block), TESSERA_OK);
   tessera_matrix out{};
-  EXPECT_EQ(
-      api->forward(cm, 0, embed, params.unit_const(0).data(), as_c_batch(batch), {}, 1.0F, &out),
-      TESSERA_ERR_INVALID_ARGUMENT);
-  const std::string msg = last_error();
-  EXPECT_NE(msg.find("model 'gpt' unit 'embed' forward"), std::string::npos) << msg;
+  tessera_unit_call call = call_of(params.unit_const(0).data(), nullptr, &batch, 1.0F);
+  EXPECT_EQ(api->forward(cm, 0, embed, &call, {}, &out), TESSERA_ERR_INVALID_ARGUMENT);
+  std::string msg = plugin_error();
+  EXPECT_NE(msg.find("unit 'embed'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("11"), std::string::npos) << msg;
 
   // Backward with no forward on the context.
   tessera_matrix grad_in{};
   model::ModelParams grads(*m);
-  EXPECT_NE(
-      api->backward(cm, 1, block, params.unit_const(1).data(), grads.unit(1).data(), {}, &grad_in),
-      TESSERA_OK);
-  EXPECT_NE(last_error().find("unit 'block0' backward"), std::string::npos) << last_error();
+  call = call_of(params.unit_const(1).data(), grads.unit(1).data(), nullptr, 1.0F);
+  EXPECT_NE(api->backward(cm, 1, block, &call, {}, &grad_in), TESSERA_OK);
+  msg = plugin_error();
+  EXPECT_NE(msg.find("unit 'block0'"), std::string::npos) << msg;
 
-  // A context of another unit, and missing parameter arrays.
-  EXPECT_EQ(
-      api->forward(cm, 1, embed, params.unit_const(1).data(), as_c_batch(batch), {}, 1.0F, &out),
-      TESSERA_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(last_error().find("created for unit 0"), std::string::npos) << last_error();
-  EXPECT_EQ(api->forward(cm, 0, embed, nullptr, as_c_batch(batch), {}, 1.0F, &out),
-            TESSERA_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(last_error().find("parameter array is NULL"), std::string::npos) << last_error();
+  // A context of another unit, missing parameter arrays, no call at all.
+  call = call_of(params.unit_const(1).data(), nullptr, &batch, 1.0F);
+  EXPECT_EQ(api->forward(cm, 1, embed, &call, {}, &out), TESSERA_ERR_INVALID_ARGUMENT);
+  msg = plugin_error();
+  EXPECT_NE(msg.find("created for unit 0"), std::string::npos) << msg;
+  call = call_of(nullptr, nullptr, &batch, 1.0F);
+  EXPECT_EQ(api->forward(cm, 0, embed, &call, {}, &out), TESSERA_ERR_INVALID_ARGUMENT);
+  msg = plugin_error();
+  EXPECT_NE(msg.find("parameter array is NULL"), std::string::npos) << msg;
+  EXPECT_EQ(api->forward(cm, 0, embed, nullptr, {}, &out), TESSERA_ERR_INVALID_ARGUMENT);
+  msg = plugin_error();
+  EXPECT_NE(msg.find("unit call is NULL"), std::string::npos) << msg;
+
+  // A tensor-parallel group the unit cannot work in, and the split backward
+  // it does not offer, are refused naming the unit.
+  tessera_tp_group tp{};
+  tp.struct_size = sizeof tp;
+  tp.rank = 0;
+  tp.size = 2;
+  call = call_of(params.unit_const(0).data(), nullptr, &batch, 1.0F);
+  call.tp = &tp;
+  EXPECT_EQ(api->forward(cm, 0, embed, &call, {}, &out), TESSERA_ERR_UNSUPPORTED);
+  msg = plugin_error();
+  EXPECT_NE(msg.find("unit 'embed' does not support tensor parallelism (group of 2 ranks)"),
+            std::string::npos)
+      << msg;
+  call = call_of(params.unit_const(1).data(), nullptr, nullptr, 1.0F);
+  EXPECT_EQ(api->backward_input(cm, 1, block, &call, {}, &grad_in), TESSERA_ERR_UNSUPPORTED);
+  msg = plugin_error();
+  EXPECT_NE(msg.find("unit 'block0' does not split its backward pass"), std::string::npos) << msg;
   api->context_destroy(embed);
   api->context_destroy(block);
   api->context_destroy(nullptr);

@@ -33,9 +33,9 @@ TEST(InitSource, EqualsModelParamsInit) {
 
   int checked = 0;
   for (std::size_t u = 0; u < m->size(); ++u) {
-    const auto specs = m->unit(u).params();
+    const auto specs = m->params(u);
     for (std::size_t p = 0; p < specs.size(); ++p) {
-      const std::string name = m->unit(u).name() + "." + specs[p].name;
+      const std::string name = m->unit_name(u) + "." + specs[p].name;
       if (!specs[p].tied_to.empty()) {
         EXPECT_FALSE(source->has(name)) << name << " is tied: only its owner's name exists";
         continue;
@@ -78,7 +78,7 @@ TEST(StateReader, CTableReadsAndReportsErrors) {
   const auto source = init_source(*m, 3);
   const tessera_state_reader reader = make_reader(*source);
   EXPECT_EQ(reader.struct_size, sizeof(tessera_state_reader));
-  const std::string name = m->unit(0).name() + ".w";
+  const std::string name = m->unit_name(0) + ".w";
   EXPECT_EQ(reader.has(reader.ctx, name.c_str()), 1);
   EXPECT_EQ(reader.has(reader.ctx, "nope"), 0);
   EXPECT_EQ(reader.has(reader.ctx, nullptr), 0);

@@ -108,8 +108,8 @@ TEST_F(NoneStrategy, OneRankTrainsLikeTheReference) {
   CollectedState saved = strategy->save(true);
   std::size_t at = 0;
   for (std::size_t u = 0; u < m->size(); ++u) {
-    for (const auto& spec : m->unit(u).params()) {
-      const std::string name = m->unit(u).name() + "." + spec.name;
+    for (const auto& spec : m->params(u)) {
+      const std::string name = m->unit_name(u) + "." + spec.name;
       const std::vector<float> got = saved.full(name);
       ASSERT_EQ(got.size(), static_cast<std::size_t>(spec.numel())) << name;
       for (std::size_t i = 0; i < got.size(); ++i) {

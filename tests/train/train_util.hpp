@@ -12,6 +12,7 @@
 
 #include <toml++/toml.h>
 
+#include "support/models.hpp"
 #include "tessera/core/host_api.hpp"
 #include "tessera/core/model/model.hpp"
 
@@ -24,7 +25,7 @@ inline std::unique_ptr<model::Model> tiny_gpt(bool tied_head) {
   s.params = toml::parse("vocab = 11\nlayers = 2\nd_model = 8\nheads = 2\nseq_len = 5");
   s.params.insert_or_assign("tied_head", tied_head);
   s.params_where = "test [model]";
-  return model::make_model(s);
+  return model::make_model(s, model_plugins());
 }
 
 // An mlp 6 -> 7 -> 5 -> 3 classes.
@@ -33,7 +34,7 @@ inline std::unique_ptr<model::Model> tiny_mlp() {
   s.name = "mlp";
   s.params = toml::parse("input = 6\nhidden = [7, 5]\nclasses = 3");
   s.params_where = "test [model]";
-  return model::make_model(s);
+  return model::make_model(s, model_plugins());
 }
 
 // `size` examples for `model`, a pure function of `seed`.

@@ -28,7 +28,7 @@ TEST(PlanRun, ReportsThePluginFilesAndSizes) {
   EXPECT_EQ(plan.strategy_file.filename(), "libtessera_strategy_none.so");
   EXPECT_TRUE(plan.thread_ranks);
   EXPECT_EQ(plan.model, "mlp");
-  EXPECT_EQ(plan.model_source, "built-in");
+  EXPECT_EQ(plan.model_file.filename(), "libtessera_model_mlp.so");
   EXPECT_EQ(plan.parameters, 8 * 16 + 16 + 16 * 4 + 4);
   EXPECT_EQ(plan.global_batch, 16);
   EXPECT_EQ(plan.micro_batches, 1);

@@ -69,7 +69,7 @@ TEST(RunTraining, NoneLowersTheLossOfAnMlp) {
   EXPECT_FLOAT_EQ(static_cast<float>(result.logged.front().lr),
                   static_cast<float>(0.01 * 0.5 * (1.0 + std::cos(std::numbers::pi / 30.0))));
 
-  EXPECT_MENTIONS(out.str(), "model: mlp (built-in)");
+  EXPECT_MENTIONS(out.str(), "libtessera_model_mlp.so), 212 parameters");
   EXPECT_MENTIONS(out.str(), "step 30/30 | loss ");
   EXPECT_MENTIONS(out.str(), "samples/s");
   EXPECT_MENTIONS(out.str(), "summary: steps 1-30 (30 run)");
@@ -144,15 +144,15 @@ TEST(RunTraining, ModelInitGivesTheFileValuesAtStepZero) {
   TESSERA_REQUIRE_STRATEGY("none");
   ScratchDir dir;
   const Config base = make_config(mlp_toml("none", 1, 0));
-  const auto model = model::make_model(base.model);
+  const auto model = model::make_model(base.model, plugins());
   model::ModelParams params(*model);
   params.init(*model, 99);  // another seed than the run's 42
   SafetensorsWriter writer;
   std::vector<std::pair<std::string, model::ParamRef>> names;
   for (size_t u = 0; u < model->size(); ++u) {
-    const auto specs = model->unit(u).params();
+    const auto specs = model->params(u);
     for (size_t p = 0; p < specs.size(); ++p) {
-      const std::string name = model->unit(u).name() + "." + specs[p].name;
+      const std::string name = model->unit_name(u) + "." + specs[p].name;
       const std::vector<uint64_t> shape(specs[p].shape.begin(), specs[p].shape.end());
       writer.add<float>(name, shape, std::span<const float>(params.at({u, p})));
       names.emplace_back(name, model::ParamRef{u, p});

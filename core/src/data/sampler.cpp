@@ -1,8 +1,8 @@
 // Deterministic global batches split across data-parallel ranks.
 #include "tessera/core/data/sampler.hpp"
 
-#include "tessera/core/data/rng.hpp"
 #include "tessera/sdk/error.hpp"
+#include "tessera/sdk/rng.hpp"
 
 namespace tessera {
 

@@ -6,8 +6,8 @@
 #include <numeric>
 #include <utility>
 
-#include "tessera/core/data/rng.hpp"
 #include "tessera/sdk/error.hpp"
+#include "tessera/sdk/rng.hpp"
 
 namespace tessera {
 

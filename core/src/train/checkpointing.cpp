@@ -109,10 +109,10 @@ std::vector<std::string> checkpoint_tensor_order(const model::Model& model,
                                                  const Optimizer& optimizer) {
   std::vector<std::string> params;
   for (size_t u = 0; u < model.size(); ++u) {
-    const auto specs = model.unit(u).params();
+    const auto specs = model.params(u);
     for (size_t p = 0; p < specs.size(); ++p) {
       if (model.owner(u, p) == model::ParamRef{u, p}) {
-        params.push_back(fmt::format("{}.{}", model.unit(u).name(), specs[p].name));
+        params.push_back(fmt::format("{}.{}", model.unit_name(u), specs[p].name));
       }
     }
   }
@@ -219,10 +219,10 @@ void check_parameters_file(const std::filesystem::path& file, const model::Model
     };
   }
   for (size_t u = 0; u < model.size(); ++u) {
-    const auto specs = model.unit(u).params();
+    const auto specs = model.params(u);
     for (size_t p = 0; p < specs.size(); ++p) {
       if (model.owner(u, p) != model::ParamRef{u, p}) continue;
-      const std::string name = fmt::format("{}.{}", model.unit(u).name(), specs[p].name);
+      const std::string name = fmt::format("{}.{}", model.unit_name(u), specs[p].name);
       const std::vector<uint64_t> shape(specs[p].shape.begin(), specs[p].shape.end());
       const std::optional<Found> found = lookup(name);
       if (!found) {

@@ -100,9 +100,9 @@ PreparedRun prepare_run(const Config& config, const PluginRegistry& registry) {
          "to \"none\")");
   }
 
-  run.model = model::make_model(config.model);
+  run.model = model::make_model(config.model, registry);
   plan.model = run.model->name();
-  plan.model_source = "built-in";
+  plan.model_file = run.model->plugin().path();
   plan.parameters = run.model->parameter_count();
   run.optimizer = make_optimizer(config.optimizer);
   if (config.run.steps >= 1 && config.optimizer.warmup_steps > config.run.steps) {
@@ -146,7 +146,7 @@ std::vector<std::string> describe_run(const PreparedRun& run, const Config& conf
   const RunPlan& p = run.plan;
   std::vector<std::string> lines;
   lines.push_back(
-      fmt::format("model: {} ({}), {} parameters", p.model, p.model_source, p.parameters));
+      fmt::format("model: {} ({}), {} parameters", p.model, p.model_file.string(), p.parameters));
   lines.push_back("data: " + p.data);
   lines.push_back(fmt::format("strategy: {} on {} {} ({} backend)", p.strategy, p.world_size,
                               p.thread_ranks ? "ranks as threads" : "process ranks", p.backend));

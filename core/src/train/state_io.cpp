@@ -63,10 +63,10 @@ class InitSource final : public StateSource {
       : params_(model), describe_("model init (seed " + std::to_string(seed) + ")") {
     params_.init(model, seed);
     for (std::size_t u = 0; u < model.size(); ++u) {
-      const auto specs = model.unit(u).params();
+      const auto specs = model.params(u);
       for (std::size_t p = 0; p < specs.size(); ++p) {
         if (!specs[p].tied_to.empty()) continue;  // reached through its owner's name
-        tensors_.emplace(model.unit(u).name() + "." + specs[p].name,
+        tensors_.emplace(model.unit_name(u) + "." + specs[p].name,
                          Entry{model::ParamRef{u, p}, specs[p].shape});
       }
     }

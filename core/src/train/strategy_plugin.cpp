@@ -66,12 +66,12 @@ std::unique_ptr<StrategyInstance> StrategyPlugin::create(Communicator& comm,
   env.struct_size = sizeof env;
   env.rank = comm.rank();
   env.world_size = comm.size();
-  env.model_api_major = TESSERA_MODEL_API_MAJOR;
-  env.model_api_minor = TESSERA_MODEL_API_MINOR;
+  env.model_api_major = static_cast<uint16_t>(model.interface().major);
+  env.model_api_minor = static_cast<uint16_t>(model.interface().minor);
   env.backend = comm.c_api();
   env.world = comm.c_handle();
-  env.model_api = model_api();
-  env.model = as_c_model(model);
+  env.model_api = model.api();
+  env.model = model.handle();
   env.optim_api = optimizer_api();
   env.optimizer = as_c_optimizer(optimizer);
 

@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include <toml++/toml.h>
 
@@ -15,7 +16,7 @@
 
 // The ABI's opaque handle is this host class.
 struct tessera_options {
-  using Value = std::variant<bool, int64_t, double, std::string>;
+  using Value = std::variant<bool, int64_t, double, std::string, std::vector<int64_t>>;
   std::map<std::string, Value, std::less<>> values;
 };
 
@@ -37,7 +38,7 @@ toml::table parse_option_overrides(std::span<const std::string> assignments);
 // Text form of a value for display ("true", "25", "0.5", "ring").
 std::string option_value_text(const tessera_options::Value& value);
 
-// Name of an option type ("bool", "int", "float", "string").
+// Name of an option type ("bool", "int", "float", "string", "int list").
 const char* option_type_name(tessera_option_type type) noexcept;
 
 }  // namespace tessera

@@ -32,7 +32,8 @@ extern "C" {
  *   1.0  descriptor, host table
  *   1.1  host last_error
  *   1.2  (no shared change; was the version of the whole ABI)
- *   1.3  descriptor api_major/api_minor: per-kind interface versions */
+ *   1.3  descriptor api_major/api_minor: per-kind interface versions;
+ *        host option_int_list, batch_examples, batch_tensor */
 #define TESSERA_ABI_MAJOR 1
 #define TESSERA_ABI_MINOR 3
 
@@ -99,6 +100,22 @@ typedef struct tessera_buffer {
   tessera_dtype dtype; /* element type                                */
   tessera_device device;
 } tessera_buffer;
+
+/* ABI 1.3: a read-only view of a host-owned tensor, e.g. a micro-batch's
+ * tokens (see tessera_host_api.batch_tensor). */
+#define TESSERA_VIEW_MAX_DIMS 4
+typedef struct tessera_tensor_view {
+  uint32_t struct_size; /* sizeof(tessera_tensor_view) of the caller */
+  tessera_dtype dtype;
+  const void* data;                     /* NULL when the tensor has no elements        */
+  int32_t ndim;                         /* 0 .. TESSERA_VIEW_MAX_DIMS                  */
+  int32_t reserved;                     /* zero                                        */
+  int64_t shape[TESSERA_VIEW_MAX_DIMS]; /* first ndim entries, row-major */
+} tessera_tensor_view;
+
+/* ABI 1.3: one micro-batch of training data, owned by the host and read
+ * through tessera_host_api.batch_examples / batch_tensor. */
+typedef struct tessera_batch tessera_batch;
 
 /* Plugin kinds. The kind decides which interface table the descriptor's
  * `api` field points to. */

@@ -36,9 +36,10 @@ enum {
 typedef int32_t tessera_option_type;
 enum {
   TESSERA_OPT_BOOL = 0,
-  TESSERA_OPT_INT = 1,   /* int64_t  */
-  TESSERA_OPT_FLOAT = 2, /* double   */
-  TESSERA_OPT_STRING = 3 /* UTF-8, NUL-terminated, owned by the host */
+  TESSERA_OPT_INT = 1,     /* int64_t  */
+  TESSERA_OPT_FLOAT = 2,   /* double   */
+  TESSERA_OPT_STRING = 3,  /* UTF-8, NUL-terminated, owned by the host */
+  TESSERA_OPT_INT_LIST = 4 /* ABI 1.3: array of int64_t, e.g. "[64, 64]" */
 };
 
 /* Opaque, host-owned set of option values for one plugin instance. The host
@@ -90,6 +91,24 @@ typedef struct tessera_host_api {
    * calls directly reports why a collective failed. "" if none; valid until
    * the next failure on this thread. */
   const char* (*last_error)(void* ctx);
+
+  /* ---- ABI 1.3 (check struct_size before use) ---- */
+
+  /* Option of type TESSERA_OPT_INT_LIST: *values points at *count values
+   * owned by `opts` (NULL when count is 0). */
+  tessera_status (*option_int_list)(void* ctx, const tessera_options* opts, const char* key,
+                                    const int64_t** values, uint64_t* count);
+
+  /* Micro-batch accessors (model.h). Examples in `batch` (0 for NULL). */
+  int64_t (*batch_examples)(void* ctx, const tessera_batch* batch);
+  /* Fills *out (whose struct_size the caller set) with the batch's tensor
+   * `name`: "tokens" (i32 [examples, seq_len]) and "targets" (i32, same
+   * shape) for sequence data; "features" (f32 [examples, features]) and
+   * "targets" (i32 [examples]) for feature data. INVALID_ARGUMENT, naming
+   * the tensors the batch has, for any other name. Valid as long as the
+   * batch. */
+  tessera_status (*batch_tensor)(void* ctx, const tessera_batch* batch, const char* name,
+                                 tessera_tensor_view* out);
 } tessera_host_api;
 
 #ifdef __cplusplus

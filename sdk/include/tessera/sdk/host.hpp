@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "tessera/c/host.h"
 #include "tessera/sdk/error.hpp"
@@ -88,6 +89,16 @@ class Options {
     const char* v = nullptr;
     check(api_->option_string(api_->ctx, opts_, key, &v), key, "string");
     return v != nullptr ? std::string(v) : std::string();
+  }
+  // An option of type TESSERA_OPT_INT_LIST (host ABI 1.3).
+  [[nodiscard]] std::vector<int64_t> get_int_list(const char* key) const {
+    TESSERA_CHECK(api_->struct_size >= offsetof(tessera_host_api, option_int_list) + sizeof(void*),
+                  TESSERA_ERR_UNSUPPORTED, "option '", key,
+                  "': the host is too old for integer-list options (needs ABI 1.3)");
+    const int64_t* values = nullptr;
+    uint64_t count = 0;
+    check(api_->option_int_list(api_->ctx, opts_, key, &values, &count), key, "int list");
+    return count == 0 ? std::vector<int64_t>() : std::vector<int64_t>(values, values + count);
   }
 
  private:

@@ -22,7 +22,8 @@ struct ParamInfo {
   std::string full_name;  // "<unit>.<param>" of the owner; the checkpoint key
   std::vector<int64_t> shape;
   int64_t numel = 0;
-  tessera_split_hint split = TESSERA_SPLIT_NONE;
+  tessera_split_kind split = TESSERA_SPLIT_REPLICATED;
+  int32_t split_blocks = 1;  // equal blocks of the split dimension, each split separately
   int32_t owner_unit = 0;
   int32_t owner_param = 0;
   bool tied = false;  // storage belongs to (owner_unit, owner_param)
@@ -90,6 +91,7 @@ class ModelView {
         pi.shape.assign(info.shape, info.shape + info.ndim);
         pi.numel = info.numel;
         pi.split = info.split;
+        pi.split_blocks = info.split_blocks > 0 ? info.split_blocks : 1;
         pi.owner_unit = info.owner_unit;
         pi.owner_param = info.owner_param;
         pi.tied = info.owner_unit != u || info.owner_param != p;
@@ -115,31 +117,81 @@ class ModelView {
   }
 
   // See tessera_model_api::forward / backward.
+  // TESSERA_UNIT_* bits of `unit`.
+  [[nodiscard]] uint32_t unit_flags(int32_t unit) const noexcept {
+    return api_->unit_flags(model_, unit);
+  }
+  // Estimated cost of `unit` per example (see tessera_unit_cost).
+  [[nodiscard]] tessera_unit_cost unit_cost(int32_t unit) const {
+    tessera_unit_cost cost{};
+    cost.struct_size = sizeof cost;
+    detail::check_host_call(host_, api_->unit_cost(model_, unit, &cost), "model unit_cost");
+    return cost;
+  }
+
+  // See tessera_model_api::forward / backward. `tp`: the tensor-parallel
+  // group the parameters are split over, or null (whole parameters).
   tessera_matrix forward(int32_t unit, UnitContext& ctx, const float* const* params,
-                         const tessera_batch* batch, tessera_matrix x, float loss_scale) const {
+                         const tessera_batch* batch, tessera_matrix x, float loss_scale,
+                         const tessera_tp_group* tp = nullptr) const {
+    const tessera_unit_call call = make_call(params, nullptr, batch, loss_scale, tp);
     tessera_matrix out{};
-    detail::check_host_call(
-        host_, api_->forward(model_, unit, ctx.raw(), params, batch, x, loss_scale, &out),
-        "model forward");
+    detail::check_host_call(host_, api_->forward(model_, unit, ctx.raw(), &call, x, &out),
+                            "model forward");
     return out;
   }
   tessera_matrix backward(int32_t unit, UnitContext& ctx, const float* const* params,
-                          float* const* grads, tessera_matrix grad_output) const {
+                          float* const* grads, tessera_matrix grad_output,
+                          const tessera_tp_group* tp = nullptr) const {
+    const tessera_unit_call call = make_call(params, grads, nullptr, 1.0f, tp);
     tessera_matrix grad_in{};
-    detail::check_host_call(
-        host_, api_->backward(model_, unit, ctx.raw(), params, grads, grad_output, &grad_in),
-        "model backward");
+    detail::check_host_call(host_,
+                            api_->backward(model_, unit, ctx.raw(), &call, grad_output, &grad_in),
+                            "model backward");
     return grad_in;
   }
-
-  [[nodiscard]] int64_t batch_examples(const tessera_batch* batch) const noexcept {
-    return api_->batch_examples(batch);
+  // The input half of backward (units with TESSERA_UNIT_SPLIT_BACKWARD).
+  tessera_matrix backward_input(int32_t unit, UnitContext& ctx, const float* const* params,
+                                tessera_matrix grad_output,
+                                const tessera_tp_group* tp = nullptr) const {
+    const tessera_unit_call call = make_call(params, nullptr, nullptr, 1.0f, tp);
+    tessera_matrix grad_in{};
+    detail::check_host_call(
+        host_, api_->backward_input(model_, unit, ctx.raw(), &call, grad_output, &grad_in),
+        "model backward_input");
+    return grad_in;
   }
-  [[nodiscard]] int64_t batch_tokens_per_example(const tessera_batch* batch) const noexcept {
-    return api_->batch_tokens_per_example(batch);
+  // The weight half, after backward_input on the same context.
+  void backward_weight(int32_t unit, UnitContext& ctx, const float* const* params,
+                       float* const* grads, const tessera_tp_group* tp = nullptr) const {
+    const tessera_unit_call call = make_call(params, grads, nullptr, 1.0f, tp);
+    detail::check_host_call(host_, api_->backward_weight(model_, unit, ctx.raw(), &call),
+                            "model backward_weight");
+  }
+
+  // Examples in a micro-batch (host accessor, host ABI 1.3).
+  [[nodiscard]] int64_t batch_examples(const tessera_batch* batch) const {
+    const tessera_host_api* h = host_.raw();
+    TESSERA_CHECK(h != nullptr &&
+                      h->struct_size >= offsetof(tessera_host_api, batch_examples) + sizeof(void*),
+                  TESSERA_ERR_UNSUPPORTED, "the host has no batch accessors (needs ABI 1.3)");
+    return h->batch_examples(h->ctx, batch);
   }
 
  private:
+  static tessera_unit_call make_call(const float* const* params, float* const* grads,
+                                     const tessera_batch* batch, float loss_scale,
+                                     const tessera_tp_group* tp) noexcept {
+    tessera_unit_call call{};
+    call.struct_size = sizeof call;
+    call.loss_scale = loss_scale;
+    call.batch = batch;
+    call.params = params;
+    call.grads = grads;
+    call.tp = tp;
+    return call;
+  }
+
   struct Unit {
     std::string name;
     std::vector<ParamInfo> params;

@@ -1,6 +1,7 @@
-// A model: an ordered sequence of units built from the [model] section, with
-// tied parameters resolved, plus the single-process reference trainer that
-// every strategy is compared against.
+// A model as the host holds it: one built by a model plugin (kind `model`,
+// tessera/c/model.h) from the [model] table, with its units' parameter
+// declarations read once, plus parameter storage and the single-process
+// reference trainer that every strategy is compared against.
 #pragma once
 
 #include <cstddef>
@@ -10,53 +11,122 @@
 #include <string>
 #include <vector>
 
+#include "tessera/c/model.h"
 #include "tessera/core/config.hpp"
 #include "tessera/core/data/batch.hpp"
 #include "tessera/core/data/dataset.hpp"
-#include "tessera/core/model/unit.hpp"
+#include "tessera/core/options.hpp"
+#include "tessera/core/plugin_registry.hpp"
+#include "tessera/sdk/model.hpp"
 
 namespace tessera::model {
 
-// Where a parameter's storage lives: (unit index, parameter index). For a
-// tied slot this is the parameter it is tied to.
-struct ParamRef {
-  std::size_t unit = 0;
-  std::size_t param = 0;
-  friend bool operator==(const ParamRef&, const ParamRef&) = default;
-};
+using sdk::model::ConstView;
+using sdk::model::ParamRef;
+using sdk::model::ParamSpec;
+using sdk::model::SplitHint;
 
-// Ordered units. The first unit consumes the batch, the last returns the loss.
+// Ordered units of a plugin-built model. The first unit consumes the batch,
+// the last returns the loss. Immutable after construction; forward and
+// backward may run from several threads with distinct contexts.
 class Model {
  public:
-  // Takes the units and resolves every tied slot. Throws tessera::Error
-  // (invalid argument) naming the unit and parameter when there are no
-  // units, the first/last flags are wrong, unit names repeat, or a tie names
-  // a missing parameter, a tied one, or one of another shape.
-  Model(std::string name, std::vector<std::unique_ptr<Unit>> units, DataShape shape);
+  // One unit's per-micro-batch context; destroys itself.
+  class Context {
+   public:
+    Context() = default;
+    Context(const tessera_model_api* api, tessera_unit_ctx* ctx) : api_(api), ctx_(ctx) {}
+    Context(Context&& other) noexcept;
+    Context& operator=(Context&& other) noexcept;
+    Context(const Context&) = delete;
+    Context& operator=(const Context&) = delete;
+    ~Context();
+    [[nodiscard]] tessera_unit_ctx* raw() const noexcept { return ctx_; }
+    // Bytes the context holds now (saved activations, outputs).
+    [[nodiscard]] uint64_t bytes() const noexcept {
+      return ctx_ != nullptr ? api_->context_bytes(ctx_) : 0;
+    }
+
+   private:
+    const tessera_model_api* api_ = nullptr;
+    tessera_unit_ctx* ctx_ = nullptr;
+  };
+
+  // Builds the model with `plugin`'s create from `options` (the resolved
+  // [model] table). Throws tessera::Error naming `where` (e.g. "run.toml:
+  // [model]") with the plugin's message when create fails or the model
+  // declares something inconsistent.
+  Model(std::shared_ptr<LoadedPlugin> plugin, OptionValues options, const std::string& where);
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+  ~Model();
 
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   [[nodiscard]] std::size_t size() const noexcept { return units_.size(); }
-  [[nodiscard]] const Unit& unit(std::size_t i) const { return *units_.at(i); }
-  // The data layout this model consumes (for make_dataset and Batch::make).
+  // Name of unit `i` ("embed", "block0", "head").
+  [[nodiscard]] const std::string& unit_name(std::size_t i) const { return units_.at(i).name; }
+  // Parameter declarations of unit `i`, in order. A tied slot has `tied_to`
+  // set to the owner's "<unit>.<param>".
+  [[nodiscard]] std::span<const ParamSpec> params(std::size_t i) const {
+    return units_.at(i).params;
+  }
+  // TESSERA_UNIT_* bits of unit `i`.
+  [[nodiscard]] uint32_t unit_flags(std::size_t i) const { return units_.at(i).flags; }
+  // Estimated cost of unit `i` per example.
+  [[nodiscard]] tessera_unit_cost unit_cost(std::size_t i) const;
+  // The data layout the model consumes (for make_dataset and Batch::make).
   [[nodiscard]] const DataShape& data_shape() const noexcept { return shape_; }
   // Storage of parameter `param` of unit `unit` (itself unless tied).
   [[nodiscard]] ParamRef owner(std::size_t unit, std::size_t param) const;
-  // Number of distinct (non-tied) parameter elements.
+  // Number of distinct (untied) parameter elements.
   [[nodiscard]] int64_t parameter_count() const noexcept;
 
+  // The C table and handle, for strategies (tessera_strategy_env).
+  [[nodiscard]] const tessera_model_api* api() const noexcept { return api_; }
+  [[nodiscard]] const tessera_model* handle() const noexcept { return handle_; }
+  // Model interface version of the plugin.
+  [[nodiscard]] InterfaceVersion interface() const noexcept { return version_; }
+  // The plugin library the model came from.
+  [[nodiscard]] const LoadedPlugin& plugin() const noexcept { return *plugin_; }
+
+  // Writes unit `unit`'s initial values into `params` (one pointer per slot).
+  void init_unit(std::size_t unit, std::span<float* const> params, uint64_t seed) const;
+  [[nodiscard]] Context make_context(std::size_t unit) const;
+  // Forward of unit `unit` (see tessera_model_api::forward).
+  ConstView forward(std::size_t unit, Context& ctx, std::span<const float* const> params,
+                    const Batch& batch, ConstView x, float loss_scale) const;
+  // Backward of unit `unit`: ADDS into `grads`, returns the input gradient.
+  ConstView backward(std::size_t unit, Context& ctx, std::span<const float* const> params,
+                     std::span<float* const> grads, ConstView grad_output) const;
+
  private:
+  struct UnitInfo {
+    std::string name;
+    uint32_t flags = 0;
+    std::vector<ParamSpec> params;
+    std::vector<ParamRef> owners;
+  };
+
+  [[nodiscard]] std::string call_name(std::size_t unit, const char* what) const;
+
+  std::shared_ptr<LoadedPlugin> plugin_;
+  OptionValues options_;
+  const tessera_model_api* api_ = nullptr;
+  tessera_model* handle_ = nullptr;
+  InterfaceVersion version_;
   std::string name_;
-  std::vector<std::unique_ptr<Unit>> units_;
+  std::vector<UnitInfo> units_;
   DataShape shape_;
-  std::vector<std::vector<ParamRef>> owners_;
 };
 
-// The model named by `section.name` ("mlp" or "gpt") with `section.params`.
-// Throws tessera::Error (invalid argument) naming section.params_where and
-// the key for an unknown model, unknown/missing keys and bad values.
-std::unique_ptr<Model> make_model(const ModelSection& section);
+// The model named by `section.name`, built by the model plugin of that name
+// in `registry` from section.params (checked against the plugin's declared
+// options: an unknown key names its line and the declared keys). Throws
+// tessera::Error (invalid argument) naming section.params_where for an
+// unknown model (listing the known ones) or a bad value.
+std::unique_ptr<Model> make_model(const ModelSection& section, const PluginRegistry& registry);
 
-// One flat f32 buffer per non-tied parameter of a model (zeroed), with the
+// One flat f32 buffer per untied parameter of a model (zeroed), with the
 // per-unit pointer arrays a unit's forward/backward take (tied slots point
 // at their owner's buffer).
 class ModelParams {

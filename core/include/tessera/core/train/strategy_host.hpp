@@ -21,11 +21,12 @@
 
 namespace tessera::train {
 
-// The model table for core models. The tessera_model* handed out is the
-// model::Model itself; a tessera_batch* is a tessera::Batch.
-const tessera_model_api* model_api() noexcept;
-const tessera_model* as_c_model(const model::Model& model) noexcept;
-const tessera_batch* as_c_batch(const Batch& batch) noexcept;
+// A tessera_batch* is a tessera::Batch, read through the host's batch
+// accessors (tessera_host_api.batch_tensor). The model table a strategy
+// gets is the model plugin's own (model::Model::api()).
+inline const tessera_batch* as_c_batch(const Batch& batch) noexcept {
+  return reinterpret_cast<const tessera_batch*>(&batch);
+}
 
 // The optimizer table over core optimizers; state memory is reported as
 // TESSERA_MEM_OPTIMIZER of the calling thread's rank.

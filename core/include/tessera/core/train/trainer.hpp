@@ -25,7 +25,7 @@ struct RunPlan {
   std::string strategy;
   std::filesystem::path strategy_file;
   std::string model;                  // the model's name ("gpt")
-  std::string model_source;           // built-in models: "built-in"
+  std::filesystem::path model_file;   // the model plugin's library
   int world_size = 1;                 // thread ranks: run.world_size; process ranks: the
                                       // launcher decides (run.world_size if not 1)
   bool thread_ranks = true;           // ranks are threads of this process

@@ -1,8 +1,8 @@
 // The gpt's final LayerNorm + head + cross-entropy unit (see gpt.hpp).
 #include <utility>
 
-#include "tessera/core/model/gpt.hpp"
-#include "tessera/core/model/kernels.hpp"
+#include "gpt.hpp"
+#include "tessera/models/kernels.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::model {
@@ -26,7 +26,7 @@ struct GptHeadContext final : UnitContext {
 }  // namespace
 
 GptHead::GptHead(std::string name, int64_t vocab, int64_t d_model, std::string tied_to)
-    : Unit(std::move(name), false, true), vocab_(vocab), d_(d_model) {
+    : ConventionUnit(std::move(name), false, true), vocab_(vocab), d_(d_model) {
   specs_.push_back({"lnf_g", {d_model}, SplitHint::none, {}});
   specs_.push_back({"lnf_b", {d_model}, SplitHint::none, {}});
   const bool tied = !tied_to.empty();
@@ -50,7 +50,7 @@ ConstView GptHead::forward(UnitContext& ctx_base, std::span<const float* const> 
                 "': needs a sequence batch with one target per input row (", n, " rows)");
   c.rows = n;
   c.scale = input.loss_scale;
-  c.targets = input.batch->targets;
+  c.targets.assign(input.batch->targets.begin(), input.batch->targets.end());
   c.x.assign(input.x.data, input.x.data + n * d_);
   c.mean.resize(static_cast<std::size_t>(n));
   c.rstd.resize(static_cast<std::size_t>(n));

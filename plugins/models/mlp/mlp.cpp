@@ -1,10 +1,10 @@
 // The mlp reference model's units (see mlp.hpp).
-#include "tessera/core/model/mlp.hpp"
+#include "mlp.hpp"
 
 #include <algorithm>
 #include <utility>
 
-#include "tessera/core/model/config_read.hpp"
+#include "tessera/models/param_reader.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::model {
@@ -25,7 +25,7 @@ int64_t take_input(const std::string& unit, bool first, int64_t width, const Uni
         input.batch != nullptr && !input.batch->is_sequence() && input.batch->features == width,
         TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit, "': needs a classification batch with ",
         width, " features");
-    saved = input.batch->inputs;
+    saved.assign(input.batch->inputs.begin(), input.batch->inputs.end());
     return input.batch->size;
   }
   TESSERA_CHECK(!input.x.empty() && input.x.cols == width, TESSERA_ERR_INVALID_ARGUMENT, "unit '",
@@ -55,21 +55,20 @@ struct MlpHeadContext final : UnitContext {
 
 }  // namespace
 
-MlpConfig parse_mlp_config(const toml::table& params, const std::string& where) {
-  const ParamReader reader(params, where, "mlp");
-  reader.reject_unknown({"input", "hidden", "classes", "activation"});
+MlpConfig parse_mlp_config(const sdk::Options& options) {
+  const ParamReader reader(options, "mlp");
   MlpConfig config;
   config.input = reader.integer("input", 1);
   config.hidden = reader.integers("hidden", 1);
   config.classes = reader.integer("classes", 2);
-  config.activation = reader.choice("activation", {"relu", "gelu"}, "relu") == "gelu"
+  config.activation = reader.choice("activation", {"relu", "gelu"}) == "gelu"
                           ? kernels::Activation::gelu
                           : kernels::Activation::relu;
   return config;
 }
 
 DenseUnit::DenseUnit(std::string name, int64_t in, int64_t out, kernels::Activation act, bool first)
-    : Unit(std::move(name), first, false), in_(in), out_(out), act_(act) {
+    : ConventionUnit(std::move(name), first, false), in_(in), out_(out), act_(act) {
   specs_.push_back({"w", {in, out}, SplitHint::column, {}});
   specs_.push_back({"b", {out}, SplitHint::column, {}});
 }
@@ -116,7 +115,7 @@ ConstView DenseUnit::backward(UnitContext& ctx_base, std::span<const float* cons
 }
 
 ClassifierHead::ClassifierHead(std::string name, int64_t in, int64_t classes, bool first)
-    : Unit(std::move(name), first, true), in_(in), classes_(classes) {
+    : ConventionUnit(std::move(name), first, true), in_(in), classes_(classes) {
   specs_.push_back({"w", {in, classes}, SplitHint::column, {}});
   specs_.push_back({"b", {classes}, SplitHint::column, {}});
 }
@@ -136,7 +135,7 @@ ConstView ClassifierHead::forward(UnitContext& ctx_base, std::span<const float* 
                 "': needs a classification batch with one target per row (", n, " rows)");
   ctx.rows = n;
   ctx.scale = input.loss_scale;
-  ctx.targets = input.batch->targets;
+  ctx.targets.assign(input.batch->targets.begin(), input.batch->targets.end());
   ctx.probs.resize(static_cast<std::size_t>(n * classes_));
   kernels::linear_forward(ctx.x.data(), params[0], params[1], n, in_, classes_, ctx.probs.data());
   const double loss = kernels::softmax_xent_forward(ctx.probs.data(), ctx.targets.data(), n,

@@ -1,27 +1,24 @@
 // Configuration and assembly of the gpt reference model (see gpt.hpp).
-#include "tessera/core/model/gpt.hpp"
+#include "gpt.hpp"
 
-#include "tessera/core/model/config_read.hpp"
+#include "tessera/models/param_reader.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::model {
 
-GptConfig parse_gpt_config(const toml::table& params, const std::string& where) {
-  const ParamReader reader(params, where, "gpt");
-  reader.reject_unknown(
-      {"vocab", "layers", "d_model", "heads", "seq_len", "tied_head", "mlp_ratio"});
+GptConfig parse_gpt_config(const sdk::Options& options) {
+  const ParamReader reader(options, "gpt");
   GptConfig config;
   config.vocab = reader.integer("vocab", 2);
   config.layers = reader.integer("layers", 0);
   config.d_model = reader.integer("d_model", 1);
   config.heads = reader.integer("heads", 1);
   config.seq_len = reader.integer("seq_len", 1);
-  config.tied_head = reader.boolean("tied_head", true);
-  config.mlp_ratio = reader.integer("mlp_ratio", 1, 4);
+  config.tied_head = reader.boolean("tied_head");
+  config.mlp_ratio = reader.integer("mlp_ratio", 1);
   if (config.d_model % config.heads != 0) {
-    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                detail::concat(where.empty() ? "[model]" : where, ": model 'gpt' key 'heads' (",
-                               config.heads, ") must divide key 'd_model' (", config.d_model, ")"));
+    reader.fail("heads", detail::concat("(", config.heads, ") must divide key 'd_model' (",
+                                        config.d_model, ")"));
   }
   return config;
 }

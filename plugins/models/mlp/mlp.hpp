@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include <toml++/toml.h>
+#include "tessera/sdk/host.hpp"
 
-#include "tessera/core/model/kernels.hpp"
-#include "tessera/core/model/unit.hpp"
+#include "tessera/models/kernels.hpp"
+#include "tessera/models/unit.hpp"
 
 namespace tessera::model {
 
@@ -23,16 +23,16 @@ struct MlpConfig {
   kernels::Activation activation = kernels::Activation::relu;
 };
 
-// Reads [model] params of an mlp: `input`, `hidden` (array of widths),
-// `classes`, `activation` ("relu" | "gelu", default relu). Throws
-// tessera::Error (invalid argument) naming `where` and the key for an unknown
-// or missing key, a wrong type or a value < 1 (classes < 2).
-MlpConfig parse_mlp_config(const toml::table& params, const std::string& where);
+// Reads the options of an mlp (declared in plugin.cpp): `input`, `hidden`
+// (list of widths), `classes`, `activation` ("relu" | "gelu"). Throws
+// tessera::Error (invalid argument) naming the key for a value < 1 (classes
+// < 2) or an unknown activation.
+MlpConfig parse_mlp_config(const sdk::Options& options);
 
 // y = act(x·w + b): params w [in, out] (column), b [out] (column). When
 // `first`, x is the batch's inputs [B, in] and backward returns no input
 // gradient; otherwise x is the previous unit's output.
-class DenseUnit final : public Unit {
+class DenseUnit final : public ConventionUnit {
  public:
   DenseUnit(std::string name, int64_t in, int64_t out, kernels::Activation act, bool first);
 
@@ -51,7 +51,7 @@ class DenseUnit final : public Unit {
 // logits = x·w + b, loss = Σ_rows cross-entropy(logits, target) × loss_scale:
 // params w [in, classes] (column), b [classes] (column). Reads the batch's
 // class targets [B]; when `first` (no hidden layers) also its inputs.
-class ClassifierHead final : public Unit {
+class ClassifierHead final : public ConventionUnit {
  public:
   ClassifierHead(std::string name, int64_t in, int64_t classes, bool first);
 

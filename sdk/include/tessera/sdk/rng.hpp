@@ -1,6 +1,8 @@
-// Counter-based random numbers for data sampling: a value is a pure function
-// of (seed, step, index), so any rank can compute any example of any step
-// without generating the ones before it.
+// Counter-based random numbers, shared by the host's data sampling and the
+// models' initialisation: a value is a pure function of (seed, step, index),
+// so any rank can compute any example of any step without generating the
+// ones before it, and a model plugin initialises the same bits as the host
+// would.
 #pragma once
 
 #include <cmath>

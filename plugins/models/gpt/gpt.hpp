@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include <toml++/toml.h>
+#include "tessera/sdk/host.hpp"
 
-#include "tessera/core/model/unit.hpp"
+#include "tessera/models/unit.hpp"
 
 namespace tessera::model {
 
@@ -27,18 +27,17 @@ struct GptConfig {
   int64_t mlp_ratio = 4;
 };
 
-// Reads [model] params of a gpt: `vocab` (>= 2), `layers`, `d_model`,
-// `heads` (must divide d_model), `seq_len`, `tied_head` (default true),
-// `mlp_ratio` (default 4). Throws tessera::Error (invalid argument) naming
-// `where` and the key for an unknown or missing key, a wrong type or a bad
-// value.
-GptConfig parse_gpt_config(const toml::table& params, const std::string& where);
+// Reads the options of a gpt (declared in plugin.cpp): `vocab` (>= 2),
+// `layers`, `d_model`, `heads` (must divide d_model), `seq_len`,
+// `tied_head`, `mlp_ratio`. Throws tessera::Error (invalid argument) naming
+// the key for a bad value.
+GptConfig parse_gpt_config(const sdk::Options& options);
 
 // Token + position embedding: x[b,t] = wte[token[b,t]] + wpe[t]. Params
 // wte [vocab, d] (row: split by vocabulary), wpe [seq_len, d]. Reads the
 // batch's tokens; a batch may be shorter than seq_len. Backward returns no
 // input gradient.
-class GptEmbedding final : public Unit {
+class GptEmbedding final : public ConventionUnit {
  public:
   GptEmbedding(std::string name, int64_t vocab, int64_t d_model, int64_t seq_len);
 
@@ -63,7 +62,7 @@ class GptEmbedding final : public Unit {
 // d-wide blocks q, k, v each split alike), attn_qkv_b [3d] (column);
 // attn_proj_w [d, d] (row), attn_proj_b [d]; ln2_g, ln2_b [d];
 // fc_w [d, r·d] (column), fc_b [r·d] (column); proj_w [r·d, d] (row), proj_b [d].
-class GptBlock final : public Unit {
+class GptBlock final : public ConventionUnit {
  public:
   GptBlock(std::string name, int64_t d_model, int64_t heads, int64_t mlp_ratio);
 
@@ -84,7 +83,7 @@ class GptBlock final : public Unit {
 // B·T positions. Params: lnf_g, lnf_b [d], then `w` — or, for a tied head,
 // `wte` tied to "<embedding>.wte": the caller passes the embedding's table
 // and its gradient buffer, and both units' gradients add up there.
-class GptHead final : public Unit {
+class GptHead final : public ConventionUnit {
  public:
   // `tied_to` empty: the head owns `w`; else the qualified embedding table.
   GptHead(std::string name, int64_t vocab, int64_t d_model, std::string tied_to);

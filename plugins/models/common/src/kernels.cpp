@@ -1,5 +1,5 @@
 // Numeric building blocks of the reference models (see kernels.hpp).
-#include "tessera/core/model/kernels.hpp"
+#include "tessera/models/kernels.hpp"
 
 #include <cblas.h>
 
@@ -8,9 +8,9 @@
 #include <mutex>
 #include <string>
 
-#include "tessera/core/data/rng.hpp"
-#include "tessera/core/model/fast_math.hpp"
+#include "tessera/models/fast_math.hpp"
 #include "tessera/sdk/error.hpp"
+#include "tessera/sdk/rng.hpp"
 
 namespace tessera::model::kernels {
 namespace {

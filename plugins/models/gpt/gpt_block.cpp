@@ -5,8 +5,8 @@
 #include <limits>
 #include <utility>
 
-#include "tessera/core/model/gpt.hpp"
-#include "tessera/core/model/kernels.hpp"
+#include "gpt.hpp"
+#include "tessera/models/kernels.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::model {
@@ -53,7 +53,7 @@ void sized(std::vector<float>& v, int64_t count) {
 }  // namespace
 
 GptBlock::GptBlock(std::string name, int64_t d_model, int64_t heads, int64_t mlp_ratio)
-    : Unit(std::move(name), false, false),
+    : ConventionUnit(std::move(name), false, false),
       d_(d_model),
       heads_(heads),
       hidden_(mlp_ratio * d_model) {

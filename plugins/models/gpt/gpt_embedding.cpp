@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <utility>
 
-#include "tessera/core/model/gpt.hpp"
-#include "tessera/core/model/kernels.hpp"
+#include "gpt.hpp"
+#include "tessera/models/kernels.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::model {
@@ -22,7 +22,7 @@ struct EmbeddingContext final : UnitContext {
 }  // namespace
 
 GptEmbedding::GptEmbedding(std::string name, int64_t vocab, int64_t d_model, int64_t seq_len)
-    : Unit(std::move(name), true, false), vocab_(vocab), d_(d_model), seq_len_(seq_len) {
+    : ConventionUnit(std::move(name), true, false), vocab_(vocab), d_(d_model), seq_len_(seq_len) {
   specs_.push_back({"wte", {vocab, d_model}, SplitHint::row, {}});
   specs_.push_back({"wpe", {seq_len, d_model}, SplitHint::none, {}});
 }
@@ -35,7 +35,7 @@ ConstView GptEmbedding::forward(UnitContext& ctx_base, std::span<const float* co
                                 const UnitInput& input) const {
   kernels::check_count(name_, "parameter", params.size(), specs_.size());
   auto& ctx = dynamic_cast<EmbeddingContext&>(ctx_base);
-  const Batch* batch = input.batch;
+  const BatchView* batch = input.batch;
   TESSERA_CHECK(batch != nullptr && batch->is_sequence() && batch->seq_len <= seq_len_ &&
                     static_cast<int64_t>(batch->tokens.size()) == batch->size * batch->seq_len,
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
@@ -43,7 +43,7 @@ ConstView GptEmbedding::forward(UnitContext& ctx_base, std::span<const float* co
   const int64_t n = batch->size * batch->seq_len;
   ctx.batch = batch->size;
   ctx.seq = batch->seq_len;
-  ctx.tokens = batch->tokens;
+  ctx.tokens.assign(batch->tokens.begin(), batch->tokens.end());
   ctx.y.resize(static_cast<std::size_t>(n * d_));
   const float* wte = params[0];
   const float* wpe = params[1];

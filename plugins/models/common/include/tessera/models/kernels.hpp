@@ -9,7 +9,7 @@
 #include <span>
 #include <string_view>
 
-#include "tessera/core/model/unit.hpp"
+#include "tessera/models/unit.hpp"
 
 namespace tessera::model::kernels {
 
