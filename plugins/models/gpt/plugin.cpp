@@ -18,7 +18,7 @@ constexpr tessera_option_decl kGptOptions[] = {
 };
 
 std::unique_ptr<tessera::sdk::model::Model> make_gpt(const tessera::sdk::Host& /*host*/,
-                                              const tessera::sdk::Options& options) {
+                                                     const tessera::sdk::Options& options) {
   const tessera::model::GptConfig config = tessera::model::parse_gpt_config(options);
   return std::make_unique<tessera::sdk::model::Model>(
       "gpt", tessera::model::build_gpt_units(config),

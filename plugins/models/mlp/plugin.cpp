@@ -15,7 +15,7 @@ constexpr tessera_option_decl kMlpOptions[] = {
 };
 
 std::unique_ptr<tessera::sdk::model::Model> make_mlp(const tessera::sdk::Host& /*host*/,
-                                              const tessera::sdk::Options& options) {
+                                                     const tessera::sdk::Options& options) {
   const tessera::model::MlpConfig config = tessera::model::parse_mlp_config(options);
   return std::make_unique<tessera::sdk::model::Model>(
       "mlp", tessera::model::build_mlp_units(config),

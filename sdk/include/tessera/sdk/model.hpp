@@ -497,8 +497,7 @@ struct ModelAdapter {
           const Model& m = *as_model(model).model;
           prefix += " '" + m.name() + "'";
           const Unit* u = find_unit(model, unit);
-          prefix += u != nullptr ? " unit '" + u->name() + "'"
-                                 : " unit " + std::to_string(unit);
+          prefix += u != nullptr ? " unit '" + u->name() + "'" : " unit " + std::to_string(unit);
         }
         throw Error(e.status(), prefix + " " + what + ": " + e.what());
       }

@@ -31,8 +31,7 @@ class ConventionUnit : public Unit {
   void init(std::span<float* const> params, uint64_t seed) const override;
 
  protected:
-  ConventionUnit(std::string name, bool first, bool last)
-      : Unit(std::move(name), first, last) {}
+  ConventionUnit(std::string name, bool first, bool last) : Unit(std::move(name), first, last) {}
 };
 
 }  // namespace tessera::model
