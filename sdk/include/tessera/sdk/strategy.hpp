@@ -22,10 +22,11 @@
 // each: model_view.hpp (ModelView), comm_view.hpp (CommView),
 // optimizer_view.hpp (OptimizerView) and state_io.hpp (StateReader/Writer);
 // this header includes them all. The training utilities built on them live in
-// their own headers: flat_params.hpp (flat layout, shards, slot pointers),
-// replicated_params.hpp, unit_runner.hpp (forward/backward with hooks),
-// grad_buckets.hpp, flat_state.hpp (load/save by flat range), clip.hpp,
-// comm_dtype.hpp and tracked_buffer.hpp.
+// their own headers: step_frame.hpp (the skeleton of step(): run_step),
+// flat_params.hpp (flat layout, shards, slot pointers), replicated_params.hpp,
+// unit_runner.hpp (forward/backward with hooks), grad_buckets.hpp,
+// flat_state.hpp (load/save by flat range), clip.hpp, comm_dtype.hpp and
+// tracked_buffer.hpp (docs/sdk.md lists every header).
 #pragma once
 
 #include <algorithm>
