@@ -1,5 +1,7 @@
 // The SDK around a strategy's step: run_step's phases (order, the error
-// path, clipping).
+// path, clipping), what the strategy adapter hands to step() (the example
+// counts of tessera_step_args), and StateWriter::step() against hosts with
+// and without it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -128,6 +130,110 @@ TEST(RunStep, AMissingRequiredPhaseIsAnInternalError) {
     EXPECT_EQ(e.status(), TESSERA_ERR_INTERNAL);
   }
   EXPECT_TRUE(log.calls.empty());
+}
+
+// A strategy that remembers the StepArgs it was given.
+class ArgsProbe final : public sdk::Strategy {
+ public:
+  static void check(const sdk::Host& /*host*/, const sdk::Options& /*options*/,
+                    int32_t world_size) {
+    TESSERA_CHECK(world_size != 3, TESSERA_ERR_INVALID_ARGUMENT, "three ranks are refused");
+    TESSERA_CHECK(world_size != 5, TESSERA_ERR_INTERNAL, "five ranks break an invariant");
+  }
+  [[nodiscard]] tessera_strategy_layout layout() const override {
+    return {sizeof(tessera_strategy_layout), 0, 1};
+  }
+  void load(const sdk::StateReader& /*reader*/) override {}
+  sdk::StepResult step(const sdk::StepArgs& args) override {
+    seen = args;
+    return {};
+  }
+  void save(const sdk::StateWriter& /*writer*/) override {}
+  sdk::StepArgs seen;
+};
+using ProbeAdapter = sdk::detail::StrategyAdapter<ArgsProbe>;
+
+struct ProbeHandle {
+  HostContext host{"strategy.test"};
+  std::unique_ptr<sdk::detail::StrategyHandle> handle = [this] {
+    auto h = std::make_unique<sdk::detail::StrategyHandle>();
+    h->host = host.api();
+    h->impl = std::make_unique<ArgsProbe>();
+    return h;
+  }();
+  [[nodiscard]] tessera_strategy* c() const {
+    return reinterpret_cast<tessera_strategy*>(handle.get());
+  }
+  [[nodiscard]] const ArgsProbe& probe() const {
+    return static_cast<const ArgsProbe&>(*handle->impl);
+  }
+};
+
+tessera_step_args counted_args(const tessera_batch* const* batches, const float* scales) {
+  tessera_step_args a{};
+  a.struct_size = sizeof a;
+  a.num_micro = 1;
+  a.step = 7;
+  a.micro_batches = batches;
+  a.loss_scales = scales;
+  a.lr = 0.5F;
+  a.local_examples = 5;
+  a.global_examples = 16;
+  a.local_tokens = 40;
+  a.global_tokens = 128;
+  return a;
+}
+
+TEST(StrategyAdapter, StepArgsCarryTheExampleCounts) {
+  const ProbeHandle p;
+  const tessera_batch* batches[1] = {nullptr};
+  const float scales[1] = {1.0F / 16.0F};
+  const tessera_step_args a = counted_args(batches, scales);
+  tessera_step_result r{};
+  r.struct_size = sizeof r;
+  ASSERT_EQ(ProbeAdapter::step(p.c(), &a, &r), TESSERA_OK) << take_thread_error();
+  const sdk::StepArgs& seen = p.probe().seen;
+  EXPECT_EQ(seen.step, 7);
+  EXPECT_EQ(seen.lr, 0.5F);
+  EXPECT_EQ(seen.local_examples, 5);
+  EXPECT_EQ(seen.global_examples, 16);
+  EXPECT_EQ(seen.local_tokens, 40);
+  EXPECT_EQ(seen.global_tokens, 128);
+}
+
+TEST(StrategyAdapter, StepArgsOfAnOlderHostReadTheCountsAsZero) {
+  const ProbeHandle p;
+  const tessera_batch* batches[1] = {nullptr};
+  const float scales[1] = {1.0F / 16.0F};
+  tessera_step_args a = counted_args(batches, scales);
+  // A host that predates the counts passes the struct up to max_grad_norm;
+  // whatever lies beyond it must not be read.
+  a.struct_size = offsetof(tessera_step_args, local_examples);
+  tessera_step_result r{};
+  r.struct_size = sizeof r;
+  ASSERT_EQ(ProbeAdapter::step(p.c(), &a, &r), TESSERA_OK) << take_thread_error();
+  const sdk::StepArgs& seen = p.probe().seen;
+  EXPECT_EQ(seen.step, 7);
+  EXPECT_EQ(seen.local_examples, 0);
+  EXPECT_EQ(seen.global_examples, 0);
+  EXPECT_EQ(seen.local_tokens, 0);
+  EXPECT_EQ(seen.global_tokens, 0);
+}
+
+tessera_status write_nothing(void* /*ctx*/, const tessera_tensor_slice* /*slice*/,
+                             const float* /*data*/) {
+  return TESSERA_OK;
+}
+
+TEST(StateWriter, StepIsWhatTheHostSaysOrMinusOneFromAnOlderHost) {
+  const HostContext host("strategy.test");
+  tessera_state_writer w{};
+  w.struct_size = sizeof w;
+  w.write = &write_nothing;
+  w.step = 42;
+  EXPECT_EQ(sdk::StateWriter(sdk::Host(host.api()), &w).step(), 42);
+  w.struct_size = offsetof(tessera_state_writer, step);  // a host without the field
+  EXPECT_EQ(sdk::StateWriter(sdk::Host(host.api()), &w).step(), -1);
 }
 
 }  // namespace
