@@ -1,7 +1,7 @@
 // The SDK around a strategy's step: run_step's phases (order, the error
-// path, clipping), what the strategy adapter hands to step() (the example
-// counts of tessera_step_args), and StateWriter::step() against hosts with
-// and without it.
+// path, clipping), what the strategy adapter hands to step() and check()
+// (the example counts of tessera_step_args, a refusal without the source
+// location), and StateWriter::step() against hosts with and without it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -218,6 +218,35 @@ TEST(StrategyAdapter, StepArgsOfAnOlderHostReadTheCountsAsZero) {
   EXPECT_EQ(seen.global_examples, 0);
   EXPECT_EQ(seen.local_tokens, 0);
   EXPECT_EQ(seen.global_tokens, 0);
+}
+
+TEST(StrategyAdapter, CheckReportsARefusalWithoutTheSourceLocation) {
+  const HostContext host("strategy.test");
+  const OptionValues options;
+  (void)take_thread_error();
+  EXPECT_EQ(ProbeAdapter::check(host.api(), &options, 3), TESSERA_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(take_thread_error(), "three ranks are refused");
+  // A bug keeps its location, for whoever fixes it.
+  EXPECT_EQ(ProbeAdapter::check(host.api(), &options, 5), TESSERA_ERR_INTERNAL);
+  const std::string internal = take_thread_error();
+  EXPECT_EQ(internal.rfind("five ranks break an invariant (", 0), 0U) << internal;
+  EXPECT_NE(internal.find("sdk_step_test.cpp:"), std::string::npos) << internal;
+  EXPECT_EQ(ProbeAdapter::check(host.api(), &options, 2), TESSERA_OK);
+}
+
+TEST(TesseraCheck, KeepsTheLocationOutOfTheMessage) {
+  try {
+    TESSERA_CHECK(false, TESSERA_ERR_UNSUPPORTED, "no ", 2, " ways");
+    FAIL() << "TESSERA_CHECK(false) did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.message(), "no 2 ways");
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("no 2 ways (", 0), 0U) << what;
+    EXPECT_NE(what.find("sdk_step_test.cpp:"), std::string::npos) << what;
+  }
+  const Error plain(TESSERA_ERR_TIMEOUT, "late");
+  EXPECT_EQ(plain.message(), "late");
+  EXPECT_STREQ(plain.what(), "late");
 }
 
 tessera_status write_nothing(void* /*ctx*/, const tessera_tensor_slice* /*slice*/,

@@ -47,9 +47,15 @@ StrategyPlugin::StrategyPlugin(const PluginRegistry& registry, const std::string
 }
 
 void StrategyPlugin::check(int world_size) const {
+  const tessera_status status = api_->check(plugin_->host().api(), &options_, world_size);
+  // check() judges the options and the world size together, and its
+  // message says which one it refuses; anything but a refusal is a failure
+  // of the plugin itself.
+  const bool refusal = status == TESSERA_ERR_INVALID_ARGUMENT || status == TESSERA_ERR_UNSUPPORTED;
+  const std::string ranks = std::to_string(world_size) + (world_size == 1 ? " rank" : " ranks");
   throw_if_failed(
-      api_->check(plugin_->host().api(), &options_, world_size),
-      "strategy '" + name_ + "' cannot run on " + std::to_string(world_size) + " ranks");
+      status, refusal ? "strategy '" + name_ + "' refused its options or world size (" + ranks + ")"
+                      : "strategy '" + name_ + "' failed its check for " + ranks);
 }
 
 std::unique_ptr<StrategyInstance> StrategyPlugin::create(Communicator& comm,

@@ -203,7 +203,12 @@ typedef struct tessera_strategy_api {
 
   /* Called once in the launching process before any rank starts: fails
    * with INVALID_ARGUMENT (and a message saying what would work) when the
-   * strategy cannot run on `world_size` ranks with these options. */
+   * strategy cannot run on `world_size` ranks with these options. The
+   * host reports it as "strategy '<name>' refused its options or world
+   * size (<N> ranks): <message>"; the message is for the user, so it names
+   * the option or the world size, not a source location (the C++ SDK
+   * drops TESSERA_CHECK's file:line from check()'s errors unless the
+   * status is INTERNAL). */
   tessera_status (*check)(const tessera_host_api* host, const tessera_options* opts,
                           int32_t world_size);
 

@@ -130,9 +130,13 @@ inline StrategyHandle* as_handle(tessera_strategy* s) {
 
 template <typename S>
 struct StrategyAdapter {
+  // A refusal is an answer to the user's options and world size: its
+  // message goes to the host without TESSERA_CHECK's source location (an
+  // INTERNAL error keeps it).
   static tessera_status check(const tessera_host_api* host, const tessera_options* opts,
                               int32_t world_size) noexcept {
-    return guard(host, [&] { S::check(Host(host), Options(host, opts), world_size); });
+    return guard(
+        host, [&] { S::check(Host(host), Options(host, opts), world_size); }, ErrorText::kForUser);
   }
   static tessera_status create(const tessera_host_api* host, const tessera_options* opts,
                                const tessera_strategy_env* env, tessera_strategy** out,

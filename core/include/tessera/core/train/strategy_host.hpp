@@ -162,8 +162,9 @@ class StrategyPlugin {
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return plugin_->path(); }
 
-  // Before ranks start: throws tessera::Error when the strategy cannot run
-  // on `world_size` ranks (its message says why).
+  // Before ranks start: throws tessera::Error when the strategy refuses its
+  // options or `world_size` ranks: "strategy 'zero1' refused its options or
+  // world size (2 ranks): <the plugin's message>", with the plugin's status.
   void check(int world_size) const;
 
   // Creates rank `comm.rank()`'s strategy (collective over `comm`). `model`,
