@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <set>
+#include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "tessera/sdk/error.hpp"
@@ -186,6 +188,15 @@ std::string option_value_text(const tessera_options::Value& value) {
   if (const auto* i = std::get_if<int64_t>(&value)) return std::to_string(*i);
   if (const auto* d = std::get_if<double>(&value)) return detail::format_float(*d);
   return std::get<std::string>(value);
+}
+
+toml::table options_table(const OptionValues& values) {
+  toml::table table;
+  for (const auto& entry : values.values) {
+    const std::string& key = entry.first;
+    std::visit([&](const auto& v) { table.insert(key, v); }, entry.second);
+  }
+  return table;
 }
 
 const char* option_type_name(tessera_option_type type) noexcept {

@@ -161,6 +161,8 @@ class StrategyPlugin {
 
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return plugin_->path(); }
+  // The options as the plugin sees them: declared defaults filled in.
+  [[nodiscard]] const OptionValues& options() const noexcept { return options_; }
 
   // Before ranks start: throws tessera::Error when the strategy refuses its
   // options or `world_size` ranks: "strategy 'zero1' refused its options or
