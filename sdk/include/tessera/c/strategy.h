@@ -100,7 +100,11 @@ typedef struct tessera_state_reader {
 enum {
   /* Every rank writes everything it holds, replicas included (the host
    * checks that replicas agree bit for bit). Without it, across all ranks
-   * of the world every element of every tensor is written exactly once. */
+   * of the world every element of every tensor is written exactly once.
+   * The host sets it only where it compares the ranks' states: the final
+   * state that RunOptions::collect_final_state asks run_training() for
+   * (tests and embedders checking that replicas agree). Checkpoints, full
+   * and sharded, are always saved without it. */
   TESSERA_STATE_ALL_REPLICAS = 1u << 0
 };
 
@@ -192,7 +196,11 @@ typedef struct tessera_step_result {
    * ranks of the world (ranks that compute a copy of a loss another rank
    * reports, e.g. tensor-parallel peers, report 0). */
   double loss;
-  double grad_norm;     /* global gradient norm before clipping            */
+  /* The global gradient norm before clipping. The host takes the MAX over
+   * the ranks of the world (no sum, no mean): ranks that agree report the
+   * same value, and a strategy whose ranks clip their own gradients (local
+   * updates) reports each rank's own norm and the log shows the largest. */
+  double grad_norm;
   int64_t comm_wait_ns; /* time this rank was blocked on communication     */
   int64_t comm_bytes;   /* bytes this rank sent, by the algorithms' volume  */
 } tessera_step_result;

@@ -55,6 +55,9 @@ class StateWriter {
   StateWriter(const Host& host, const tessera_state_writer* w) : host_(host), w_(w) {}
   // True when every rank must write all it holds, replicas included
   // (TESSERA_STATE_ALL_REPLICAS); false: each element once across the world.
+  // The host asks for all replicas only when it compares the ranks' final
+  // states (run_training's collect_final_state, used by tests); checkpoints
+  // never do.
   [[nodiscard]] bool all_replicas() const noexcept {
     return (w_->flags & TESSERA_STATE_ALL_REPLICAS) != 0;
   }
