@@ -11,6 +11,7 @@
 #include "cli_error.hpp"
 #include "display_path.hpp"
 #include "tessera/core/config.hpp"
+#include "tessera/core/options.hpp"
 
 namespace tessera::cli {
 CLI::App* add_train_command(CLI::App& app, TrainArgs& args) {
@@ -31,9 +32,15 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& args) {
 }
 
 void print_dry_run(const Config& config, const train::RunPlan& plan, std::ostream& out) {
+  // The plugins' option tables as the plugins see them: every declared
+  // option, the default where the config gives none.
+  Config resolved = config;
+  resolved.backend.options = options_table(plan.backend_options);
+  resolved.strategy.options = options_table(plan.strategy_options);
   out << "# tessera train --dry-run: the resolved configuration"
-      << (config.file.empty() ? std::string() : " of " + config.file.string()) << "\n"
-      << to_toml(config) << "\n# plugins serving each role\n"
+      << (config.file.empty() ? std::string() : " of " + config.file.string())
+      << " (plugin options with their declared defaults)\n"
+      << to_toml(resolved) << "\n# plugins serving each role\n"
       << fmt::format("#   {:<9} {:<10} {}\n", "backend", plan.backend,
                      display_path(plan.backend_file))
       << fmt::format("#   {:<9} {:<10} {}\n", "strategy", plan.strategy,

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <set>
+#include <string>
 #include <string_view>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "tessera/sdk/error.hpp"
@@ -206,6 +209,25 @@ std::string option_value_text(const tessera_options::Value& value) {
     return text + "]";
   }
   return std::get<std::string>(value);
+}
+
+toml::table options_table(const OptionValues& values) {
+  toml::table table;
+  for (const auto& entry : values.values) {
+    const std::string& key = entry.first;
+    std::visit(
+        [&](const auto& v) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::vector<int64_t>>) {
+            toml::array list;
+            for (const int64_t x : v) list.push_back(x);
+            table.insert(key, std::move(list));
+          } else {
+            table.insert(key, v);
+          }
+        },
+        entry.second);
+  }
+  return table;
 }
 
 const char* option_type_name(tessera_option_type type) noexcept {

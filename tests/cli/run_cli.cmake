@@ -7,6 +7,7 @@
 #   STDOUT_REGEX   '|'-separated regexes that must all match stdout
 #   STDERR_REGEX   '|'-separated regexes that must all match stderr
 #   STDOUT_NOT     a regex that must not match stdout
+#   STDERR_NOT     a regex that must not match stderr
 #   BENCH_ROWS     number of benchmark table rows expected on stdout; every
 #                  row must have BENCH_COLUMNS columns and end with a #wrong
 #                  of 0
@@ -71,6 +72,9 @@ if(STDERR_REGEX)
 endif()
 if(STDOUT_NOT AND out MATCHES "${STDOUT_NOT}")
   message(FATAL_ERROR "stdout matches '${STDOUT_NOT}' but must not\n${shown}")
+endif()
+if(STDERR_NOT AND err MATCHES "${STDERR_NOT}")
+  message(FATAL_ERROR "stderr matches '${STDERR_NOT}' but must not\n${shown}")
 endif()
 
 if(DEFINED BENCH_ROWS)

@@ -292,7 +292,7 @@ tessera_state_reader FakeStore::reader() noexcept {
 }
 
 tessera_state_writer FakeStore::writer(uint32_t flags) noexcept {
-  return tessera_state_writer{sizeof(tessera_state_writer), flags, this, &store_write};
+  return tessera_state_writer{sizeof(tessera_state_writer), flags, this, &store_write, 0};
 }
 
 }  // namespace tessera::test

@@ -59,8 +59,12 @@ std::string refusal(const RunSpec& s) {
   try {
     (void)train::plan_run(parse_config(config_toml(s), "bad.toml"), registry());
   } catch (const Error& e) {
-    EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT) << e.what();
-    return e.what();
+    const std::string msg = e.what();
+    EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT) << msg;
+    // A refusal answers the user's configuration: no source location.
+    EXPECT_EQ(msg.find(".cpp:"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find(".hpp:"), std::string::npos) << msg;
+    return msg;
   }
   return "";
 }

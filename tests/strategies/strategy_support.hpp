@@ -35,7 +35,8 @@ const train::RunResult& cached(const RunSpec& s);
 void expect_params_identical(const train::RunResult& result);
 
 // The message plan_run throws for `s`, or "" if it accepts it; expects a
-// thrown error to carry TESSERA_ERR_INVALID_ARGUMENT.
+// thrown error to carry TESSERA_ERR_INVALID_ARGUMENT and no source location
+// (file:line of a .cpp or .hpp).
 std::string refusal(const RunSpec& s);
 
 // Ψ_u of every model unit by name, summed from the parameter tensors

@@ -101,11 +101,11 @@ TEST_F(NoneStrategy, OneRankTrainsLikeTheReference) {
   OptimizerState state = opt->make_state(flat.size());
   opt->step(flat, flat_grads, state, 1, 0.05F);
 
-  const tessera_step_result result = strategy->step(micro, scales, 1, 0.05F, 0.0);
+  const tessera_step_result result = strategy->step(micro, scales, 1, 0.05F, 0.0, 6, 0);
   EXPECT_NEAR(result.loss, ref_loss, 1e-5 * std::abs(ref_loss));
   EXPECT_GT(result.grad_norm, 0.0);
 
-  CollectedState saved = strategy->save(true);
+  CollectedState saved = strategy->save(1, /*all_replicas=*/true);
   std::size_t at = 0;
   for (std::size_t u = 0; u < m->size(); ++u) {
     for (const auto& spec : m->params(u)) {
@@ -124,14 +124,16 @@ TEST_F(NoneStrategy, OneRankTrainsLikeTheReference) {
 
   // A failing call comes back as tessera::Error naming the strategy and rank.
   const std::vector<float> one_scale = {1.0F};
-  const std::string msg = error_of([&] { (void)strategy->step(micro, one_scale, 2, 0.05F, 0.0); });
+  const std::string msg =
+      error_of([&] { (void)strategy->step(micro, one_scale, 2, 0.05F, 0.0, 6, 0); });
   EXPECT_NE(msg.find("strategy 'none' (rank 0)"), std::string::npos) << msg;
 
   // A unit failing inside the plugin's step: the model table's message
   // travels through host last_error into the plugin's error and back.
   std::vector<Batch> bad = micro;
   bad[1].targets[2] = 3;  // the mlp has 3 classes
-  const std::string unit_msg = error_of([&] { (void)strategy->step(bad, scales, 2, 0.05F, 0.0); });
+  const std::string unit_msg =
+      error_of([&] { (void)strategy->step(bad, scales, 2, 0.05F, 0.0, 6, 0); });
   EXPECT_NE(unit_msg.find("strategy 'none' (rank 0): step 2"), std::string::npos) << unit_msg;
   EXPECT_NE(unit_msg.find("model 'mlp' unit"), std::string::npos) << unit_msg;
   EXPECT_NE(unit_msg.find("forward"), std::string::npos) << unit_msg;

@@ -168,7 +168,7 @@ void write_sharded_step_checkpoint(const RankShared& s, Communicator& comm,
   std::map<std::string, std::string> metadata = checkpoint_metadata(config, comm.size());
   metadata["step"] = std::to_string(step);
   std::vector<SliceRecord> records =
-      write_rank_shard(step_dir, comm.rank(), strategy.save(false), std::move(metadata));
+      write_rank_shard(step_dir, comm.rank(), strategy.save(step), std::move(metadata));
   std::vector<SliceRecord> all = gather_slice_records(comm, std::move(records));
   if (comm.rank() == 0) {
     out.last_checkpoint = write_sharded_index(dir, step, comm.size(), all, s.tensor_order,
@@ -186,7 +186,7 @@ void write_step_checkpoint(const RankShared& s, Communicator& comm, StrategyInst
     write_sharded_step_checkpoint(s, comm, strategy, step, log, out);
     return;
   }
-  std::optional<CollectedState> merged = s.gather->gather(comm, strategy.save(false));
+  std::optional<CollectedState> merged = s.gather->gather(comm, strategy.save(step));
   if (merged) {
     out.last_checkpoint = write_checkpoint(config.checkpoint.dir, step, *merged, s.tensor_order,
                                            checkpoint_metadata(config, comm.size()));
@@ -219,6 +219,10 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
   const auto tokens = static_cast<double>(std::max<int64_t>(run.plan.tokens_per_example, 1));
   const auto loss_scale =
       static_cast<float>(1.0 / (static_cast<double>(config.data.batch_size) * tokens));
+  // The global batch of every step, for tessera_step_args (tokens: sequence
+  // models only).
+  const int64_t global_examples = config.data.batch_size;
+  const int64_t global_tokens = config.data.batch_size * run.plan.tokens_per_example;
   const std::vector<float> loss_scales(static_cast<size_t>(config.data.micro_batches), loss_scale);
 
   const int64_t first = run.plan.resume_step + 1;
@@ -230,8 +234,8 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
     const auto start = Clock::now();
     const std::vector<Batch> micro = sampler.micro_batches(step, config.data.micro_batches);
     const float lr = run.schedule->lr(step);
-    const tessera_step_result result =
-        strategy->step(micro, loss_scales, step, lr, config.optimizer.grad_clip);
+    const tessera_step_result result = strategy->step(
+        micro, loss_scales, step, lr, config.optimizer.grad_clip, global_examples, global_tokens);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     window.add(result, seconds);
     total.add(result, seconds);
@@ -268,7 +272,7 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
     summary.checkpoint = out.last_checkpoint;
     log->summary(summary);
   }
-  if (s.collect_final_state) out.final_state = strategy->save(true);
+  if (s.collect_final_state) out.final_state = strategy->save(out.last_step, /*all_replicas=*/true);
 }
 
 }  // namespace tessera::train::detail

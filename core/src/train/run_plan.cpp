@@ -32,8 +32,8 @@ uint32_t backend_capabilities(const tessera_plugin_descriptor& d) noexcept {
 
 void plan_backend(const Config& config, const PluginRegistry& registry, RunPlan& plan) {
   const auto plugin = registry.get(TESSERA_KIND_BACKEND, config.backend.name);
-  (void)resolve_options(declared_options(plugin->descriptor()), &config.backend.options,
-                        config.backend.options_where);
+  plan.backend_options = resolve_options(declared_options(plugin->descriptor()),
+                                         &config.backend.options, config.backend.options_where);
   plan.backend = config.backend.name;
   plan.backend_file = plugin->path();
   plan.thread_ranks =
@@ -90,6 +90,7 @@ PreparedRun prepare_run(const Config& config, const PluginRegistry& registry) {
       registry, config.strategy.name, &config.strategy.options, config.strategy.options_where);
   plan.strategy = run.strategy->name();
   plan.strategy_file = run.strategy->path();
+  plan.strategy_options = run.strategy->options();
   // Process backends take the world size from their launcher; check what
   // the config states, the rest is checked once connected.
   if (plan.thread_ranks || config.run.world_size != 1) run.strategy->check(config.run.world_size);

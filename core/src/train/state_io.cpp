@@ -331,10 +331,11 @@ tessera_state_reader make_reader(const StateSource& source) noexcept {
   return reader;
 }
 
-tessera_state_writer make_writer(CollectedState& sink, uint32_t flags) noexcept {
+tessera_state_writer make_writer(CollectedState& sink, uint32_t flags, int64_t step) noexcept {
   tessera_state_writer writer{};
   writer.struct_size = sizeof writer;
   writer.flags = flags;
+  writer.step = step;
   writer.ctx = &sink;
   // The flag picks the function, so the untyped ctx needs nothing but the sink.
   writer.write = (flags & TESSERA_STATE_ALL_REPLICAS) != 0 ? &write_replicas : &write_once;

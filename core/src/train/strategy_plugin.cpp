@@ -47,9 +47,15 @@ StrategyPlugin::StrategyPlugin(const PluginRegistry& registry, const std::string
 }
 
 void StrategyPlugin::check(int world_size) const {
+  const tessera_status status = api_->check(plugin_->host().api(), &options_, world_size);
+  // check() judges the options and the world size together, and its
+  // message says which one it refuses; anything but a refusal is a failure
+  // of the plugin itself.
+  const bool refusal = status == TESSERA_ERR_INVALID_ARGUMENT || status == TESSERA_ERR_UNSUPPORTED;
+  const std::string ranks = std::to_string(world_size) + (world_size == 1 ? " rank" : " ranks");
   throw_if_failed(
-      api_->check(plugin_->host().api(), &options_, world_size),
-      "strategy '" + name_ + "' cannot run on " + std::to_string(world_size) + " ranks");
+      status, refusal ? "strategy '" + name_ + "' refused its options or world size (" + ranks + ")"
+                      : "strategy '" + name_ + "' failed its check for " + ranks);
 }
 
 std::unique_ptr<StrategyInstance> StrategyPlugin::create(Communicator& comm,
@@ -112,7 +118,8 @@ void StrategyInstance::load(const StateSource& source) {
 
 tessera_step_result StrategyInstance::step(std::span<const Batch> micro_batches,
                                            std::span<const float> loss_scales, int64_t step,
-                                           float lr, double max_grad_norm) {
+                                           float lr, double max_grad_norm, int64_t global_examples,
+                                           int64_t global_tokens) {
   TESSERA_CHECK(!micro_batches.empty(), TESSERA_ERR_INVALID_ARGUMENT, where("step "), step,
                 ": no micro-batches");
   TESSERA_CHECK(loss_scales.size() == micro_batches.size(), TESSERA_ERR_INVALID_ARGUMENT,
@@ -120,7 +127,13 @@ tessera_step_result StrategyInstance::step(std::span<const Batch> micro_batches,
                 loss_scales.size(), " loss scales");
   std::vector<const tessera_batch*> batches;
   batches.reserve(micro_batches.size());
-  for (const Batch& b : micro_batches) batches.push_back(as_c_batch(b));
+  int64_t local_examples = 0;
+  int64_t local_tokens = 0;
+  for (const Batch& b : micro_batches) {
+    batches.push_back(as_c_batch(b));
+    local_examples += b.size;
+    local_tokens += b.size * b.seq_len;  // seq_len 0: not a sequence batch
+  }
 
   tessera_step_args args{};
   args.struct_size = sizeof args;
@@ -131,6 +144,10 @@ tessera_step_result StrategyInstance::step(std::span<const Batch> micro_batches,
   args.lr = lr;
   args.reserved = 0.0F;
   args.max_grad_norm = max_grad_norm;
+  args.local_examples = local_examples;
+  args.global_examples = global_examples;
+  args.local_tokens = local_tokens;
+  args.global_tokens = global_tokens;
 
   tessera_step_result result{};
   result.struct_size = sizeof result;
@@ -138,10 +155,10 @@ tessera_step_result StrategyInstance::step(std::span<const Batch> micro_batches,
   return result;
 }
 
-CollectedState StrategyInstance::save(bool all_replicas) {
+CollectedState StrategyInstance::save(int64_t step, bool all_replicas) {
   CollectedState state;
   const tessera_state_writer writer =
-      make_writer(state, all_replicas ? uint32_t{TESSERA_STATE_ALL_REPLICAS} : uint32_t{0});
+      make_writer(state, all_replicas ? uint32_t{TESSERA_STATE_ALL_REPLICAS} : uint32_t{0}, step);
   throw_if_failed(api_->save(handle_, &writer), where("save"));
   return state;
 }

@@ -4,6 +4,7 @@
 #include "tessera/sdk/clip.hpp"
 #include "tessera/sdk/dtype.hpp"
 #include "tessera/sdk/flat_state.hpp"
+#include "tessera/sdk/step_frame.hpp"
 
 namespace tessera::strategies {
 
@@ -39,26 +40,28 @@ void DdpStrategy::load(const sdk::StateReader& reader) {
 }
 
 sdk::StepResult DdpStrategy::step(const sdk::StepArgs& args) {
-  sdk::CommView& world = env_.world();
-  const sdk::CommMeter meter({&world});
-  state_.zero_grads();
-  reducer_.begin_step(state_.grads());
-  sdk::StepResult result;
-  try {
-    sdk::BucketHooks hooks(reducer_);
-    result.loss = runner_.run(args.micro_batches, args.loss_scales, state_.param_ptrs(),
-                              state_.grad_ptrs(), options_.overlap ? &hooks : nullptr);
-  } catch (...) {
-    reducer_.abandon();
-    throw;
-  }
-  reducer_.finish();
-  // Replicated gradients: this rank's sum of squares is the global one.
-  const double total = sdk::sum_squares(state_.grads());
-  result.grad_norm = sdk::clip_by_global_norm(state_.grads(), total, args.max_grad_norm);
-  env_.optimizer().step(optim_, 0, state_.params(), state_.grads(), args.step, args.lr);
-  meter.add_to(result);
-  return result;
+  return sdk::run_step(
+      args, {&env_.world()},
+      {.zero_grads =
+           [&] {
+             state_.zero_grads();
+             reducer_.begin_step(state_.grads());
+           },
+       .forward_backward =
+           [&] {
+             sdk::BucketHooks hooks(reducer_);
+             return runner_.run(args.micro_batches, args.loss_scales, state_.param_ptrs(),
+                                state_.grad_ptrs(), options_.overlap ? &hooks : nullptr);
+           },
+       .finish = [&] { reducer_.finish(); },
+       .abandon = [&] { reducer_.abandon(); },
+       // Replicated gradients: this rank's sum of squares is the global one.
+       .sum_squares = [&] { return sdk::sum_squares(state_.grads()); },
+       .update =
+           [&](float factor) {
+             sdk::scale_in_place(state_.grads(), factor);
+             env_.optimizer().step(optim_, 0, state_.params(), state_.grads(), args.step, args.lr);
+           }});
 }
 
 void DdpStrategy::save(const sdk::StateWriter& writer) {

@@ -5,6 +5,7 @@
 
 #include "tessera/sdk/dtype.hpp"
 #include "tessera/sdk/error.hpp"
+#include "tessera/sdk/step_frame.hpp"
 
 namespace tessera::strategies {
 
@@ -151,32 +152,38 @@ void FsdpStrategy::load(const sdk::StateReader& reader) { state_.load(reader); }
 
 sdk::StepResult FsdpStrategy::step(const sdk::StepArgs& args) {
   ensure_comms();
-  // The traffic of the split communicators counts too.
-  const sdk::CommMeter meter({&env_.world(), group_split_.get(), replica_split_.get()});
   const int64_t gathers_before = gather_ != nullptr ? gather_->allgathers() : 0;
   const int64_t scatters_before = reducer_ != nullptr ? reducer_->reduce_scatters() : 0;
-  state_.zero_grads();  // the reducer adds each unit's reduced piece into it once
-  sdk::StepResult result;
-  try {
-    FsdpHooks hooks(*this);
-    result.loss =
-        runner_.run(args.micro_batches, args.loss_scales, param_ptrs_, grad_ptrs_, &hooks);
-    if (reducer_ != nullptr) reducer_->finish_all();
-  } catch (...) {
-    release_all();
-    throw;
-  }
-  release_all();
-  // Inside a group each element's gradient lives on exactly one rank, and
-  // every group holds the same reduced gradients: the group's sum is global.
-  result.grad_norm = state_.clip_and_step(args, group_size_ > 1 ? &group() : nullptr);
-  if (env_.rank() == 0 && gather_ != nullptr && host_.enabled(TESSERA_LOG_DEBUG)) {
-    host_.debug("fsdp: step ", args.step, ": ", gather_->allgathers() - gathers_before,
-                " allgathers and ", reducer_->reduce_scatters() - scatters_before,
-                " reduce-scatters of ", shards_.num_units(), " FSDP units");
-  }
-  meter.add_to(result);
-  return result;
+  return sdk::run_step(
+      // The traffic of the split communicators counts too.
+      args, {&env_.world(), group_split_.get(), replica_split_.get()},
+      // The reducer adds each unit's reduced piece into the gradients once.
+      {.zero_grads = [&] { state_.zero_grads(); },
+       .forward_backward =
+           [&] {
+             FsdpHooks hooks(*this);
+             return runner_.run(args.micro_batches, args.loss_scales, param_ptrs_, grad_ptrs_,
+                                &hooks);
+           },
+       .finish =
+           [&] {
+             if (reducer_ != nullptr) reducer_->finish_all();
+           },
+       .release = [&] { release_all(); },  // abandons what is still pending
+       // Inside a group each element's gradient lives on exactly one rank,
+       // and every group holds the same reduced gradients: the group's sum
+       // is global.
+       .sum_squares =
+           [&] { return state_.global_sum_squares(group_size_ > 1 ? &group() : nullptr); },
+       .update = [&](float factor) { state_.scale_and_step(args, factor); },
+       .after_update =
+           [&] {
+             if (env_.rank() == 0 && gather_ != nullptr && host_.enabled(TESSERA_LOG_DEBUG)) {
+               host_.debug("fsdp: step ", args.step, ": ", gather_->allgathers() - gathers_before,
+                           " allgathers and ", reducer_->reduce_scatters() - scatters_before,
+                           " reduce-scatters of ", shards_.num_units(), " FSDP units");
+             }
+           }});
 }
 
 void FsdpStrategy::save(const sdk::StateWriter& writer) {

@@ -4,6 +4,7 @@
 #include "tessera/sdk/clip.hpp"
 #include "tessera/sdk/error.hpp"
 #include "tessera/sdk/flat_state.hpp"
+#include "tessera/sdk/step_frame.hpp"
 
 namespace tessera::strategies {
 namespace {
@@ -55,14 +56,21 @@ void NoneStrategy::load(const sdk::StateReader& reader) {
 }
 
 sdk::StepResult NoneStrategy::step(const sdk::StepArgs& args) {
-  state_.zero_grads();
-  sdk::StepResult result;
-  result.loss =
-      runner_.run(args.micro_batches, args.loss_scales, state_.param_ptrs(), state_.grad_ptrs());
-  const double total = sdk::sum_squares(state_.grads());
-  result.grad_norm = sdk::clip_by_global_norm(state_.grads(), total, args.max_grad_norm);
-  env_.optimizer().step(optim_, 0, state_.params(), state_.grads(), args.step, args.lr);
-  return result;
+  // One rank: no communicator to meter, nothing to reduce.
+  return sdk::run_step(args, {},
+                       {.zero_grads = [&] { state_.zero_grads(); },
+                        .forward_backward =
+                            [&] {
+                              return runner_.run(args.micro_batches, args.loss_scales,
+                                                 state_.param_ptrs(), state_.grad_ptrs());
+                            },
+                        .sum_squares = [&] { return sdk::sum_squares(state_.grads()); },
+                        .update =
+                            [&](float factor) {
+                              sdk::scale_in_place(state_.grads(), factor);
+                              env_.optimizer().step(optim_, 0, state_.params(), state_.grads(),
+                                                    args.step, args.lr);
+                            }});
 }
 
 void NoneStrategy::save(const sdk::StateWriter& writer) {

@@ -6,6 +6,7 @@
 #include "tessera/sdk/bucket_reducer.hpp"
 #include "tessera/sdk/clip.hpp"
 #include "tessera/sdk/flat_state.hpp"
+#include "tessera/sdk/step_frame.hpp"
 
 namespace tessera::strategies {
 
@@ -46,36 +47,40 @@ void Zero1Strategy::load(const sdk::StateReader& reader) {
 
 sdk::StepResult Zero1Strategy::step(const sdk::StepArgs& args) {
   sdk::CommView& world = env_.world();
-  const sdk::CommMeter meter({&world});
-  state_.zero_grads();
-  grid_.begin_step(state_.grads());
-  sdk::StepResult result;
-  try {
-    sdk::BucketHooks hooks(grid_);
-    result.loss = runner_.run(args.micro_batches, args.loss_scales, state_.param_ptrs(),
-                              state_.grad_ptrs(), options_.overlap ? &hooks : nullptr);
-  } catch (...) {
-    grid_.abandon();
-    throw;
-  }
-  grid_.finish();
-  // After the reduce-scatter only this rank's shard holds summed gradients:
-  // the global sum of squares is the sum of the shards' (one f64 scalar
-  // allreduced). Only the shard is read by the optimizer, so only it is
-  // scaled.
   const sdk::FlatRange mine = grid_.shard().real;
-  double total = mine.empty() ? 0.0 : sdk::sum_squares(state_.grads(mine));
-  world.allreduce(std::span<double>(&total, 1), TESSERA_SUM);
-  const float factor = sdk::clip_coefficient(total, args.max_grad_norm);
-  result.grad_norm = sdk::global_grad_norm(total);
-  if (!mine.empty()) {
-    const std::span<float> grads = state_.grads(mine);
-    sdk::scale_in_place(grads, factor);
-    env_.optimizer().step(optim_, 0, state_.params(mine), grads, args.step, args.lr);
-  }
-  grid_.allgather(state_.params());
-  meter.add_to(result);
-  return result;
+  return sdk::run_step(
+      args, {&world},
+      {.zero_grads =
+           [&] {
+             state_.zero_grads();
+             grid_.begin_step(state_.grads());
+           },
+       .forward_backward =
+           [&] {
+             sdk::BucketHooks hooks(grid_);
+             return runner_.run(args.micro_batches, args.loss_scales, state_.param_ptrs(),
+                                state_.grad_ptrs(), options_.overlap ? &hooks : nullptr);
+           },
+       .finish = [&] { grid_.finish(); },
+       .abandon = [&] { grid_.abandon(); },
+       // After the reduce-scatter only this rank's shard holds summed
+       // gradients: the global sum of squares is the sum of the shards' (one
+       // f64 scalar allreduced).
+       .sum_squares =
+           [&] {
+             double total = mine.empty() ? 0.0 : sdk::sum_squares(state_.grads(mine));
+             world.allreduce(std::span<double>(&total, 1), TESSERA_SUM);
+             return total;
+           },
+       // Only the shard is read by the optimizer, so only it is scaled.
+       .update =
+           [&](float factor) {
+             if (mine.empty()) return;
+             const std::span<float> grads = state_.grads(mine);
+             sdk::scale_in_place(grads, factor);
+             env_.optimizer().step(optim_, 0, state_.params(mine), grads, args.step, args.lr);
+           },
+       .after_update = [&] { grid_.allgather(state_.params()); }});
 }
 
 void Zero1Strategy::save(const sdk::StateWriter& writer) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "tessera/sdk/flat_state.hpp"
+#include "tessera/sdk/step_frame.hpp"
 #include "tessera/sdk/tracked_buffer.hpp"
 
 namespace tessera::strategies {
@@ -80,25 +81,23 @@ void Zero2Strategy::load(const sdk::StateReader& reader) {
 
 sdk::StepResult Zero2Strategy::step(const sdk::StepArgs& args) {
   sdk::CommView& world = env_.world();
-  const sdk::CommMeter meter({&world});
-  state_.zero_grads();
-  sdk::StepResult result;
-  try {
-    Zero2Hooks hooks(*this);
-    result.loss =
-        runner_.run(args.micro_batches, args.loss_scales, params_.param_ptrs(), grad_ptrs_, &hooks);
-    reducer_.finish_all();
-  } catch (...) {
-    reducer_.abandon();
-    grad_ptrs_.bind_all(nullptr);
-    throw;
-  }
-  grad_ptrs_.bind_all(nullptr);
-  // Each element's gradient lives on exactly one rank.
-  result.grad_norm = state_.clip_and_step(args, world.size() > 1 ? &world : nullptr);
-  gather_params();
-  meter.add_to(result);
-  return result;
+  return sdk::run_step(
+      args, {&world},
+      {.zero_grads = [&] { state_.zero_grads(); },
+       .forward_backward =
+           [&] {
+             Zero2Hooks hooks(*this);
+             return runner_.run(args.micro_batches, args.loss_scales, params_.param_ptrs(),
+                                grad_ptrs_, &hooks);
+           },
+       .finish = [&] { reducer_.finish_all(); },
+       .abandon = [&] { reducer_.abandon(); },
+       .release = [&] { grad_ptrs_.bind_all(nullptr); },
+       // Each element's gradient lives on exactly one rank.
+       .sum_squares =
+           [&] { return state_.global_sum_squares(world.size() > 1 ? &world : nullptr); },
+       .update = [&](float factor) { state_.scale_and_step(args, factor); },
+       .after_update = [&] { gather_params(); }});
 }
 
 void Zero2Strategy::save(const sdk::StateWriter& writer) {

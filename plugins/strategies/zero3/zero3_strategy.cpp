@@ -2,6 +2,7 @@
 #include "zero3_strategy.hpp"
 
 #include "tessera/sdk/dtype.hpp"
+#include "tessera/sdk/step_frame.hpp"
 
 namespace tessera::strategies {
 
@@ -76,23 +77,22 @@ void Zero3Strategy::load(const sdk::StateReader& reader) { state_.load(reader); 
 
 sdk::StepResult Zero3Strategy::step(const sdk::StepArgs& args) {
   sdk::CommView& world = env_.world();
-  const sdk::CommMeter meter({&world});
-  state_.zero_grads();  // the reducer adds each unit's reduced piece into it once
-  sdk::StepResult result;
-  try {
-    Zero3Hooks hooks(*this);
-    result.loss =
-        runner_.run(args.micro_batches, args.loss_scales, param_ptrs_, grad_ptrs_, &hooks);
-    reducer_.finish_all();
-  } catch (...) {
-    release_all();
-    throw;
-  }
-  release_all();
-  // Each element's gradient lives on exactly one rank.
-  result.grad_norm = state_.clip_and_step(args, world.size() > 1 ? &world : nullptr);
-  meter.add_to(result);
-  return result;
+  return sdk::run_step(
+      args, {&world},
+      // The reducer adds each unit's reduced piece into the gradients once.
+      {.zero_grads = [&] { state_.zero_grads(); },
+       .forward_backward =
+           [&] {
+             Zero3Hooks hooks(*this);
+             return runner_.run(args.micro_batches, args.loss_scales, param_ptrs_, grad_ptrs_,
+                                &hooks);
+           },
+       .finish = [&] { reducer_.finish_all(); },
+       .release = [&] { release_all(); },  // abandons what is still pending
+       // Each element's gradient lives on exactly one rank.
+       .sum_squares =
+           [&] { return state_.global_sum_squares(world.size() > 1 ? &world : nullptr); },
+       .update = [&](float factor) { state_.scale_and_step(args, factor); }});
 }
 
 void Zero3Strategy::save(const sdk::StateWriter& writer) {

@@ -38,6 +38,10 @@ toml::table parse_option_overrides(std::span<const std::string> assignments);
 // Text form of a value for display ("true", "25", "0.5", "ring").
 std::string option_value_text(const tessera_options::Value& value);
 
+// The values as a TOML table (bool, integer, float, string, integer array), e.g. to print
+// a plugin's resolved options as its [<section>.options] table.
+toml::table options_table(const OptionValues& values);
+
 // Name of an option type ("bool", "int", "float", "string", "int list").
 const char* option_type_name(tessera_option_type type) noexcept;
 

@@ -108,7 +108,11 @@ typedef struct tessera_state_reader {
 enum {
   /* Every rank writes everything it holds, replicas included (the host
    * checks that replicas agree bit for bit). Without it, across all ranks
-   * of the world every element of every tensor is written exactly once. */
+   * of the world every element of every tensor is written exactly once.
+   * The host sets it only where it compares the ranks' states: the final
+   * state that RunOptions::collect_final_state asks run_training() for
+   * (tests and embedders checking that replicas agree). Checkpoints, full
+   * and sharded, are always saved without it. */
   TESSERA_STATE_ALL_REPLICAS = 1u << 0
 };
 
@@ -118,6 +122,13 @@ typedef struct tessera_state_writer {
   void* ctx;
   /* Hands over a slice (f32); the host copies it before returning. */
   tessera_status (*write)(void* ctx, const tessera_tensor_slice* slice, const float* data);
+  /* ---- appended after the fields above: read only when struct_size
+   * covers them (a host that predates them passes a smaller struct) ---- */
+  /* The step whose result is being saved: the update number
+   * (tessera_step_args.step) of the last completed step, the checkpoint's
+   * step; after a resume with no step run yet, the resumed step; 0 before
+   * the first step of a fresh run. */
+  int64_t step;
 } tessera_state_writer;
 
 /* ---------------------------------------------------------------------------
@@ -154,7 +165,17 @@ typedef struct tessera_strategy_layout {
  * forward for micro-batch i: the model returns its SUMMED per-example (or
  * per-token) loss times it, so with 1/global_examples (1/global_tokens for
  * sequence models) the gradients summed over micro-batches and ranks are
- * those of the global mean loss, and no rescaling follows. */
+ * those of the global mean loss, and no rescaling follows.
+ *
+ * So each rank's gradient is its SHARE of the global mean's gradient, not
+ * the gradient of its own mean loss: it is about 1/data_size of the
+ * latter. A strategy that sums gradients over the data-parallel ranks
+ * (allreduce, reduce-scatter) uses them as they are; one that updates
+ * from a rank's gradient alone (local SGD, asynchronous updates) must
+ * rescale it: by data_size, so that the mean over ranks of the rescaled
+ * gradients is exactly the global mean's gradient (also when the batch
+ * does not split evenly), or by global_examples / local_examples (tokens
+ * for sequence models) for the exact mean over this rank's examples. */
 typedef struct tessera_step_args {
   uint32_t struct_size;
   int32_t num_micro;                         /* micro-batches this step, >= 1   */
@@ -164,6 +185,19 @@ typedef struct tessera_step_args {
   float lr;                                  /* learning rate of this step      */
   float reserved;
   double max_grad_norm; /* clip the global norm; <= 0: off */
+  /* ---- appended after the fields above: read only when struct_size
+   * covers them (a host that predates them passes a smaller struct; the
+   * SDK's copy then reads them as 0) ---- */
+  /* Examples in this rank's micro-batches this step (their sum). */
+  int64_t local_examples;
+  /* Examples in this step's global batch: every data-parallel slice once
+   * (ranks sharing a data rank share their examples). */
+  int64_t global_examples;
+  /* Sequence models: the tokens of those examples (examples x seq_len),
+   * the count the loss is a mean over. 0 for models that are not
+   * sequence models. */
+  int64_t local_tokens;
+  int64_t global_tokens;
 } tessera_step_args;
 
 typedef struct tessera_step_result {
@@ -173,7 +207,11 @@ typedef struct tessera_step_result {
    * ranks of the world (ranks that compute a copy of a loss another rank
    * reports, e.g. tensor-parallel peers, report 0). */
   double loss;
-  double grad_norm;     /* global gradient norm before clipping            */
+  /* The global gradient norm before clipping. The host takes the MAX over
+   * the ranks of the world (no sum, no mean): ranks that agree report the
+   * same value, and a strategy whose ranks clip their own gradients (local
+   * updates) reports each rank's own norm and the log shows the largest. */
+  double grad_norm;
   int64_t comm_wait_ns; /* time this rank was blocked on communication     */
   int64_t comm_bytes;   /* bytes this rank sent, by the algorithms' volume  */
 } tessera_step_result;
@@ -184,7 +222,12 @@ typedef struct tessera_strategy_api {
 
   /* Called once in the launching process before any rank starts: fails
    * with INVALID_ARGUMENT (and a message saying what would work) when the
-   * strategy cannot run on `world_size` ranks with these options. */
+   * strategy cannot run on `world_size` ranks with these options. The
+   * host reports it as "strategy '<name>' refused its options or world
+   * size (<N> ranks): <message>"; the message is for the user, so it names
+   * the option or the world size, not a source location (the C++ SDK
+   * drops TESSERA_CHECK's file:line from check()'s errors unless the
+   * status is INTERNAL). */
   tessera_status (*check)(const tessera_host_api* host, const tessera_options* opts,
                           int32_t world_size);
 
@@ -205,7 +248,9 @@ typedef struct tessera_strategy_api {
   tessera_status (*step)(tessera_strategy* strategy, const tessera_step_args* args,
                          tessera_step_result* result);
 
-  /* Collective. Writes the parameters and optimizer state this rank owns. */
+  /* Collective. Writes the parameters and optimizer state this rank owns
+   * (all it holds when writer->flags has TESSERA_STATE_ALL_REPLICAS);
+   * writer->step says after which step. */
   tessera_status (*save)(tessera_strategy* strategy, const tessera_state_writer* writer);
 } tessera_strategy_api;
 

@@ -5,6 +5,7 @@
 // host side the core turns a failed status back into the same exception type.
 #pragma once
 
+#include <cstddef>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -40,15 +41,25 @@ inline const char* status_name(tessera_status status) noexcept {
   }
 }
 
-// An error with the status code it maps to at the C boundary.
+// An error with the status code it maps to at the C boundary, and
+// optionally the source location that raised it (TESSERA_CHECK's file:line).
+// what() is the message followed by " (<location>)" when there is one;
+// message() is the message alone.
 class Error : public std::runtime_error {
  public:
   Error(tessera_status status, const std::string& message)
-      : std::runtime_error(message), status_(status) {}
+      : std::runtime_error(message), status_(status), message_size_(message.size()) {}
+  Error(tessera_status status, const std::string& message, const std::string& location)
+      : std::runtime_error(location.empty() ? message : message + " (" + location + ")"),
+        status_(status),
+        message_size_(message.size()) {}
   [[nodiscard]] tessera_status status() const noexcept { return status_; }
+  // The message without the source location.
+  [[nodiscard]] std::string message() const { return {what(), message_size_}; }
 
  private:
   tessera_status status_;
+  std::size_t message_size_;  // what() starts with the message
 };
 
 namespace detail {
@@ -64,12 +75,14 @@ std::string concat(Args&&... args) {
 
 }  // namespace tessera
 
-// Throws tessera::Error(status, "<message> (file:line)") unless `cond` holds.
-// The message is built from the remaining arguments with operator<<.
-#define TESSERA_CHECK(cond, status, ...)                                                         \
-  do {                                                                                           \
-    if (!(cond)) {                                                                               \
-      throw ::tessera::Error(                                                                    \
-          (status), ::tessera::detail::concat(__VA_ARGS__, " (", __FILE__, ":", __LINE__, ")")); \
-    }                                                                                            \
+// Throws tessera::Error(status, message, "file:line") unless `cond` holds:
+// what() is "<message> (file:line)". The message is built from the remaining
+// arguments with operator<<. (A strategy's check() reports the message
+// without the location: see StrategyAdapter::check in strategy.hpp.)
+#define TESSERA_CHECK(cond, status, ...)                                          \
+  do {                                                                            \
+    if (!(cond)) {                                                                \
+      throw ::tessera::Error((status), ::tessera::detail::concat(__VA_ARGS__),    \
+                             ::tessera::detail::concat(__FILE__, ":", __LINE__)); \
+    }                                                                             \
   } while (0)

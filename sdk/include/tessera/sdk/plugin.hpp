@@ -15,17 +15,31 @@
 
 namespace tessera::sdk::detail {
 
+// How guard() words a tessera::Error for the host.
+enum class ErrorText {
+  kWithLocation,  // what(): the message and TESSERA_CHECK's source location
+  // The message alone, unless the status is INTERNAL (a bug, where the
+  // location helps whoever fixes it): for calls whose errors are answers
+  // to the user's configuration, such as a strategy's check().
+  kForUser,
+};
+
 // Runs `fn` and converts anything it throws into a status code, reporting the
 // message through the host. This is the only place exceptions are caught on
 // the plugin side of the boundary.
 template <typename Fn>
-tessera_status guard(const tessera_host_api* host, Fn&& fn) noexcept {
+tessera_status guard(const tessera_host_api* host, Fn&& fn,
+                     ErrorText text = ErrorText::kWithLocation) noexcept {
   const Host h(host);
   try {
     fn();
     return TESSERA_OK;
   } catch (const Error& e) {
-    h.set_error(e.status(), e.what());
+    if (text == ErrorText::kForUser && e.status() != TESSERA_ERR_INTERNAL) {
+      h.set_error(e.status(), e.message().c_str());
+    } else {
+      h.set_error(e.status(), e.what());
+    }
     return e.status();
   } catch (const std::bad_alloc&) {
     h.set_error(TESSERA_ERR_OUT_OF_MEMORY, "out of memory");

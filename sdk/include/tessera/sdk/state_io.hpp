@@ -3,6 +3,7 @@
 // writes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -54,8 +55,19 @@ class StateWriter {
   StateWriter(const Host& host, const tessera_state_writer* w) : host_(host), w_(w) {}
   // True when every rank must write all it holds, replicas included
   // (TESSERA_STATE_ALL_REPLICAS); false: each element once across the world.
+  // The host asks for all replicas only when it compares the ranks' final
+  // states (run_training's collect_final_state, used by tests); checkpoints
+  // never do.
   [[nodiscard]] bool all_replicas() const noexcept {
     return (w_->flags & TESSERA_STATE_ALL_REPLICAS) != 0;
+  }
+  // The step whose result is saved (tessera_state_writer.step: the last
+  // completed step, the resumed step before any step ran, 0 before the
+  // first step of a fresh run); -1 when the host's writer predates the
+  // field (its struct_size does not cover it).
+  [[nodiscard]] int64_t step() const noexcept {
+    if (w_->struct_size < offsetof(tessera_state_writer, step) + sizeof(w_->step)) return -1;
+    return w_->step;
   }
   void write(const std::string& name, std::span<const int64_t> shape, uint64_t offset,
              std::span<const float> data) const {

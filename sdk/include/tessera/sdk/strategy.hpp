@@ -22,10 +22,11 @@
 // each: model_view.hpp (ModelView), comm_view.hpp (CommView),
 // optimizer_view.hpp (OptimizerView) and state_io.hpp (StateReader/Writer);
 // this header includes them all. The training utilities built on them live in
-// their own headers: flat_params.hpp (flat layout, shards, slot pointers),
-// replicated_params.hpp, unit_runner.hpp (forward/backward with hooks),
-// grad_buckets.hpp, flat_state.hpp (load/save by flat range), clip.hpp,
-// comm_dtype.hpp and tracked_buffer.hpp.
+// their own headers: step_frame.hpp (the skeleton of step(): run_step),
+// flat_params.hpp (flat layout, shards, slot pointers), replicated_params.hpp,
+// unit_runner.hpp (forward/backward with hooks), grad_buckets.hpp,
+// flat_state.hpp (load/save by flat range), clip.hpp, comm_dtype.hpp and
+// tracked_buffer.hpp (docs/sdk.md lists every header).
 #pragma once
 
 #include <algorithm>
@@ -73,12 +74,25 @@ class StrategyEnv {
 };
 
 // C++ view of tessera_step_args.
+//
+// loss_scales make each rank's gradient its share of the global mean's
+// gradient (summed over the data-parallel ranks it IS the global mean's):
+// a strategy that updates from one rank's gradient without summing must
+// rescale it (see tessera_step_args in c/strategy.h).
 struct StepArgs {
   int64_t step = 1;
   float lr = 0.0f;
   double max_grad_norm = 0.0;
   std::span<const tessera_batch* const> micro_batches;
   std::span<const float> loss_scales;
+  // Examples in this rank's micro-batches and in the step's global batch
+  // (every data-parallel slice once); for sequence models the tokens of
+  // those examples, 0 otherwise. All 0 when the host predates these fields
+  // (its tessera_step_args is smaller).
+  int64_t local_examples = 0;
+  int64_t global_examples = 0;
+  int64_t local_tokens = 0;
+  int64_t global_tokens = 0;
 };
 
 // See tessera_step_result.
@@ -116,9 +130,13 @@ inline StrategyHandle* as_handle(tessera_strategy* s) {
 
 template <typename S>
 struct StrategyAdapter {
+  // A refusal is an answer to the user's options and world size: its
+  // message goes to the host without TESSERA_CHECK's source location (an
+  // INTERNAL error keeps it).
   static tessera_status check(const tessera_host_api* host, const tessera_options* opts,
                               int32_t world_size) noexcept {
-    return guard(host, [&] { S::check(Host(host), Options(host, opts), world_size); });
+    return guard(
+        host, [&] { S::check(Host(host), Options(host, opts), world_size); }, ErrorText::kForUser);
   }
   static tessera_status create(const tessera_host_api* host, const tessera_options* opts,
                                const tessera_strategy_env* env, tessera_strategy** out,
@@ -161,6 +179,10 @@ struct StrategyAdapter {
       sa.max_grad_norm = a.max_grad_norm;
       sa.micro_batches = {a.micro_batches, static_cast<size_t>(a.num_micro)};
       sa.loss_scales = {a.loss_scales, static_cast<size_t>(a.num_micro)};
+      sa.local_examples = a.local_examples;  // 0 from a host without them (copy_versioned)
+      sa.global_examples = a.global_examples;
+      sa.local_tokens = a.local_tokens;
+      sa.global_tokens = a.global_tokens;
       const StepResult r = h->impl->step(sa);
       tessera_step_result cr{};
       cr.struct_size = sizeof cr;

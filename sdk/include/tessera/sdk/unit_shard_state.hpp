@@ -9,8 +9,9 @@
 // On top of the storage it does what these strategies do alike:
 // checkpoint transfer of the pieces by tensor name and element range (so a
 // checkpoint of any world size can be read), and the end of a step once the
-// gradient pieces hold the reduced sums: the global norm from the pieces'
-// sums of squares, clipping and the optimizer update of this rank's pieces.
+// gradient pieces hold the reduced sums: the global sum of squares from the
+// pieces' (for the clip factor run_step computes) and the clipping and
+// optimizer update of this rank's pieces.
 #pragma once
 
 #include <cstdint>
@@ -124,21 +125,25 @@ class UnitShardState {
     gather->release(u);
   }
 
-  // The end of a step, once every gradient piece holds its sum over the
-  // ranks: the global sum of squares is this rank's pieces' sum (padding
+  // The end of a step (the sum_squares and update phases of run_step,
+  // step_frame.hpp), once every gradient piece holds its sum over the ranks.
+  //
+  // global_sum_squares: this rank's pieces' sum of squares (padding
   // excluded; each element lives on one rank of `sum_over`) allreduced over
-  // `sum_over` (nullptr: this rank's sum is the global one); then every
-  // real gradient element is clipped by the global norm and the optimizer
-  // updates real_params(u) from them. Returns the norm before clipping.
-  // Collective over `sum_over`. Throws tessera::Error for a non-finite norm
-  // (nothing updated), the backend's or the optimizer's error.
-  double clip_and_step(const StepArgs& args, CommView* sum_over) {
+  // `sum_over` (nullptr: this rank's sum is the global one). Collective over
+  // `sum_over`; the backend's errors propagate.
+  double global_sum_squares(CommView* sum_over) {
     double total = 0.0;
     for (int32_t u = 0; u < shards_.num_units(); ++u) {
       total += sum_squares(grad_piece(u).first(shards_.unit(u).shard.real.size()));
     }
     if (sum_over != nullptr) sum_over->allreduce(std::span<double>(&total, 1));
-    const float factor = clip_coefficient(total, args.max_grad_norm);
+    return total;
+  }
+  // scale_and_step: every real gradient element is multiplied by `factor`
+  // (the clip factor) and the optimizer updates real_params(u) from them.
+  // The optimizer's errors propagate.
+  void scale_and_step(const StepArgs& args, float factor) {
     for (int32_t u = 0; u < shards_.num_units(); ++u) {
       const UnitShard& s = shards_.unit(u);
       const auto real = static_cast<size_t>(s.shard.real.size());
@@ -147,7 +152,6 @@ class UnitShardState {
       scale_in_place(grads, factor);
       optimizer_.step(optim_, s.shard_offset, real_params(u), grads, args.step, args.lr);
     }
-    return global_grad_norm(total);
   }
 
  private:

@@ -107,9 +107,11 @@ struct CollectedState {
 // object must outlive the table. Errors (a bad slice, a missing tensor, a
 // shape that differs, a repeated or differing element) reach the plugin as
 // a status plus host last_error. A writer records the calling thread's rank
-// in each piece.
+// in each piece and tells the plugin `step`, the step being saved
+// (tessera_state_writer.step).
 tessera_state_reader make_reader(const StateSource& source) noexcept;
-tessera_state_writer make_writer(CollectedState& sink, uint32_t flags = 0) noexcept;
+tessera_state_writer make_writer(CollectedState& sink, uint32_t flags = 0,
+                                 int64_t step = 0) noexcept;
 
 // One rank's strategy object.
 class StrategyInstance {
@@ -122,10 +124,16 @@ class StrategyInstance {
   // Each call is collective over the world communicator; failures throw
   // tessera::Error carrying the plugin's message.
   void load(const StateSource& source);
+  // One step over this rank's `micro_batches`. `global_examples` is the
+  // step's global batch (every data-parallel slice once) and
+  // `global_tokens` its tokens (0 for models that are not sequence
+  // models); this rank's counts are taken from the micro-batches.
   tessera_step_result step(std::span<const Batch> micro_batches, std::span<const float> loss_scales,
-                           int64_t step, float lr, double max_grad_norm);
-  // With all_replicas, every rank writes all it holds (TESSERA_STATE_ALL_REPLICAS).
-  CollectedState save(bool all_replicas = false);
+                           int64_t step, float lr, double max_grad_norm, int64_t global_examples,
+                           int64_t global_tokens);
+  // The state after step `step` (tessera_state_writer.step). With
+  // all_replicas, every rank writes all it holds (TESSERA_STATE_ALL_REPLICAS).
+  CollectedState save(int64_t step, bool all_replicas = false);
 
  private:
   friend class StrategyPlugin;
@@ -154,9 +162,12 @@ class StrategyPlugin {
 
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return plugin_->path(); }
+  // The options as the plugin sees them: declared defaults filled in.
+  [[nodiscard]] const OptionValues& options() const noexcept { return options_; }
 
-  // Before ranks start: throws tessera::Error when the strategy cannot run
-  // on `world_size` ranks (its message says why).
+  // Before ranks start: throws tessera::Error when the strategy refuses its
+  // options or `world_size` ranks: "strategy 'zero1' refused its options or
+  // world size (2 ranks): <the plugin's message>", with the plugin's status.
   void check(int world_size) const;
 
   // Creates rank `comm.rank()`'s strategy (collective over `comm`). `model`,

@@ -22,8 +22,10 @@ namespace tessera::train {
 struct RunPlan {
   std::string backend;
   std::filesystem::path backend_file;
+  OptionValues backend_options;  // [backend.options] resolved: declared defaults filled in
   std::string strategy;
   std::filesystem::path strategy_file;
+  OptionValues strategy_options;      // [strategy.options] resolved likewise
   std::string model;                  // the model's name ("gpt")
   std::filesystem::path model_file;   // the model plugin's library
   int world_size = 1;                 // thread ranks: run.world_size; process ranks: the
