@@ -1,6 +1,6 @@
-// The reference trainer: determinism, micro-batch accumulation, several live
-// contexts per unit, and a whole-model finite-difference check that covers
-// the tied head.
+// The reference trainer on mlp, gpt (tied and untied) and llama:
+// determinism, micro-batch accumulation, several live contexts per unit, and
+// a whole-model finite-difference check that covers the tied head.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +19,14 @@ ModelSection gpt_section(bool tied) {
   s.name = "gpt";
   s.params = toml::parse("vocab = 9\nlayers = 2\nd_model = 8\nheads = 2\nseq_len = 4");
   s.params.insert_or_assign("tied_head", tied);
+  return s;
+}
+
+ModelSection llama_gqa_section() {
+  ModelSection s;
+  s.name = "llama";
+  s.params = toml::parse(
+      "vocab = 9\nlayers = 2\nd_model = 8\nheads = 2\nkv_heads = 1\nseq_len = 4\nffn = 12");
   return s;
 }
 
@@ -61,6 +69,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 class ReferenceModels : public ::testing::TestWithParam<int> {
  protected:
   std::unique_ptr<Model> make() const {
+    if (GetParam() == 3) return make_model(llama_gqa_section(), test::model_plugins());
     return make_model(GetParam() == 0 ? mlp_section() : gpt_section(GetParam() == 1),
                       test::model_plugins());
   }
@@ -200,6 +209,7 @@ TEST_P(ReferenceModels, WholeModelGradientMatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MlpTiedGptUntiedGpt, ReferenceModels, ::testing::Values(0, 1, 2));
+INSTANTIATE_TEST_SUITE_P(LlamaGroupedQuery, ReferenceModels, ::testing::Values(3));
 
 }  // namespace
 }  // namespace tessera::model

@@ -55,6 +55,17 @@ TEST(ReferenceTraining, TinyGptLossFalls) {
   EXPECT_LT(last, first - 0.1) << "first " << first << " last " << last;
 }
 
+TEST(ReferenceTraining, TinyLlamaLossFalls) {
+  ModelSection s;
+  s.name = "llama";
+  s.params =
+      toml::parse("vocab = 8\nlayers = 1\nd_model = 16\nheads = 4\nkv_heads = 2\nseq_len = 8");
+  const auto model = make_model(s, test::model_plugins());
+  const SyntheticSequences data(model->data_shape(), 5, 0.05);
+  const auto [first, last] = train(*model, data, 8, 30, 0.5f);
+  EXPECT_LT(last, first - 0.1) << "first " << first << " last " << last;
+}
+
 TEST(ReferenceTraining, MlpLossFalls) {
   ModelSection s;
   s.name = "mlp";

@@ -1,7 +1,8 @@
-// `ddp` on 1 to 4 ranks against `none` on one rank: same model, same global
-// batch, 20 AdamW steps with clipping. The final parameters must agree to
-// a relative difference of 1e-5 (max |ddp - none| / max |none| per tensor)
-// and every rank must hold bit-identical parameters and optimizer state.
+// `ddp` on 1 to 4 ranks against `none` on one rank, on mlp, gpt and llama:
+// same model, same global batch, 20 AdamW steps with clipping. The final
+// parameters must agree to a relative difference of 1e-5 (max |ddp - none|
+// / max |none| per tensor) and every rank must hold bit-identical parameters
+// and optimizer state.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -66,7 +67,9 @@ INSTANTIATE_TEST_SUITE_P(Worlds, DdpEquivalence,
                          ::testing::Values(DdpCase{"mlp", 1, 11}, DdpCase{"mlp", 2, 11},
                                            DdpCase{"mlp", 3, 11}, DdpCase{"mlp", 4, 11},
                                            DdpCase{"gpt", 1, 10}, DdpCase{"gpt", 2, 10},
-                                           DdpCase{"gpt", 3, 10}, DdpCase{"gpt", 4, 10}),
+                                           DdpCase{"gpt", 3, 10}, DdpCase{"gpt", 4, 10},
+                                           DdpCase{"llama", 1, 10}, DdpCase{"llama", 2, 10},
+                                           DdpCase{"llama", 3, 10}, DdpCase{"llama", 4, 10}),
                          [](const ::testing::TestParamInfo<DdpCase>& param_info) {
                            return param_info.param.model + "_world" +
                                   std::to_string(param_info.param.world) + "_batch" +
@@ -76,7 +79,7 @@ INSTANTIATE_TEST_SUITE_P(Worlds, DdpEquivalence,
 // The comparison above means something only if training moves the
 // parameters far more than the tolerance.
 TEST(DdpEquivalence, ReferenceTrainingMovesParameters) {
-  for (const std::string model : {"mlp", "gpt"}) {
+  for (const std::string model : {"mlp", "gpt", "llama"}) {
     const int64_t batch = model == "mlp" ? 11 : 10;
     const double moved = max_param_rel_diff(reference(model, batch).final_state[0],
                                             reference(model, batch, 1).final_state[0]);

@@ -17,6 +17,11 @@ std::string model_toml(const std::string& model) {
   if (model == "gpt") {
     return "name = \"gpt\"\nlayers = 2\nd_model = 32\nheads = 2\nseq_len = 16\nvocab = 64\n";
   }
+  if (model == "llama") {
+    // Grouped-query attention: 4 query heads share 2 key/value heads.
+    return "name = \"llama\"\nlayers = 2\nd_model = 16\nheads = 4\nkv_heads = 2\nseq_len = 8\n"
+           "vocab = 32\n";
+  }
   return "name = \"mlp\"\ninput = 16\nhidden = [32, 24]\nclasses = 5\nactivation = \"gelu\"\n";
 }
 

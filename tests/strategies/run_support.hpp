@@ -13,7 +13,8 @@
 
 namespace tessera::test {
 
-// One run. `model` is "mlp" or "gpt" (the tiny shapes of model_toml).
+// One run. `model` is "mlp", "gpt" or "llama" (the tiny shapes of
+// model_toml).
 struct RunSpec {
   std::string model = "mlp";
   std::string strategy = "ddp";
@@ -37,7 +38,8 @@ struct RunSpec {
   std::string extra_toml;        // more tables appended as is (e.g. [checkpoint])
 };
 
-// The [model] table of the tiny test models (gpt with a tied head).
+// The [model] table of the tiny test models (gpt with a tied head, llama
+// with grouped-query attention).
 std::string model_toml(const std::string& model);
 // The whole configuration text of `spec`.
 std::string config_toml(const RunSpec& spec);

@@ -1,7 +1,8 @@
 // The sharded strategies against `none` on one rank: zero1, zero2 and
 // zero3 on 1 to 4 ranks with uneven batches, fsdp full_shard,
 // shard_grad_op and no_shard on 1 to 4 ranks and hybrid_shard on 4 ranks
-// in groups of 2, on the mlp and gpt models, 20 AdamW steps with clipping.
+// in groups of 2, on the mlp, gpt and llama models, 20 AdamW steps with
+// clipping.
 // Every rank ends with the same parameter bits, within a relative
 // difference of 1e-5 of `none`; the ranks' optimizer pieces together cover
 // every optimizer tensor; tracked persistent memory per rank follows the
@@ -98,7 +99,7 @@ TEST_P(ShardedEquivalence, MatchesNoneWithShardedMemory) {
 
 std::vector<ShardedCase> cases() {
   std::vector<ShardedCase> out;
-  for (const std::string model : {"mlp", "gpt"}) {
+  for (const std::string model : {"mlp", "gpt", "llama"}) {
     for (int world = 1; world <= 4; ++world) {
       for (const std::string zero : {"zero1", "zero2", "zero3"}) {
         out.push_back({zero, model, world, "", world});

@@ -24,7 +24,8 @@ RunSpec spec(const std::string& model, const std::string& strategy, int world,
              const std::string& options = "", int64_t micro_batches = 1);
 
 // As spec(), with a global batch that 2, 3 and 4 ranks do not all divide
-// (mlp 11, gpt 10; 24 with micro-batches), so ranks see uneven batches.
+// (mlp 11, gpt and llama 10; 24 with micro-batches), so ranks see uneven
+// batches.
 RunSpec uneven_spec(const std::string& model, const std::string& strategy, int world,
                     const std::string& options = "", int64_t micro_batches = 1);
 

@@ -113,6 +113,103 @@ void layernorm_backward(const float* x, const float* g, const float* mean, const
   }
 }
 
+void rmsnorm_forward(const float* x, const float* g, int64_t n, int64_t d, float eps, float* y,
+                     float* rstd) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * d;
+    double sq = 0.0;
+    for (int64_t j = 0; j < d; ++j) sq += static_cast<double>(xr[j]) * xr[j];
+    const auto rs = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(d) + eps));
+    rstd[r] = rs;
+    float* yr = y + r * d;
+    for (int64_t j = 0; j < d; ++j) yr[j] = xr[j] * rs * g[j];
+  }
+}
+
+void rmsnorm_backward(const float* x, const float* g, const float* rstd, const float* dy, int64_t n,
+                      int64_t d, float* dx, float* dg) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * d;
+    const float* dyr = dy + r * d;
+    const float rs = rstd[r];
+    double sum_dxhat_xhat = 0.0;
+    for (int64_t j = 0; j < d; ++j) {
+      const float xhat = xr[j] * rs;
+      sum_dxhat_xhat += static_cast<double>(dyr[j] * g[j]) * xhat;
+      dg[j] += dyr[j] * xhat;
+    }
+    const auto mean_dxhat_xhat = static_cast<float>(sum_dxhat_xhat / static_cast<double>(d));
+    float* dxr = dx + r * d;
+    for (int64_t j = 0; j < d; ++j) {
+      const float xhat = xr[j] * rs;
+      dxr[j] += rs * (dyr[j] * g[j] - xhat * mean_dxhat_xhat);
+    }
+  }
+}
+
+void swiglu_forward(const float* gate, const float* up, int64_t count, float* y) {
+  const float* __restrict a = gate;
+  const float* __restrict b = up;
+  float* __restrict out = y;
+  for (int64_t i = 0; i < count; ++i) {
+    const float z = a[i];
+    out[i] = z / (1.0f + exp_approx(-z)) * b[i];
+  }
+}
+
+void swiglu_backward(const float* gate, const float* up, const float* dy, int64_t count,
+                     float* dgate, float* dup) {
+  const float* __restrict a = gate;
+  const float* __restrict b = up;
+  const float* __restrict grad_out = dy;
+  float* __restrict da = dgate;
+  float* __restrict db = dup;
+  for (int64_t i = 0; i < count; ++i) {
+    const float z = a[i];
+    const float e = exp_approx(-z);
+    const float s = 1.0f / (1.0f + e);
+    const float silu = z * s;
+    // 1 − s = e · s, without the cancellation of 1 − s for large z.
+    da[i] = grad_out[i] * b[i] * (s * (1.0f + z * (e * s)));
+    db[i] = grad_out[i] * silu;
+  }
+}
+
+void rope_tables(int64_t seq_len, int64_t head_dim, double theta, float* cos, float* sin) {
+  const int64_t half = head_dim / 2;
+  for (int64_t t = 0; t < seq_len; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double freq =
+          std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+      const double angle = static_cast<double>(t) * freq;
+      cos[t * half + i] = static_cast<float>(std::cos(angle));
+      sin[t * half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+}
+
+void rope_apply(float* x, int64_t rows, int64_t seq, int64_t heads, int64_t head_dim,
+                const float* cos, const float* sin, bool inverse) {
+  const int64_t half = head_dim / 2;
+  const float sign = inverse ? -1.0f : 1.0f;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = r % seq;
+    const float* c = cos + t * half;
+    const float* s = sin + t * half;
+    float* row = x + r * heads * head_dim;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = row + h * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = v[2 * i];
+        const float b = v[2 * i + 1];
+        const float si = sign * s[i];
+        v[2 * i] = a * c[i] - b * si;
+        v[2 * i + 1] = a * si + b * c[i];
+      }
+    }
+  }
+}
+
 void activation_forward(Activation act, const float* z, int64_t count, float* y) {
   if (act == Activation::relu) {
     for (int64_t i = 0; i < count; ++i) y[i] = z[i] > 0.0f ? z[i] : 0.0f;

@@ -1,8 +1,9 @@
 // Numeric building blocks shared by the reference models: row-major GEMMs
-// through OpenBLAS, dense layers, LayerNorm, activations, softmax
-// cross-entropy and deterministic initialisation. All on CPU f32, all
-// deterministic: OpenBLAS is pinned to one thread on first use, so results
-// never depend on how many threads it was configured with.
+// through OpenBLAS, dense layers, LayerNorm and RMSNorm, activations and
+// SwiGLU, rotary position embeddings, softmax cross-entropy and
+// deterministic initialisation. All on CPU f32, all deterministic: OpenBLAS
+// is pinned to one thread on first use, so results never depend on how many
+// threads it was configured with.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +37,41 @@ void layernorm_forward(const float* x, const float* g, const float* b, int64_t n
 // db += .
 void layernorm_backward(const float* x, const float* g, const float* mean, const float* rstd,
                         const float* dy, int64_t n, int64_t d, float* dx, float* dg, float* db);
+
+// RMSNorm over the last dimension: y = x · rstd · g with rstd =
+// 1 / sqrt(mean(x²) + eps), the mean of squares accumulated in double.
+// Saves rstd[n] for the backward pass.
+void rmsnorm_forward(const float* x, const float* g, int64_t n, int64_t d, float eps, float* y,
+                     float* rstd);
+
+// Backward of rmsnorm_forward: dx += gradient of x (accumulated), dg += .
+// With xhat = x · rstd: dx = rstd · (dy⊙g − xhat · mean(dy⊙g⊙xhat)).
+void rmsnorm_backward(const float* x, const float* g, const float* rstd, const float* dy, int64_t n,
+                      int64_t d, float* dx, float* dg);
+
+// SwiGLU gating elementwise over `count` values: y = silu(gate) · up with
+// silu(z) = z · sigmoid(z).
+void swiglu_forward(const float* gate, const float* up, int64_t count, float* y);
+
+// Backward of swiglu_forward: dgate = dy · up · silu'(gate) and dup = dy ·
+// silu(gate) (both overwritten), silu'(z) = s · (1 + z · (1 − s)), s =
+// sigmoid(z).
+void swiglu_backward(const float* gate, const float* up, const float* dy, int64_t count,
+                     float* dgate, float* dup);
+
+// Rotary position tables [seq_len, head_dim / 2]: cos[t, i] = cos(t · θ_i)
+// and sin[t, i] = sin(t · θ_i) with θ_i = theta^(−2i / head_dim), computed
+// in double. `head_dim` must be even.
+void rope_tables(int64_t seq_len, int64_t head_dim, double theta, float* cos, float* sin);
+
+// Rotary position embedding in place on x [rows, heads · head_dim] whose
+// row r holds position r % seq (rows are whole sequences of `seq` tokens):
+// in every head each pair (x[2i], x[2i+1]) is rotated by the angle t · θ_i
+// of the tables (rope_tables, at least `seq` positions). `inverse` rotates
+// by the opposite angle: the transpose of the rotation, hence its backward
+// pass.
+void rope_apply(float* x, int64_t rows, int64_t seq, int64_t heads, int64_t head_dim,
+                const float* cos, const float* sin, bool inverse);
 
 // Activation functions of the models.
 enum class Activation { relu, gelu };

@@ -3,6 +3,7 @@
 // errors that name the model and the key.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -42,7 +43,9 @@ class ParamReader {
   // A number > `above`.
   [[nodiscard]] double number(const char* key, double above) const {
     const double value = options_.get_float(key);
-    if (!(value > above)) fail(key, detail::concat("must be > ", above, ", got ", value));
+    if (!std::isfinite(value) || !(value > above)) {
+      fail(key, detail::concat("must be > ", above, ", got ", value));
+    }
     return value;
   }
   [[nodiscard]] bool boolean(const char* key) const { return options_.get_bool(key); }

@@ -1,0 +1,55 @@
+// Configuration and assembly of the llama model (see llama.hpp).
+#include "llama.hpp"
+
+#include "tessera/models/param_reader.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::model {
+
+int64_t llama_default_ffn(int64_t d_model) noexcept {
+  const int64_t third = (8 * d_model + 2) / 3;  // ceil(8·d / 3)
+  return (third + 7) / 8 * 8;
+}
+
+LlamaConfig parse_llama_config(const sdk::Options& options) {
+  const ParamReader reader(options, "llama");
+  LlamaConfig config;
+  config.vocab = reader.integer("vocab", 2);
+  config.layers = reader.integer("layers", 0);
+  config.d_model = reader.integer("d_model", 1);
+  config.heads = reader.integer("heads", 1);
+  const int64_t kv_heads = reader.integer("kv_heads", 0);
+  config.kv_heads = kv_heads == 0 ? config.heads : kv_heads;
+  config.seq_len = reader.integer("seq_len", 1);
+  const int64_t ffn = reader.integer("ffn", 0);
+  config.ffn = ffn == 0 ? llama_default_ffn(config.d_model) : ffn;
+  config.rope_theta = reader.number("rope_theta", 0.0);
+  config.norm_eps = reader.number("norm_eps", 0.0);
+  if (config.d_model % config.heads != 0) {
+    reader.fail("heads", detail::concat("(", config.heads, ") must divide key 'd_model' (",
+                                        config.d_model, ")"));
+  }
+  if ((config.d_model / config.heads) % 2 != 0) {
+    reader.fail("heads",
+                detail::concat("(", config.heads, ") with key 'd_model' (", config.d_model,
+                               ") gives an odd head dimension (", config.d_model / config.heads,
+                               "); rotary embeddings rotate pairs, it must be even"));
+  }
+  if (config.heads % config.kv_heads != 0) {
+    reader.fail("kv_heads", detail::concat("(", config.kv_heads, ") must divide key 'heads' (",
+                                           config.heads, ")"));
+  }
+  return config;
+}
+
+std::vector<std::unique_ptr<Unit>> build_llama_units(const LlamaConfig& config) {
+  std::vector<std::unique_ptr<Unit>> units;
+  units.push_back(std::make_unique<LlamaEmbedding>("embed", config));
+  for (int64_t i = 0; i < config.layers; ++i) {
+    units.push_back(std::make_unique<LlamaBlock>("block" + std::to_string(i), config));
+  }
+  units.push_back(std::make_unique<LlamaHead>("head", config));
+  return units;
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,269 @@
+// The llama's pre-RMSNorm decoder block (see llama.hpp): RMSNorm, causal
+// self-attention with rotary position embeddings and grouped key/value
+// heads computed per (batch, head) with GEMMs, residual, RMSNorm, SwiGLU
+// MLP, residual; and the hand-written backward pass.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "llama.hpp"
+#include "tessera/models/kernels.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::model {
+namespace {
+
+enum LlamaBlockParam : std::size_t {
+  kLlamaAttnNormG,
+  kLlamaWq,
+  kLlamaWk,
+  kLlamaWv,
+  kLlamaWo,
+  kLlamaMlpNormG,
+  kLlamaWGate,
+  kLlamaWUp,
+  kLlamaWDown,
+  kLlamaBlockParamCount
+};
+
+struct LlamaBlockContext final : UnitContext {
+  int64_t batch = -1;
+  int64_t seq = 0;
+  // Saved by forward (q and k after the rotation).
+  std::vector<float> x, rstd1, h1, q, k, v, probs, attn, x2, rstd2, h2, gate, up, act, y;
+  // Scratch of backward.
+  std::vector<float> dact, dgate, dup, dh, da, dq, dk, dv, dscores, dx2, dx;
+  [[nodiscard]] std::size_t bytes() const noexcept override {
+    std::size_t total = 0;
+    for (const auto* b :
+         {&x, &rstd1, &h1,    &q,   &k,  &v,  &probs, &attn, &x2, &rstd2,   &h2,  &gate, &up, &act,
+          &y, &dact,  &dgate, &dup, &dh, &da, &dq,    &dk,   &dv, &dscores, &dx2, &dx}) {
+      total += b->capacity() * sizeof(float);
+    }
+    return total;
+  }
+};
+
+void llama_sized(std::vector<float>& v, int64_t count) {
+  v.assign(static_cast<std::size_t>(count), 0.0f);
+}
+
+}  // namespace
+
+LlamaBlock::LlamaBlock(std::string name, const LlamaConfig& config)
+    : ConventionUnit(std::move(name), false, false),
+      d_(config.d_model),
+      heads_(config.heads),
+      kv_heads_(config.kv_heads),
+      head_dim_(config.heads > 0 ? config.d_model / config.heads : 0),
+      ffn_(config.ffn),
+      seq_len_(config.seq_len),
+      eps_(static_cast<float>(config.norm_eps)) {
+  TESSERA_CHECK(heads_ > 0 && d_ % heads_ == 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': heads ", heads_, " must divide d_model ", d_);
+  TESSERA_CHECK(head_dim_ % 2 == 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': head dimension ", head_dim_, " must be even for rotary embeddings");
+  TESSERA_CHECK(kv_heads_ > 0 && heads_ % kv_heads_ == 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '",
+                name_, "': kv_heads ", kv_heads_, " must divide heads ", heads_);
+  TESSERA_CHECK(ffn_ > 0 && seq_len_ > 0 && config.rope_theta > 0.0 && eps_ > 0.0f,
+                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': ffn, seq_len, rope_theta and norm_eps must be positive");
+  const int64_t d = d_;
+  const int64_t kv = kv_heads_ * head_dim_;
+  specs_ = {
+      {"attn_norm_g", {d}, SplitHint::none, {}},    {"wq", {d, d}, SplitHint::column, {}},
+      {"wk", {d, kv}, SplitHint::column, {}},       {"wv", {d, kv}, SplitHint::column, {}},
+      {"wo", {d, d}, SplitHint::row, {}},           {"mlp_norm_g", {d}, SplitHint::none, {}},
+      {"w_gate", {d, ffn_}, SplitHint::column, {}}, {"w_up", {d, ffn_}, SplitHint::column, {}},
+      {"w_down", {ffn_, d}, SplitHint::row, {}},
+  };
+  cos_.resize(static_cast<std::size_t>(seq_len_ * head_dim_ / 2));
+  sin_.resize(cos_.size());
+  kernels::rope_tables(seq_len_, head_dim_, config.rope_theta, cos_.data(), sin_.data());
+}
+
+std::unique_ptr<UnitContext> LlamaBlock::make_context() const {
+  return std::make_unique<LlamaBlockContext>();
+}
+
+ConstView LlamaBlock::forward(UnitContext& ctx_base, std::span<const float* const> p,
+                              const UnitInput& input) const {
+  kernels::check_count(name_, "parameter", p.size(), kLlamaBlockParamCount);
+  auto& c = dynamic_cast<LlamaBlockContext&>(ctx_base);
+  TESSERA_CHECK(
+      input.batch != nullptr && input.batch->is_sequence() && input.batch->seq_len <= seq_len_,
+      TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+      "': needs a sequence batch with seq_len <= ", seq_len_);
+  const int64_t bsz = input.batch->size;
+  const int64_t seq = input.batch->seq_len;
+  const int64_t n = bsz * seq;
+  const int64_t d = d_;
+  const int64_t hd = head_dim_;
+  const int64_t kvd = kv_heads_ * hd;
+  const int64_t group = heads_ / kv_heads_;
+  TESSERA_CHECK(!input.x.empty() && input.x.rows == n && input.x.cols == d,
+                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': input is ", input.x.rows, "x",
+                input.x.cols, ", expected ", n, "x", d);
+  c.batch = bsz;
+  c.seq = seq;
+  c.x.assign(input.x.data, input.x.data + n * d);
+  llama_sized(c.rstd1, n);
+  llama_sized(c.h1, n * d);
+  kernels::rmsnorm_forward(c.x.data(), p[kLlamaAttnNormG], n, d, eps_, c.h1.data(), c.rstd1.data());
+  llama_sized(c.q, n * d);
+  llama_sized(c.k, n * kvd);
+  llama_sized(c.v, n * kvd);
+  kernels::linear_forward(c.h1.data(), p[kLlamaWq], nullptr, n, d, d, c.q.data());
+  kernels::linear_forward(c.h1.data(), p[kLlamaWk], nullptr, n, d, kvd, c.k.data());
+  kernels::linear_forward(c.h1.data(), p[kLlamaWv], nullptr, n, d, kvd, c.v.data());
+  kernels::rope_apply(c.q.data(), n, seq, heads_, hd, cos_.data(), sin_.data(), false);
+  kernels::rope_apply(c.k.data(), n, seq, kv_heads_, hd, cos_.data(), sin_.data(), false);
+
+  // Attention per (batch, head): probs = causal softmax(q kᵀ · scale), out =
+  // probs v, query head h reading key/value head h / group.
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  llama_sized(c.probs, bsz * heads_ * seq * seq);
+  llama_sized(c.attn, n * d);
+  for (int64_t b = 0; b < bsz; ++b) {
+    for (int64_t h = 0; h < heads_; ++h) {
+      const float* q = c.q.data() + b * seq * d + h * hd;
+      const float* k = c.k.data() + b * seq * kvd + (h / group) * hd;
+      const float* v = c.v.data() + b * seq * kvd + (h / group) * hd;
+      float* pr = c.probs.data() + (b * heads_ + h) * seq * seq;
+      kernels::gemm(false, true, seq, seq, hd, scale, q, d, k, kvd, 0.0f, pr, seq);
+      for (int64_t i = 0; i < seq; ++i) {
+        float* row = pr + i * seq;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j]);
+        double sum = 0.0;
+        for (int64_t j = 0; j <= i; ++j) {
+          row[j] = std::exp(row[j] - mx);
+          sum += row[j];
+        }
+        const auto inv = static_cast<float>(1.0 / sum);
+        for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+        for (int64_t j = i + 1; j < seq; ++j) row[j] = 0.0f;
+      }
+      kernels::gemm(false, false, seq, hd, seq, 1.0f, pr, seq, v, kvd, 0.0f,
+                    c.attn.data() + b * seq * d + h * hd, d);
+    }
+  }
+  // Residual around the output projection.
+  llama_sized(c.x2, n * d);
+  kernels::linear_forward(c.attn.data(), p[kLlamaWo], nullptr, n, d, d, c.x2.data());
+  for (int64_t i = 0; i < n * d; ++i) c.x2[i] += c.x[i];
+  // SwiGLU MLP with its residual.
+  llama_sized(c.rstd2, n);
+  llama_sized(c.h2, n * d);
+  kernels::rmsnorm_forward(c.x2.data(), p[kLlamaMlpNormG], n, d, eps_, c.h2.data(), c.rstd2.data());
+  llama_sized(c.gate, n * ffn_);
+  llama_sized(c.up, n * ffn_);
+  llama_sized(c.act, n * ffn_);
+  kernels::linear_forward(c.h2.data(), p[kLlamaWGate], nullptr, n, d, ffn_, c.gate.data());
+  kernels::linear_forward(c.h2.data(), p[kLlamaWUp], nullptr, n, d, ffn_, c.up.data());
+  kernels::swiglu_forward(c.gate.data(), c.up.data(), n * ffn_, c.act.data());
+  llama_sized(c.y, n * d);
+  kernels::linear_forward(c.act.data(), p[kLlamaWDown], nullptr, n, ffn_, d, c.y.data());
+  for (int64_t i = 0; i < n * d; ++i) c.y[i] += c.x2[i];
+  return {c.y.data(), n, d};
+}
+
+ConstView LlamaBlock::backward(UnitContext& ctx_base, std::span<const float* const> p,
+                               std::span<float* const> g, ConstView grad_output) const {
+  kernels::check_count(name_, "parameter", p.size(), kLlamaBlockParamCount);
+  kernels::check_count(name_, "gradient", g.size(), kLlamaBlockParamCount);
+  auto& c = dynamic_cast<LlamaBlockContext&>(ctx_base);
+  TESSERA_CHECK(c.batch >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': backward without a forward on this context");
+  const int64_t bsz = c.batch;
+  const int64_t seq = c.seq;
+  const int64_t n = bsz * seq;
+  const int64_t d = d_;
+  const int64_t hd = head_dim_;
+  const int64_t kvd = kv_heads_ * hd;
+  const int64_t group = heads_ / kv_heads_;
+  TESSERA_CHECK(!grad_output.empty() && grad_output.rows == n && grad_output.cols == d,
+                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': output gradient is ",
+                grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", d);
+  const float* dy = grad_output.data;
+
+  // MLP branch: y = x2 + w_down(silu(w_gate(h2)) ⊙ w_up(h2)), h2 = rmsnorm(x2).
+  llama_sized(c.dact, n * ffn_);
+  kernels::linear_backward(c.act.data(), p[kLlamaWDown], dy, n, ffn_, d, g[kLlamaWDown], nullptr,
+                           c.dact.data());
+  llama_sized(c.dgate, n * ffn_);
+  llama_sized(c.dup, n * ffn_);
+  kernels::swiglu_backward(c.gate.data(), c.up.data(), c.dact.data(), n * ffn_, c.dgate.data(),
+                           c.dup.data());
+  llama_sized(c.dh, n * d);
+  kernels::linear_backward(c.h2.data(), p[kLlamaWGate], c.dgate.data(), n, d, ffn_, g[kLlamaWGate],
+                           nullptr, c.dh.data());
+  // The up projection reads the same h2: its input gradient adds to dh.
+  kernels::gemm(true, false, d, ffn_, n, 1.0f, c.h2.data(), d, c.dup.data(), ffn_, 1.0f,
+                g[kLlamaWUp], ffn_);
+  kernels::gemm(false, true, n, d, ffn_, 1.0f, c.dup.data(), ffn_, p[kLlamaWUp], ffn_, 1.0f,
+                c.dh.data(), d);
+  c.dx2.assign(dy, dy + n * d);
+  kernels::rmsnorm_backward(c.x2.data(), p[kLlamaMlpNormG], c.rstd2.data(), c.dh.data(), n, d,
+                            c.dx2.data(), g[kLlamaMlpNormG]);
+
+  // Attention branch: x2 = x + wo(attn(rope(wq h1), rope(wk h1), wv h1)), h1 = rmsnorm(x).
+  llama_sized(c.da, n * d);
+  kernels::linear_backward(c.attn.data(), p[kLlamaWo], c.dx2.data(), n, d, d, g[kLlamaWo], nullptr,
+                           c.da.data());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  llama_sized(c.dq, n * d);
+  llama_sized(c.dk, n * kvd);  // the heads of a group add into their shared k and v
+  llama_sized(c.dv, n * kvd);
+  llama_sized(c.dscores, seq * seq);
+  for (int64_t b = 0; b < bsz; ++b) {
+    for (int64_t h = 0; h < heads_; ++h) {
+      const int64_t q_off = b * seq * d + h * hd;
+      const int64_t kv_off = b * seq * kvd + (h / group) * hd;
+      const float* q = c.q.data() + q_off;
+      const float* k = c.k.data() + kv_off;
+      const float* v = c.v.data() + kv_off;
+      float* dq = c.dq.data() + q_off;
+      float* dk = c.dk.data() + kv_off;
+      float* dv = c.dv.data() + kv_off;
+      const float* pr = c.probs.data() + (b * heads_ + h) * seq * seq;
+      const float* dout = c.da.data() + q_off;
+      float* ds = c.dscores.data();
+      // dprobs = dout vᵀ ; dv += probsᵀ dout.
+      kernels::gemm(false, true, seq, seq, hd, 1.0f, dout, d, v, kvd, 0.0f, ds, seq);
+      kernels::gemm(true, false, seq, hd, seq, 1.0f, pr, seq, dout, d, 1.0f, dv, kvd);
+      // Softmax backward row by row: ds = p ⊙ (dp − Σ dp⊙p); masked entries have p = 0.
+      for (int64_t i = 0; i < seq; ++i) {
+        const float* prow = pr + i * seq;
+        float* drow = ds + i * seq;
+        double dot = 0.0;
+        for (int64_t j = 0; j <= i; ++j) dot += static_cast<double>(drow[j]) * prow[j];
+        const auto dotf = static_cast<float>(dot);
+        for (int64_t j = 0; j < seq; ++j) drow[j] = prow[j] * (drow[j] - dotf);
+      }
+      // scores = scale q kᵀ: dq = scale ds k ; dk += scale dsᵀ q.
+      kernels::gemm(false, false, seq, hd, seq, scale, ds, seq, k, kvd, 0.0f, dq, d);
+      kernels::gemm(true, false, seq, hd, seq, scale, ds, seq, q, d, 1.0f, dk, kvd);
+    }
+  }
+  // Back through the rotations (their transposes), then the projections.
+  kernels::rope_apply(c.dq.data(), n, seq, heads_, hd, cos_.data(), sin_.data(), true);
+  kernels::rope_apply(c.dk.data(), n, seq, kv_heads_, hd, cos_.data(), sin_.data(), true);
+  kernels::linear_backward(c.h1.data(), p[kLlamaWq], c.dq.data(), n, d, d, g[kLlamaWq], nullptr,
+                           c.dh.data());
+  kernels::gemm(true, false, d, kvd, n, 1.0f, c.h1.data(), d, c.dk.data(), kvd, 1.0f, g[kLlamaWk],
+                kvd);
+  kernels::gemm(false, true, n, d, kvd, 1.0f, c.dk.data(), kvd, p[kLlamaWk], kvd, 1.0f, c.dh.data(),
+                d);
+  kernels::gemm(true, false, d, kvd, n, 1.0f, c.h1.data(), d, c.dv.data(), kvd, 1.0f, g[kLlamaWv],
+                kvd);
+  kernels::gemm(false, true, n, d, kvd, 1.0f, c.dv.data(), kvd, p[kLlamaWv], kvd, 1.0f, c.dh.data(),
+                d);
+  c.dx = c.dx2;
+  kernels::rmsnorm_backward(c.x.data(), p[kLlamaAttnNormG], c.rstd1.data(), c.dh.data(), n, d,
+                            c.dx.data(), g[kLlamaAttnNormG]);
+  return {c.dx.data(), n, d};
+}
+
+}  // namespace tessera::model

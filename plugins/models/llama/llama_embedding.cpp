@@ -1,0 +1,78 @@
+// The llama's token embedding unit (see llama.hpp).
+#include <algorithm>
+#include <utility>
+
+#include "llama.hpp"
+#include "tessera/models/kernels.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::model {
+namespace {
+
+struct LlamaEmbeddingContext final : UnitContext {
+  int64_t rows = -1;
+  std::vector<int32_t> tokens;
+  std::vector<float> y;
+  [[nodiscard]] std::size_t bytes() const noexcept override {
+    return tokens.capacity() * sizeof(int32_t) + y.capacity() * sizeof(float);
+  }
+};
+
+}  // namespace
+
+LlamaEmbedding::LlamaEmbedding(std::string name, const LlamaConfig& config)
+    : ConventionUnit(std::move(name), true, false), vocab_(config.vocab), d_(config.d_model) {
+  specs_.push_back({"wte", {vocab_, d_}, SplitHint::row, {}});
+}
+
+std::unique_ptr<UnitContext> LlamaEmbedding::make_context() const {
+  return std::make_unique<LlamaEmbeddingContext>();
+}
+
+ConstView LlamaEmbedding::forward(UnitContext& ctx_base, std::span<const float* const> params,
+                                  const UnitInput& input) const {
+  kernels::check_count(name_, "parameter", params.size(), specs_.size());
+  auto& ctx = dynamic_cast<LlamaEmbeddingContext&>(ctx_base);
+  const BatchView* batch = input.batch;
+  TESSERA_CHECK(batch != nullptr && batch->is_sequence() &&
+                    static_cast<int64_t>(batch->tokens.size()) == batch->size * batch->seq_len,
+                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': needs a sequence batch");
+  const int64_t n = batch->size * batch->seq_len;
+  const float* wte = params[0];
+  for (int64_t r = 0; r < n; ++r) {
+    const int32_t tok = batch->tokens[static_cast<std::size_t>(r)];
+    TESSERA_CHECK(tok >= 0 && tok < vocab_, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                  "': token ", tok, " at position ", r, " is outside [0, ", vocab_, ")");
+  }
+  ctx.rows = n;
+  ctx.tokens.assign(batch->tokens.begin(), batch->tokens.end());
+  ctx.y.resize(static_cast<std::size_t>(n * d_));
+  for (int64_t r = 0; r < n; ++r) {
+    const float* src = wte + static_cast<int64_t>(ctx.tokens[static_cast<std::size_t>(r)]) * d_;
+    std::copy(src, src + d_, ctx.y.data() + r * d_);
+  }
+  return {ctx.y.data(), n, d_};
+}
+
+ConstView LlamaEmbedding::backward(UnitContext& ctx_base, std::span<const float* const> params,
+                                   std::span<float* const> grads, ConstView grad_output) const {
+  kernels::check_count(name_, "parameter", params.size(), specs_.size());
+  kernels::check_count(name_, "gradient", grads.size(), specs_.size());
+  auto& ctx = dynamic_cast<LlamaEmbeddingContext&>(ctx_base);
+  TESSERA_CHECK(ctx.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': backward without a forward on this context");
+  const int64_t n = ctx.rows;
+  TESSERA_CHECK(!grad_output.empty() && grad_output.rows == n && grad_output.cols == d_,
+                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': output gradient is ",
+                grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", d_);
+  float* dwte = grads[0];
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t tok = ctx.tokens[static_cast<std::size_t>(r)];
+    const float* g = grad_output.data + r * d_;
+    float* dst = dwte + tok * d_;
+    for (int64_t j = 0; j < d_; ++j) dst[j] += g[j];
+  }
+  return {};
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,92 @@
+// The llama's final RMSNorm + output projection + cross-entropy unit (see
+// llama.hpp).
+#include <utility>
+
+#include "llama.hpp"
+#include "tessera/models/kernels.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::model {
+namespace {
+
+struct LlamaHeadContext final : UnitContext {
+  int64_t rows = -1;
+  float scale = 1.0f;
+  float loss = 0.0f;
+  std::vector<int32_t> targets;
+  std::vector<float> x, rstd, h, probs, dlogits, dh, dx;
+  [[nodiscard]] std::size_t bytes() const noexcept override {
+    std::size_t total = targets.capacity() * sizeof(int32_t);
+    for (const auto* b : {&x, &rstd, &h, &probs, &dlogits, &dh, &dx}) {
+      total += b->capacity() * sizeof(float);
+    }
+    return total;
+  }
+};
+
+}  // namespace
+
+LlamaHead::LlamaHead(std::string name, const LlamaConfig& config)
+    : ConventionUnit(std::move(name), false, true),
+      vocab_(config.vocab),
+      d_(config.d_model),
+      eps_(static_cast<float>(config.norm_eps)) {
+  TESSERA_CHECK(eps_ > 0.0f, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': norm_eps must be positive");
+  specs_.push_back({"norm_g", {d_}, SplitHint::none, {}});
+  specs_.push_back({"w", {d_, vocab_}, SplitHint::column, {}});
+}
+
+std::unique_ptr<UnitContext> LlamaHead::make_context() const {
+  return std::make_unique<LlamaHeadContext>();
+}
+
+ConstView LlamaHead::forward(UnitContext& ctx_base, std::span<const float* const> params,
+                             const UnitInput& input) const {
+  kernels::check_count(name_, "parameter", params.size(), specs_.size());
+  auto& c = dynamic_cast<LlamaHeadContext&>(ctx_base);
+  const int64_t n = input.x.rows;
+  TESSERA_CHECK(!input.x.empty() && input.x.cols == d_, TESSERA_ERR_INVALID_ARGUMENT, "unit '",
+                name_, "': input has ", input.x.cols, " columns, expected ", d_);
+  TESSERA_CHECK(input.batch != nullptr && input.batch->is_sequence() &&
+                    static_cast<int64_t>(input.batch->targets.size()) == n,
+                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': needs a sequence batch with one target per input row (", n, " rows)");
+  c.rows = n;
+  c.scale = input.loss_scale;
+  c.targets.assign(input.batch->targets.begin(), input.batch->targets.end());
+  c.x.assign(input.x.data, input.x.data + n * d_);
+  c.rstd.resize(static_cast<std::size_t>(n));
+  c.h.resize(static_cast<std::size_t>(n * d_));
+  kernels::rmsnorm_forward(c.x.data(), params[0], n, d_, eps_, c.h.data(), c.rstd.data());
+  c.probs.resize(static_cast<std::size_t>(n * vocab_));
+  kernels::linear_forward(c.h.data(), params[1], nullptr, n, d_, vocab_, c.probs.data());
+  const double loss = kernels::softmax_xent_forward(c.probs.data(), c.targets.data(), n, vocab_,
+                                                    c.probs.data(), name_);
+  c.loss = static_cast<float>(loss * input.loss_scale);
+  return {&c.loss, 1, 1};
+}
+
+ConstView LlamaHead::backward(UnitContext& ctx_base, std::span<const float* const> params,
+                              std::span<float* const> grads, ConstView grad_output) const {
+  kernels::check_count(name_, "parameter", params.size(), specs_.size());
+  kernels::check_count(name_, "gradient", grads.size(), specs_.size());
+  auto& c = dynamic_cast<LlamaHeadContext&>(ctx_base);
+  TESSERA_CHECK(c.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': backward without a forward on this context");
+  const int64_t n = c.rows;
+  const float g = grad_output.empty() ? 1.0f : grad_output.data[0];
+  c.dlogits.resize(static_cast<std::size_t>(n * vocab_));
+  kernels::softmax_xent_backward(c.probs.data(), c.targets.data(), n, vocab_, c.scale * g,
+                                 c.dlogits.data());
+  // logits = h w: dw += hᵀ dlogits ; dh = dlogits wᵀ.
+  c.dh.resize(static_cast<std::size_t>(n * d_));
+  kernels::linear_backward(c.h.data(), params[1], c.dlogits.data(), n, d_, vocab_, grads[1],
+                           nullptr, c.dh.data());
+  c.dx.assign(static_cast<std::size_t>(n * d_), 0.0f);
+  kernels::rmsnorm_backward(c.x.data(), params[0], c.rstd.data(), c.dh.data(), n, d_, c.dx.data(),
+                            grads[0]);
+  return {c.dx.data(), n, d_};
+}
+
+}  // namespace tessera::model
