@@ -105,6 +105,32 @@ std::string check_strategy_functions(const void* table) {
   return first_missing("strategy", slots);
 }
 
+// The functions of model interface 2.0 (all required; a unit that cannot
+// split its backward says so through the call's status).
+std::string check_model_functions(const void* table) {
+  const auto& api = *static_cast<const tessera_model_api*>(table);
+  const Slot slots[] = {
+      {"create", api.create != nullptr},
+      {"destroy", api.destroy != nullptr},
+      {"data_spec", api.data_spec != nullptr},
+      {"num_units", api.num_units != nullptr},
+      {"unit_name", api.unit_name != nullptr},
+      {"unit_flags", api.unit_flags != nullptr},
+      {"num_params", api.num_params != nullptr},
+      {"param_info", api.param_info != nullptr},
+      {"unit_cost", api.unit_cost != nullptr},
+      {"init_params", api.init_params != nullptr},
+      {"context_create", api.context_create != nullptr},
+      {"context_destroy", api.context_destroy != nullptr},
+      {"context_bytes", api.context_bytes != nullptr},
+      {"forward", api.forward != nullptr},
+      {"backward", api.backward != nullptr},
+      {"backward_input", api.backward_input != nullptr},
+      {"backward_weight", api.backward_weight != nullptr},
+  };
+  return first_missing("model", slots);
+}
+
 // What this host supports of one plugin kind's interface: the major it
 // speaks (any minor of it), the smallest table it can use and the check of
 // that table's required functions. major 0: no interface for the kind yet.
@@ -123,7 +149,8 @@ KindInterface kind_interface(tessera_plugin_kind kind) noexcept {
       return {TESSERA_STRATEGY_API_MAJOR, offsetof(tessera_strategy_api, save) + sizeof(void*),
               &check_strategy_functions};
     case TESSERA_KIND_MODEL:
-      return {TESSERA_MODEL_API_MAJOR, sizeof(uint32_t), nullptr};
+      return {TESSERA_MODEL_API_MAJOR, offsetof(tessera_model_api, backward_weight) + sizeof(void*),
+              &check_model_functions};
     default:
       return {0, sizeof(uint32_t), nullptr};
   }

@@ -20,7 +20,7 @@ int kind_interface_major(int kind) noexcept;
 
 // Smallest `struct_size` of the interface table of `kind` that this host can
 // use: for backends, the 1.0 table up to and including work_free; for
-// strategies, the 2.0 table; otherwise just its struct_size field.
+// strategies and models, the 2.0 table; otherwise just its struct_size field.
 std::size_t min_api_size(tessera_plugin_kind kind) noexcept;
 
 // Checks `descriptor` in this order: ABI major, descriptor struct_size, kind
@@ -28,7 +28,7 @@ std::size_t min_api_size(tessera_plugin_kind kind) noexcept;
 // version and api present, declared options well formed (non-NULL key of
 // [a-z0-9_]+, unique, known type, default and help present), the interface
 // version of the kind (a major this host speaks), and the api table's
-// struct_size and required functions (backend and strategy tables). Copies
+// struct_size and required functions (backend, strategy and model tables). Copies
 // what it could read into `record` (ABI and interface versions, kind, name,
 // version, summary) so a rejected plugin still shows what it claimed.
 // Returns the reason for the first failed check, or an empty string when the

@@ -61,6 +61,7 @@ std::vector<BrokenCase> broken_cases() {
        fmt::format("strategy interface 1.2 is not supported: this host speaks strategy {}.x "
                    "(rebuild the plugin against the current SDK)",
                    TESSERA_STRATEGY_API_MAJOR)},
+      {"libtessera_strategy_nostep.so", "strategy api function 'step' is NULL"},
       {"libtessera_compressor_early.so",
        fmt::format("compressor interface {}.{}: this host has no compressor interface yet",
                    TESSERA_BACKEND_API_MAJOR, TESSERA_BACKEND_API_MINOR)},

@@ -62,7 +62,8 @@ TEST(Scan, ExaminesEveryPluginFileInNameOrderAndIgnoresOthers) {
       "libtessera_backend_truncated.so", "libtessera_backend_unresolved.so",
       "libtessera_backend_wrongkind.so", "libtessera_backend_wrongname.so",
       "libtessera_compressor_early.so",  "libtessera_model_future.so",
-      "libtessera_strategy_retired.so",  "libtessera_widget_thing.so",
+      "libtessera_strategy_nostep.so",   "libtessera_strategy_retired.so",
+      "libtessera_widget_thing.so",
   };
   EXPECT_EQ(file_names(registry.records()), expected)
       << "README.txt and libunrelated.so must be ignored";
