@@ -16,6 +16,7 @@
 namespace tessera {
 namespace {
 
+using test::read_bytes;
 using test::TempDir;
 using test::write_bytes;
 
