@@ -131,17 +131,18 @@ CollectedState deserialize_state(std::span<const std::byte> bytes) {
         }
         const std::string problem = box_problem(box, dims);
         if (!problem.empty()) {
-          throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                      "saved state: a piece of tensor '" + name + "': " + problem);
+          throw Error(
+              TESSERA_ERR_INVALID_ARGUMENT,
+              tessera::detail::concat("saved state: a piece of tensor '", name, "': ", problem));
         }
         piece.box = std::move(box);
       }
       piece.values.resize(r.count(sizeof(float), "a piece length"));
       if (piece.box && piece.values.size() != piece.box->numel()) {
-        throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                    "saved state: a piece of tensor '" + name + "' with box " +
-                        box_text(*piece.box) + " has " + std::to_string(piece.values.size()) +
-                        " values");
+        throw Error(
+            TESSERA_ERR_INVALID_ARGUMENT,
+            tessera::detail::concat("saved state: a piece of tensor '", name, "' with box ",
+                                    box_text(*piece.box), " has ", piece.values.size(), " values"));
       }
       if (!piece.box && (piece.offset > numel || piece.values.size() > numel - piece.offset)) {
         throw Error(TESSERA_ERR_INVALID_ARGUMENT,
