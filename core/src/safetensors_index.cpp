@@ -60,7 +60,141 @@ std::string to_string(const Json& value, const char* key, std::string_view where
   return value.get<std::string>();
 }
 
-ShardedTensor parse_tensor(const std::string& name, const Json& entry, std::string_view where) {
+// A JSON array of non-negative integers.
+std::vector<uint64_t> to_u64_array(const Json& value, const char* key, std::string_view where,
+                                   std::string_view tensor) {
+  if (!value.is_array()) throw index_error(where, tensor, "\"", key, "\" is not an array");
+  std::vector<uint64_t> out;
+  for (const Json& v : value) out.push_back(to_u64(v, key, where, tensor));
+  return out;
+}
+
+// A slice entry: flat ("offset", "count") or, from version 2, a box
+// ("box_offset", "box_extent"; its count is the box's element count).
+ShardSlice parse_slice(const Json& s, int version, const std::string& name,
+                       std::string_view where) {
+  if (!s.is_object()) throw index_error(where, name, "a slice is not a JSON object");
+  ShardSlice slice;
+  slice.file = to_string(field(s, "file", where, name), "file", where, name);
+  slice.key = to_string(field(s, "key", where, name), "key", where, name);
+  const bool boxed = s.contains("box_offset") || s.contains("box_extent");
+  if (!boxed) {
+    slice.offset = to_u64(field(s, "offset", where, name), "offset", where, name);
+    slice.count = to_u64(field(s, "count", where, name), "count", where, name);
+    return slice;
+  }
+  if (version < 2) {
+    throw index_error(where, name, "slice \"", slice.key, "\" is a box, which index version ",
+                      version, " cannot hold (boxes need version 2)");
+  }
+  if (s.contains("offset") || s.contains("count")) {
+    throw index_error(where, name, "slice \"", slice.key,
+                      "\" has both a flat range (\"offset\", \"count\") and a box");
+  }
+  TensorBox box;
+  box.offset = to_u64_array(field(s, "box_offset", where, name), "box_offset", where, name);
+  box.extent = to_u64_array(field(s, "box_extent", where, name), "box_extent", where, name);
+  uint64_t count = 1;
+  for (const uint64_t e : box.extent) {
+    if (e != 0 && count > UINT64_MAX / e) {
+      throw index_error(where, name, "box ", box_text(box), " of slice \"", slice.key,
+                        "\" has too many elements");
+    }
+    count *= e;
+  }
+  slice.count = count;
+  slice.box = std::move(box);
+  return slice;
+}
+
+// "slice [4, 11) in \"rank00001.safetensors\"" / "slice [0:2, 3:5] in ...".
+std::string slice_text(const ShardSlice& slice) {
+  return detail::concat("slice ",
+                        slice.box ? box_text(*slice.box) : range_text(slice.offset, slice.count),
+                        " in \"", slice.file, "\"");
+}
+
+// The checks of validate_index on one slice of tensor `name`: inside the
+// tensor, a box with its element count.
+void check_slice_bounds(const ShardSlice& slice, const std::vector<uint64_t>& shape, uint64_t numel,
+                        std::string_view where, const std::string& name) {
+  if (!slice.box) {
+    if (slice.offset > numel || slice.count > numel - slice.offset) {
+      throw index_error(where, name, slice_text(slice), " runs past the ", numel,
+                        " elements of the tensor");
+    }
+    return;
+  }
+  const std::string problem = box_problem(*slice.box, shape);
+  if (!problem.empty()) throw index_error(where, name, slice_text(slice), ": ", problem);
+  if (slice.offset != 0 || slice.count != slice.box->numel()) {
+    throw index_error(where, name, slice_text(slice), " has offset ", slice.offset, " and count ",
+                      slice.count, ", a box slice offset 0 and count ", slice.box->numel());
+  }
+}
+
+// The slices of tensor `name` cover each of its `numel` elements once.
+// Every part (a box, see SliceLayout) of every slice is compared with the
+// parts whose flat span meets its own; then the element counts add up
+// exactly when nothing is missing.
+void check_cover(const ShardedTensor& tensor, uint64_t numel, std::string_view where,
+                 const std::string& name) {
+  std::vector<SliceLayout> layouts;
+  layouts.reserve(tensor.slices.size());
+  for (const ShardSlice& slice : tensor.slices) {
+    layouts.push_back(slice_layout(tensor.shape, slice));
+  }
+  struct Span {
+    size_t slice;
+    const SliceLayout::Part* part;
+    uint64_t begin;
+    uint64_t end;
+  };
+  std::vector<Span> spans;
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    for (const SliceLayout::Part& part : layouts[i].parts()) {
+      const SliceLayout one = SliceLayout::of_box(tensor.shape, part.box);
+      spans.push_back({i, &part, one.flat_begin(), one.flat_end()});
+    }
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  for (size_t i = 0; i < spans.size(); ++i) {
+    for (size_t j = i + 1; j < spans.size() && spans[j].begin < spans[i].end; ++j) {
+      if (spans[i].slice == spans[j].slice) continue;
+      const TensorBox& a = spans[i].part->box;
+      const TensorBox& b = spans[j].part->box;
+      bool meet = true;
+      for (size_t d = 0; d < a.ndim() && meet; ++d) {
+        meet = std::max(a.offset[d], b.offset[d]) <
+               std::min(a.offset[d] + a.extent[d], b.offset[d] + b.extent[d]);
+      }
+      if (!meet) continue;
+      const ShardSlice& first = tensor.slices[std::min(spans[i].slice, spans[j].slice)];
+      const ShardSlice& second = tensor.slices[std::max(spans[i].slice, spans[j].slice)];
+      throw index_error(where, name, slice_text(first), " and ", slice_text(second), " overlap in ",
+                        overlap_text(layouts[std::min(spans[i].slice, spans[j].slice)],
+                                     layouts[std::max(spans[i].slice, spans[j].slice)]));
+    }
+  }
+  uint64_t held = 0;
+  for (const ShardSlice& slice : tensor.slices) held += slice.count;  // disjoint: <= numel
+  if (held == numel) return;
+  std::vector<std::pair<uint64_t, uint64_t>> runs;
+  for (const SliceLayout& layout : layouts) {
+    for (const auto& run : flat_runs(layout)) runs.push_back(run);
+  }
+  const auto gap = first_gap(runs, numel);
+  const uint64_t begin = gap ? gap->first : 0;
+  const uint64_t end = gap ? gap->second : numel;
+  std::string first_index;
+  if (tensor.shape.size() > 1)
+    first_index = " (the first at index " + index_text(tensor.shape, begin) + ")";
+  throw index_error(where, name, "elements [", begin, ", ", end, ") are in no slice", first_index);
+}
+
+ShardedTensor parse_tensor(const std::string& name, const Json& entry, int version,
+                           std::string_view where) {
   if (!entry.is_object()) throw index_error(where, name, "entry is not a JSON object");
   ShardedTensor tensor;
   const std::string dtype = to_string(field(entry, "dtype", where, name), "dtype", where, name);
@@ -72,19 +206,16 @@ ShardedTensor parse_tensor(const std::string& name, const Json& entry, std::stri
   for (const Json& dim : shape) tensor.shape.push_back(to_u64(dim, "shape", where, name));
   const Json& slices = field(entry, "slices", where, name);
   if (!slices.is_array()) throw index_error(where, name, "\"slices\" is not an array");
-  for (const Json& s : slices) {
-    if (!s.is_object()) throw index_error(where, name, "a slice is not a JSON object");
-    ShardSlice slice;
-    slice.file = to_string(field(s, "file", where, name), "file", where, name);
-    slice.key = to_string(field(s, "key", where, name), "key", where, name);
-    slice.offset = to_u64(field(s, "offset", where, name), "offset", where, name);
-    slice.count = to_u64(field(s, "count", where, name), "count", where, name);
-    tensor.slices.push_back(std::move(slice));
-  }
+  for (const Json& s : slices) tensor.slices.push_back(parse_slice(s, version, name, where));
   return tensor;
 }
 
 }  // namespace
+
+SliceLayout slice_layout(std::span<const uint64_t> shape, const ShardSlice& slice) {
+  if (slice.box) return SliceLayout::of_box(shape, *slice.box);
+  return SliceLayout::flat(shape, slice.offset, slice.count);
+}
 
 ElementRange even_shard(uint64_t numel, int world_size, int rank) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
@@ -119,43 +250,22 @@ void validate_index(const ShardedIndex& index, std::string_view where) {
     } catch (const Error&) {
       throw index_error(where, name, "shape overflows 64 bits");
     }
-    std::vector<const ShardSlice*> sorted;
     for (const ShardSlice& slice : tensor.slices) {
       if (!is_safe_relative(slice.file)) {
         throw index_error(where, name, "slice file \"", slice.file,
                           "\" is not a relative path inside the checkpoint directory");
       }
       if (slice.key.empty()) throw index_error(where, name, "a slice has an empty key");
-      if (slice.count != 0) sorted.push_back(&slice);
+      check_slice_bounds(slice, tensor.shape, numel, where, name);
     }
-    std::sort(sorted.begin(), sorted.end(),
-              [](const ShardSlice* a, const ShardSlice* b) { return a->offset < b->offset; });
-    uint64_t position = 0;
-    for (const ShardSlice* slice : sorted) {
-      if (slice->offset < position) {
-        throw index_error(where, name, "slice at offset ", slice->offset, " in \"", slice->file,
-                          "\" overlaps elements already covered up to ", position);
-      }
-      if (slice->offset > position) {
-        throw index_error(where, name, "elements [", position, ", ", slice->offset,
-                          ") are in no slice");
-      }
-      if (slice->count > numel - position) {
-        throw index_error(where, name, "slice at offset ", slice->offset, " with ", slice->count,
-                          " elements in \"", slice->file, "\" runs past the ", numel,
-                          " elements of the tensor");
-      }
-      position += slice->count;
-    }
-    if (position != numel) {
-      throw index_error(where, name, "elements [", position, ", ", numel, ") are in no slice");
-    }
+    check_cover(tensor, numel, where, name);
   }
 }
 
 void write_index(const fs::path& path, const ShardedIndex& index) {
   validate_index(index, path.string());
   Json root = Json::object();
+  root["version"] = kShardedIndexVersion;
   root["metadata"] = Json::object();
   for (const auto& [key, value] : index.metadata) root["metadata"][key] = value;
   root["world_size"] = index.world_size;
@@ -163,8 +273,15 @@ void write_index(const fs::path& path, const ShardedIndex& index) {
   for (const auto& [name, tensor] : index.tensors) {
     Json slices = Json::array();
     for (const ShardSlice& s : tensor.slices) {
-      slices.push_back(
-          {{"file", s.file}, {"key", s.key}, {"offset", s.offset}, {"count", s.count}});
+      if (s.box) {
+        slices.push_back({{"file", s.file},
+                          {"key", s.key},
+                          {"box_offset", s.box->offset},
+                          {"box_extent", s.box->extent}});
+      } else {
+        slices.push_back(
+            {{"file", s.file}, {"key", s.key}, {"offset", s.offset}, {"count", s.count}});
+      }
     }
     tensors[name] = {{"dtype", safetensors_dtype_name(tensor.dtype)},
                      {"shape", tensor.shape},
@@ -201,6 +318,17 @@ ShardedIndex read_index(const fs::path& path) {
   }
   if (!root.is_object()) throw index_error(where, "", "not a JSON object");
   ShardedIndex index;
+  index.version = 1;
+  if (const auto version = root.find("version"); version != root.end()) {
+    if (!version->is_number_unsigned() || version->get<uint64_t>() < 1) {
+      throw index_error(where, "", "\"version\" must be a positive integer, got ", version->dump());
+    }
+    if (version->get<uint64_t>() > static_cast<uint64_t>(kShardedIndexVersion)) {
+      throw index_error(where, "", "index version ", version->get<uint64_t>(),
+                        " is newer than this build reads (up to ", kShardedIndexVersion, ")");
+    }
+    index.version = static_cast<int>(version->get<uint64_t>());
+  }
   if (const auto meta = root.find("metadata"); meta != root.end()) {
     if (!meta->is_object()) throw index_error(where, "", "\"metadata\" is not a JSON object");
     for (const auto& [key, value] : meta->items()) {
@@ -217,7 +345,7 @@ ShardedIndex read_index(const fs::path& path) {
   const Json& tensors = field(root, "tensors", where, "");
   if (!tensors.is_object()) throw index_error(where, "", "\"tensors\" is not a JSON object");
   for (const auto& [name, entry] : tensors.items()) {
-    index.tensors.emplace(name, parse_tensor(name, entry, where));
+    index.tensors.emplace(name, parse_tensor(name, entry, index.version, where));
   }
   validate_index(index, where);
 

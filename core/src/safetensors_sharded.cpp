@@ -1,4 +1,8 @@
-// ShardedCheckpoint: assembles element ranges of tensors from rank files.
+// ShardedCheckpoint: assembles element ranges and boxes of tensors from rank
+// files, whatever mix of flat and box slices they hold.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -14,6 +18,9 @@ struct ShardedCheckpoint::Impl {
   fs::path index_path;
   ShardedIndex index;
   std::map<std::string, SafetensorsReader> files;  // opened rank files by name
+  // Per tensor, the layout of each slice (as in ShardedTensor::slices),
+  // built on first read.
+  std::map<std::string, std::vector<SliceLayout>, std::less<>> layouts;
 
   const ShardedTensor& find(std::string_view name) const {
     const auto it = index.tensors.find(std::string(name));
@@ -30,6 +37,17 @@ struct ShardedCheckpoint::Impl {
     auto it = files.find(file);
     if (it == files.end()) {
       it = files.emplace(file, SafetensorsReader::open(index_path.parent_path() / file)).first;
+    }
+    return it->second;
+  }
+
+  const std::vector<SliceLayout>& layouts_of(std::string_view name, const ShardedTensor& t) {
+    auto it = layouts.find(name);
+    if (it == layouts.end()) {
+      std::vector<SliceLayout> all;
+      all.reserve(t.slices.size());
+      for (const ShardSlice& slice : t.slices) all.push_back(slice_layout(t.shape, slice));
+      it = layouts.emplace(std::string(name), std::move(all)).first;
     }
     return it->second;
   }
@@ -66,38 +84,68 @@ void ShardedCheckpoint::check_dtype(std::string_view name, tessera_dtype dtype) 
 void ShardedCheckpoint::read_range(std::string_view name, uint64_t offset, uint64_t count,
                                    std::span<std::byte> out) {
   const ShardedTensor& t = impl_->find(name);
-  const std::string where = impl_->index_path.string();
   const uint64_t numel = shape_numel(t.shape);
-  const size_t elem = tessera_dtype_size(t.dtype);
   if (offset > numel || count > numel - offset) {
     throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                detail::concat("sharded index '", where, "': tensor '", name, "': range [", offset,
-                               ", ", offset + count, ") runs past its ", numel, " elements"));
+                detail::concat("sharded index '", impl_->index_path.string(), "': tensor '", name,
+                               "': range ", range_text(offset, count), " runs past its ", numel,
+                               " elements"));
   }
+  read_into(name, t, SliceLayout::flat(t.shape, offset, count), out);
+}
+
+void ShardedCheckpoint::read_box(std::string_view name, const TensorBox& box,
+                                 std::span<std::byte> out) {
+  const ShardedTensor& t = impl_->find(name);
+  const std::string problem = box_problem(box, t.shape);
+  if (!problem.empty()) {
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                detail::concat("sharded index '", impl_->index_path.string(), "': tensor '", name,
+                               "' of shape ", fmt::format("[{}]", fmt::join(t.shape, ", ")), ": ",
+                               problem));
+  }
+  read_into(name, t, SliceLayout::of_box(t.shape, box), out);
+}
+
+void ShardedCheckpoint::read_into(std::string_view name, const ShardedTensor& t,
+                                  const SliceLayout& want, std::span<std::byte> out) {
+  const std::string where = impl_->index_path.string();
+  const size_t elem = tessera_dtype_size(t.dtype);
+  const uint64_t count = want.numel();
   if (out.size() != count * elem) {
     throw Error(TESSERA_ERR_MISMATCH,
                 detail::concat("sharded index '", where, "': tensor '", name, "': ", count,
                                " elements need ", count * elem, " bytes but the destination has ",
                                out.size()));
   }
-  const uint64_t stop = offset + count;
-  for (const ShardSlice& slice : t.slices) {
-    const uint64_t lo = std::max(offset, slice.offset);
-    const uint64_t hi = std::min(stop, slice.offset + slice.count);
-    if (lo >= hi) continue;
-    const SafetensorsReader& file = impl_->file(slice.file);
-    const TensorInfo& info = file.info(slice.key);  // throws naming file and key
-    if (info.dtype != t.dtype || info.numel() != slice.count) {
-      throw Error(TESSERA_ERR_MISMATCH,
-                  detail::concat("safetensors file '", file.path().string(), "': tensor '",
-                                 slice.key, "' is ", safetensors_dtype_name(info.dtype), " with ",
-                                 info.numel(), " elements but index '", where, "' expects ",
-                                 safetensors_dtype_name(t.dtype), " with ", slice.count,
-                                 " for tensor '", name, "'"));
+  const std::vector<SliceLayout>& layouts = impl_->layouts_of(name, t);
+  for (size_t i = 0; i < t.slices.size(); ++i) {
+    const ShardSlice& slice = t.slices[i];
+    const SliceLayout& held = layouts[i];
+    if (held.numel() == 0 || held.flat_end() <= want.flat_begin() ||
+        want.flat_end() <= held.flat_begin()) {
+      continue;
     }
-    const std::span<const std::byte> bytes = file.data(slice.key);
-    std::memcpy(out.data() + (lo - offset) * elem, bytes.data() + (lo - slice.offset) * elem,
-                static_cast<size_t>((hi - lo) * elem));
+    // The rank file is opened once the slice turns out to hold a wanted
+    // element.
+    const std::byte* from = nullptr;
+    for_each_overlap(held, want, [&](uint64_t held_at, uint64_t want_at, uint64_t n) {
+      if (from == nullptr) {
+        const SafetensorsReader& file = impl_->file(slice.file);
+        const TensorInfo& info = file.info(slice.key);  // throws naming file and key
+        if (info.dtype != t.dtype || info.numel() != slice.count) {
+          throw Error(TESSERA_ERR_MISMATCH,
+                      detail::concat("safetensors file '", file.path().string(), "': tensor '",
+                                     slice.key, "' is ", safetensors_dtype_name(info.dtype),
+                                     " with ", info.numel(), " elements but index '", where,
+                                     "' expects ", safetensors_dtype_name(t.dtype), " with ",
+                                     slice.count, " for tensor '", name, "'"));
+        }
+        from = file.data(slice.key).data();
+      }
+      std::memcpy(out.data() + want_at * elem, from + held_at * elem,
+                  static_cast<size_t>(n * elem));
+    });
   }
 }
 

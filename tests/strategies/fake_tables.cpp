@@ -261,13 +261,49 @@ int32_t store_has(void* ctx, const char* name) {
   return store_of(ctx)->tensors.count(name) != 0 ? 1 : 0;
 }
 
+// The flat indices of the elements of slice `s` (a flat range or a box) of
+// a tensor of `shape`, in the slice's order; false when it is not inside.
+bool store_slice_indices(const tessera_tensor_slice* s, const std::vector<int64_t>& shape,
+                         std::vector<size_t>& out) {
+  const auto numel = static_cast<uint64_t>(std::accumulate(
+      shape.begin(), shape.end(), int64_t{1}, [](int64_t a, int64_t b) { return a * b; }));
+  out.clear();
+  if (s->box_offset == nullptr) {
+    if (s->offset + s->count > numel) return false;
+    for (uint64_t i = 0; i < s->count; ++i) out.push_back(static_cast<size_t>(s->offset + i));
+    return true;
+  }
+  const size_t n = shape.size();
+  uint64_t count = 1;
+  for (size_t d = 0; d < n; ++d) {
+    if (s->box_offset[d] < 0 || s->box_extent[d] < 0 ||
+        s->box_offset[d] + s->box_extent[d] > shape[d]) {
+      return false;
+    }
+    count *= static_cast<uint64_t>(s->box_extent[d]);
+  }
+  if (count != s->count) return false;
+  std::vector<int64_t> at(n, 0);
+  for (uint64_t i = 0; i < count; ++i) {
+    int64_t flat = 0;
+    for (size_t d = 0; d < n; ++d) flat = flat * shape[d] + s->box_offset[d] + at[d];
+    out.push_back(static_cast<size_t>(flat));
+    for (size_t d = n; d-- > 0;) {
+      if (++at[d] < s->box_extent[d]) break;
+      at[d] = 0;
+    }
+  }
+  return true;
+}
+
 tessera_status store_read(void* ctx, const tessera_tensor_slice* s, float* out) {
   const auto it = store_of(ctx)->tensors.find(s->name);
   if (it == store_of(ctx)->tensors.end()) return TESSERA_ERR_INVALID_ARGUMENT;
   const std::vector<int64_t> shape(s->shape, s->shape + s->ndim);
   if (shape != it->second.shape) return TESSERA_ERR_INVALID_ARGUMENT;
-  if (s->offset + s->count > it->second.values.size()) return TESSERA_ERR_INVALID_ARGUMENT;
-  std::copy_n(it->second.values.begin() + static_cast<std::ptrdiff_t>(s->offset), s->count, out);
+  std::vector<size_t> indices;
+  if (!store_slice_indices(s, shape, indices)) return TESSERA_ERR_INVALID_ARGUMENT;
+  for (size_t i = 0; i < indices.size(); ++i) out[i] = it->second.values[indices[i]];
   return TESSERA_OK;
 }
 
@@ -278,10 +314,21 @@ tessera_status store_write(void* ctx, const tessera_tensor_slice* s, const float
   const auto numel = static_cast<size_t>(std::accumulate(
       t.shape.begin(), t.shape.end(), int64_t{1}, [](int64_t a, int64_t b) { return a * b; }));
   t.values.resize(numel, 0.0F);
-  if (s->offset + s->count > numel) return TESSERA_ERR_INVALID_ARGUMENT;
-  std::copy_n(data, s->count, t.values.begin() + static_cast<std::ptrdiff_t>(s->offset));
-  store->writes.push_back(std::string(s->name) + "@" + std::to_string(s->offset) + "+" +
-                          std::to_string(s->count));
+  std::vector<size_t> indices;
+  if (!store_slice_indices(s, t.shape, indices)) return TESSERA_ERR_INVALID_ARGUMENT;
+  for (size_t i = 0; i < indices.size(); ++i) t.values[indices[i]] = data[i];
+  std::string what = std::string(s->name) + "@";
+  if (s->box_offset == nullptr) {
+    what += std::to_string(s->offset) + "+" + std::to_string(s->count);
+  } else {
+    what += "[";
+    for (int32_t d = 0; d < s->ndim; ++d) {
+      what += (d == 0 ? "" : ",") + std::to_string(s->box_offset[d]) + ":" +
+              std::to_string(s->box_offset[d] + s->box_extent[d]);
+    }
+    what += "]";
+  }
+  store->writes.push_back(std::move(what));
   return TESSERA_OK;
 }
 

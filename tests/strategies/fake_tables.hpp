@@ -71,7 +71,8 @@ class FakeStore {
     std::vector<float> values;
   };
   std::map<std::string, Tensor> tensors;
-  // Slices written, as "name@offset+count", in order.
+  // Slices written, as "name@offset+count" (flat) or "name@[0:2,1:3]"
+  // (box), in order.
   std::vector<std::string> writes;
 
   [[nodiscard]] tessera_state_reader reader() noexcept;

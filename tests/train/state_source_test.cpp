@@ -1,8 +1,10 @@
 // State sources: the model's own init equals ModelParams::init; a
-// safetensors file round-trips through the source and the C reader table;
-// missing tensors, other shapes and bad ranges are errors naming them.
+// safetensors file round-trips through the source and the C reader table,
+// by flat range and by box; missing tensors, other shapes and bad ranges or
+// boxes are errors naming them.
 #include <gtest/gtest.h>
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,23 @@ using test::same_bits;
 
 SliceRef slice(std::string name, std::vector<int64_t> shape, uint64_t offset, uint64_t count) {
   return SliceRef{std::move(name), std::move(shape), offset, count};
+}
+
+SliceRef box_slice(std::string name, std::vector<int64_t> shape, std::vector<uint64_t> offset,
+                   std::vector<uint64_t> extent) {
+  TensorBox box{std::move(offset), std::move(extent)};
+  const uint64_t count = box.numel();
+  return SliceRef{std::move(name), std::move(shape), 0, count, std::move(box)};
+}
+
+// Elements of a row-major [rows, cols] matrix `m` in columns [c0, c1).
+std::vector<float> columns(std::span<const float> m, std::size_t cols, std::size_t c0,
+                           std::size_t c1) {
+  std::vector<float> out;
+  for (std::size_t r = 0; r < m.size() / cols; ++r) {
+    for (std::size_t c = c0; c < c1; ++c) out.push_back(m[r * cols + c]);
+  }
+  return out;
 }
 
 TEST(InitSource, EqualsModelParamsInit) {
@@ -57,6 +76,10 @@ TEST(InitSource, EqualsModelParamsInit) {
   std::vector<float> part(13);
   source->read(slice("embed.wte", {11, 8}, 30, 13), part);
   EXPECT_TRUE(same_bits(part, expected.at({0, 0}).subspan(30, 13)));
+  // A column shard of it.
+  std::vector<float> cols(33);
+  source->read(box_slice("embed.wte", {11, 8}, {0, 5}, {11, 3}), cols);
+  EXPECT_TRUE(same_bits(cols, columns(expected.at({0, 0}), 8, 5, 8)));
 }
 
 TEST(InitSource, ErrorsNameTheTensor) {
@@ -84,7 +107,8 @@ TEST(StateReader, CTableReadsAndReportsErrors) {
   EXPECT_EQ(reader.has(reader.ctx, nullptr), 0);
 
   const int64_t shape[] = {6, 7};
-  tessera_tensor_slice s{sizeof(tessera_tensor_slice), 2, name.c_str(), shape, 4, 10};
+  tessera_tensor_slice s{
+      sizeof(tessera_tensor_slice), 2, name.c_str(), shape, 4, 10, nullptr, nullptr};
   std::vector<float> out(10);
   ASSERT_EQ(reader.read(reader.ctx, &s, out.data()), TESSERA_OK) << last_error();
   model::ModelParams expected(*m);
@@ -98,6 +122,28 @@ TEST(StateReader, CTableReadsAndReportsErrors) {
   EXPECT_NE(last_error().find("'" + name + "' has shape [6, 7]"), std::string::npos)
       << last_error();
   s.shape = shape;
+
+  // Rows 1..4, columns 2..5 as a box.
+  const int64_t box_offset[] = {1, 2};
+  const int64_t box_extent[] = {4, 3};
+  s.box_offset = box_offset;
+  s.box_extent = box_extent;
+  s.offset = 0;
+  s.count = 12;
+  std::vector<float> box(12);
+  ASSERT_EQ(reader.read(reader.ctx, &s, box.data()), TESSERA_OK) << last_error();
+  std::vector<float> want;
+  for (std::size_t r = 1; r < 5; ++r) {
+    for (std::size_t c = 2; c < 5; ++c) want.push_back(expected.at({0, 0})[r * 7 + c]);
+  }
+  EXPECT_TRUE(same_bits(box, want));
+  s.offset = 1;
+  EXPECT_EQ(reader.read(reader.ctx, &s, box.data()), TESSERA_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("a box slice has offset 0"), std::string::npos) << last_error();
+  s.offset = 0;
+  s.box_offset = nullptr;
+  s.box_extent = nullptr;
+
   s.name = nullptr;
   EXPECT_EQ(reader.read(reader.ctx, &s, out.data()), TESSERA_ERR_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("no name"), std::string::npos) << last_error();
@@ -136,6 +182,22 @@ TEST(SafetensorsSource, RoundTripAndErrors) {
   EXPECT_NE(msg.find(file.string() + ": no tensor 'layer1.w'"), std::string::npos) << msg;
   msg = error_of([&] { source->read(slice("ids", {3}, 0, 3), all); });
   EXPECT_NE(msg.find("'ids' is I32"), std::string::npos) << msg;
+  // Boxes: a column shard, a row shard, an empty box; one past the shape.
+  std::vector<float> cols(6);
+  source->read(box_slice("layer0.w", {3, 4}, {0, 1}, {3, 2}), cols);
+  EXPECT_TRUE(same_bits(cols, columns(w, 4, 1, 3)));
+  std::vector<float> rows(8);
+  source->read(box_slice("optim.layer0.w.exp_avg", {3, 4}, {1, 0}, {2, 4}), rows);
+  EXPECT_TRUE(same_bits(rows, std::span<const float>(m).subspan(4, 8)));
+  source->read(box_slice("layer0.w", {3, 4}, {3, 0}, {0, 4}), none);
+  msg = error_of([&] { source->read(box_slice("layer0.w", {3, 4}, {0, 3}, {3, 2}), cols); });
+  EXPECT_NE(msg.find(file.string() + ": tensor 'layer0.w' of shape [3, 4]: box [0:3, 3:5] runs "
+                                     "past dimension 1 of size 4"),
+            std::string::npos)
+      << msg;
+  msg = error_of([&] { source->read(box_slice("layer0.w", {3, 4}, {0, 0}, {3, 2}), rows); });
+  EXPECT_NE(msg.find("6 elements requested into a buffer of 8"), std::string::npos) << msg;
+
   msg = error_of([&] { (void)safetensors_source(dir / "missing.safetensors"); });
   EXPECT_NE(msg.find("missing.safetensors"), std::string::npos) << msg;
 }

@@ -1,5 +1,5 @@
-// Moving saved state to rank 0: the serialisation and both gathers over the
-// in-memory backend.
+// Moving saved state to rank 0: the serialisation (flat and box pieces) and
+// both gathers over the in-memory backend.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -57,6 +57,42 @@ TEST(StateTransfer, SerialisationRoundTrips) {
   EXPECT_EQ(back.tensors.at("w").pieces[0].offset, 0U);
   EXPECT_EQ(back.tensors.at("w").pieces[0].values, state.tensors.at("w").pieces[0].values);
   EXPECT_EQ(back.full("b"), (std::vector<float>{-1.5f, 2.5f}));
+}
+
+TEST(StateTransfer, BoxPiecesRoundTrip) {
+  using Piece = CollectedState::Piece;
+  const std::vector<int64_t> shape = {3, 5};
+  CollectedState columns;  // columns 3..4 of w, and a 0-d tensor as a box
+  columns.add("w", shape, Piece{0, {3, 4, 8, 9, 13, 14}, 1, TensorBox{{0, 3}, {3, 2}}});
+  columns.add("s", std::vector<int64_t>{}, Piece{0, {7}, 1, TensorBox{}});
+  const std::vector<std::byte> bytes = train::serialize_state(columns);
+  const CollectedState back = train::deserialize_state(bytes);
+  ASSERT_EQ(back.tensors.at("w").pieces.size(), 1U);
+  const Piece& piece = back.tensors.at("w").pieces[0];
+  EXPECT_EQ(piece.box, (TensorBox{{0, 3}, {3, 2}}));
+  EXPECT_EQ(piece.values, columns.tensors.at("w").pieces[0].values);
+  EXPECT_EQ(back.tensors.at("s").pieces.at(0).box, TensorBox{});
+
+  // Merged with the other columns on rank 0, the tensor is whole.
+  CollectedState rest;
+  rest.add("w", shape, Piece{0, {0, 1, 2, 5, 6, 7, 10, 11, 12}, 0, TensorBox{{0, 0}, {3, 3}}});
+  rest.merge(train::deserialize_state(bytes));
+  std::vector<float> whole(15);
+  for (size_t i = 0; i < whole.size(); ++i) whole[i] = static_cast<float>(i);
+  EXPECT_EQ(rest.full("w"), whole);
+
+  // A box outside its tensor is refused.
+  CollectedState bad;
+  CollectedState::Tensor t;
+  t.shape = shape;
+  t.pieces.push_back(Piece{0, {1, 2}, 0, TensorBox{{0, 4}, {1, 2}}});
+  bad.tensors.emplace("w", t);
+  const std::string message =
+      error_of([&] { (void)train::deserialize_state(train::serialize_state(bad)); });
+  EXPECT_NE(
+      message.find("saved state: a piece of tensor 'w': box [0:1, 4:6] runs past dimension 1"),
+      std::string::npos)
+      << message;
 }
 
 TEST(StateTransfer, TruncatedOrMalformedBytesAreRefused) {

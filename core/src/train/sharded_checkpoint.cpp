@@ -92,16 +92,26 @@ std::vector<SliceRecord> write_rank_shard(const fs::path& step_dir, int rank,
   for (const auto& [name, tensor] : state.tensors) {
     const auto pieces = std::count_if(tensor.pieces.begin(), tensor.pieces.end(),
                                       [](const auto& p) { return !p.values.empty(); });
+    const std::vector<uint64_t> dims(tensor.shape.begin(), tensor.shape.end());
     for (const CollectedState::Piece& piece : tensor.pieces) {
       if (piece.values.empty()) continue;
       SliceRecord record;
       record.tensor = name;
       record.shape = tensor.shape;
       record.slice.file = file_name;
-      record.slice.key = pieces == 1 ? name : name + "@" + std::to_string(piece.offset);
-      record.slice.offset = piece.offset;
       record.slice.count = piece.values.size();
-      writer.add<float>(record.slice.key, {record.slice.count},
+      // A flat piece that is a box (whole rows, a whole tensor, any range
+      // of a 1-d tensor) is stored as that box.
+      record.slice.box =
+          piece.box ? piece.box : flat_range_as_box(dims, piece.offset, record.slice.count);
+      record.slice.offset = record.slice.box ? 0 : piece.offset;
+      const uint64_t first = record.slice.box
+                                 ? SliceLayout::of_box(dims, *record.slice.box).flat_begin()
+                                 : piece.offset;
+      record.slice.key = pieces == 1 ? name : name + "@" + std::to_string(first);
+      std::vector<uint64_t> stored_shape =
+          record.slice.box ? record.slice.box->extent : std::vector<uint64_t>{record.slice.count};
+      writer.add<float>(record.slice.key, std::move(stored_shape),
                         std::span<const float>(piece.values));
       records.push_back(std::move(record));
     }
@@ -117,12 +127,13 @@ std::vector<SliceRecord> write_rank_shard(const fs::path& step_dir, int rank,
 std::string format_slice_records(const std::vector<SliceRecord>& records) {
   Json all = Json::array();
   for (const SliceRecord& r : records) {
-    all.push_back({{"tensor", r.tensor},
-                   {"shape", r.shape},
-                   {"file", r.slice.file},
-                   {"key", r.slice.key},
-                   {"offset", r.slice.offset},
-                   {"count", r.slice.count}});
+    Json record = {{"tensor", r.tensor}, {"shape", r.shape},         {"file", r.slice.file},
+                   {"key", r.slice.key}, {"offset", r.slice.offset}, {"count", r.slice.count}};
+    if (r.slice.box) {
+      record["box_offset"] = r.slice.box->offset;
+      record["box_extent"] = r.slice.box->extent;
+    }
+    all.push_back(std::move(record));
   }
   return all.dump();
 }
@@ -140,6 +151,10 @@ std::vector<SliceRecord> parse_slice_records(const std::string& text, const std:
       r.slice.key = j.at("key").get<std::string>();
       r.slice.offset = j.at("offset").get<uint64_t>();
       r.slice.count = j.at("count").get<uint64_t>();
+      if (j.contains("box_offset")) {
+        r.slice.box = TensorBox{j.at("box_offset").get<std::vector<uint64_t>>(),
+                                j.at("box_extent").get<std::vector<uint64_t>>()};
+      }
       records.push_back(std::move(r));
     }
   } catch (const nlohmann::json::exception& e) {

@@ -1,5 +1,5 @@
 // Reading a sharded training checkpoint: the state source a strategy's
-// load() reads slices from, the check of the rank files, and the tensor
+// load() reads slices (flat ranges or boxes) from, the check of the rank files, and the tensor
 // order of a full checkpoint.
 #include <algorithm>
 #include <set>
@@ -37,22 +37,18 @@ class ShardedSource final : public StateSource {
     TESSERA_CHECK(tensor.dtype == TESSERA_F32, TESSERA_ERR_INVALID_ARGUMENT, describe_,
                   ": tensor '", slice.name, "' is ", safetensors_dtype_name(tensor.dtype),
                   ", training state must be F32");
-    const bool same_shape =
-        std::equal(slice.shape.begin(), slice.shape.end(), tensor.shape.begin(), tensor.shape.end(),
-                   [](int64_t a, uint64_t b) { return a >= 0 && static_cast<uint64_t>(a) == b; });
-    TESSERA_CHECK(same_shape, TESSERA_ERR_INVALID_ARGUMENT, describe_, ": tensor '", slice.name,
-                  "' has shape [", fmt::format("{}", fmt::join(tensor.shape, ", ")),
-                  "], the strategy expects [", fmt::format("{}", fmt::join(slice.shape, ", ")),
-                  "]");
-    const uint64_t numel = shape_numel(tensor.shape);
-    TESSERA_CHECK(slice.offset <= numel && slice.count <= numel - slice.offset,
-                  TESSERA_ERR_INVALID_ARGUMENT, describe_, ": elements [", slice.offset, ", ",
-                  slice.offset + slice.count, ") are outside tensor '", slice.name, "' of ", numel,
-                  " elements");
-    TESSERA_CHECK(out.size() == slice.count, TESSERA_ERR_INVALID_ARGUMENT, describe_, ": tensor '",
-                  slice.name, "': ", slice.count, " elements requested into a buffer of ",
-                  out.size());
-    checkpoint_.read<float>(slice.name, slice.offset, out);
+    std::vector<int64_t> shape;
+    for (const uint64_t d : tensor.shape) {
+      TESSERA_CHECK(d <= static_cast<uint64_t>(INT64_MAX), TESSERA_ERR_INVALID_ARGUMENT, describe_,
+                    ": tensor '", slice.name, "' has a dimension too large");
+      shape.push_back(static_cast<int64_t>(d));
+    }
+    check_slice_request(describe_, slice, shape, out.size());
+    if (slice.box) {
+      checkpoint_.read_box<float>(slice.name, *slice.box, out);
+    } else {
+      checkpoint_.read<float>(slice.name, slice.offset, out);
+    }
   }
 
   [[nodiscard]] std::string describe() const override { return describe_; }

@@ -81,6 +81,14 @@ std::vector<std::byte> serialize_state(const CollectedState& state) {
     w.put<uint64_t>(tensor.pieces.size());
     for (const auto& piece : tensor.pieces) {
       w.put<uint64_t>(piece.offset);
+      // A box piece: 1, then per dimension its offset and extent; flat: 0.
+      w.put<uint64_t>(piece.box ? 1 : 0);
+      if (piece.box) {
+        for (size_t d = 0; d < piece.box->ndim(); ++d) {
+          w.put<uint64_t>(piece.box->offset[d]);
+          w.put<uint64_t>(piece.box->extent[d]);
+        }
+      }
       w.put<uint64_t>(piece.values.size());
       w.put_raw(piece.values.data(), piece.values.size() * sizeof(float));
     }
@@ -106,11 +114,37 @@ CollectedState deserialize_state(std::span<const std::byte> bytes) {
       }
       numel *= static_cast<uint64_t>(d);
     }
-    tensor.pieces.resize(r.count(2 * sizeof(uint64_t), "a piece count"));
+    tensor.pieces.resize(r.count(3 * sizeof(uint64_t), "a piece count"));
+    const std::vector<uint64_t> dims(tensor.shape.begin(), tensor.shape.end());
     for (auto& piece : tensor.pieces) {
       piece.offset = r.get<uint64_t>("a piece offset");
+      const auto kind = r.get<uint64_t>("a piece kind");
+      if (kind > 1) {
+        throw Error(TESSERA_ERR_INVALID_ARGUMENT, "saved state: a piece of tensor '" + name +
+                                                      "' has unknown kind " + std::to_string(kind));
+      }
+      if (kind == 1) {
+        TensorBox box;
+        for (size_t d = 0; d < dims.size(); ++d) {
+          box.offset.push_back(r.get<uint64_t>("a box offset"));
+          box.extent.push_back(r.get<uint64_t>("a box extent"));
+        }
+        const std::string problem = box_problem(box, dims);
+        if (!problem.empty()) {
+          throw Error(
+              TESSERA_ERR_INVALID_ARGUMENT,
+              tessera::detail::concat("saved state: a piece of tensor '", name, "': ", problem));
+        }
+        piece.box = std::move(box);
+      }
       piece.values.resize(r.count(sizeof(float), "a piece length"));
-      if (piece.offset > numel || piece.values.size() > numel - piece.offset) {
+      if (piece.box && piece.values.size() != piece.box->numel()) {
+        throw Error(
+            TESSERA_ERR_INVALID_ARGUMENT,
+            tessera::detail::concat("saved state: a piece of tensor '", name, "' with box ",
+                                    box_text(*piece.box), " has ", piece.values.size(), " values"));
+      }
+      if (!piece.box && (piece.offset > numel || piece.values.size() > numel - piece.offset)) {
         throw Error(TESSERA_ERR_INVALID_ARGUMENT,
                     "saved state: a piece of tensor '" + name + "' at offset " +
                         std::to_string(piece.offset) + " with " +

@@ -1,13 +1,17 @@
 // Sharded checkpoints: one safetensors file per rank plus a JSON index that
-// says which element range of every (flattened) tensor lives in which file.
-// Independent of any strategy: whoever shards a tensor writes its slices and
-// describes them here; any world size can read them back by element range.
+// says which part of every tensor lives in which file: a flat element range
+// of the (row-major flattened) tensor, or an N-d box. Independent of any
+// strategy: whoever shards a tensor writes its slices and describes them
+// here; any world size can read them back by element range or by box.
 //
-// Index layout (see docs/checkpoints.md):
-//   { "metadata": {"<key>": "<value>", ...}, "world_size": N,
+// Index layout, version 2 (see docs/checkpoints.md):
+//   { "version": 2, "metadata": {"<key>": "<value>", ...}, "world_size": N,
 //     "tensors": { "<name>": { "dtype": "F32", "shape": [...],
 //       "slices": [ {"file": "rank00000.safetensors", "key": "<name>",
-//                    "offset": <first element>, "count": <elements>}, ... ] } } }
+//                    "offset": <first element>, "count": <elements>},
+//                   {"file": "rank00001.safetensors", "key": "<name>@4",
+//                    "box_offset": [...], "box_extent": [...]}, ... ] } } }
+// An index without "version" is version 1 (flat slices only) and still reads.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +19,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,18 +27,31 @@
 
 #include "tessera/c/common.h"
 #include "tessera/core/safetensors.hpp"
+#include "tessera/core/tensor_box.hpp"
 
 namespace tessera {
 
-// `count` elements of a tensor's flattened (row-major) elements starting at
-// element `offset`, stored as tensor `key` (any shape with `count` elements)
-// in safetensors file `file`, a path relative to the index's directory.
+// The index format version write_index writes; read_index reads it and
+// every earlier one.
+inline constexpr int kShardedIndexVersion = 2;
+
+// Part of a tensor stored as tensor `key` (any shape with `count` elements)
+// in safetensors file `file`, a path relative to the index's directory:
+// either `count` consecutive elements of the tensor's flattened (row-major)
+// elements starting at element `offset` (a flat slice), or, when `box` is
+// set, the box's elements in row-major order of the box (a box slice:
+// `offset` is 0 and `count` the box's element count).
 struct ShardSlice {
   std::string file;
   std::string key;
   uint64_t offset = 0;
   uint64_t count = 0;
+  std::optional<TensorBox> box = std::nullopt;
 };
+
+// How `slice`'s elements lie in its stored tensor, over a tensor of
+// `shape`; the slice must lie inside it (validate_index).
+SliceLayout slice_layout(std::span<const uint64_t> shape, const ShardSlice& slice);
 
 // A full tensor of a sharded checkpoint and where its elements are stored.
 struct ShardedTensor {
@@ -44,6 +62,9 @@ struct ShardedTensor {
 
 // Contents of an index file.
 struct ShardedIndex {
+  // The format version read_index found (1: no "version" field, flat slices
+  // only); write_index always writes kShardedIndexVersion.
+  int version = kShardedIndexVersion;
   std::map<std::string, std::string> metadata;
   int world_size = 1;  // ranks that wrote the checkpoint
   std::map<std::string, ShardedTensor> tensors;
@@ -65,10 +86,12 @@ ElementRange even_shard(uint64_t numel, int world_size, int rank);
 std::string shard_file_name(int rank);
 
 // Checks the structure of `index`: world_size >= 1, known dtypes, slice
-// files are non-empty relative paths without "..", and the slices of every
-// tensor cover its elements exactly once (no overlap, no gap, nothing past
-// the end; empty slices are allowed). Throws tessera::Error (invalid
-// argument) naming `where` (e.g. the index path) and the tensor at fault.
+// files are non-empty relative paths without "..", every box has one offset
+// and one extent per dimension of the tensor with `count` its element count,
+// and the slices of every tensor, flat and box alike, cover its elements
+// exactly once (no overlap, no gap, nothing past the end; empty slices are
+// allowed). Throws tessera::Error (invalid argument) naming `where` (e.g.
+// the index path), the tensor and the slices at fault.
 void validate_index(const ShardedIndex& index, std::string_view where);
 
 // Validates `index` (as validate_index) and writes it as JSON to `path`
@@ -76,14 +99,16 @@ void validate_index(const ShardedIndex& index, std::string_view where);
 // path on failure; the previous file is then left untouched.
 void write_index(const std::filesystem::path& path, const ShardedIndex& index);
 
-// Reads and validates the index at `path`: its JSON and field types, the
-// checks of validate_index, and that every slice file exists next to it.
-// Throws tessera::Error naming the path (and tensor, slice or file).
+// Reads and validates the index at `path`: its version (1 or 2; box slices
+// need 2), its JSON and field types, the checks of validate_index, and that
+// every slice file exists next to it. Throws tessera::Error naming the path
+// (and tensor, slice or file).
 ShardedIndex read_index(const std::filesystem::path& path);
 
-// A sharded checkpoint opened for reading: assembles any element range of a
-// tensor from the rank files, whatever world size wrote them. Rank files are
-// opened (and validated) on first use and kept mapped. Not thread-safe.
+// A sharded checkpoint opened for reading: assembles any element range or
+// box of a tensor from the rank files, whatever world size and whatever mix
+// of flat and box slices wrote them. Rank files are opened (and validated)
+// on first use and kept mapped. Not thread-safe.
 class ShardedCheckpoint {
  public:
   // Reads the index at `index_path` (see read_index).
@@ -106,12 +131,25 @@ class ShardedCheckpoint {
   // and key).
   void read_range(std::string_view name, uint64_t offset, uint64_t count, std::span<std::byte> out);
 
+  // Copies box `box` of tensor `name` (its elements in row-major order of
+  // the box) into `out`, which must be exactly box.numel() * element size
+  // bytes. Throws tessera::Error as read_range, and when `box` is not a box
+  // of the tensor's shape (message names the box and the tensor).
+  void read_box(std::string_view name, const TensorBox& box, std::span<std::byte> out);
+
   // Typed form of read_range: `out.size()` elements from `offset`; the
   // tensor's dtype must be dtype_of<T> (else tessera::Error, mismatch).
   template <typename T>
   void read(std::string_view name, uint64_t offset, std::span<T> out) {
     check_dtype(name, dtype_of<T>::value);
     read_range(name, offset, out.size(), std::as_writable_bytes(out));
+  }
+
+  // Typed form of read_box; `out.size()` must be box.numel().
+  template <typename T>
+  void read_box(std::string_view name, const TensorBox& box, std::span<T> out) {
+    check_dtype(name, dtype_of<T>::value);
+    read_box(name, box, std::as_writable_bytes(out));
   }
 
   // The whole flattened tensor `name` as raw little-endian bytes.
@@ -121,6 +159,9 @@ class ShardedCheckpoint {
   struct Impl;
   explicit ShardedCheckpoint(std::unique_ptr<Impl> impl);
   void check_dtype(std::string_view name, tessera_dtype dtype) const;
+  // Fills `out` (laid out as `want`) from the slices of tensor `t`.
+  void read_into(std::string_view name, const ShardedTensor& t, const SliceLayout& want,
+                 std::span<std::byte> out);
 
   std::unique_ptr<Impl> impl_;
 };

@@ -78,17 +78,32 @@ typedef struct tessera_optimizer_api {
 /* ---------------------------------------------------------------------------
  * Training state transfer (implemented by the host), for initial weights,
  * checkpoints and resume. A tensor is addressed by name and full shape; a
- * call moves `count` consecutive elements of its row-major flattening,
- * starting at element `offset`, so a strategy reads or writes exactly the
- * part it owns and the host reshards between world sizes.
+ * call moves one slice of it, so a strategy reads or writes exactly the
+ * part it owns and the host reshards between world sizes and layouts. A
+ * slice is either
+ *   - flat: `count` consecutive elements of the tensor's row-major
+ *     flattening, starting at element `offset` (box_offset and box_extent
+ *     NULL), e.g. a shard of a padded flat buffer; or
+ *   - a box: in every dimension d the indices [box_offset[d],
+ *     box_offset[d] + box_extent[d]), its elements in row-major order of the
+ *     box (the last dimension fastest), e.g. a column shard of a weight
+ *     (box_offset {0, c0}, box_extent {rows, c1 - c0}). `offset` is then 0
+ *     and `count` the product of the extents.
+ * Either form reads back what the other wrote: the host assembles any slice
+ * from whatever slices were saved.
  * ------------------------------------------------------------------------- */
 typedef struct tessera_tensor_slice {
   uint32_t struct_size; /* sizeof(tessera_tensor_slice) of the caller */
   int32_t ndim;         /* of the full tensor                        */
   const char* name;     /* checkpoint name (see the top of the file) */
   const int64_t* shape; /* full tensor shape                          */
-  uint64_t offset;      /* first element of the slice                 */
+  uint64_t offset;      /* first element of a flat slice; 0 for a box */
   uint64_t count;       /* elements in the slice (may be 0)           */
+  /* Appended for boxes (a caller whose struct_size ends before them passes
+   * a flat slice): both NULL for a flat slice, or both ndim entries (>= 0,
+   * inside the shape; an extent may be 0) for a box. */
+  const int64_t* box_offset; /* first index of the box per dimension  */
+  const int64_t* box_extent; /* indices of the box per dimension      */
 } tessera_tensor_slice;
 
 typedef struct tessera_state_reader {
@@ -99,8 +114,9 @@ typedef struct tessera_state_reader {
    * present; optimizer state is absent when training starts fresh (the
    * strategy then keeps its zeroed state). */
   int32_t (*has)(void* ctx, const char* name);
-  /* Copies the slice into `out` (f32). Fails with INVALID_ARGUMENT when the
-   * tensor is missing or its shape differs from slice->shape. */
+  /* Copies the slice (flat or box) into `out` (f32, slice->count values).
+   * Fails with INVALID_ARGUMENT when the tensor is missing, its shape
+   * differs from slice->shape or the slice is not inside it. */
   tessera_status (*read)(void* ctx, const tessera_tensor_slice* slice, float* out);
 } tessera_state_reader;
 

@@ -8,7 +8,8 @@
 //   <dir>/latest                                "step-00000200", written last
 //
 // Any world size and any strategy reads such a checkpoint back by element
-// range (ShardedCheckpoint), so a run resumes on another number of ranks.
+// range or box (ShardedCheckpoint), so a run resumes on another number of
+// ranks or another layout.
 // docs/checkpoints.md describes the layout.
 #pragma once
 
@@ -44,8 +45,11 @@ std::filesystem::path prepare_sharded_step_dir(const std::filesystem::path& dir,
 // Writes `state` (this rank's pieces, CollectedState of save(false)) to
 // `<step_dir>/rank%05d.safetensors` atomically: f32, one tensor per piece,
 // keyed "<tensor>" when the rank holds one piece of it, else
-// "<tensor>@<offset>"; `metadata` plus "rank" goes to its __metadata__.
-// Returns the slices written (empty pieces are skipped). Throws
+// "<tensor>@<flat index of the piece's first element>"; `metadata` plus
+// "rank" goes to its __metadata__. A box piece, and a flat piece that is a
+// box (flat_range_as_box), is stored with the box's extents as its shape and
+// recorded as a box slice; any other flat piece as a 1-D tensor and a flat
+// slice. Returns the slices written (empty pieces are skipped). Throws
 // tessera::Error naming the file on an I/O failure.
 std::vector<SliceRecord> write_rank_shard(const std::filesystem::path& step_dir, int rank,
                                           const CollectedState& state,
@@ -83,8 +87,8 @@ std::filesystem::path write_sharded_index(const std::filesystem::path& dir, int6
 void verify_sharded_files(const std::filesystem::path& index_path, const ShardedIndex& index);
 
 // A state source over a sharded checkpoint (the index at `index_path`):
-// tensors by name, f32, shapes checked, any element range assembled from
-// the rank files whatever world size wrote them. Not thread-safe: one per
+// tensors by name, f32, shapes checked, any element range or box assembled
+// from the rank files whatever world size and slices wrote them. Not thread-safe: one per
 // rank.
 std::unique_ptr<StateSource> sharded_source(const std::filesystem::path& index_path);
 

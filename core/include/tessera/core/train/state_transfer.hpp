@@ -16,8 +16,8 @@
 
 namespace tessera::train {
 
-// The state as bytes: per tensor its name, shape and pieces (offset and f32
-// values), little-endian, in name order. Lossless.
+// The state as bytes: per tensor its name, shape and pieces (offset, box if
+// any, f32 values), little-endian, in name order. Lossless.
 std::vector<std::byte> serialize_state(const CollectedState& state);
 
 // The inverse of serialize_state. Throws tessera::Error (invalid argument)

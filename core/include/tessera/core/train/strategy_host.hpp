@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "tessera/core/optim/optimizer.hpp"
 #include "tessera/core/options.hpp"
 #include "tessera/core/plugin_registry.hpp"
+#include "tessera/core/tensor_box.hpp"
 
 namespace tessera::train {
 
@@ -33,13 +35,27 @@ inline const tessera_batch* as_c_batch(const Batch& batch) noexcept {
 const tessera_optimizer_api* optimizer_api() noexcept;
 const tessera_optimizer* as_c_optimizer(const Optimizer& optimizer) noexcept;
 
-// A tensor's full shape and a flat slice of it (see tessera_tensor_slice).
+// A tensor's full shape and a slice of it (see tessera_tensor_slice): the
+// flat range [offset, offset + count) of its row-major elements, or, when
+// `box` is set, that box in row-major order of the box (`offset` 0, `count`
+// the box's element count).
 struct SliceRef {
   std::string name;
   std::vector<int64_t> shape;
   uint64_t offset = 0;
   uint64_t count = 0;
+  std::optional<TensorBox> box = std::nullopt;
 };
+
+// Checks a slice a strategy asks `source` for against the tensor's actual
+// shape and the output length: the shapes agree, the range or box lies
+// inside the tensor and `out_size` is slice.count. Throws tessera::Error
+// (invalid argument) naming the source and the tensor.
+void check_slice_request(const std::string& source, const SliceRef& slice,
+                         std::span<const int64_t> actual, std::size_t out_size);
+
+// How a checked slice's elements lie in its buffer (see SliceLayout).
+SliceLayout slice_layout(const SliceRef& slice);
 
 // Where load() reads from. Implementations throw tessera::Error (invalid
 // argument) naming the source and the tensor for a missing tensor, another
@@ -75,21 +91,28 @@ std::unique_ptr<StateSource> safetensors_source(const std::filesystem::path& fil
 // world; a writer made without the flag therefore rejects a repeated
 // element of its own rank (invalid argument), while merge() accepts
 // overlaps that agree, whatever the flag was.
+//
+// Pieces are flat ranges or boxes (as written); overlaps, replicas and gaps
+// are found between any mix of them, and reported as flat ranges, boxes or
+// the first element's index.
 struct CollectedState {
   struct Piece {
-    uint64_t offset = 0;
+    uint64_t offset = 0;  // first element of a flat piece (0 for a box)
     std::vector<float> values;
     int rank = -1;  // the rank whose strategy wrote it (thread rank), -1 unknown
+    // Set for a box piece: `values` are the box's elements in row-major
+    // order of the box. Unset: elements [offset, offset + values.size()).
+    std::optional<TensorBox> box = std::nullopt;
   };
   struct Tensor {
     std::vector<int64_t> shape;
-    std::vector<Piece> pieces;  // sorted by offset
+    std::vector<Piece> pieces;  // sorted by the flat index of their first element
   };
   std::map<std::string, Tensor> tensors;
 
   // The whole of tensor `name` if the pieces cover it. Throws tessera::Error
   // (invalid argument) naming the tensor when it is missing, or naming the
-  // first element range no piece covers.
+  // first flat element range no piece covers.
   [[nodiscard]] std::vector<float> full(const std::string& name) const;
   // Adds another rank's pieces. Throws tessera::Error (mismatch) naming the
   // tensor and both shapes when shapes disagree, or when overlapping pieces
@@ -97,8 +120,9 @@ struct CollectedState {
   void merge(CollectedState&& other);
   // Adds one piece of tensor `name` with full `shape`, checked as above;
   // `allow_repeat` false rejects any overlap with what is held (invalid
-  // argument). Throws tessera::Error (invalid argument) when the range is
-  // outside the tensor.
+  // argument). Throws tessera::Error (invalid argument) when the range or
+  // box is outside the tensor, or a box's element count is not
+  // piece.values.size().
   void add(const std::string& name, std::span<const int64_t> shape, Piece piece,
            bool allow_repeat = true);
 };
