@@ -105,7 +105,7 @@ TEST(ModelConfig, ErrorsNameTheKey) {
             std::string::npos);
   const std::string range = error_of(section("gpt", "vocab = 1"));
   EXPECT_NE(
-      range.find("run.toml:[model]: model 'gpt': model 'gpt' key 'vocab' must be >= 2, got 1"),
+      range.find("run.toml:[model]: model 'gpt': key 'vocab' must be >= 2, got 1"),
       std::string::npos)
       << range;
   const std::string unknown = error_of(section("resnet", ""));

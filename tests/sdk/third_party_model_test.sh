@@ -258,7 +258,7 @@ step i "an out-of-range model option is refused with the model's message"
 refused "$work/range.log" "$config" --set model.classes=1
 grep -qF "$config: [model]: " "$work/range.log" ||
   fail "the refusal does not say where the [model] table came from" "$work/range.log"
-grep -qF "model 'resmlp' key 'classes' must be >= 2, got 1" "$work/range.log" ||
+grep -qF "model 'resmlp': key 'classes' must be >= 2, got 1" "$work/range.log" ||
   fail "the refusal does not carry the model's message" "$work/range.log"
 
 echo

@@ -309,7 +309,7 @@ int main() {
   resmlp::Config wrong = config;
   wrong.classes = 1;
   const std::string config_error = error_of([&] { resmlp::build_units(wrong); });
-  check(config_error == "model 'resmlp' key 'classes' must be >= 2, got 1",
+  check(config_error == "key 'classes' must be >= 2, got 1",
         "classes = 1 is not refused as expected: '" + config_error + "'");
 
   if (failures > 0) {

@@ -383,7 +383,7 @@ class Head final : public Unit {
 
 [[noreturn]] void bad_key(std::string_view key, const std::string& what) {
   throw tessera::Error(TESSERA_ERR_INVALID_ARGUMENT,
-                       tessera::detail::concat("model 'resmlp' key '", key, "' ", what));
+                       tessera::detail::concat("key '", key, "' ", what));
 }
 
 }  // namespace

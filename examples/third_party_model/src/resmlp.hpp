@@ -30,7 +30,7 @@ struct Config {
   double residual_init = 0.5;           // std of W2 × sqrt(hidden width)
 };
 
-// Throws tessera::Error (invalid argument) "model 'resmlp' key '<key>' ..."
+// Throws tessera::Error (invalid argument) "key '<key>' ..."
 // for a value out of range.
 void check_config(const Config& config);
 

@@ -7,7 +7,7 @@
 namespace tessera::model {
 
 GptConfig parse_gpt_config(const sdk::Options& options) {
-  const ParamReader reader(options, "gpt");
+  const ParamReader reader(options);
   GptConfig config;
   config.vocab = reader.integer("vocab", 2);
   config.layers = reader.integer("layers", 0);

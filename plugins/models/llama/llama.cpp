@@ -12,7 +12,7 @@ int64_t llama_default_ffn(int64_t d_model) noexcept {
 }
 
 LlamaConfig parse_llama_config(const sdk::Options& options) {
-  const ParamReader reader(options, "llama");
+  const ParamReader reader(options);
   LlamaConfig config;
   config.vocab = reader.integer("vocab", 2);
   config.layers = reader.integer("layers", 0);

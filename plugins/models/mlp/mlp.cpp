@@ -56,7 +56,7 @@ struct MlpHeadContext final : UnitContext {
 }  // namespace
 
 MlpConfig parse_mlp_config(const sdk::Options& options) {
-  const ParamReader reader(options, "mlp");
+  const ParamReader reader(options);
   MlpConfig config;
   config.input = reader.integer("input", 1);
   config.hidden = reader.integers("hidden", 1);

@@ -8,7 +8,6 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "tessera/sdk/error.hpp"
@@ -16,13 +15,12 @@
 
 namespace tessera::model {
 
-// Every accessor throws tessera::Error (invalid argument) with "model
-// '<model>' key '<key>' ..." for a value out of range; the host adds where
-// the [model] table came from.
+// Every accessor throws tessera::Error (invalid argument) with "key '<key>'
+// ..." for a value out of range; the host adds where the [model] table came
+// from and the model's name ("run.toml: [model]: model 'gpt': key ...").
 class ParamReader {
  public:
-  ParamReader(const sdk::Options& options, std::string model)
-      : options_(options), model_(std::move(model)) {}
+  explicit ParamReader(const sdk::Options& options) : options_(options) {}
 
   // An integer >= `min`.
   [[nodiscard]] int64_t integer(const char* key, int64_t min) const {
@@ -62,13 +60,11 @@ class ParamReader {
   }
   // Throws naming the model and `key`.
   [[noreturn]] void fail(std::string_view key, const std::string& what) const {
-    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                detail::concat("model '", model_, "' key '", key, "' ", what));
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT, detail::concat("key '", key, "' ", what));
   }
 
  private:
   const sdk::Options& options_;
-  std::string model_;
 };
 
 }  // namespace tessera::model
