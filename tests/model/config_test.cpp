@@ -2,7 +2,10 @@
 // options) and its errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "../support/models.hpp"
 #include "tessera/core/model/model.hpp"
@@ -104,15 +107,65 @@ TEST(ModelConfig, ErrorsNameTheKey) {
                 .find("'tied_head'"),
             std::string::npos);
   const std::string range = error_of(section("gpt", "vocab = 1"));
-  EXPECT_NE(
-      range.find("run.toml:[model]: model 'gpt': key 'vocab' must be >= 2, got 1"),
-      std::string::npos)
+  EXPECT_NE(range.find("run.toml:[model]: model 'gpt': key 'vocab' must be >= 2, got 1"),
+            std::string::npos)
       << range;
   const std::string unknown = error_of(section("resnet", ""));
   EXPECT_NE(unknown.find("run.toml:[model]: key 'name' names unknown model 'resnet'"),
             std::string::npos)
       << unknown;
   EXPECT_NE(unknown.find("(available: gpt, llama, mlp)"), std::string::npos) << unknown;
+}
+
+// Every unit of every in-tree model reports a cost (the estimate the
+// pipeline balancer and the selector read through the model table), and it
+// grows the way the architecture says: attention with the sequence length,
+// GEMMs with the width.
+TEST(ModelCost, EveryUnitReportsAPlausibleCost) {
+  for (const auto& [name, params] : std::vector<std::pair<std::string, std::string>>{
+           {"mlp", "input = 4\nhidden = [8, 6]\nclasses = 3"},
+           {"gpt", "vocab = 11\nlayers = 2\nd_model = 8\nheads = 2\nseq_len = 5"},
+           {"llama",
+            "vocab = 11\nlayers = 2\nd_model = 8\nheads = 2\nkv_heads = 1\nseq_len = 5"}}) {
+    const auto model = make_model(section(name, params), test::model_plugins());
+    int64_t total = 0;
+    for (std::size_t u = 0; u < model->size(); ++u) {
+      const tessera_unit_cost c = model->unit_cost(u);
+      EXPECT_GT(c.forward_flops, 0.0) << name << " " << model->unit_name(u);
+      EXPECT_GE(c.backward_flops, c.forward_flops) << name << " " << model->unit_name(u);
+      EXPECT_GT(c.activation_bytes, 0.0) << name << " " << model->unit_name(u);
+      total += c.params;
+    }
+    EXPECT_EQ(total, model->parameter_count()) << name;
+  }
+  const auto short_gpt =
+      make_model(section("gpt", "vocab = 11\nlayers = 1\nd_model = 8\nheads = 2\nseq_len = 4"),
+                 test::model_plugins());
+  const auto long_gpt =
+      make_model(section("gpt", "vocab = 11\nlayers = 1\nd_model = 8\nheads = 2\nseq_len = 8"),
+                 test::model_plugins());
+  // Twice the tokens: more than twice the block's work (attention is
+  // quadratic), exactly twice the head's.
+  EXPECT_GT(long_gpt->unit_cost(1).forward_flops, 2.0 * short_gpt->unit_cost(1).forward_flops);
+  EXPECT_DOUBLE_EQ(long_gpt->unit_cost(2).forward_flops,
+                   2.0 * short_gpt->unit_cost(2).forward_flops);
+}
+
+TEST(ModelSplits, FusedQkvDeclaresThreeBlocks) {
+  const auto gpt =
+      make_model(section("gpt", "vocab = 11\nlayers = 1\nd_model = 8\nheads = 2\nseq_len = 4"),
+                 test::model_plugins());
+  const auto block = gpt->params(1);
+  const auto qkv = std::find_if(block.begin(), block.end(),
+                                [](const ParamSpec& p) { return p.name == "attn_qkv_w"; });
+  ASSERT_NE(qkv, block.end());
+  EXPECT_EQ(qkv->split, SplitHint::column);
+  EXPECT_EQ(qkv->split_blocks, 3);
+  for (const ParamSpec& p : block) {
+    if (p.name != "attn_qkv_w" && p.name != "attn_qkv_b") {
+      EXPECT_EQ(p.split_blocks, 1) << p.name;
+    }
+  }
 }
 
 }  // namespace

@@ -29,10 +29,10 @@ std::vector<std::unique_ptr<Unit>> build_gpt_units(const GptConfig& config) {
       std::make_unique<GptEmbedding>("embed", config.vocab, config.d_model, config.seq_len));
   for (int64_t i = 0; i < config.layers; ++i) {
     units.push_back(std::make_unique<GptBlock>("block" + std::to_string(i), config.d_model,
-                                               config.heads, config.mlp_ratio));
+                                               config.heads, config.mlp_ratio, config.seq_len));
   }
   units.push_back(std::make_unique<GptHead>("head", config.vocab, config.d_model,
-                                            config.tied_head ? "embed.wte" : ""));
+                                            config.tied_head ? "embed.wte" : "", config.seq_len));
   return units;
 }
 

@@ -42,6 +42,7 @@ class GptEmbedding final : public ConventionUnit {
   GptEmbedding(std::string name, int64_t vocab, int64_t d_model, int64_t seq_len);
 
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
+  [[nodiscard]] UnitCost cost() const override;
   ConstView forward(UnitContext& ctx, std::span<const float* const> params,
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
@@ -64,9 +65,12 @@ class GptEmbedding final : public ConventionUnit {
 // fc_w [d, r·d] (column), fc_b [r·d] (column); proj_w [r·d, d] (row), proj_b [d].
 class GptBlock final : public ConventionUnit {
  public:
-  GptBlock(std::string name, int64_t d_model, int64_t heads, int64_t mlp_ratio);
+  // `seq_len` sizes the cost estimate (attention grows with it); 1 when 0.
+  GptBlock(std::string name, int64_t d_model, int64_t heads, int64_t mlp_ratio,
+           int64_t seq_len = 0);
 
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
+  [[nodiscard]] UnitCost cost() const override;
   ConstView forward(UnitContext& ctx, std::span<const float* const> params,
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
@@ -76,6 +80,7 @@ class GptBlock final : public ConventionUnit {
   int64_t d_;
   int64_t heads_;
   int64_t hidden_;
+  int64_t seq_len_;
 };
 
 // Final LayerNorm, logits = ln_f(x)·wᵀ with w [vocab, d] (row: split by
@@ -86,9 +91,11 @@ class GptBlock final : public ConventionUnit {
 class GptHead final : public ConventionUnit {
  public:
   // `tied_to` empty: the head owns `w`; else the qualified embedding table.
-  GptHead(std::string name, int64_t vocab, int64_t d_model, std::string tied_to);
+  GptHead(std::string name, int64_t vocab, int64_t d_model, std::string tied_to,
+          int64_t seq_len = 0);
 
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
+  [[nodiscard]] UnitCost cost() const override;
   ConstView forward(UnitContext& ctx, std::span<const float* const> params,
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
@@ -97,6 +104,7 @@ class GptHead final : public ConventionUnit {
  private:
   int64_t vocab_;
   int64_t d_;
+  int64_t seq_len_;
 };
 
 // The units of a gpt: "embed", "block0".."block{L-1}", "head".

@@ -52,19 +52,21 @@ void sized(std::vector<float>& v, int64_t count) {
 
 }  // namespace
 
-GptBlock::GptBlock(std::string name, int64_t d_model, int64_t heads, int64_t mlp_ratio)
+GptBlock::GptBlock(std::string name, int64_t d_model, int64_t heads, int64_t mlp_ratio,
+                   int64_t seq_len)
     : ConventionUnit(std::move(name), false, false),
       d_(d_model),
       heads_(heads),
-      hidden_(mlp_ratio * d_model) {
+      hidden_(mlp_ratio * d_model),
+      seq_len_(seq_len > 0 ? seq_len : 1) {
   TESSERA_CHECK(heads > 0 && d_model % heads == 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': heads ", heads, " must divide d_model ", d_model);
   const int64_t d = d_model;
   specs_ = {
       {"ln1_g", {d}, SplitHint::none, {}},
       {"ln1_b", {d}, SplitHint::none, {}},
-      {"attn_qkv_w", {d, 3 * d}, SplitHint::column, {}},
-      {"attn_qkv_b", {3 * d}, SplitHint::column, {}},
+      {"attn_qkv_w", {d, 3 * d}, SplitHint::column, {}, 3},  // q | k | v, each split alike
+      {"attn_qkv_b", {3 * d}, SplitHint::column, {}, 3},
       {"attn_proj_w", {d, d}, SplitHint::row, {}},
       {"attn_proj_b", {d}, SplitHint::none, {}},
       {"ln2_g", {d}, SplitHint::none, {}},
@@ -74,6 +76,23 @@ GptBlock::GptBlock(std::string name, int64_t d_model, int64_t heads, int64_t mlp
       {"proj_w", {hidden_, d}, SplitHint::row, {}},
       {"proj_b", {d}, SplitHint::none, {}},
   };
+}
+
+UnitCost GptBlock::cost() const {
+  // Per token: the four GEMMs (qkv, projection, fc, proj) and attention
+  // against all T positions (q·kᵀ and probs·v); backward twice the forward.
+  const auto d = static_cast<double>(d_);
+  const auto t = static_cast<double>(seq_len_);
+  const auto h = static_cast<double>(hidden_);
+  const double per_token = 2.0 * d * (3.0 * d) + 2.0 * d * d + 4.0 * d * h + 4.0 * t * d;
+  UnitCost c;
+  c.forward_flops = t * per_token;
+  c.backward_flops = 2.0 * c.forward_flops;
+  // Saved for backward: input, both LayerNorm outputs, qkv, attention output,
+  // the residual sum, fc and gelu outputs per token, and the attention
+  // probabilities per head.
+  c.activation_bytes = 4.0 * (t * (8.0 * d + 2.0 * h) + static_cast<double>(heads_) * t * t);
+  return c;
 }
 
 std::unique_ptr<UnitContext> GptBlock::make_context() const {

@@ -27,6 +27,16 @@ GptEmbedding::GptEmbedding(std::string name, int64_t vocab, int64_t d_model, int
   specs_.push_back({"wpe", {seq_len, d_model}, SplitHint::none, {}});
 }
 
+UnitCost GptEmbedding::cost() const {
+  // A gather and an add per token; backward scatters the same.
+  const auto n = static_cast<double>(seq_len_ * d_);
+  UnitCost c;
+  c.forward_flops = n;
+  c.backward_flops = n;
+  c.activation_bytes = 4.0 * static_cast<double>(seq_len_);  // the token ids
+  return c;
+}
+
 std::unique_ptr<UnitContext> GptEmbedding::make_context() const {
   return std::make_unique<EmbeddingContext>();
 }

@@ -25,12 +25,28 @@ struct GptHeadContext final : UnitContext {
 
 }  // namespace
 
-GptHead::GptHead(std::string name, int64_t vocab, int64_t d_model, std::string tied_to)
-    : ConventionUnit(std::move(name), false, true), vocab_(vocab), d_(d_model) {
+GptHead::GptHead(std::string name, int64_t vocab, int64_t d_model, std::string tied_to,
+                 int64_t seq_len)
+    : ConventionUnit(std::move(name), false, true),
+      vocab_(vocab),
+      d_(d_model),
+      seq_len_(seq_len > 0 ? seq_len : 1) {
   specs_.push_back({"lnf_g", {d_model}, SplitHint::none, {}});
   specs_.push_back({"lnf_b", {d_model}, SplitHint::none, {}});
   const bool tied = !tied_to.empty();
   specs_.push_back({tied ? "wte" : "w", {vocab, d_model}, SplitHint::row, std::move(tied_to)});
+}
+
+UnitCost GptHead::cost() const {
+  // Per token: LayerNorm, the [d, vocab] GEMM and the softmax.
+  const auto d = static_cast<double>(d_);
+  const auto v = static_cast<double>(vocab_);
+  const auto t = static_cast<double>(seq_len_);
+  UnitCost c;
+  c.forward_flops = t * (8.0 * d + 2.0 * d * v + 5.0 * v);
+  c.backward_flops = t * (8.0 * d + 4.0 * d * v + 2.0 * v);
+  c.activation_bytes = 4.0 * t * (2.0 * d + v);  // input, ln_f output, probabilities
+  return c;
 }
 
 std::unique_ptr<UnitContext> GptHead::make_context() const {

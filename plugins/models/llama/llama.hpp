@@ -51,6 +51,7 @@ class LlamaEmbedding final : public ConventionUnit {
   LlamaEmbedding(std::string name, const LlamaConfig& config);
 
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
+  [[nodiscard]] UnitCost cost() const override;
   ConstView forward(UnitContext& ctx, std::span<const float* const> params,
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
@@ -59,6 +60,7 @@ class LlamaEmbedding final : public ConventionUnit {
  private:
   int64_t vocab_;
   int64_t d_;
+  int64_t seq_len_;
 };
 
 // One pre-RMSNorm decoder block on [B·T, d] (T taken from the batch, at
@@ -77,6 +79,7 @@ class LlamaBlock final : public ConventionUnit {
   LlamaBlock(std::string name, const LlamaConfig& config);
 
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
+  [[nodiscard]] UnitCost cost() const override;
   ConstView forward(UnitContext& ctx, std::span<const float* const> params,
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
@@ -102,6 +105,7 @@ class LlamaHead final : public ConventionUnit {
   LlamaHead(std::string name, const LlamaConfig& config);
 
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
+  [[nodiscard]] UnitCost cost() const override;
   ConstView forward(UnitContext& ctx, std::span<const float* const> params,
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
@@ -110,6 +114,7 @@ class LlamaHead final : public ConventionUnit {
  private:
   int64_t vocab_;
   int64_t d_;
+  int64_t seq_len_;
   float eps_;
 };
 

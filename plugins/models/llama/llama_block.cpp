@@ -83,6 +83,24 @@ LlamaBlock::LlamaBlock(std::string name, const LlamaConfig& config)
   kernels::rope_tables(seq_len_, head_dim_, config.rope_theta, cos_.data(), sin_.data());
 }
 
+UnitCost LlamaBlock::cost() const {
+  // Per token: q and o (d×d), k and v (d×kv), gate, up and down (d×ffn),
+  // RoPE, and attention against all T positions; backward twice the forward.
+  const auto d = static_cast<double>(d_);
+  const auto kv = static_cast<double>(kv_heads_ * head_dim_);
+  const auto f = static_cast<double>(ffn_);
+  const auto t = static_cast<double>(seq_len_);
+  const double per_token = 4.0 * d * d + 4.0 * d * kv + 6.0 * d * f + 4.0 * t * d + 3.0 * d;
+  UnitCost c;
+  c.forward_flops = t * per_token;
+  c.backward_flops = 2.0 * c.forward_flops;
+  // Saved per token: input, both norms' outputs, q, k, v, attention output,
+  // the residual sum, gate, up and their product; per head the probabilities.
+  c.activation_bytes =
+      4.0 * (t * (6.0 * d + 2.0 * kv + 3.0 * f) + static_cast<double>(heads_) * t * t);
+  return c;
+}
+
 std::unique_ptr<UnitContext> LlamaBlock::make_context() const {
   return std::make_unique<LlamaBlockContext>();
 }

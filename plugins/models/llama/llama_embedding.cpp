@@ -21,8 +21,21 @@ struct LlamaEmbeddingContext final : UnitContext {
 }  // namespace
 
 LlamaEmbedding::LlamaEmbedding(std::string name, const LlamaConfig& config)
-    : ConventionUnit(std::move(name), true, false), vocab_(config.vocab), d_(config.d_model) {
+    : ConventionUnit(std::move(name), true, false),
+      vocab_(config.vocab),
+      d_(config.d_model),
+      seq_len_(config.seq_len) {
   specs_.push_back({"wte", {vocab_, d_}, SplitHint::row, {}});
+}
+
+UnitCost LlamaEmbedding::cost() const {
+  // A gather per token; backward scatters the same.
+  const auto n = static_cast<double>(seq_len_ * d_);
+  UnitCost c;
+  c.forward_flops = n;
+  c.backward_flops = n;
+  c.activation_bytes = 4.0 * static_cast<double>(seq_len_);  // the token ids
+  return c;
 }
 
 std::unique_ptr<UnitContext> LlamaEmbedding::make_context() const {

@@ -30,11 +30,24 @@ LlamaHead::LlamaHead(std::string name, const LlamaConfig& config)
     : ConventionUnit(std::move(name), false, true),
       vocab_(config.vocab),
       d_(config.d_model),
+      seq_len_(config.seq_len),
       eps_(static_cast<float>(config.norm_eps)) {
   TESSERA_CHECK(eps_ > 0.0f, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': norm_eps must be positive");
   specs_.push_back({"norm_g", {d_}, SplitHint::none, {}});
   specs_.push_back({"w", {d_, vocab_}, SplitHint::column, {}});
+}
+
+UnitCost LlamaHead::cost() const {
+  // Per token: RMSNorm, the [d, vocab] GEMM and the softmax.
+  const auto d = static_cast<double>(d_);
+  const auto v = static_cast<double>(vocab_);
+  const auto t = static_cast<double>(seq_len_);
+  UnitCost c;
+  c.forward_flops = t * (4.0 * d + 2.0 * d * v + 5.0 * v);
+  c.backward_flops = t * (6.0 * d + 4.0 * d * v + 2.0 * v);
+  c.activation_bytes = 4.0 * t * (2.0 * d + v);  // input, normed input, probabilities
+  return c;
 }
 
 std::unique_ptr<UnitContext> LlamaHead::make_context() const {

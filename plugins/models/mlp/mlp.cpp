@@ -73,6 +73,16 @@ DenseUnit::DenseUnit(std::string name, int64_t in, int64_t out, kernels::Activat
   specs_.push_back({"b", {out}, SplitHint::column, {}});
 }
 
+UnitCost DenseUnit::cost() const {
+  const auto in = static_cast<double>(in_);
+  const auto out = static_cast<double>(out_);
+  UnitCost c;
+  c.forward_flops = 2.0 * in * out + 2.0 * out;  // GEMM, bias, activation
+  c.backward_flops = (is_first() ? 2.0 : 4.0) * in * out + 2.0 * out;
+  c.activation_bytes = 4.0 * (in + 2.0 * out);  // x, pre-activation, output
+  return c;
+}
+
 std::unique_ptr<UnitContext> DenseUnit::make_context() const {
   return std::make_unique<DenseContext>();
 }
@@ -118,6 +128,16 @@ ClassifierHead::ClassifierHead(std::string name, int64_t in, int64_t classes, bo
     : ConventionUnit(std::move(name), first, true), in_(in), classes_(classes) {
   specs_.push_back({"w", {in, classes}, SplitHint::column, {}});
   specs_.push_back({"b", {classes}, SplitHint::column, {}});
+}
+
+UnitCost ClassifierHead::cost() const {
+  const auto in = static_cast<double>(in_);
+  const auto k = static_cast<double>(classes_);
+  UnitCost c;
+  c.forward_flops = 2.0 * in * k + 5.0 * k;  // GEMM, bias, softmax
+  c.backward_flops = (is_first() ? 2.0 : 4.0) * in * k + 2.0 * k;
+  c.activation_bytes = 4.0 * (in + k);  // x, probabilities
+  return c;
 }
 
 std::unique_ptr<UnitContext> ClassifierHead::make_context() const {

@@ -37,6 +37,7 @@ class DenseUnit final : public ConventionUnit {
   DenseUnit(std::string name, int64_t in, int64_t out, kernels::Activation act, bool first);
 
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
+  [[nodiscard]] UnitCost cost() const override;
   ConstView forward(UnitContext& ctx, std::span<const float* const> params,
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
@@ -56,6 +57,7 @@ class ClassifierHead final : public ConventionUnit {
   ClassifierHead(std::string name, int64_t in, int64_t classes, bool first);
 
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
+  [[nodiscard]] UnitCost cost() const override;
   ConstView forward(UnitContext& ctx, std::span<const float* const> params,
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
