@@ -215,6 +215,8 @@ TEST(ModelTable, DescribesUnitsAndParameters) {
   ASSERT_EQ(api->unit_cost(cm, 1, &cost), TESSERA_OK) << plugin_error();
   EXPECT_EQ(cost.params, 7 * 5 + 5);
   EXPECT_EQ(api->unit_flags(cm, 1) & TESSERA_UNIT_TENSOR_PARALLEL, 0u);
+  EXPECT_NE(api->unit_flags(cm, 1) & TESSERA_UNIT_SPLIT_BACKWARD, 0u);  // mlp layers split
+  EXPECT_EQ(api->unit_flags(cm, 7), 0u);                                // no such unit
 }
 
 TEST(ModelTable, HostBatchAccessorsDescribeBothLayouts) {

@@ -36,6 +36,7 @@ int64_t take_input(const std::string& unit, bool first, int64_t width, const Uni
 
 struct DenseContext final : UnitContext {
   int64_t rows = -1;
+  bool input_grad_done = false;  // backward_input ran; backward_weight may follow
   std::vector<float> x, z, y, dz, dx;
   [[nodiscard]] std::size_t bytes() const noexcept override {
     return capacity_bytes({&x, &z, &y, &dz, &dx});
@@ -44,6 +45,7 @@ struct DenseContext final : UnitContext {
 
 struct MlpHeadContext final : UnitContext {
   int64_t rows = -1;
+  bool input_grad_done = false;  // backward_input ran; backward_weight may follow
   float scale = 1.0f;
   float loss = 0.0f;
   std::vector<int32_t> targets;
@@ -98,6 +100,38 @@ ConstView DenseUnit::forward(UnitContext& ctx_base, std::span<const float* const
   kernels::linear_forward(ctx.x.data(), params[0], params[1], n, in_, out_, ctx.z.data());
   kernels::activation_forward(act_, ctx.z.data(), n * out_, ctx.y.data());
   return {ctx.y.data(), n, out_};
+}
+
+ConstView DenseUnit::backward_input(UnitContext& ctx_base, std::span<const float* const> params,
+                                    ConstView grad_output) const {
+  kernels::check_count(name_, "parameter", params.size(), specs_.size());
+  auto& ctx = dynamic_cast<DenseContext&>(ctx_base);
+  TESSERA_CHECK(ctx.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': backward without a forward on this context");
+  const int64_t n = ctx.rows;
+  TESSERA_CHECK(!grad_output.empty() && grad_output.rows == n && grad_output.cols == out_,
+                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': output gradient is ",
+                grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", out_);
+  ctx.dz.resize(static_cast<std::size_t>(n * out_));
+  kernels::activation_backward(act_, ctx.z.data(), grad_output.data, n * out_, ctx.dz.data());
+  ctx.input_grad_done = true;
+  if (is_first()) return {};
+  ctx.dx.resize(static_cast<std::size_t>(n * in_));
+  kernels::gemm(false, true, n, in_, out_, 1.0f, ctx.dz.data(), out_, params[0], out_, 0.0f,
+                ctx.dx.data(), in_);
+  return {ctx.dx.data(), n, in_};
+}
+
+void DenseUnit::backward_weight(UnitContext& ctx_base, std::span<const float* const> params,
+                                std::span<float* const> grads) const {
+  kernels::check_count(name_, "parameter", params.size(), specs_.size());
+  kernels::check_count(name_, "gradient", grads.size(), specs_.size());
+  auto& ctx = dynamic_cast<DenseContext&>(ctx_base);
+  TESSERA_CHECK(ctx.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': backward_weight without backward_input on this context");
+  kernels::linear_backward(ctx.x.data(), params[0], ctx.dz.data(), ctx.rows, in_, out_, grads[0],
+                           grads[1], nullptr);
+  ctx.input_grad_done = false;
 }
 
 ConstView DenseUnit::backward(UnitContext& ctx_base, std::span<const float* const> params,
@@ -162,6 +196,38 @@ ConstView ClassifierHead::forward(UnitContext& ctx_base, std::span<const float* 
                                                     classes_, ctx.probs.data(), name_);
   ctx.loss = static_cast<float>(loss * input.loss_scale);
   return {&ctx.loss, 1, 1};
+}
+
+ConstView ClassifierHead::backward_input(UnitContext& ctx_base,
+                                         std::span<const float* const> params,
+                                         ConstView grad_output) const {
+  kernels::check_count(name_, "parameter", params.size(), specs_.size());
+  auto& ctx = dynamic_cast<MlpHeadContext&>(ctx_base);
+  TESSERA_CHECK(ctx.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': backward without a forward on this context");
+  const int64_t n = ctx.rows;
+  const float g = grad_output.empty() ? 1.0f : grad_output.data[0];
+  ctx.dlogits.resize(static_cast<std::size_t>(n * classes_));
+  kernels::softmax_xent_backward(ctx.probs.data(), ctx.targets.data(), n, classes_, ctx.scale * g,
+                                 ctx.dlogits.data());
+  ctx.input_grad_done = true;
+  if (is_first()) return {};
+  ctx.dx.resize(static_cast<std::size_t>(n * in_));
+  kernels::gemm(false, true, n, in_, classes_, 1.0f, ctx.dlogits.data(), classes_, params[0],
+                classes_, 0.0f, ctx.dx.data(), in_);
+  return {ctx.dx.data(), n, in_};
+}
+
+void ClassifierHead::backward_weight(UnitContext& ctx_base, std::span<const float* const> params,
+                                     std::span<float* const> grads) const {
+  kernels::check_count(name_, "parameter", params.size(), specs_.size());
+  kernels::check_count(name_, "gradient", grads.size(), specs_.size());
+  auto& ctx = dynamic_cast<MlpHeadContext&>(ctx_base);
+  TESSERA_CHECK(ctx.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': backward_weight without backward_input on this context");
+  kernels::linear_backward(ctx.x.data(), params[0], ctx.dlogits.data(), ctx.rows, in_, classes_,
+                           grads[0], grads[1], nullptr);
+  ctx.input_grad_done = false;
 }
 
 ConstView ClassifierHead::backward(UnitContext& ctx_base, std::span<const float* const> params,

@@ -42,6 +42,12 @@ class DenseUnit final : public ConventionUnit {
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
+  // The split backward: the same gradients, bit for bit, in two calls.
+  [[nodiscard]] uint32_t flags() const noexcept override { return TESSERA_UNIT_SPLIT_BACKWARD; }
+  ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
+                           ConstView grad_output) const override;
+  void backward_weight(UnitContext& ctx, std::span<const float* const> params,
+                       std::span<float* const> grads) const override;
 
  private:
   int64_t in_;
@@ -62,6 +68,12 @@ class ClassifierHead final : public ConventionUnit {
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
+  // The split backward: the same gradients, bit for bit, in two calls.
+  [[nodiscard]] uint32_t flags() const noexcept override { return TESSERA_UNIT_SPLIT_BACKWARD; }
+  ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
+                           ConstView grad_output) const override;
+  void backward_weight(UnitContext& ctx, std::span<const float* const> params,
+                       std::span<float* const> grads) const override;
 
  private:
   int64_t in_;
