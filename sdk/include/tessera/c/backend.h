@@ -149,7 +149,7 @@ typedef struct tessera_backend_api {
   /* Frees finished work. */
   void (*work_free)(tessera_work* work);
 
-  /* ABI 1.2; may be NULL. Runs `args` to completion with the underlying
+  /* Backend 1.2; may be NULL. Runs `args` to completion with the underlying
    * library's own call for that operation (e.g. MPI_Allreduce, a Gloo
    * algorithm object) and none of the plugin's own layers: no argument
    * checks, no timeout, no progress tracking. For benchmarks that time the

@@ -99,8 +99,9 @@ typedef struct tessera_tensor_slice {
   const int64_t* shape; /* full tensor shape                          */
   uint64_t offset;      /* first element of a flat slice; 0 for a box */
   uint64_t count;       /* elements in the slice (may be 0)           */
-  /* Appended for boxes (a caller whose struct_size ends before them passes
-   * a flat slice): both NULL for a flat slice, or both ndim entries (>= 0,
+  /* ---- strategy 2.0: boxes (a caller whose struct_size ends before them
+   * passes a flat slice) ---- */
+  /* Both NULL for a flat slice, or both ndim entries (>= 0,
    * inside the shape; an extent may be 0) for a box. */
   const int64_t* box_offset; /* first index of the box per dimension  */
   const int64_t* box_extent; /* indices of the box per dimension      */
@@ -138,8 +139,8 @@ typedef struct tessera_state_writer {
   void* ctx;
   /* Hands over a slice (f32); the host copies it before returning. */
   tessera_status (*write)(void* ctx, const tessera_tensor_slice* slice, const float* data);
-  /* ---- appended after the fields above: read only when struct_size
-   * covers them (a host that predates them passes a smaller struct) ---- */
+  /* ---- strategy 2.0: read only when struct_size covers it (a host that
+   * predates it passes a smaller struct) ---- */
   /* The step whose result is being saved: the update number
    * (tessera_step_args.step) of the last completed step, the checkpoint's
    * step; after a resume with no step run yet, the resumed step; 0 before
@@ -201,9 +202,9 @@ typedef struct tessera_step_args {
   float lr;                                  /* learning rate of this step      */
   float reserved;
   double max_grad_norm; /* clip the global norm; <= 0: off */
-  /* ---- appended after the fields above: read only when struct_size
-   * covers them (a host that predates them passes a smaller struct; the
-   * SDK's copy then reads them as 0) ---- */
+  /* ---- strategy 2.0: read only when struct_size covers them (a host
+   * that predates them passes a smaller struct; the SDK's copy then reads
+   * them as 0) ---- */
   /* Examples in this rank's micro-batches this step (their sum). */
   int64_t local_examples;
   /* Examples in this step's global batch: every data-parallel slice once
