@@ -21,51 +21,22 @@ work=$3
 generator=$4
 conformance=${5:-}
 
-step_name=""
-step() {
-  step_name=$1
-  echo
-  echo "=== sdk test, step $1: $2"
-}
-fail() {
-  echo "FAILED in step ${step_name}: $1" >&2
-  if [[ $# -gt 1 && -f $2 ]]; then
-    echo "----- $2 (last 60 lines) -----" >&2
-    tail -n 60 "$2" >&2
-  fi
-  exit 1
-}
-# Runs a command with its output in a log file; fails the step if it fails.
-run_logged() {
-  local log=$1
-  shift
-  echo "+ $*"
-  local status=0
-  "$@" >"$log" 2>&1 || status=$?
-  [[ $status -eq 0 ]] || fail "command failed (exit $status): $*" "$log"
-}
+sdk_test_label="sdk test"
+# shellcheck source=tests/sdk/sdk_test_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/sdk_test_lib.sh"
 
 # Hermetic: nothing from the caller's environment picks plugins or compilers.
-unset TESSERA_PLUGIN_PATH CMAKE_PREFIX_PATH CXXFLAGS LDFLAGS
-rm -rf "$work"
-mkdir -p "$work"
+fresh_work_dir "$work"
 prefix=$work/prefix
 plugin_dir=$work/plugins.d
 example_build=$work/example-build
 plugin_file=libtessera_backend_example_threads.so
 
 step a "install the project into a fresh prefix"
-run_logged "$work/install.log" cmake --install "$build_dir" --prefix "$prefix"
-# The package directory is <libdir>/cmake/Tessera; libdir depends on the
-# platform (lib, lib64, lib/<multiarch>).
-config=$(find "$prefix" -path '*/cmake/Tessera/TesseraConfig.cmake' | head -n 1)
-[[ -n $config ]] || fail "the install has no cmake/Tessera/TesseraConfig.cmake" "$work/install.log"
-package_dir=$(dirname "$config")
-for f in "$prefix/bin/tessera" "$package_dir/TesseraConfigVersion.cmake" \
-  "$package_dir/TesseraTargets.cmake" "$package_dir/TesseraAddPlugin.cmake" \
-  "$package_dir/tessera_plugin.map" "$prefix/include/tessera/c/backend.h" \
-  "$prefix/include/tessera/sdk/backend.hpp"; do
-  [[ -e $f ]] || fail "the install has no $f" "$work/install.log"
+install_project "$build_dir" "$prefix" "$work/install.log" "$prefix/bin/tessera" \
+  "$prefix/include/tessera/c/backend.h" "$prefix/include/tessera/sdk/backend.hpp"
+for f in TesseraConfigVersion.cmake TesseraTargets.cmake TesseraAddPlugin.cmake tessera_plugin.map; do
+  [[ -e $package_dir/$f ]] || fail "the install has no $package_dir/$f" "$work/install.log"
 done
 echo "installed: $(find "$prefix" -type f | wc -l) files, package in $package_dir"
 

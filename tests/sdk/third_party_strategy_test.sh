@@ -27,34 +27,12 @@ work=$3
 generator=$4
 replica_check=$5
 
-step_name=""
-step() {
-  step_name=$1
-  echo
-  echo "=== sdk strategy test, step $1: $2"
-}
-fail() {
-  echo "FAILED in step ${step_name}: $1" >&2
-  if [[ $# -gt 1 && -f $2 ]]; then
-    echo "----- $2 (last 60 lines) -----" >&2
-    tail -n 60 "$2" >&2
-  fi
-  exit 1
-}
-# Runs a command with its output in a log file; fails the step if it fails.
-run_logged() {
-  local log=$1
-  shift
-  echo "+ $*"
-  local status=0
-  "$@" >"$log" 2>&1 || status=$?
-  [[ $status -eq 0 ]] || fail "command failed (exit $status): $*" "$log"
-}
+sdk_test_label="sdk strategy test"
+# shellcheck source=tests/sdk/sdk_test_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/sdk_test_lib.sh"
 
 # Hermetic: nothing from the caller's environment picks plugins or compilers.
-unset TESSERA_PLUGIN_PATH CMAKE_PREFIX_PATH CXXFLAGS LDFLAGS TESSERA_LOG_LEVEL
-rm -rf "$work"
-mkdir -p "$work"
+fresh_work_dir "$work"
 prefix=$work/prefix
 plugin_dir=$work/plugins.d
 example_build=$work/example-build
@@ -63,15 +41,10 @@ config=$example_dir/local_sgd.toml
 tessera=$prefix/bin/tessera
 
 step a "install the project into a fresh prefix"
-run_logged "$work/install.log" cmake --install "$build_dir" --prefix "$prefix"
-package=$(find "$prefix" -path '*/cmake/Tessera/TesseraConfig.cmake' | head -n 1)
-[[ -n $package ]] || fail "the install has no cmake/Tessera/TesseraConfig.cmake" "$work/install.log"
-package_dir=$(dirname "$package")
-for f in "$tessera" "$prefix/include/tessera/sdk/step_frame.hpp" \
-  "$prefix/include/tessera/c/strategy.h" "$prefix/lib/tessera/plugins/libtessera_strategy_ddp.so" \
-  "$prefix/lib/tessera/plugins/libtessera_backend_inmemory.so"; do
-  [[ -e $f ]] || fail "the install has no $f" "$work/install.log"
-done
+install_project "$build_dir" "$prefix" "$work/install.log" "$tessera" \
+  "$prefix/include/tessera/sdk/step_frame.hpp" "$prefix/include/tessera/c/strategy.h" \
+  "$prefix/lib/tessera/plugins/libtessera_strategy_ddp.so" \
+  "$prefix/lib/tessera/plugins/libtessera_backend_inmemory.so"
 
 step b "build examples/third_party_strategy with clang++ and libc++ against the prefix"
 command -v clang++ >/dev/null || fail "clang++ is not installed (Debian: clang, libc++-dev, libc++abi-dev)"

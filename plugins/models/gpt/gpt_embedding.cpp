@@ -28,12 +28,8 @@ GptEmbedding::GptEmbedding(std::string name, int64_t vocab, int64_t d_model, int
 }
 
 UnitCost GptEmbedding::cost() const {
-  // A gather and an add per token; backward scatters the same.
-  const auto n = static_cast<double>(seq_len_ * d_);
-  UnitCost c;
-  c.forward_flops = n;
-  c.backward_flops = n;
-  c.activation_bytes = 4.0 * static_cast<double>(seq_len_);  // the token ids
+  UnitCost c = embedding_cost(seq_len_, d_);
+  c.forward_flops *= 2.0;  // the position table is added as well
   return c;
 }
 

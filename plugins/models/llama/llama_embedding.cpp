@@ -28,15 +28,7 @@ LlamaEmbedding::LlamaEmbedding(std::string name, const LlamaConfig& config)
   specs_.push_back({"wte", {vocab_, d_}, SplitHint::row, {}});
 }
 
-UnitCost LlamaEmbedding::cost() const {
-  // A gather per token; backward scatters the same.
-  const auto n = static_cast<double>(seq_len_ * d_);
-  UnitCost c;
-  c.forward_flops = n;
-  c.backward_flops = n;
-  c.activation_bytes = 4.0 * static_cast<double>(seq_len_);  // the token ids
-  return c;
-}
+UnitCost LlamaEmbedding::cost() const { return embedding_cost(seq_len_, d_); }
 
 std::unique_ptr<UnitContext> LlamaEmbedding::make_context() const {
   return std::make_unique<LlamaEmbeddingContext>();

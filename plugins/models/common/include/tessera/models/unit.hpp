@@ -34,4 +34,15 @@ class ConventionUnit : public Unit {
   ConventionUnit(std::string name, bool first, bool last) : Unit(std::move(name), first, last) {}
 };
 
+// The cost of a token-embedding lookup over `seq_len` tokens of width `d`:
+// a gather per token forward, the same scatter backward, the ids kept.
+inline UnitCost embedding_cost(int64_t seq_len, int64_t d) noexcept {
+  const auto n = static_cast<double>(seq_len * d);
+  UnitCost c;
+  c.forward_flops = n;
+  c.backward_flops = n;
+  c.activation_bytes = 4.0 * static_cast<double>(seq_len);
+  return c;
+}
+
 }  // namespace tessera::model
