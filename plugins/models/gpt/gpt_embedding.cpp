@@ -28,8 +28,10 @@ GptEmbedding::GptEmbedding(std::string name, int64_t vocab, int64_t d_model, int
 }
 
 UnitCost GptEmbedding::cost() const {
+  // The position table is added forward and its gradient summed backward.
   UnitCost c = embedding_cost(seq_len_, d_);
-  c.forward_flops *= 2.0;  // the position table is added as well
+  c.forward_flops *= 2.0;
+  c.backward_flops *= 2.0;
   return c;
 }
 
