@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "group.hpp"
+#include "runtime.hpp"
 
 namespace tessera::mpi {
 namespace {
@@ -23,7 +24,7 @@ struct Header {
   int32_t kind = 0;
   int32_t query = 0;   // QueryKind of a query or reply
   uint64_t id = 0;     // query id, echoed by the reply
-  uint64_t value = 0;  // the reply's answer
+  uint64_t value = 0;  // the reply's answer; a failure notice: 1 when a peer process is lost
 };
 
 std::vector<char> encode(MsgKind kind, int32_t query, uint64_t id, uint64_t value,
@@ -82,7 +83,9 @@ void ControlService::notify_failure(const std::shared_ptr<Group>& group, const s
     std::vector<InFlight> sends;
     for (int32_t r = 0; r < group->size(); ++r) {
       if (r == group->rank()) continue;
-      InFlight f{group, encode(kind, 0, 0, 0, reason), MPI_REQUEST_NULL};
+      // The receivers must also know that a process is gone: their shutdown
+      // then skips MPI_Finalize instead of waiting finalize_wait_ms for it.
+      InFlight f{group, encode(kind, 0, 0, peer_lost_noted() ? 1 : 0, reason), MPI_REQUEST_NULL};
       if (MPI_Isend(f.bytes.data(), static_cast<int>(f.bytes.size()), MPI_BYTE, r, kControlTag,
                     group->ctrl(), &f.request) == MPI_SUCCESS) {
         sends.push_back(std::move(f));
@@ -281,6 +284,7 @@ void ControlService::handle(const std::shared_ptr<Group>& group, int32_t source,
     case MsgKind::kFailure:
     case MsgKind::kAbort: {
       const std::string reason(bytes.begin() + static_cast<std::ptrdiff_t>(sizeof h), bytes.end());
+      if (h.value != 0) note_peer_lost();
       if (static_cast<MsgKind>(h.kind) == MsgKind::kAbort) {
         group->fail_tree(reason);
       } else {

@@ -204,6 +204,12 @@ void note_peer_lost() noexcept {
   s.peer_lost = true;
 }
 
+bool peer_lost_noted() noexcept {
+  RuntimeState& s = state();
+  const std::lock_guard lock(s.mu);
+  return s.peer_lost;
+}
+
 namespace {
 
 // MPI_Finalize, unless a peer is known lost or not every rank arrives at

@@ -62,6 +62,9 @@ ProcessInfo acquire_runtime(const sdk::Host& host, const Settings& settings);
 // reported its connection lost); MPI_Finalize is then never called.
 void note_peer_lost() noexcept;
 
+// Whether note_peer_lost was called in this process.
+[[nodiscard]] bool peer_lost_noted() noexcept;
+
 // Counts one backend less. When it was the last one, this plugin started
 // MPI, `settings.finalize` is set and no peer is known lost, waits (at most
 // settings.finalize_wait_ms) for every rank to get here and then calls
