@@ -136,26 +136,12 @@ void DenseUnit::backward_weight(UnitContext& ctx_base, std::span<const float* co
 
 ConstView DenseUnit::backward(UnitContext& ctx_base, std::span<const float* const> params,
                               std::span<float* const> grads, ConstView grad_output) const {
-  kernels::check_count(name_, "parameter", params.size(), specs_.size());
+  // The two halves in order: the same bits as one pass, as the halves
+  // compute disjoint outputs from the same saved tensors.
   kernels::check_count(name_, "gradient", grads.size(), specs_.size());
-  auto& ctx = dynamic_cast<DenseContext&>(ctx_base);
-  TESSERA_CHECK(ctx.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
-                "': backward without a forward on this context");
-  const int64_t n = ctx.rows;
-  TESSERA_CHECK(!grad_output.empty() && grad_output.rows == n && grad_output.cols == out_,
-                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': output gradient is ",
-                grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", out_);
-  ctx.dz.resize(static_cast<std::size_t>(n * out_));
-  kernels::activation_backward(act_, ctx.z.data(), grad_output.data, n * out_, ctx.dz.data());
-  if (is_first()) {
-    kernels::linear_backward(ctx.x.data(), params[0], ctx.dz.data(), n, in_, out_, grads[0],
-                             grads[1], nullptr);
-    return {};
-  }
-  ctx.dx.resize(static_cast<std::size_t>(n * in_));
-  kernels::linear_backward(ctx.x.data(), params[0], ctx.dz.data(), n, in_, out_, grads[0], grads[1],
-                           ctx.dx.data());
-  return {ctx.dx.data(), n, in_};
+  const ConstView grad_input = backward_input(ctx_base, params, grad_output);
+  backward_weight(ctx_base, params, grads);
+  return grad_input;
 }
 
 ClassifierHead::ClassifierHead(std::string name, int64_t in, int64_t classes, bool first)
@@ -232,25 +218,12 @@ void ClassifierHead::backward_weight(UnitContext& ctx_base, std::span<const floa
 
 ConstView ClassifierHead::backward(UnitContext& ctx_base, std::span<const float* const> params,
                                    std::span<float* const> grads, ConstView grad_output) const {
-  kernels::check_count(name_, "parameter", params.size(), specs_.size());
+  // The two halves in order: the same bits as one pass, as the halves
+  // compute disjoint outputs from the same saved tensors.
   kernels::check_count(name_, "gradient", grads.size(), specs_.size());
-  auto& ctx = dynamic_cast<MlpHeadContext&>(ctx_base);
-  TESSERA_CHECK(ctx.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
-                "': backward without a forward on this context");
-  const int64_t n = ctx.rows;
-  const float g = grad_output.empty() ? 1.0f : grad_output.data[0];
-  ctx.dlogits.resize(static_cast<std::size_t>(n * classes_));
-  kernels::softmax_xent_backward(ctx.probs.data(), ctx.targets.data(), n, classes_, ctx.scale * g,
-                                 ctx.dlogits.data());
-  if (is_first()) {
-    kernels::linear_backward(ctx.x.data(), params[0], ctx.dlogits.data(), n, in_, classes_,
-                             grads[0], grads[1], nullptr);
-    return {};
-  }
-  ctx.dx.resize(static_cast<std::size_t>(n * in_));
-  kernels::linear_backward(ctx.x.data(), params[0], ctx.dlogits.data(), n, in_, classes_, grads[0],
-                           grads[1], ctx.dx.data());
-  return {ctx.dx.data(), n, in_};
+  const ConstView grad_input = backward_input(ctx_base, params, grad_output);
+  backward_weight(ctx_base, params, grads);
+  return grad_input;
 }
 
 std::vector<std::unique_ptr<Unit>> build_mlp_units(const MlpConfig& config) {
