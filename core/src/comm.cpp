@@ -4,6 +4,7 @@
 #include <span>
 #include <utility>
 
+#include "checked_comm.hpp"
 #include "tessera/core/host_api.hpp"
 #include "tessera/core/logging.hpp"
 #include "tessera/sdk/error.hpp"
@@ -18,13 +19,15 @@ class BackendState {
                const BackendSettings& settings)
       : plugin_(std::move(plugin)),
         api_(static_cast<const tessera_backend_api*>(plugin_->descriptor().api)),
-        name_(plugin_->name()) {
+        name_(plugin_->name()),
+        checks_(settings.checks) {
     TESSERA_CHECK(plugin_->kind() == TESSERA_KIND_BACKEND, TESSERA_ERR_INVALID_ARGUMENT, "plugin '",
                   name_, "' (", plugin_->path().string(), ") is not a backend");
     const tessera_backend_config config{sizeof(tessera_backend_config), settings.world_size,
                                         static_cast<int64_t>(settings.timeout.count())};
     throw_if_failed(api_->create(plugin_->host().api(), &options, &config, &backend_),
                     "backend '" + name_ + "': create failed");
+    checked_api_ = detail::checked_api(*api_);
   }
   BackendState(const BackendState&) = delete;
   BackendState& operator=(const BackendState&) = delete;
@@ -35,11 +38,15 @@ class BackendState {
   [[nodiscard]] const tessera_backend_api& api() const noexcept { return *api_; }
   [[nodiscard]] tessera_backend* backend() const noexcept { return backend_; }
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  [[nodiscard]] const tessera_backend_api& checked_api() const noexcept { return checked_api_; }
+  [[nodiscard]] CollectiveChecks checks() const noexcept { return checks_; }
 
  private:
   std::shared_ptr<LoadedPlugin> plugin_;
   const tessera_backend_api* api_;
   std::string name_;
+  CollectiveChecks checks_;
+  tessera_backend_api checked_api_{};
   tessera_backend* backend_ = nullptr;
 };
 
@@ -49,11 +56,13 @@ tessera_buffer cpu_buffer(void* data, uint64_t count, tessera_dtype dtype) noexc
 
 // ---- Work ----
 
-Work::Work(std::shared_ptr<BackendState> backend, tessera_work* work, std::string what)
-    : backend_(std::move(backend)), work_(work), what_(std::move(what)) {}
+Work::Work(std::shared_ptr<BackendState> backend, const tessera_backend_api* api,
+           tessera_work* work, std::string what)
+    : backend_(std::move(backend)), api_(api), work_(work), what_(std::move(what)) {}
 
 Work::Work(Work&& other) noexcept
     : backend_(std::move(other.backend_)),
+      api_(other.api_),
       work_(std::exchange(other.work_, nullptr)),
       what_(std::move(other.what_)) {}
 
@@ -61,6 +70,7 @@ Work& Work::operator=(Work&& other) noexcept {
   if (this != &other) {
     release();
     backend_ = std::move(other.backend_);
+    api_ = other.api_;
     work_ = std::exchange(other.work_, nullptr);
     what_ = std::move(other.what_);
   }
@@ -71,48 +81,54 @@ Work::~Work() { release(); }
 
 void Work::release() noexcept {
   if (work_ == nullptr) return;
-  const tessera_status status = backend_->api().work_wait(work_, -1);
+  const tessera_status status = api_->work_wait(work_, -1);
   if (status != TESSERA_OK) {
     get_logger("core")->error("{} failed and was never waited for: {}", what_, take_thread_error());
   }
-  backend_->api().work_free(work_);
+  api_->work_free(work_);
   work_ = nullptr;
 }
 
 void Work::wait(std::chrono::milliseconds timeout) {
   if (work_ == nullptr) return;
-  const tessera_status status = backend_->api().work_wait(work_, timeout.count());
+  const tessera_status status = api_->work_wait(work_, timeout.count());
   if (status == TESSERA_ERR_TIMEOUT && timeout.count() >= 0) {
     // Still running: the caller may wait again.
     throw_if_failed(status, what_);
   }
-  backend_->api().work_free(std::exchange(work_, nullptr));
+  api_->work_free(std::exchange(work_, nullptr));
   throw_if_failed(status, what_);
 }
 
 bool Work::test() {
   if (work_ == nullptr) return true;
   int32_t done = 0;
-  const tessera_status status = backend_->api().work_test(work_, &done);
+  const tessera_status status = api_->work_test(work_, &done);
   if (done == 0 && status == TESSERA_OK) return false;
-  backend_->api().work_free(std::exchange(work_, nullptr));
+  api_->work_free(std::exchange(work_, nullptr));
   throw_if_failed(status, what_);
   return true;
 }
 
 // ---- Communicator ----
 
-Communicator::Communicator(std::shared_ptr<BackendState> backend, tessera_comm* comm)
+Communicator::Communicator(std::shared_ptr<BackendState> backend, tessera_comm* comm, bool checked)
     : backend_(std::move(backend)),
+      api_(checked ? &backend_->checked_api() : &backend_->api()),
       comm_(comm),
-      rank_(backend_->api().comm_rank(comm)),
-      size_(backend_->api().comm_size(comm)) {}
+      checked_(checked),
+      rank_(api_->comm_rank(comm)),
+      size_(api_->comm_size(comm)) {}
 
-Communicator::~Communicator() { backend_->api().comm_destroy(comm_); }
+Communicator::~Communicator() { api_->comm_destroy(comm_); }
 
 const std::string& Communicator::backend_name() const noexcept { return backend_->name(); }
 
-const tessera_backend_api* Communicator::c_api() const noexcept { return &backend_->api(); }
+const tessera_backend_api* Communicator::c_api() const noexcept { return api_; }
+
+tessera_comm* Communicator::backend_comm() const noexcept {
+  return checked_ ? detail::inner_comm(comm_) : comm_;
+}
 
 tessera_coll_args Communicator::make(tessera_coll_type coll) const noexcept {
   tessera_coll_args args{};
@@ -132,16 +148,30 @@ std::string describe(const std::string& backend, tessera_coll_type coll, int ran
 
 void Communicator::run(tessera_coll_args args) {
   args.struct_size = sizeof args;
-  const tessera_status status = backend_->api().post(comm_, &args, nullptr);
+  const tessera_status status = api_->post(comm_, &args, nullptr);
   if (status != TESSERA_OK) throw_if_failed(status, describe(backend_->name(), args.coll, rank_));
+}
+
+void Communicator::run_unverified(tessera_coll_args args) {
+  if (!checked_) {
+    run(args);
+    return;
+  }
+  args.struct_size = sizeof args;
+  const tessera_status status = detail::post_unverified(comm_, &args);
+  if (status != TESSERA_OK) throw_if_failed(status, describe(backend_->name(), args.coll, rank_));
+}
+
+std::string Communicator::flight_recorder() const {
+  return checked_ ? detail::flight_recorder(comm_) : std::string();
 }
 
 Work Communicator::start(tessera_coll_args args) {
   args.struct_size = sizeof args;
   tessera_work* work = nullptr;
   std::string what = describe(backend_->name(), args.coll, rank_);
-  throw_if_failed(backend_->api().post(comm_, &args, &work), what);
-  return Work(backend_, work, std::move(what));
+  throw_if_failed(api_->post(comm_, &args, &work), what);
+  return Work(backend_, api_, work, std::move(what));
 }
 
 bool Communicator::has_raw() const noexcept {
@@ -156,7 +186,7 @@ void Communicator::run_raw(tessera_coll_args args) {
     throw Error(TESSERA_ERR_UNSUPPORTED, what + ": the backend offers no raw library call");
   }
   args.struct_size = sizeof args;
-  throw_if_failed(backend_->api().raw_post(comm_, &args), what);
+  throw_if_failed(backend_->api().raw_post(backend_comm(), &args), what);
 }
 
 namespace {
@@ -265,15 +295,33 @@ Work Communicator::irecv(const tessera_buffer& buf, int peer, int tag) {
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   tessera_comm* out = nullptr;
-  throw_if_failed(backend_->api().comm_split(comm_, color, key, &out),
+  throw_if_failed(api_->comm_split(comm_, color, key, &out),
                   "split on backend '" + backend_->name() + "' (rank " + std::to_string(rank_) +
                       ", color " + std::to_string(color) + ")");
   if (out == nullptr) return nullptr;
-  return std::unique_ptr<Communicator>(new Communicator(backend_, out));
+  return std::unique_ptr<Communicator>(new Communicator(backend_, out, checked_));
+}
+
+std::unique_ptr<Communicator> Communicator::split_checked(int color, int key,
+                                                          CollectiveChecks checks,
+                                                          const std::string& label) {
+  TESSERA_CHECK(checks != CollectiveChecks::off, TESSERA_ERR_INVALID_ARGUMENT,
+                "split_checked needs checks other than off");
+  tessera_comm* out = nullptr;
+  const std::string what = "split on backend '" + backend_->name() + "' (rank " +
+                           std::to_string(rank_) + ", color " + std::to_string(color) + ")";
+  throw_if_failed(backend_->api().comm_split(backend_comm(), color, key, &out), what);
+  if (out == nullptr) return nullptr;
+  detail::CheckSettings check;
+  check.verify = checks == CollectiveChecks::verify;
+  check.backend = backend_->name();
+  tessera_comm* checked = nullptr;
+  throw_if_failed(detail::wrap(backend_->api(), out, check, label, &checked), what);
+  return std::unique_ptr<Communicator>(new Communicator(backend_, checked, true));
 }
 
 void Communicator::abort(const std::string& reason) noexcept {
-  backend_->api().comm_abort(comm_, reason.c_str());
+  api_->comm_abort(comm_, reason.c_str());
 }
 
 // ---- Backend ----
@@ -290,9 +338,18 @@ uint32_t Backend::capabilities() const noexcept { return state_->api().capabilit
 
 std::unique_ptr<Communicator> Backend::connect(int rank) {
   tessera_comm* comm = nullptr;
-  throw_if_failed(state_->api().connect(state_->backend(), rank, &comm),
-                  "backend '" + state_->name() + "': connect as rank " + std::to_string(rank));
-  return std::unique_ptr<Communicator>(new Communicator(state_, comm));
+  const std::string what =
+      "backend '" + state_->name() + "': connect as rank " + std::to_string(rank);
+  throw_if_failed(state_->api().connect(state_->backend(), rank, &comm), what);
+  if (state_->checks() == CollectiveChecks::off) {
+    return std::unique_ptr<Communicator>(new Communicator(state_, comm, false));
+  }
+  detail::CheckSettings check;
+  check.verify = state_->checks() == CollectiveChecks::verify;
+  check.backend = state_->name();
+  tessera_comm* checked = nullptr;
+  throw_if_failed(detail::wrap(state_->api(), comm, check, "world", &checked), what);
+  return std::unique_ptr<Communicator>(new Communicator(state_, checked, true));
 }
 
 std::unique_ptr<Backend> open_backend(const PluginRegistry& registry, const std::string& name,

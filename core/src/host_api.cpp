@@ -217,6 +217,10 @@ std::string take_thread_error() {
   return message;
 }
 
+void set_thread_error(tessera_status status, const std::string& message) noexcept {
+  host_set_error(nullptr, status, message.c_str());
+}
+
 void set_host_call_error(const std::string& message) noexcept {
   try {
     t_host_call_error = message;

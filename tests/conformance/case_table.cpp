@@ -38,6 +38,8 @@ constexpr std::array kCases{
              "a rank that never joins makes the others time out with an error naming it"},
     CaseInfo{"abort_propagation", &abort_propagation, 1,
              "an abort fails pending and later operations of the group with its reason"},
+    CaseInfo{"collective_mismatch", &collective_mismatch, 2,
+             "checked layer: other op, count, root, dtype named on every rank; group still usable"},
     CaseInfo{"bitwise_agreement", &bitwise_agreement, 1,
              "floating allreduce results are bit-identical on every rank"},
 };

@@ -76,6 +76,9 @@ void blocking_after_nonblocking(Communicator& comm, const CaseParams& p);
 // Sub-groups (cases_split.cpp).
 void split(Communicator& comm, const CaseParams& p);
 
+// The host's checked layer (cases_checked.cpp); needs at least two ranks.
+void collective_mismatch(Communicator& comm, const CaseParams& p);
+
 // Failure paths (cases_failure.cpp).
 void invalid_arguments(Communicator& comm, const CaseParams& p);
 void timeout(Communicator& comm, const CaseParams& p);

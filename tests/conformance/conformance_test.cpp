@@ -163,6 +163,7 @@ TESSERA_CONFORMANCE_CASE(BackendConformance, BlockingAfterNonblocking, "blocking
 TESSERA_CONFORMANCE_CASE(BackendConformance, Split, "split")
 TESSERA_CONFORMANCE_CASE(BackendConformance, InvalidArguments, "invalid_arguments")
 TESSERA_CONFORMANCE_CASE(MultiRankConformance, Timeout, "timeout")
+TESSERA_CONFORMANCE_CASE(MultiRankConformance, CollectiveMismatch, "collective_mismatch")
 TESSERA_CONFORMANCE_CASE(BackendConformance, AbortPropagation, "abort_propagation")
 TESSERA_CONFORMANCE_CASE(BackendConformance, BitwiseAgreement, "bitwise_agreement")
 

@@ -27,9 +27,16 @@ tessera_buffer cpu_buffer(std::span<T> data) noexcept {
 // An untyped view: `count` elements of `dtype` at `data`.
 tessera_buffer cpu_buffer(void* data, uint64_t count, tessera_dtype dtype) noexcept;
 
+// What the host layer between callers and the backend does with every
+// operation (core/src/checked_comm.hpp): nothing, number and record it (the
+// flight recorder, printed on a failure), or also compare each collective
+// across the ranks before the backend sees it.
+enum class CollectiveChecks : uint8_t { off, record, verify };
+
 struct BackendSettings {
   int world_size = -1;                       // -1: from the environment
   std::chrono::milliseconds timeout{60000};  // default per operation
+  CollectiveChecks checks = CollectiveChecks::off;
 };
 
 class BackendState;
@@ -54,9 +61,11 @@ class Work {
 
  private:
   friend class Communicator;
-  Work(std::shared_ptr<BackendState> backend, tessera_work* work, std::string what);
+  Work(std::shared_ptr<BackendState> backend, const tessera_backend_api* api, tessera_work* work,
+       std::string what);
   void release() noexcept;
   std::shared_ptr<BackendState> backend_;
+  const tessera_backend_api* api_ = nullptr;
   tessera_work* work_ = nullptr;
   std::string what_;
 };
@@ -86,6 +95,15 @@ class Communicator {
   // Runs `args` through raw_post (benchmarks only). Throws Error(UNSUPPORTED)
   // when the backend has none or none for this operation.
   void run_raw(tessera_coll_args args);
+
+  // True when operations go through the checked layer (BackendSettings::checks).
+  [[nodiscard]] bool checked() const noexcept { return checked_; }
+  // Runs `args` without comparing it across ranks first, even when checked
+  // (still numbered and recorded): for the exchanges that establish that
+  // the ranks agree at all.
+  void run_unverified(tessera_coll_args args);
+  // The flight recorder as text (docs/training.md); empty when not checked.
+  [[nodiscard]] std::string flight_recorder() const;
 
   // Buffer conventions are those of tessera/c/backend.h.
   void allreduce(const tessera_buffer& send, const tessera_buffer& recv, tessera_reduce_op op);
@@ -122,15 +140,24 @@ class Communicator {
   // Collective: groups ranks by `color` ordered by `key`; nullptr for
   // color < 0.
   std::unique_ptr<Communicator> split(int color, int key);
+  // The same split of the backend's own communicator, with its operations
+  // going through the checked layer as `checks` says (not off) whatever
+  // this communicator does; named `label` in messages.
+  std::unique_ptr<Communicator> split_checked(int color, int key, CollectiveChecks checks,
+                                              const std::string& label);
   // Fails every pending and future operation of the group, on every rank.
   void abort(const std::string& reason) noexcept;
 
  private:
   friend class Backend;
-  Communicator(std::shared_ptr<BackendState> backend, tessera_comm* comm);
+  Communicator(std::shared_ptr<BackendState> backend, tessera_comm* comm, bool checked);
   tessera_coll_args make(tessera_coll_type coll) const noexcept;
+  // The backend's own communicator (under the checked one, if any).
+  [[nodiscard]] tessera_comm* backend_comm() const noexcept;
   std::shared_ptr<BackendState> backend_;
-  tessera_comm* comm_;
+  const tessera_backend_api* api_;  // the checked table or the backend's own
+  tessera_comm* comm_;              // a handle for api_
+  bool checked_;
   int rank_;
   int size_;
 };

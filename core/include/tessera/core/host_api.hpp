@@ -33,6 +33,10 @@ class HostContext {
 // clears it. Empty if none.
 std::string take_thread_error();
 
+// Records `message` as this thread's error, as a plugin's set_error does
+// (host layers between a plugin and its caller use it). Never throws.
+void set_thread_error(tessera_status status, const std::string& message) noexcept;
+
 // Throws tessera::Error(status, "<what>: <message from set_error or the
 // status name>") when status != TESSERA_OK.
 void throw_if_failed(tessera_status status, const std::string& what);
