@@ -92,6 +92,7 @@ void read_plugins(Section s, PluginsSection& plugins, const std::filesystem::pat
 void read_backend(Section s, BackendSection& backend) {
   read_name(s, "name", backend.name);
   if (s.read("timeout_s", backend.timeout_s)) s.above("timeout_s", backend.timeout_s, 0.0);
+  s.read("check_collectives", backend.check_collectives);
   read_options(s, backend);
 }
 

@@ -13,7 +13,7 @@ const std::vector<SectionSchema>& config_schema() {
   static const std::vector<SectionSchema> schema = {
       {"run", {"world_size", "steps", "seed", "log_every", "metrics", "log_level"}},
       {"plugins", {"paths", "allow"}},
-      {"backend", {"name", "timeout_s", "options"}, false, true},
+      {"backend", {"name", "timeout_s", "check_collectives", "options"}, false, true},
       {"strategy", {"name", "options"}, false, true},
       {"compression", {"name", "options"}, false, true},
       {"model", {"name", "init"}, true},

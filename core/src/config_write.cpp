@@ -52,7 +52,10 @@ void write_plugin(Writer& w, std::string_view section, const PluginChoice& choic
                   const BackendSection* backend = nullptr) {
   w.section(section);
   w.text("name", choice.name);
-  if (backend != nullptr) w.number("timeout_s", backend->timeout_s);
+  if (backend != nullptr) {
+    w.number("timeout_s", backend->timeout_s);
+    w.boolean("check_collectives", backend->check_collectives);
+  }
   w.section(std::string(section) + ".options");
   w.entries(choice.options);
 }

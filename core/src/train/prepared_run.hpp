@@ -46,6 +46,7 @@ struct RankShared {
   const PreparedRun* run = nullptr;
   StateGather* gather = nullptr;
   std::vector<std::string> tensor_order;  // checkpoint_tensor_order
+  std::string fingerprint;                // run_fingerprint: what the ranks must agree on
   bool collect_final_state = false;
 };
 

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "prepared_run.hpp"
+#include "run_fingerprint.hpp"
 #include "tessera/core/data/sampler.hpp"
 #include "tessera/core/memory.hpp"
 #include "tessera/core/train/sharded_checkpoint.hpp"
@@ -206,6 +207,8 @@ bool checkpoint_due(const Config& config, int64_t step) {
 void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& out) {
   const Config& config = *s.config;
   const PreparedRun& run = *s.run;
+  // First, before anything whose shape depends on the configuration.
+  check_ranks_agree(comm, s.fingerprint);
   const std::unique_ptr<StrategyInstance> strategy =
       run.strategy->create(comm, *run.model, *run.optimizer);
   const tessera_strategy_layout layout = strategy->layout();

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "prepared_run.hpp"
+#include "run_fingerprint.hpp"
 #include "tessera/core/comm.hpp"
 #include "tessera/core/logging.hpp"
 #include "tessera/core/memory.hpp"
@@ -142,6 +143,8 @@ RunResult run_training(const Config& config, const PluginRegistry& registry,
   settings.world_size = run.plan.thread_ranks ? config.run.world_size : -1;
   settings.timeout = std::chrono::milliseconds(
       std::max<int64_t>(1, std::llround(config.backend.timeout_s * 1000.0)));
+  settings.checks =
+      config.backend.check_collectives ? CollectiveChecks::verify : CollectiveChecks::record;
   const std::unique_ptr<Backend> backend =
       open_backend(registry, config.backend.name, &config.backend.options,
                    config.backend.options_where, settings);
@@ -150,6 +153,7 @@ RunResult run_training(const Config& config, const PluginRegistry& registry,
   shared.config = &config;
   shared.run = &run;
   shared.tensor_order = checkpoint_tensor_order(*run.model, *run.optimizer);
+  shared.fingerprint = detail::run_fingerprint(config, run.plan);
   shared.collect_final_state = options.collect_final_state;
 
   std::vector<RankOutput> outputs;

@@ -40,6 +40,9 @@ struct PluginsSection {
 
 struct BackendSection : PluginChoice {
   double timeout_s = 60.0;
+  // Compare every collective's fingerprint across the ranks before posting
+  // it (docs/training.md, "When ranks disagree"); false: record only.
+  bool check_collectives = true;
 };
 
 struct ModelSection {
