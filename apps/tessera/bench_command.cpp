@@ -55,6 +55,9 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& args) {
   cmd->add_flag("--compare-raw", args.compare_raw,
                 "Also time the backend's raw library call (e.g. MPI_Allreduce) on the same "
                 "buffers and print raw time, tessera/raw ratio and overhead");
+  cmd->add_flag("--check-collectives", args.check_collectives,
+                "Run every operation through the host's checked layer, which compares it across "
+                "the ranks first (what `tessera train` does with backend.check_collectives)");
   cmd->add_option("--option", args.options, "Backend option key=value (repeatable)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false)
@@ -133,6 +136,7 @@ int run_bench_command(const GlobalOptions& global, const BenchArgs& args, std::o
   BackendSettings settings;
   settings.world_size = threads ? req.ranks : -1;
   settings.timeout = std::chrono::milliseconds(std::max(1LL, std::llround(req.timeout_s * 1000.0)));
+  if (args.check_collectives) settings.checks = CollectiveChecks::verify;
   const auto backend =
       open_backend(*session.registry, args.backend, &options, "--option", settings);
 

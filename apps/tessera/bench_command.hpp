@@ -30,6 +30,7 @@ struct BenchArgs {
   double timeout_s = 60.0;
   std::vector<std::string> options;  // backend options, key=value
   bool compare_raw = false;          // also time the backend's raw library call
+  bool check_collectives = false;    // through the checked layer (verify)
 };
 
 // Registers `bench` with its `collectives` subcommand on `app`; returns the
