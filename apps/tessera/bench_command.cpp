@@ -5,6 +5,7 @@
 #include <cmath>
 #include <iostream>
 #include <span>
+#include <string>
 
 #include "bench_launch.hpp"
 #include "bench_report.hpp"
@@ -13,6 +14,7 @@
 #include "size_list.hpp"
 #include "tessera/core/comm.hpp"
 #include "tessera/core/options.hpp"
+#include "tessera/core/rank_threads.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::cli {
@@ -127,6 +129,11 @@ int run_bench_command(const GlobalOptions& global, const BenchArgs& args, std::o
   if (threads && req.ranks < 1) {
     throw UsageError("--ranks is required with backend '" + args.backend +
                      "' (its ranks are threads of this process)");
+  }
+  if (threads) {
+    const std::string excess =
+        rank_thread_excess(req.ranks, "--ranks " + std::to_string(req.ranks), args.backend);
+    if (!excess.empty()) throw UsageError(excess);
   }
   const toml::table options = backend_options(*plugin, args.options);
 

@@ -9,6 +9,7 @@
 #include "prepared_run.hpp"
 #include "tessera/core/logging.hpp"
 #include "tessera/core/options.hpp"
+#include "tessera/core/rank_threads.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::train {
@@ -39,6 +40,14 @@ void plan_backend(const Config& config, const PluginRegistry& registry, RunPlan&
   plan.thread_ranks =
       (backend_capabilities(plugin->descriptor()) & TESSERA_BACKEND_CAP_THREAD_RANKS) != 0;
   plan.world_size = config.run.world_size;
+  // Every rank of such a backend is a thread of this process: refuse a world
+  // the process cannot start before any rank does (and at --dry-run).
+  if (plan.thread_ranks) {
+    const std::string excess =
+        rank_thread_excess(config.run.world_size,
+                           fmt::format("run.world_size = {}", config.run.world_size), plan.backend);
+    if (!excess.empty()) fail(excess);
+  }
 }
 
 // The metadata of a checkpoint to resume from must describe this model.
