@@ -2,10 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <iostream>
 #include <span>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "bench_launch.hpp"
 #include "bench_report.hpp"
@@ -13,6 +14,7 @@
 #include "plugins_command.hpp"
 #include "size_list.hpp"
 #include "tessera/core/comm.hpp"
+#include "tessera/core/config.hpp"
 #include "tessera/core/options.hpp"
 #include "tessera/core/rank_threads.hpp"
 #include "tessera/sdk/error.hpp"
@@ -89,9 +91,10 @@ BenchRequest validate_bench_args(const BenchArgs& args) {
   if (args.step_factor < 2) {
     throw UsageError("--step-factor must be at least 2, got " + std::to_string(args.step_factor));
   }
-  if (!(args.timeout_s > 0.0) || !std::isfinite(args.timeout_s)) {
-    throw UsageError("--timeout-s must be a positive number of seconds, got " +
-                     std::to_string(args.timeout_s));
+  if (!(args.timeout_s > 0.0 && args.timeout_s <= kMaxTimeoutSeconds)) {
+    throw UsageError(
+        fmt::format("--timeout-s must be a positive number of seconds up to {} (7 days), got {}",
+                    kMaxTimeoutSeconds, args.timeout_s));
   }
   req.spec = BenchSpec{*op, *dtype, *redop, args.iters, args.warmup, args.compare_raw};
   req.sizes = expand_sizes(parse_size_range(args.sizes), static_cast<uint64_t>(args.step_factor));
@@ -139,7 +142,7 @@ int run_bench_command(const GlobalOptions& global, const BenchArgs& args, std::o
 
   BackendSettings settings;
   settings.world_size = threads ? req.ranks : -1;
-  settings.timeout = std::chrono::milliseconds(std::max(1LL, std::llround(req.timeout_s * 1000.0)));
+  settings.timeout = timeout_ms(req.timeout_s, "--timeout-s");
   const auto backend =
       open_backend(*session.registry, args.backend, &options, "--option", settings);
 

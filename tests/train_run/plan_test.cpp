@@ -185,6 +185,32 @@ TEST(PlanRun, AWorldBeyondTheRankThreadLimitIsRefused) {
   }
 }
 
+TEST(PlanRun, ProductsThatOverflowAreRefused) {
+  TESSERA_REQUIRE_STRATEGY("none");
+  std::string message = error_of([] {
+    (void)plan_run(make_config(gpt_toml("none", 1, 3), {"data.batch_size=2305843009213693952"}),
+                   plugins());
+  });
+  EXPECT_EQ(message,
+            "data.batch_size = 2305843009213693952 times the seq_len = 8 of model 'gpt' overflows "
+            "the 64-bit count of tokens (and their bytes) in a batch; lower data.batch_size");
+  message = error_of([] {
+    (void)plan_run(make_config(mlp_toml("none", 1, 3), {"data.batch_size=4611686018427387904"}),
+                   plugins());
+  });
+  EXPECT_MENTIONS(message,
+                  "data.batch_size = 4611686018427387904 times the features = 8 of "
+                  "model 'mlp' overflows");
+  message = error_of([] {
+    (void)plan_run(make_config(mlp_toml("none", 1, 3),
+                               {"run.steps=1099511627776", "data.batch_size=1073741824"}),
+                   plugins());
+  });
+  EXPECT_EQ(message,
+            "run.steps = 1099511627776 times data.batch_size = 1073741824 overflows the 64-bit "
+            "count of examples the run draws; lower run.steps or data.batch_size");
+}
+
 TEST(PlanRun, ResumeWithoutACheckpointStartsFresh) {
   TESSERA_REQUIRE_STRATEGY("none");
   ScratchDir dir;

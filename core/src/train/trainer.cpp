@@ -140,8 +140,7 @@ RunResult run_training(const Config& config, const PluginRegistry& registry,
   const PreparedRun run = detail::prepare_run(config, registry);
   BackendSettings settings;
   settings.world_size = run.plan.thread_ranks ? config.run.world_size : -1;
-  settings.timeout = std::chrono::milliseconds(
-      std::max<int64_t>(1, std::llround(config.backend.timeout_s * 1000.0)));
+  settings.timeout = timeout_ms(config.backend.timeout_s, "backend.timeout_s");
   const std::unique_ptr<Backend> backend =
       open_backend(registry, config.backend.name, &config.backend.options,
                    config.backend.options_where, settings);
