@@ -147,7 +147,8 @@ int run_bench_command(const GlobalOptions& global, const BenchArgs& args, std::o
       open_backend(*session.registry, args.backend, &options, "--option", settings);
 
   TextBenchReporter reporter(BenchHeader{args.backend, req.spec, req.timeout_s, args.csv}, out);
-  launch_bench(*backend, req.ranks, req.spec, req.sizes, reporter);
+  with_memory_hint("try smaller --sizes or fewer --ranks",
+                   [&] { launch_bench(*backend, req.ranks, req.spec, req.sizes, reporter); });
   const uint64_t wrong = reporter.total_wrong() + reporter.raw_wrong();
   if (wrong != 0) {
     std::cerr << "tessera: error: " << wrong << " mismatching element(s) in the "
