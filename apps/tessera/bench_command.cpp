@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <iostream>
 #include <span>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "bench_launch.hpp"
 #include "bench_report.hpp"
@@ -12,7 +14,9 @@
 #include "plugins_command.hpp"
 #include "size_list.hpp"
 #include "tessera/core/comm.hpp"
+#include "tessera/core/config.hpp"
 #include "tessera/core/options.hpp"
+#include "tessera/core/rank_threads.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::cli {
@@ -90,9 +94,10 @@ BenchRequest validate_bench_args(const BenchArgs& args) {
   if (args.step_factor < 2) {
     throw UsageError("--step-factor must be at least 2, got " + std::to_string(args.step_factor));
   }
-  if (!(args.timeout_s > 0.0) || !std::isfinite(args.timeout_s)) {
-    throw UsageError("--timeout-s must be a positive number of seconds, got " +
-                     std::to_string(args.timeout_s));
+  if (!(args.timeout_s > 0.0 && args.timeout_s <= kMaxTimeoutSeconds)) {
+    throw UsageError(
+        fmt::format("--timeout-s must be a positive number of seconds up to {} (7 days), got {}",
+                    kMaxTimeoutSeconds, args.timeout_s));
   }
   req.spec = BenchSpec{*op, *dtype, *redop, args.iters, args.warmup, args.compare_raw};
   req.sizes = expand_sizes(parse_size_range(args.sizes), static_cast<uint64_t>(args.step_factor));
@@ -131,17 +136,23 @@ int run_bench_command(const GlobalOptions& global, const BenchArgs& args, std::o
     throw UsageError("--ranks is required with backend '" + args.backend +
                      "' (its ranks are threads of this process)");
   }
+  if (threads) {
+    const std::string excess =
+        rank_thread_excess(req.ranks, "--ranks " + std::to_string(req.ranks), args.backend);
+    if (!excess.empty()) throw UsageError(excess);
+  }
   const toml::table options = backend_options(*plugin, args.options);
 
   BackendSettings settings;
   settings.world_size = threads ? req.ranks : -1;
-  settings.timeout = std::chrono::milliseconds(std::max(1LL, std::llround(req.timeout_s * 1000.0)));
+  settings.timeout = timeout_ms(req.timeout_s, "--timeout-s");
   if (args.check_collectives) settings.checks = CollectiveChecks::verify;
   const auto backend =
       open_backend(*session.registry, args.backend, &options, "--option", settings);
 
   TextBenchReporter reporter(BenchHeader{args.backend, req.spec, req.timeout_s, args.csv}, out);
-  launch_bench(*backend, req.ranks, req.spec, req.sizes, reporter);
+  with_memory_hint("try smaller --sizes or fewer --ranks",
+                   [&] { launch_bench(*backend, req.ranks, req.spec, req.sizes, reporter); });
   const uint64_t wrong = reporter.total_wrong() + reporter.raw_wrong();
   if (wrong != 0) {
     std::cerr << "tessera: error: " << wrong << " mismatching element(s) in the "

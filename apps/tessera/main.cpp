@@ -116,7 +116,7 @@ int run(int argc, char** argv) {
   } catch (const cli::UsageError& e) {
     return report(e.what(), kExitUsage);
   } catch (const std::bad_alloc&) {
-    return report("out of memory (try smaller --sizes or fewer --ranks)", kExitFailure);
+    return report("out of memory", kExitFailure);
   } catch (const std::exception& e) {
     return report(e.what(), kExitFailure);
   }

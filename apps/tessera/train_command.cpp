@@ -75,7 +75,9 @@ int run_train_command(const GlobalOptions& global, const TrainArgs& args, std::o
   train::RunOptions options;
   options.out = &out;
   options.progress = isatty(fileno(stderr)) != 0;
-  (void)train::run_training(config, *session.registry, options);
+  with_memory_hint(
+      "lower the model's size, data.batch_size or run.world_size, or raise data.micro_batches",
+      [&] { (void)train::run_training(config, *session.registry, options); });
   return kExitOk;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <string_view>
@@ -91,7 +92,20 @@ void read_plugins(Section s, PluginsSection& plugins, const std::filesystem::pat
 
 void read_backend(Section s, BackendSection& backend) {
   read_name(s, "name", backend.name);
-  if (s.read("timeout_s", backend.timeout_s)) s.above("timeout_s", backend.timeout_s, 0.0);
+  double timeout = backend.timeout_s;
+  if (s.read_number("timeout_s", timeout)) {
+    if (std::isnan(timeout)) {
+      s.require("timeout_s", false, "must be a number of seconds, got nan");
+    } else if (timeout <= 0.0) {
+      s.above("timeout_s", timeout, 0.0);
+    } else {
+      s.require("timeout_s", timeout <= kMaxTimeoutSeconds,
+                "must be <= " + detail::format_float(kMaxTimeoutSeconds) + " (7 days), got " +
+                    detail::format_float(timeout) +
+                    ": a dead peer must become an error after a timeout");
+    }
+    backend.timeout_s = timeout;
+  }
   s.read("check_collectives", backend.check_collectives);
   read_options(s, backend);
 }
@@ -223,6 +237,16 @@ Config build(std::string_view text, const std::string& name, const std::filesyst
 }
 
 }  // namespace
+
+std::chrono::milliseconds timeout_ms(double seconds, const std::string& what) {
+  if (!(seconds > 0.0 && seconds <= kMaxTimeoutSeconds)) {
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                what + " = " + detail::format_float(seconds) +
+                    " is not a timeout a backend can wait: it must be > 0 and at most " +
+                    detail::format_float(kMaxTimeoutSeconds) + " seconds (7 days)");
+  }
+  return std::chrono::milliseconds(std::max<int64_t>(1, std::llround(seconds * 1000.0)));
+}
 
 Config load_config(const std::filesystem::path& file, std::span<const std::string> overrides) {
   const std::string name = file.string();

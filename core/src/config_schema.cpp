@@ -1,6 +1,7 @@
 #include "config_schema.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <tuple>
 
@@ -145,6 +146,18 @@ bool Section::read(std::string_view key, int64_t& out) {
 }
 
 bool Section::read(std::string_view key, double& out) {
+  double value = 0.0;
+  if (!read_number(key, value)) return false;
+  if (!std::isfinite(value)) {
+    problems_->add(get(key),
+                   "'" + dotted(key) + "' must be a finite number, got " + format_float(value));
+    return false;
+  }
+  out = value;
+  return true;
+}
+
+bool Section::read_number(std::string_view key, double& out) {
   const toml::node* node = get(key);
   if (node == nullptr) return false;
   if (const auto* value = node->as_floating_point()) {
@@ -211,6 +224,11 @@ void Section::require(std::string_view key, bool ok, const std::string& message)
 void Section::at_least(std::string_view key, int64_t value, int64_t min) {
   require(key, value >= min,
           "must be >= " + std::to_string(min) + ", got " + std::to_string(value));
+}
+
+void Section::at_most(std::string_view key, int64_t value, int64_t max) {
+  require(key, value <= max,
+          "must be <= " + std::to_string(max) + ", got " + std::to_string(value));
 }
 
 void Section::at_least(std::string_view key, double value, double min) {
@@ -308,6 +326,12 @@ void apply_override(toml::table& root, const std::string& assignment, Problems& 
     }
   }
   const std::string_view text = trim(std::string_view(assignment).substr(eq + 1));
+  if (integer_out_of_range(text)) {
+    problems.add_override(assignment, "'" + dotted + "' = " + std::string(text) +
+                                          " is out of range for an integer " +
+                                          std::string(kIntegerRange));
+    return;
+  }
   toml::table parsed = parse_assignment_value(text, "--set " + assignment);
   table->insert_or_assign(parts.back(), std::move(*parsed.get("v")));
 }

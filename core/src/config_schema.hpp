@@ -81,9 +81,12 @@ class Section {
   // The sub-table `key`, or nullptr when absent (or not a table: a problem).
   toml::table* table(std::string_view key);
 
-  // Each returns true when the key is present with the right type.
+  // Each returns true when the key is present with the right type. A float
+  // must be finite: inf and nan are refused ("must be a finite number").
   bool read(std::string_view key, int64_t& out);
   bool read(std::string_view key, double& out);
+  // Any float, inf and nan included, for a key that words its own range.
+  bool read_number(std::string_view key, double& out);
   bool read(std::string_view key, bool& out);
   bool read(std::string_view key, std::string& out);
   // An array of strings; each string is paired with its node.
@@ -93,6 +96,7 @@ class Section {
   // Records "'<section>.<key>' <message>" at the key when `ok` is false.
   void require(std::string_view key, bool ok, const std::string& message);
   void at_least(std::string_view key, int64_t value, int64_t min);
+  void at_most(std::string_view key, int64_t value, int64_t max);
   void at_least(std::string_view key, double value, double min);
   void above(std::string_view key, double value, double bound);
   void one_of(std::string_view key, const std::string& value,
@@ -114,8 +118,9 @@ void check_unknown_keys(const toml::table& root, Problems& problems);
 // Applies one "section.key=value" (or "section.options.key=value", or
 // "model.<key...>=value") to `root`. The value is a TOML literal, or a
 // string when it does not parse as one; its nodes carry the label
-// "--set <assignment>". A malformed assignment or an unknown section or key
-// is recorded as a problem and not applied.
+// "--set <assignment>". A malformed assignment, an unknown section or key,
+// or an integer literal outside the 64-bit range is recorded as a problem
+// and not applied.
 void apply_override(toml::table& root, const std::string& assignment, Problems& problems);
 
 }  // namespace tessera::detail

@@ -1,6 +1,7 @@
 #include "tessera/core/options.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <string>
 #include <string_view>
@@ -94,7 +95,13 @@ tessera_options::Value parse_default(const tessera_option_decl& decl, const std:
     const toml::table parsed = toml::parse("v = " + std::string(text));
     if (parsed.size() == 1) {
       if (const toml::node* node = parsed.get("v")) {
-        if (auto value = convert(*node, decl.type)) return *std::move(value);
+        if (auto value = convert(*node, decl.type)) {
+          const auto* number = std::get_if<double>(&*value);
+          if (number != nullptr && !std::isfinite(*number)) {
+            throw bad("has default '" + std::string(text) + "', which is not a finite number");
+          }
+          return *std::move(value);
+        }
       }
     }
   } catch (const toml::parse_error&) {
@@ -170,6 +177,11 @@ OptionValues resolve_options(std::span<const tessera_option_decl> decls, const t
                   where + ": option '" + std::string(key) + "'" + origin(*node) + " must be " +
                       type_phrase(decl->type) + ", got " + toml_type_phrase(node->type()));
     }
+    if (const auto* number = std::get_if<double>(&*value); number && !std::isfinite(*number)) {
+      throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                  where + ": option '" + std::string(key) + "'" + origin(*node) +
+                      " must be a finite number, got " + detail::format_float(*number));
+    }
     out.values.insert_or_assign(std::string(key), *std::move(value));
   }
   return out;
@@ -191,6 +203,12 @@ toml::table parse_option_overrides(std::span<const std::string> assignments) {
                                                     std::string(key) + "')");
     }
     const std::string_view text = detail::trim(std::string_view(assignment).substr(eq + 1));
+    if (detail::integer_out_of_range(text)) {
+      throw Error(TESSERA_ERR_INVALID_ARGUMENT, "option override '" + assignment + "': '" +
+                                                    std::string(key) + "' = " + std::string(text) +
+                                                    " is out of range for an integer " +
+                                                    std::string(detail::kIntegerRange));
+    }
     toml::table parsed = detail::parse_assignment_value(text, "--option " + assignment);
     out.insert_or_assign(std::string(key), std::move(*parsed.get("v")));
   }

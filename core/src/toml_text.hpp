@@ -198,6 +198,36 @@ inline std::string toml_literal(const toml::node& node) {
   return out.str();
 }
 
+// The range of a TOML integer, for messages.
+inline constexpr std::string_view kIntegerRange = "(-9223372036854775808 to 9223372036854775807)";
+
+// True when `text` is written as an integer (decimal with an optional sign
+// and '_' between digits, or 0x/0o/0b) whose value does not fit 64 bits:
+// TOML refuses it, and it must not pass for a string.
+inline bool integer_out_of_range(std::string_view text) {
+  std::string digits;
+  size_t i = 0;
+  const bool negative = !text.empty() && text[0] == '-';
+  if (!text.empty() && (text[0] == '+' || text[0] == '-')) i = 1;
+  int base = 10;
+  if (text.size() > i + 2 && text[i] == '0' &&
+      (text[i + 1] == 'x' || text[i + 1] == 'o' || text[i + 1] == 'b')) {
+    if (negative || i != 0) return false;  // TOML: no sign on these
+    base = text[i + 1] == 'x' ? 16 : (text[i + 1] == 'o' ? 8 : 2);
+    i += 2;
+  }
+  for (; i < text.size(); ++i) {
+    if (text[i] == '_' && !digits.empty() && i + 1 < text.size() && text[i + 1] != '_') continue;
+    digits += text[i];
+  }
+  if (digits.empty()) return false;
+  // from_chars reads the digits of `base` only; anything else is not an integer.
+  if (negative) digits.insert(digits.begin(), '-');
+  int64_t value = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value, base);
+  return ec == std::errc::result_out_of_range && end == digits.data() + digits.size();
+}
+
 // Parses the value of an assignment as a TOML literal; text that is not one
 // becomes a string. The node is returned inside a one-key table (key "v"),
 // and every node carries `label` as its source path.

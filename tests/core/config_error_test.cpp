@@ -1,5 +1,7 @@
 // Every kind of config error names the file, the line and the dotted key,
 // with a suggestion when the key looks like a typo.
+#include <chrono>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -78,6 +80,52 @@ TEST(ConfigErrors, RangesAreCheckedWithTheLine) {
             "run.toml:2: 'optimizer.beta2' must be in [0, 1), got 1.0");
   EXPECT_EQ(config_error("[checkpoint]\nevery = -1\n"),
             "run.toml:2: 'checkpoint.every' must be >= 0, got -1");
+}
+
+TEST(ConfigErrors, FloatsMustBeFinite) {
+  EXPECT_EQ(config_error("[optimizer]\nlr = inf\n"),
+            "run.toml:2: 'optimizer.lr' must be a finite number, got inf");
+  EXPECT_EQ(config_error("[optimizer]\neps = nan\n"),
+            "run.toml:2: 'optimizer.eps' must be a finite number, got nan");
+  EXPECT_EQ(config_error("[optimizer]\nweight_decay = -inf\n"),
+            "run.toml:2: 'optimizer.weight_decay' must be a finite number, got -inf");
+  EXPECT_EQ(config_error("[optimizer]\ngrad_clip = +inf\n"),
+            "run.toml:2: 'optimizer.grad_clip' must be a finite number, got inf");
+  EXPECT_EQ(config_error("[optimizer]\nbeta1 = nan\n"),
+            "run.toml:2: 'optimizer.beta1' must be a finite number, got nan");
+}
+
+// A dead peer must turn into an error, so a timeout is finite and at most 7
+// days; inf once became a 1 ms timeout.
+TEST(ConfigErrors, TimeoutIsPositiveAndAtMostSevenDays) {
+  const std::string why = ": a dead peer must become an error after a timeout";
+  EXPECT_EQ(config_error("[backend]\ntimeout_s = inf\n"),
+            "run.toml:2: 'backend.timeout_s' must be <= 604800.0 (7 days), got inf" + why);
+  EXPECT_EQ(config_error("[backend]\ntimeout_s = 1e16\n"),
+            "run.toml:2: 'backend.timeout_s' must be <= 604800.0 (7 days), got 1e+16" + why);
+  EXPECT_EQ(config_error("[backend]\ntimeout_s = 604800.5\n"),
+            "run.toml:2: 'backend.timeout_s' must be <= 604800.0 (7 days), got 604800.5" + why);
+  EXPECT_EQ(config_error("[backend]\ntimeout_s = nan\n"),
+            "run.toml:2: 'backend.timeout_s' must be a number of seconds, got nan");
+  EXPECT_EQ(config_error("[backend]\ntimeout_s = -inf\n"),
+            "run.toml:2: 'backend.timeout_s' must be > 0.0, got -inf");
+  EXPECT_DOUBLE_EQ(parse_config("[backend]\ntimeout_s = 604800\n", "run.toml").backend.timeout_s,
+                   604800.0);
+  EXPECT_EQ(timeout_ms(604800.0, "backend.timeout_s"), std::chrono::milliseconds(604800000));
+  EXPECT_EQ(timeout_ms(1e-6, "backend.timeout_s"), std::chrono::milliseconds(1));
+  try {
+    (void)timeout_ms(std::numeric_limits<double>::infinity(), "backend.timeout_s");
+    ADD_FAILURE() << "an infinite timeout was converted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "backend.timeout_s = inf is not a timeout a backend can wait: it must be > 0 and "
+              "at most 604800.0 seconds (7 days)");
+  }
+}
+
+TEST(ConfigErrors, IntegersOutOfRangeInTheFileAreSyntaxErrors) {
+  const std::string e = config_error("[run]\nsteps = 99999999999999999999\n");
+  EXPECT_EQ(e.rfind("run.toml:2:", 0), 0U) << e;
 }
 
 TEST(ConfigErrors, ValuesOutsideTheirSetListTheChoices) {

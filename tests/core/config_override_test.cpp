@@ -1,5 +1,6 @@
 // --set overrides: values parsed as TOML literals (else strings), option
 // sub-tables and model parameters, and errors that name the override.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -114,6 +115,43 @@ TEST(ConfigOverrides, BadValuesNameTheOverrideInsteadOfALine) {
             "--set run.world_size=0: 'run.world_size' must be between 1 and 2147483647, got 0");
   EXPECT_EQ(override_error({"strategy.options=3"}),
             "--set strategy.options=3: 'strategy.options' must be a table, got an integer");
+}
+
+// An integer literal beyond 64 bits is not a TOML value; it must not pass
+// for a string ("must be an integer, got a string") or be applied.
+TEST(ConfigOverrides, IntegersOutOfRangeAreNamedAsSuch) {
+  const std::string range =
+      " is out of range for an integer (-9223372036854775808 to "
+      "9223372036854775807)";
+  EXPECT_EQ(override_error({"run.steps=99999999999999999999"}),
+            "--set run.steps=99999999999999999999: 'run.steps' = 99999999999999999999" + range);
+  EXPECT_EQ(override_error({"run.seed=-9223372036854775809"}),
+            "--set run.seed=-9223372036854775809: 'run.seed' = -9223372036854775809" + range);
+  EXPECT_EQ(override_error({"model.layers=1_000_000_000_000_000_000_000"}),
+            "--set model.layers=1_000_000_000_000_000_000_000: 'model.layers' = "
+            "1_000_000_000_000_000_000_000" +
+                range);
+  EXPECT_EQ(override_error({"backend.options.block_kb=0x1ffffffffffffffff"}),
+            "--set backend.options.block_kb=0x1ffffffffffffffff: 'backend.options.block_kb' = "
+            "0x1ffffffffffffffff" +
+                range);
+  // The edges fit; words that are not integers stay strings.
+  EXPECT_EQ(with({"run.steps=9223372036854775807"}).run.steps, INT64_MAX);
+  EXPECT_EQ(with({"run.seed=0"}).run.seed, 0U);
+  EXPECT_EQ(override_error({"run.steps=12abc"}),
+            "--set run.steps=12abc: 'run.steps' must be an integer, got a string");
+  EXPECT_EQ(with({"checkpoint.dir=99999999999999999999x"}).checkpoint.dir, "99999999999999999999x");
+}
+
+TEST(ConfigOverrides, NonFiniteValuesAreRefusedNamingTheOverride) {
+  EXPECT_EQ(override_error({"backend.timeout_s=inf"}),
+            "--set backend.timeout_s=inf: 'backend.timeout_s' must be <= 604800.0 (7 days), got "
+            "inf: a dead peer must become an error after a timeout");
+  EXPECT_EQ(override_error({"backend.timeout_s=1e16"}),
+            "--set backend.timeout_s=1e16: 'backend.timeout_s' must be <= 604800.0 (7 days), "
+            "got 1e+16: a dead peer must become an error after a timeout");
+  EXPECT_EQ(override_error({"optimizer.lr=nan"}),
+            "--set optimizer.lr=nan: 'optimizer.lr' must be a finite number, got nan");
 }
 
 TEST(ConfigOverrides, FileProblemsComeBeforeOverrideProblems) {

@@ -1,5 +1,6 @@
 // Plugin options: declared defaults, type checks, unknown keys with the line
 // and the declared list, plugin bugs in defaults, and --option overrides.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,26 @@ TEST(Options, WrongTypeNamesTheExpectedType) {
             std::string::npos);
 }
 
+TEST(Options, FloatOptionsMustBeFinite) {
+  const toml::table inf = toml::parse("ratio = inf\n");
+  EXPECT_EQ(error_of(kDecls, &inf),
+            "run.toml: [strategy.options]: option 'ratio' (line 1) must be a finite number, got "
+            "inf");
+  const toml::table nan = toml::parse("overlap = true\nratio = -nan\n");
+  EXPECT_EQ(error_of(kDecls, &nan),
+            "run.toml: [strategy.options]: option 'ratio' (line 2) must be a finite number, got "
+            "nan");
+  const std::vector<std::string> sets{"strategy.options.ratio=-inf"};
+  const Config c = parse_config("", "run.toml", sets);
+  EXPECT_EQ(error_of(kDecls, &c.strategy.options),
+            "run.toml: [strategy.options]: option 'ratio' (--set strategy.options.ratio=-inf) "
+            "must be a finite number, got -inf");
+  const tessera_option_decl inf_default[] = {{"f", TESSERA_OPT_FLOAT, "inf", "h"}};
+  EXPECT_EQ(error_of(inf_default, nullptr, TESSERA_ERR_INTERNAL),
+            "run.toml: [strategy.options]: plugin option 'f' has default 'inf', which is not a "
+            "finite number");
+}
+
 TEST(Options, TheFirstProblemInTheFileIsReported) {
   const toml::table t = toml::parse("zzz = 1\naaa = 2\n");  // the table sorts aaa first
   EXPECT_NE(error_of(kDecls, &t).find("unknown option 'zzz' (line 1)"), std::string::npos);
@@ -148,6 +169,23 @@ TEST(Options, ParseOptionOverrides) {
   const toml::table bad = parse_option_overrides(typo);
   EXPECT_NE(error_of(kDecls, &bad).find("unknown option 'ratoi' (--option ratoi=1)"),
             std::string::npos);
+}
+
+TEST(Options, OptionOverrideIntegersOutOfRangeAreErrors) {
+  const std::vector<std::string> args{"bucket_mb=99999999999999999999"};
+  try {
+    (void)parse_option_overrides(args);
+    FAIL() << "an integer beyond 64 bits was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(std::string(e.what()),
+              "option override 'bucket_mb=99999999999999999999': 'bucket_mb' = "
+              "99999999999999999999 is out of range for an integer (-9223372036854775808 to "
+              "9223372036854775807)");
+  }
+  const std::vector<std::string> edge{"bucket_mb=9223372036854775807"};
+  const toml::table t = parse_option_overrides(edge);
+  EXPECT_EQ(t["bucket_mb"].value<int64_t>(), INT64_MAX);
 }
 
 TEST(Options, MalformedOptionOverridesAreErrors) {

@@ -1,6 +1,7 @@
 // Failure paths: invalid arguments, timeouts that name the missing rank,
-// abort propagation, mismatched calls, connect problems, bad options and
-// destroying a communicator with work pending.
+// abort propagation, mismatched calls, connect problems, bad options,
+// destroying a communicator with work pending, and memory that cannot be
+// allocated.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -366,6 +367,48 @@ TEST(Failures, DestroyingACommWithPendingWork) {
         false);
     EXPECT_THAT(peer_message, HasSubstr("operation(s) still pending"));
   }
+}
+
+// Sanitizer allocators report an allocation this large as a bug instead of
+// failing it, so the test below runs only without them.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TESSERA_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define TESSERA_TEST_SANITIZED 1
+#endif
+#endif
+
+// A send that must be held until its receive is posted, larger than any
+// address space: the backend says how many bytes it could not allocate and
+// for which operation (the command adds what the user can change), and the
+// group stays usable.
+TEST(Failures, OutOfMemorySaysHowManyBytesAndForWhat) {
+#ifdef TESSERA_TEST_SANITIZED
+  GTEST_SKIP() << "sanitizer allocators abort on a 2^60-byte allocation";
+#else
+  BackendConfig config;
+  config.world_size = 2;
+  std::string message;
+  tessera_status status = TESSERA_OK;
+  run_ok(config, [&](Comm& comm) {
+    if (comm.rank() == 0) {
+      std::vector<uint8_t> small(16);
+      // Never read: the buffer for the copy cannot be allocated first.
+      const Error e = failure_of(
+          comm, p2p(TESSERA_COLL_SEND, raw_buf(small.data(), uint64_t{1} << 60, TESSERA_U8), 1, 7));
+      status = e.status();
+      message = e.what();
+    }
+    std::vector<float> v(4, 1.0F);
+    comm.run(args(TESSERA_COLL_ALLREDUCE, buf(v), buf(v)));
+  });
+  EXPECT_EQ(status, TESSERA_ERR_OUT_OF_MEMORY) << message;
+  EXPECT_THAT(message, HasSubstr("inmemory: cannot allocate 1152921504606846976 bytes to hold the "
+                                 "send to rank 1 (tag 7) on rank 0 of group of 2 until its "
+                                 "receive is posted"));
+  EXPECT_THAT(message, ::testing::Not(HasSubstr("--sizes")));
+#endif
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "run_fixture.hpp"
 #include "tessera/core/model/model.hpp"
+#include "tessera/core/rank_threads.hpp"
 #include "tessera/core/safetensors.hpp"
 #include "tessera/sdk/error.hpp"
 
@@ -160,6 +161,54 @@ TEST(PlanRun, WarmupLongerThanTheRunIsRefused) {
     (void)plan_run(make_config(mlp_toml("none", 1, 3), {"optimizer.warmup_steps=5"}), plugins());
   });
   EXPECT_MENTIONS(message, "optimizer.warmup_steps = 5 exceeds run.steps = 3");
+}
+
+// Ranks as threads: a world larger than the process can start is refused
+// before any thread starts (and so at --dry-run), naming the key, the value
+// and the limit. It once ended in std::terminate.
+TEST(PlanRun, AWorldBeyondTheRankThreadLimitIsRefused) {
+  TESSERA_REQUIRE_STRATEGY("none");
+  const Config config = make_config(mlp_toml("none", 40000, 3));
+  const std::string limit = rank_thread_excess(40000, "run.world_size = 40000", "inmemory");
+  ASSERT_FALSE(limit.empty());
+  for (const bool run : {false, true}) {
+    const std::string message = error_of([&] {
+      if (run) {
+        (void)train::run_training(config, plugins());
+      } else {
+        (void)plan_run(config, plugins());
+      }
+    });
+    EXPECT_EQ(message, limit);
+    EXPECT_EQ(message.rfind("run.world_size = 40000 is more than the ", 0), 0U) << message;
+    EXPECT_MENTIONS(message, " ranks backend 'inmemory' can run as threads of this process (");
+  }
+}
+
+TEST(PlanRun, ProductsThatOverflowAreRefused) {
+  TESSERA_REQUIRE_STRATEGY("none");
+  std::string message = error_of([] {
+    (void)plan_run(make_config(gpt_toml("none", 1, 3), {"data.batch_size=2305843009213693952"}),
+                   plugins());
+  });
+  EXPECT_EQ(message,
+            "data.batch_size = 2305843009213693952 times the seq_len = 8 of model 'gpt' overflows "
+            "the 64-bit count of tokens (and their bytes) in a batch; lower data.batch_size");
+  message = error_of([] {
+    (void)plan_run(make_config(mlp_toml("none", 1, 3), {"data.batch_size=4611686018427387904"}),
+                   plugins());
+  });
+  EXPECT_MENTIONS(message,
+                  "data.batch_size = 4611686018427387904 times the features = 8 of "
+                  "model 'mlp' overflows");
+  message = error_of([] {
+    (void)plan_run(make_config(mlp_toml("none", 1, 3),
+                               {"run.steps=1099511627776", "data.batch_size=1073741824"}),
+                   plugins());
+  });
+  EXPECT_EQ(message,
+            "run.steps = 1099511627776 times data.batch_size = 1073741824 overflows the 64-bit "
+            "count of examples the run draws; lower run.steps or data.batch_size");
 }
 
 TEST(PlanRun, ResumeWithoutACheckpointStartsFresh) {

@@ -1,4 +1,7 @@
 // plan_run: every check that needs no rank, and the objects the ranks share.
+#include <algorithm>
+#include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -9,6 +12,7 @@
 #include "prepared_run.hpp"
 #include "tessera/core/logging.hpp"
 #include "tessera/core/options.hpp"
+#include "tessera/core/rank_threads.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::train {
@@ -39,6 +43,44 @@ void plan_backend(const Config& config, const PluginRegistry& registry, RunPlan&
   plan.thread_ranks =
       (backend_capabilities(plugin->descriptor()) & TESSERA_BACKEND_CAP_THREAD_RANKS) != 0;
   plan.world_size = config.run.world_size;
+  // Every rank of such a backend is a thread of this process: refuse a world
+  // the process cannot start before any rank does (and at --dry-run).
+  if (plan.thread_ranks) {
+    const std::string excess =
+        rank_thread_excess(config.run.world_size,
+                           fmt::format("run.world_size = {}", config.run.world_size), plan.backend);
+    if (!excess.empty()) fail(excess);
+  }
+}
+
+// a * b, or std::nullopt when it does not fit in int64_t.
+std::optional<int64_t> checked_product(int64_t a, int64_t b) noexcept {
+  int64_t product = 0;
+  if (__builtin_mul_overflow(a, b, &product)) return std::nullopt;
+  return product;
+}
+
+// The counts the run multiplies must fit the 64-bit sizes it computes with:
+// the elements of a global batch (and their bytes) and the examples of the
+// whole run.
+void check_products(const Config& config, const DataShape& shape, const std::string& model) {
+  const int64_t batch = config.data.batch_size;
+  const bool sequence = shape.is_sequence();
+  const int64_t width = sequence ? shape.seq_len : shape.features;
+  const char* per_example = sequence ? "seq_len" : "features";
+  const auto elements = checked_product(batch, std::max<int64_t>(width, 1));
+  if (!elements || !checked_product(*elements, 4)) {
+    fail(fmt::format(
+        "data.batch_size = {} times the {} = {} of model '{}' overflows the 64-bit count of "
+        "{} (and their bytes) in a batch; lower data.batch_size",
+        batch, per_example, width, model, sequence ? "tokens" : "features"));
+  }
+  if (!checked_product(config.run.steps, batch)) {
+    fail(fmt::format(
+        "run.steps = {} times data.batch_size = {} overflows the 64-bit count of examples the "
+        "run draws; lower run.steps or data.batch_size",
+        config.run.steps, batch));
+  }
 }
 
 // The metadata of a checkpoint to resume from must describe this model.
@@ -113,6 +155,8 @@ PreparedRun prepare_run(const Config& config, const PluginRegistry& registry) {
                     config.optimizer.warmup_steps, config.run.steps));
   }
   if (config.run.steps >= 1) run.schedule = make_lr_schedule(config.optimizer, config.run);
+
+  check_products(config, run.model->data_shape(), plan.model);
 
   DataOptions data_options;
   data_options.token_bytes = config.data.token_bytes;

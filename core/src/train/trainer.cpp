@@ -141,8 +141,7 @@ RunResult run_training(const Config& config, const PluginRegistry& registry,
   const PreparedRun run = detail::prepare_run(config, registry);
   BackendSettings settings;
   settings.world_size = run.plan.thread_ranks ? config.run.world_size : -1;
-  settings.timeout = std::chrono::milliseconds(
-      std::max<int64_t>(1, std::llround(config.backend.timeout_s * 1000.0)));
+  settings.timeout = timeout_ms(config.backend.timeout_s, "backend.timeout_s");
   settings.checks =
       config.backend.check_collectives ? CollectiveChecks::verify : CollectiveChecks::record;
   const std::unique_ptr<Backend> backend =

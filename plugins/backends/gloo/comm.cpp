@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -55,6 +56,21 @@ void GlooComm::finish(Completion& done, Body&& body) noexcept {
   // Counted as finished before anyone waiting on `done` can run on.
   outstanding_.fetch_sub(1);
   done.finish(std::move(error));
+}
+
+template <typename Runner>
+void GlooComm::submit_counted(Runner& runner, Job job) {
+  outstanding_.fetch_add(1);
+  try {
+    if constexpr (std::is_same_v<Runner, Executor>) {
+      runner.submit(std::move(job));
+    } else {
+      runner.run(std::move(job));
+    }
+  } catch (...) {
+    outstanding_.fetch_sub(1);  // never queued: no finish() will count it
+    throw;
+  }
 }
 
 GlooComm::~GlooComm() {
@@ -123,9 +139,9 @@ std::unique_ptr<sdk::Work> GlooComm::post(const tessera_coll_args& args, bool no
     return nullptr;
   }
   auto done = std::make_shared<Completion>();
-  outstanding_.fetch_add(1);
-  executor_.submit(
-      [this, args, seq, timeout, done] { finish(*done, [&] { execute(args, seq, timeout); }); });
+  submit_counted(executor_, [this, args, seq, timeout, done] {
+    finish(*done, [&] { execute(args, seq, timeout); });
+  });
   if (!nonblocking) {
     done->wait(-1);
     done->rethrow();
@@ -161,8 +177,7 @@ std::unique_ptr<sdk::Work> GlooComm::post_p2p(const tessera_coll_args& args, boo
     return nullptr;
   }
   auto done = std::make_shared<Completion>();
-  outstanding_.fetch_add(1);
-  waiters_.run([this, p2p, op, limit, done] {
+  submit_counted(waiters_, [this, p2p, op, limit, done] {
     finish(*done, [&] {
       try {
         p2p->wait(limit);
@@ -195,8 +210,7 @@ std::unique_ptr<sdk::Comm> GlooComm::split(int32_t color, int32_t key) {
   const int64_t timeout = engine_->settings.timeout_ms;
   if (!executor_.idle()) {
     auto done = std::make_shared<Completion>();
-    outstanding_.fetch_add(1);
-    executor_.submit([this, exchange, seq, timeout, done] {
+    submit_counted(executor_, [this, exchange, seq, timeout, done] {
       finish(*done, [&] { execute(exchange, seq, timeout, "split"); });
     });
     done->wait(-1);

@@ -62,6 +62,10 @@ class GlooComm final : public sdk::Comm {
   // `done`, counting the operation finished first.
   template <typename Body>
   void finish(Completion& done, Body&& body) noexcept;
+  // Hands `job` to `runner` (the executor or the waiter pool), counted as
+  // outstanding; rethrows, uncounted, when the runner cannot take it.
+  template <typename Runner>
+  void submit_counted(Runner& runner, Job job);
 
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<Group> group_;

@@ -6,7 +6,9 @@
 #include <optional>
 #include <utility>
 
+#include "executor.hpp"
 #include "forever.hpp"
+#include "tessera/sdk/error.hpp"
 
 namespace tessera::gloo_backend {
 namespace {
@@ -58,8 +60,20 @@ Control::Control(const sdk::Host& host, Connection connection)
   if (others_.empty()) return;
   inbox_ = std::make_unique<Message>();
   inbox_buffer_ = context->createUnboundBuffer(inbox_.get(), sizeof(Message));
-  service_ = std::thread([this] { serve(); });
-  reaper_ = std::thread([this] { reap(); });
+  // The reaper first: when the service thread cannot start, it alone has
+  // to be stopped (a joinable thread must never be destroyed).
+  reaper_ = start_thread([this] { reap(); }, "the control channel's send thread");
+  try {
+    service_ = start_thread([this] { serve(); }, "the control channel's receive thread");
+  } catch (const Error&) {
+    {
+      const std::lock_guard<std::mutex> lock(out_mu_);
+      stopping_ = true;
+    }
+    out_cv_.notify_all();
+    reaper_.join();
+    throw;
+  }
 }
 
 Control::~Control() {

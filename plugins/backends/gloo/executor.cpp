@@ -1,15 +1,29 @@
 #include "executor.hpp"
 
+#include <system_error>
 #include <utility>
 
+#include "tessera/sdk/error.hpp"
+
 namespace tessera::gloo_backend {
+
+std::thread start_thread(std::function<void()> fn, const char* what) {
+  try {
+    return std::thread(std::move(fn));
+  } catch (const std::system_error& e) {
+    throw Error(TESSERA_ERR_INTERNAL, detail::concat("gloo: cannot start ", what, ": ", e.what(),
+                                                     " (the system's thread limit)"));
+  }
+}
 
 void Executor::submit(Job job) {
   {
     const std::lock_guard<std::mutex> lock(mu_);
+    if (!worker_.joinable()) {
+      worker_ = start_thread([this] { loop(); }, "the thread that runs a communicator's queue");
+    }
     pending_.fetch_add(1, std::memory_order_acq_rel);
     queue_.push_back(std::move(job));
-    if (!worker_.joinable()) worker_ = std::thread([this] { loop(); });
   }
   cv_.notify_one();
 }
@@ -39,14 +53,16 @@ void Executor::shutdown() noexcept {
 }
 
 void WaiterPool::run(Job job) {
-  busy_.fetch_add(1);
   {
     const std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(job));
-    if (idle_ < queue_.size()) {
-      threads_.emplace_back([this] { loop(); });
+    if (idle_ < queue_.size() + 1) {
+      threads_.reserve(threads_.size() + 1);  // so push_back cannot throw below
+      threads_.push_back(
+          start_thread([this] { loop(); }, "a thread that waits for a send or receive"));
       ++idle_;
     }
+    busy_.fetch_add(1);
+    queue_.push_back(std::move(job));
   }
   cv_.notify_one();
 }

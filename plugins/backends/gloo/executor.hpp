@@ -23,6 +23,10 @@ namespace tessera::gloo_backend {
 // A unit of work; it handles its own exceptions.
 using Job = std::function<void()>;
 
+// A thread running `fn`. Throws Error(INTERNAL) "gloo: cannot start <what>:
+// <reason>" when the system refuses one.
+std::thread start_thread(std::function<void()> fn, const char* what);
+
 // One worker thread running jobs in FIFO order.
 class Executor {
  public:
@@ -36,7 +40,8 @@ class Executor {
   [[nodiscard]] bool idle() const noexcept { return pending_.load(std::memory_order_acquire) == 0; }
   // Jobs queued or running.
   [[nodiscard]] size_t pending() const noexcept { return pending_.load(); }
-  // Appends `job`, starting the worker if needed.
+  // Appends `job`, starting the worker if needed. When the worker cannot
+  // start, throws (see start_thread) and queues nothing.
   void submit(Job job);
   // Lets the worker finish the queued jobs, then joins it.
   void shutdown() noexcept;
@@ -60,7 +65,8 @@ class WaiterPool {
   WaiterPool& operator=(const WaiterPool&) = delete;
   ~WaiterPool() { shutdown(); }
 
-  // Runs `job` on an idle thread, or on a new one if none is idle.
+  // Runs `job` on an idle thread, or on a new one if none is idle. When no
+  // thread can start, throws (see start_thread) and queues nothing.
   void run(Job job);
   // Jobs not finished yet.
   [[nodiscard]] size_t busy() const noexcept { return busy_.load(); }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <utility>
 
 #include "stream.hpp"
@@ -72,11 +73,18 @@ std::string InMemoryComm::op_label(int32_t coll, uint64_t seq) const {
                         " of group of ", group_->size());
 }
 
-const std::byte* InMemoryComm::stage(const tessera_buffer& send) {
+const std::byte* InMemoryComm::stage(const tessera_buffer& send, int32_t coll) {
   const uint64_t bytes = send.count * tessera_dtype_size(send.dtype);
   if (staging_.size() < bytes) {
     const auto grow = static_cast<int64_t>(bytes - staging_.size());
-    staging_.resize(static_cast<size_t>(bytes));
+    try {
+      staging_.resize(static_cast<size_t>(bytes));
+    } catch (const std::bad_alloc&) {
+      throw Error(
+          TESSERA_ERR_OUT_OF_MEMORY,
+          detail::concat("inmemory: cannot allocate ", bytes, " bytes to stage the send buffer of ",
+                         op_label(coll, seq_), " (it overlaps the recv buffer)"));
+    }
     group_->engine().host.track_memory(group_->world_rank(rank_), TESSERA_MEM_COMM, grow);
   }
   std::memcpy(staging_.data(), send.data, static_cast<size_t>(bytes));
@@ -96,7 +104,8 @@ Call InMemoryComm::make_call(const tessera_coll_args& args) {
   if (sdk::coll_has_root(args.coll)) c.root = args.root;
   if (use_send) c.send = static_cast<const std::byte*>(args.send.data);
   if (use_recv) c.recv = static_cast<std::byte*>(args.recv.data);
-  if (use_send && use_recv && needs_staging(args, rank_, c.count)) c.send = stage(args.send);
+  if (use_send && use_recv && needs_staging(args, rank_, c.count))
+    c.send = stage(args.send, args.coll);
   return c;
 }
 

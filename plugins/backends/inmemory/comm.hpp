@@ -52,7 +52,7 @@ class InMemoryComm final : public sdk::Comm {
   // The call to publish for `args`, staging the send buffer when it
   // overlaps the recv buffer in a way the data movement cannot handle.
   Call make_call(const tessera_coll_args& args);
-  const std::byte* stage(const tessera_buffer& send);
+  const std::byte* stage(const tessera_buffer& send, int32_t coll);
   [[nodiscard]] std::string op_label(int32_t coll, uint64_t seq) const;
 
   std::shared_ptr<Group> group_;

@@ -2,6 +2,7 @@
 
 #include <exception>
 #include <new>
+#include <system_error>
 #include <utility>
 
 #include "tessera/sdk/error.hpp"
@@ -33,8 +34,18 @@ size_t Executor::pending() const {
 void Executor::submit(std::shared_ptr<Task> task) {
   {
     const std::lock_guard<std::mutex> lock(mu_);
+    // Started before the task is queued, so a refusal leaves nothing behind.
+    if (!worker_.joinable()) {
+      try {
+        worker_ = std::thread([this] { loop(); });
+      } catch (const std::system_error& e) {
+        throw Error(TESSERA_ERR_INTERNAL,
+                    detail::concat("inmemory: cannot start the thread that runs a communicator's "
+                                   "queued operations: ",
+                                   e.what(), " (the system's thread limit)"));
+      }
+    }
     queue_.push_back(std::move(task));
-    if (!worker_.joinable()) worker_ = std::thread([this] { loop(); });
   }
   cv_.notify_one();
 }

@@ -66,7 +66,8 @@ class Executor {
   [[nodiscard]] bool idle() const;
   // Number of tasks queued or running.
   [[nodiscard]] size_t pending() const;
-  // Appends `task`, starting the worker thread if needed.
+  // Appends `task`, starting the worker thread if needed. Throws
+  // Error(INTERNAL) and queues nothing when the thread cannot start.
   void submit(std::shared_ptr<Task> task);
   // Runs `task` now on this thread, recording its outcome in task.done.
   void run(Task& task) const noexcept;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <utility>
 
 #include "tessera/sdk/dtype.hpp"
@@ -58,7 +59,13 @@ void Mailbox::deliver(int32_t source, int32_t source_world, int32_t tag, const t
       m.dtype = data.dtype;
       m.count = data.count;
       const uint64_t n = byte_size(data.dtype, data.count);
-      m.bytes.resize(static_cast<size_t>(n));
+      try {
+        m.bytes.resize(static_cast<size_t>(n));
+      } catch (const std::bad_alloc&) {
+        throw Error(TESSERA_ERR_OUT_OF_MEMORY,
+                    detail::concat("inmemory: cannot allocate ", n, " bytes to hold the ", what,
+                                   " until its receive is posted"));
+      }
       if (n > 0) std::memcpy(m.bytes.data(), data.data, static_cast<size_t>(n));
       host_.track_memory(source_world, TESSERA_MEM_COMM, static_cast<int64_t>(n));
       buffered_.push_back(std::move(m));

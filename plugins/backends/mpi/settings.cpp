@@ -26,7 +26,12 @@ Settings Settings::from(const sdk::Options& options, const tessera_backend_confi
   s.iallreduce_algorithm =
       static_cast<int32_t>(int_in_range(options, "iallreduce_algorithm", 0, 4));
   s.finalize = options.get_bool("finalize");
+  // Negative waits forever; the bound keeps the deadline from overflowing.
   s.finalize_wait_ms = options.get_int("finalize_wait_ms");
+  TESSERA_CHECK(s.finalize_wait_ms <= 604800000, TESSERA_ERR_INVALID_ARGUMENT,
+                "mpi option finalize_wait_ms must be at most 604800000 (7 days; < 0 waits "
+                "forever), got ",
+                s.finalize_wait_ms);
   TESSERA_CHECK(config.world_size == -1 || config.world_size >= 1, TESSERA_ERR_INVALID_ARGUMENT,
                 "mpi: world_size must be -1 (take it from mpirun) or >= 1, got ",
                 config.world_size);

@@ -39,7 +39,8 @@ inline constexpr tessera_option_decl kOptions[] = {
      "started MPI; false leaves MPI running so a later backend in the same process can use it"},
     {"finalize_wait_ms", TESSERA_OPT_INT, "30000",
      "before MPI_Finalize, how long to wait for every rank to reach shutdown too; if they do "
-     "not, MPI is left unfinalized rather than blocking on a lost peer; < 0 waits forever"},
+     "not, MPI is left unfinalized rather than blocking on a lost peer; < 0 waits forever; at "
+     "most 604800000 (7 days)"},
 };
 
 // Settings shared by every group of one backend instance.

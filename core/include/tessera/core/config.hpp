@@ -3,6 +3,7 @@
 // reports errors with the file, line and dotted key.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -38,12 +39,20 @@ struct PluginsSection {
   std::vector<std::string> allow;            // empty: all
 };
 
+// The longest timeout a backend operation may be given: 7 days. A dead
+// peer must become an error after a timeout, so there is no "never".
+inline constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600.0;
+
 struct BackendSection : PluginChoice {
-  double timeout_s = 60.0;
+  double timeout_s = 60.0;  // > 0 and <= kMaxTimeoutSeconds
   // Compare every collective's fingerprint across the ranks before posting
   // it (docs/training.md, "When ranks disagree"); false: record only.
   bool check_collectives = true;
 };
+
+// `seconds` in whole milliseconds (at least 1). Throws tessera::Error
+// (invalid argument) naming `what` unless 0 < seconds <= kMaxTimeoutSeconds.
+std::chrono::milliseconds timeout_ms(double seconds, const std::string& what);
 
 struct ModelSection {
   std::string name = "mlp";
