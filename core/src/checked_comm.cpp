@@ -368,8 +368,19 @@ tessera_status guarded(Body&& body) noexcept {
 tessera_status make_checked(const tessera_backend_api& api, tessera_comm* comm,
                             const CheckSettings& settings, std::string label, tessera_comm** out) {
   tessera_comm* shadow = nullptr;
+  CheckSettings effective = settings;
   const tessera_status status = api.comm_split(comm, 0, 0, &shadow);
-  if (status != TESSERA_OK) {
+  if (status == TESSERA_ERR_UNSUPPORTED) {
+    // Every rank of the group gets the same answer: compare nothing, record.
+    const std::string why = take_thread_error();
+    if (effective.verify) {
+      get_logger("core")->warn(
+          "backend '{}' cannot split communicator '{}' ({}): its collectives are recorded but not "
+          "compared across ranks",
+          settings.backend, label, why);
+    }
+    effective.verify = false;
+  } else if (status != TESSERA_OK) {
     api.comm_destroy(comm);
     return status;
   }
@@ -378,15 +389,15 @@ tessera_status make_checked(const tessera_backend_api& api, tessera_comm* comm,
     c->api = &api;
     c->inner = comm;
     c->shadow = shadow;
-    c->settings = settings;
+    c->settings = effective;
     c->rank = api.comm_rank(comm);
     c->size = api.comm_size(comm);
-    c->recorder = std::make_shared<Recorder>(std::move(label), settings.backend, c->rank, c->size,
-                                             settings.recorder_size);
+    c->recorder = std::make_shared<Recorder>(std::move(label), effective.backend, c->rank, c->size,
+                                             effective.recorder_size);
     *out = handle(c.release());
     return TESSERA_OK;
   } catch (...) {
-    api.comm_destroy(shadow);
+    if (shadow != nullptr) api.comm_destroy(shadow);
     api.comm_destroy(comm);
     set_thread_error(TESSERA_ERR_OUT_OF_MEMORY, "checked communicator: out of memory");
     return TESSERA_ERR_OUT_OF_MEMORY;
@@ -443,12 +454,12 @@ tessera_status checked_split(tessera_comm* comm, int32_t color, int32_t key, tes
 void checked_abort(tessera_comm* comm, const char* reason) {
   CheckedComm& c = *self(comm);
   c.api->comm_abort(c.inner, reason);
-  c.api->comm_abort(c.shadow, reason);
+  if (c.shadow != nullptr) c.api->comm_abort(c.shadow, reason);
 }
 
 void checked_destroy(tessera_comm* comm) {
   std::unique_ptr<CheckedComm> c(self(comm));
-  c->api->comm_destroy(c->shadow);
+  if (c->shadow != nullptr) c->api->comm_destroy(c->shadow);
   c->api->comm_destroy(c->inner);
 }
 
