@@ -1,6 +1,6 @@
 // Checkpoint inputs that are not regular files are refused without
 // blocking: `latest`, a safetensors file, an index and a slice file it names
-// as FIFOs; `latest` has a size limit.
+// as FIFOs; `latest` has a size limit; temporary names are recognised.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -11,6 +11,7 @@
 
 #include "../support/bounded.hpp"
 #include "temp_dir.hpp"
+#include "tessera/core/atomic_file.hpp"
 #include "tessera/core/safetensors.hpp"
 #include "tessera/core/safetensors_index.hpp"
 #include "tessera/core/train/checkpointing.hpp"
@@ -77,6 +78,19 @@ TEST(CheckpointInputs, SliceFileFifoIsNamed) {
   EXPECT_IN_MESSAGE(test::error_within(10, [&] { (void)read_index(dir / "index.json"); }),
                     "slice file \"" + (dir / "rank00000.safetensors").string() +
                         "\" is a FIFO, not a regular file");
+}
+
+TEST(CheckpointInputs, AtomicTempNames) {
+  EXPECT_TRUE(is_atomic_temp_name("latest.tmp.123.0123456789abcdef"));
+  EXPECT_TRUE(is_atomic_temp_name("model.safetensors.tmp.7.ffffffffffffffff"));
+  EXPECT_TRUE(is_atomic_temp_name("a.tmp.b.tmp.1.0000000000000000"));
+  EXPECT_FALSE(is_atomic_temp_name(".tmp.123.0123456789abcdef"));       // no target
+  EXPECT_FALSE(is_atomic_temp_name("latest.tmp.123.0123456789abcde"));  // 15 digits
+  EXPECT_FALSE(is_atomic_temp_name("latest.tmp.123.0123456789ABCDEF"));
+  EXPECT_FALSE(is_atomic_temp_name("latest.tmp..0123456789abcdef"));
+  EXPECT_FALSE(is_atomic_temp_name("latest.tmp.12x.0123456789abcdef"));
+  EXPECT_FALSE(is_atomic_temp_name("notes.tmp.txt"));
+  EXPECT_FALSE(is_atomic_temp_name("latest"));
 }
 
 }  // namespace

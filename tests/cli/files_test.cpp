@@ -1,5 +1,7 @@
 // `tessera train` and the files of a run: a FIFO given as the config is
-// refused instead of blocking. Every command runs with a deadline.
+// refused instead of blocking; a second run on a checkpoint.dir that a run
+// in progress holds exits 1 naming that run's pid; --dry-run checks
+// checkpoint.dir without creating it. Every command runs with a deadline.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -8,19 +10,31 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
+#include <streambuf>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tessera/core/config.hpp"
+#include "tessera/core/plugin_registry.hpp"
+#include "tessera/core/train/trainer.hpp"
+
 #ifndef TESSERA_CLI_EXE
 #error "TESSERA_CLI_EXE must name the built tessera executable"
+#endif
+#ifndef TESSERA_CLI_PLUGIN_DIR
+#error "TESSERA_CLI_PLUGIN_DIR must name the build tree's plugin directory"
 #endif
 
 extern char** environ;
@@ -116,6 +130,111 @@ TEST(CliFiles, FifoConfigIsRefusedWithoutBlocking) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_EQ(r.err,
             "tessera: error: config file '" + fifo.string() + "' is a FIFO, not a regular file\n");
+}
+
+// A tiny mlp run of `steps` steps checkpointing every 2 into `ckpt`.
+std::string mlp_config(const fs::path& ckpt, int steps) {
+  std::ostringstream t;
+  t << "[run]\nworld_size = 1\nsteps = " << steps << "\nseed = 3\nlog_every = 1\n"
+    << "[strategy]\nname = \"none\"\n"
+    << "[model]\nname = \"mlp\"\ninput = 8\nhidden = [16]\nclasses = 4\n"
+    << "[data]\nkind = \"synthetic\"\nbatch_size = 16\n"
+    << "[optimizer]\nname = \"adamw\"\nlr = 0.01\n"
+    << "[checkpoint]\ndir = \"" << ckpt.string() << "\"\nevery = 2\n";
+  return t.str();
+}
+
+// Hands every complete line written to it to a callback.
+class LineSink : public std::streambuf {
+ public:
+  explicit LineSink(std::function<void(const std::string&)> on_line)
+      : on_line_(std::move(on_line)) {}
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (traits_type::eq_int_type(c, traits_type::eof())) return traits_type::not_eof(c);
+    const char ch = traits_type::to_char_type(c);
+    if (ch != '\n') {
+      line_.push_back(ch);
+    } else {
+      on_line_(line_);
+      line_.clear();
+    }
+    return c;
+  }
+
+ private:
+  std::function<void(const std::string&)> on_line_;
+  std::string line_;
+};
+
+const PluginRegistry& registry() {
+  static const std::unique_ptr<PluginRegistry> r = [] {
+    auto p = std::make_unique<PluginRegistry>();
+    p->scan({TESSERA_CLI_PLUGIN_DIR});
+    return p;
+  }();
+  return *r;
+}
+
+// Run A trains in this process; between its steps 2 and 3 the CLI starts
+// run B on the same checkpoint.dir: B exits 1 naming A's pid before any
+// step, and A ends with only its own checkpoints.
+TEST(CliFiles, SecondRunOnAHeldCheckpointDirExitsOneNamingTheHolder) {
+  if (registry().find(TESSERA_KIND_STRATEGY, "none") == nullptr) {
+    GTEST_SKIP() << "strategy plugin 'none' is not built";
+  }
+  Scratch dir;
+  const fs::path ckpt = dir / "ckpt";
+  const fs::path config_file = dir / "b.toml";
+  std::ofstream(config_file) << mlp_config(ckpt, 4);
+  std::optional<CliResult> b;
+  LineSink sink([&](const std::string& line) {
+    if (line.rfind("step 2/", 0) == 0 && !b) {
+      b = run_cli({"train", config_file.string()}, dir.path(), 60);
+    }
+  });
+  std::ostream a_out(&sink);
+  train::RunOptions options;
+  options.out = &a_out;
+  const train::RunResult a =
+      train::run_training(parse_config(mlp_config(ckpt, 6), "a.toml"), registry(), options);
+
+  ASSERT_TRUE(b.has_value()) << "run B never started";
+  EXPECT_EQ(b->exit_code, 1) << b->err;
+  EXPECT_EQ(b->err.rfind("tessera: error: checkpoint.dir '" + ckpt.string() +
+                             "' is in use by another run (pid " + std::to_string(::getpid()) +
+                             " on host ",
+                         0),
+            0U)
+      << b->err;
+  EXPECT_EQ(b->out.find("step "), std::string::npos) << b->out;
+  EXPECT_EQ(a.last_step, 6);
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(ckpt)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{".lock", "latest", "step-00000002", "step-00000004",
+                                             "step-00000006"}));
+}
+
+TEST(CliFiles, DryRunChecksCheckpointDirWithoutCreatingIt) {
+  Scratch dir;
+  const fs::path config_file = dir / "run.toml";
+  std::ofstream(config_file) << mlp_config(dir / "new" / "ckpt", 2);
+  const CliResult ok = run_cli({"train", config_file.string(), "--dry-run"}, dir.path(), 60);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_FALSE(fs::exists(dir / "new"));
+
+  std::ofstream(dir / "plain") << "x";
+  const CliResult refused = run_cli({"train", config_file.string(), "--dry-run", "--set",
+                                     "checkpoint.dir=" + (dir / "plain" / "ckpt").string()},
+                                    dir.path(), 60);
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_EQ(refused.err, "tessera: error: checkpoint.dir '" + (dir / "plain" / "ckpt").string() +
+                             "' cannot be created: '" + (dir / "plain").string() +
+                             "' is a regular file, not a directory\n");
 }
 
 }  // namespace
