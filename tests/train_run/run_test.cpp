@@ -3,7 +3,9 @@
 // failures.
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <numbers>
 #include <sstream>
@@ -193,7 +195,8 @@ TEST(RunTraining, UnwritableMetricsFileFailsBeforeTheRanksStart) {
     (void)run_training(make_config(mlp_toml("none", 1, 2), {"run.metrics=" + bad.string()}),
                        plugins());
   });
-  EXPECT_MENTIONS(message, "run.metrics: cannot open '" + bad.string() + "'");
+  EXPECT_MENTIONS(message, "run.metrics: cannot open '" + bad.string() +
+                               "' for writing: " + std::strerror(ENOTDIR));
 }
 
 // A rank that fails (here rank 0, whose step directory cannot be created:
