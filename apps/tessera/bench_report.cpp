@@ -129,7 +129,8 @@ void TextBenchReporter::row(const BenchRow& r) {
     }
     *csv_ << '\n' << std::flush;
     if (!*csv_) {
-      throw Error(TESSERA_ERR_INTERNAL, "writing CSV file '" + header_.csv_path + "' failed");
+      throw Error(TESSERA_ERR_INTERNAL, "writing CSV file '" + header_.csv_path +
+                                            "' failed: " + std::generic_category().message(errno));
     }
   }
 }

@@ -1,13 +1,15 @@
 #include "bench_strategies_child.hpp"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <deque>
-#include <fstream>
+#include <sstream>
 
 #include "launch_process.hpp"
+#include "tessera/core/input_file.hpp"
 
 namespace tessera::cli {
 
@@ -37,21 +39,27 @@ ChildOutcome run_child(const std::vector<std::string>& argv,
 }
 
 std::string file_tail(const std::filesystem::path& file, int max_lines) {
-  constexpr std::streamoff kMaxBytes = std::streamoff{64} * 1024;
-  std::ifstream in(file, std::ios::binary);
-  if (!in || max_lines <= 0) return {};
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  in.seekg(std::max<std::streamoff>(0, size - kMaxBytes));
+  constexpr uint64_t kMaxBytes = uint64_t{64} * 1024;
+  uint64_t size = 0;
+  std::string problem;
+  const int fd = open_regular_file(file, size, problem);
+  if (fd < 0) return {};
+  const uint64_t from = size > kMaxBytes ? size - kMaxBytes : 0;
+  std::string text(static_cast<size_t>(size - from), '\0');
+  const ssize_t n =
+      max_lines > 0 ? ::pread(fd, text.data(), text.size(), static_cast<off_t>(from)) : 0;
+  ::close(fd);
+  text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  std::istringstream in(text);
   std::deque<std::string> lines;
   std::string line;
   while (std::getline(in, line)) {
     lines.push_back(std::move(line));
     if (lines.size() > static_cast<size_t>(max_lines)) lines.pop_front();
   }
-  std::string text;
-  for (const auto& l : lines) text += l + '\n';
-  return text;
+  std::string tail;
+  for (const auto& l : lines) tail += l + '\n';
+  return tail;
 }
 
 int64_t self_max_rss_kib() {

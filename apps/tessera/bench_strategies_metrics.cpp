@@ -1,11 +1,13 @@
 #include "bench_strategies_metrics.hpp"
 
 #include <algorithm>
-#include <fstream>
+#include <cstdint>
+#include <sstream>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/core/input_file.hpp"
 #include "tessera/core/memory.hpp"
 #include "tessera/sdk/error.hpp"
 
@@ -106,11 +108,9 @@ StrategyMeasure summarize_metrics(std::istream& in, const std::string& what) {
 }
 
 StrategyMeasure summarize_metrics_file(const std::filesystem::path& file) {
-  std::ifstream in(file);
-  if (!in) {
-    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                "cannot read metrics file '" + file.string() + "' (the run wrote none)");
-  }
+  // A line per step of a short run: a few kilobytes.
+  constexpr uint64_t kMaxMetricsBytes = uint64_t{64} << 20;
+  std::istringstream in(read_input_file(file, "metrics file", kMaxMetricsBytes));
   return summarize_metrics(in, "metrics file '" + file.string() + "'");
 }
 

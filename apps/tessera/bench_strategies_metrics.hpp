@@ -39,8 +39,9 @@ struct StrategyMeasure {
 // when there is no line at all.
 StrategyMeasure summarize_metrics(std::istream& in, const std::string& what);
 
-// The same for a file. Throws tessera::Error naming the file when it cannot
-// be opened.
+// The same for a file. Throws tessera::Error naming the file when it is
+// missing (the run wrote none), not a regular file, larger than 64 MiB or
+// unreadable.
 StrategyMeasure summarize_metrics_file(const std::filesystem::path& file);
 
 }  // namespace tessera::cli

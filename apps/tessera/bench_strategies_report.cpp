@@ -110,7 +110,8 @@ void StrategiesReporter::row(const StrategyRow& row) {
   }
   csv_->flush();
   if (!*csv_) {
-    throw Error(TESSERA_ERR_INVALID_ARGUMENT, "writing CSV file '" + h.csv_path + "' failed");
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                "writing CSV file '" + h.csv_path + "' failed: " + std::strerror(errno));
   }
 }
 

@@ -4,11 +4,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 #include "tessera/sdk/error.hpp"
@@ -122,6 +124,24 @@ void write_file_atomically(const fs::path& path, std::span<const std::byte> byte
 
 void write_file_atomically(const fs::path& path, std::string_view text) {
   write_file_atomically(path, [text](AtomicFileSink& sink) { sink.write(text); });
+}
+
+bool is_atomic_temp_name(std::string_view name) noexcept {
+  constexpr std::string_view marker = ".tmp.";
+  constexpr size_t kHexDigits = 16;
+  const size_t at = name.rfind(marker);
+  if (at == std::string_view::npos || at == 0) return false;
+  const std::string_view rest = name.substr(at + marker.size());  // <pid>.<hex>
+  const size_t dot = rest.find('.');
+  if (dot == 0 || dot == std::string_view::npos || rest.size() - dot - 1 != kHexDigits) {
+    return false;
+  }
+  const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  const auto is_hex = [&](char c) { return is_digit(c) || (c >= 'a' && c <= 'f'); };
+  const std::string_view pid = rest.substr(0, dot);
+  const std::string_view hex = rest.substr(dot + 1);
+  return std::all_of(pid.begin(), pid.end(), is_digit) &&
+         std::all_of(hex.begin(), hex.end(), is_hex);
 }
 
 size_t remove_stale_temp_files(const fs::path& path) {

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <fstream>
-#include <sstream>
+#include <cstdint>
 #include <string_view>
 #include <utility>
 
 #include "config_schema.hpp"
+#include "tessera/core/input_file.hpp"
 #include "tessera/core/logging.hpp"
 #include "tessera/sdk/error.hpp"
 #include "toml_text.hpp"
@@ -18,6 +18,9 @@ namespace {
 
 using detail::Problems;
 using detail::Section;
+
+// A config is a few kilobytes; anything near this is not one.
+constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;
 
 bool is_plugin_name(std::string_view name) {
   return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
@@ -250,21 +253,8 @@ std::chrono::milliseconds timeout_ms(double seconds, const std::string& what) {
 
 Config load_config(const std::filesystem::path& file, std::span<const std::string> overrides) {
   const std::string name = file.string();
-  std::error_code ec;
-  if (!std::filesystem::exists(file, ec)) {
-    throw Error(TESSERA_ERR_INVALID_ARGUMENT, "config file '" + name + "' does not exist");
-  }
-  if (std::filesystem::is_directory(file, ec)) {
-    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                "config file '" + name + "' is a directory, not a TOML file");
-  }
-  std::ifstream in(file, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in) {
-    throw Error(TESSERA_ERR_INVALID_ARGUMENT, "config file '" + name + "' could not be read");
-  }
-  Config config = build(text.str(), name, file.parent_path(), overrides);
+  const std::string text = read_input_file(file, "config file", kMaxConfigBytes);
+  Config config = build(text, name, file.parent_path(), overrides);
   config.file = file;
   return config;
 }

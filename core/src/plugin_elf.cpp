@@ -4,7 +4,9 @@
 
 #include <elf.h>
 #include <link.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -12,6 +14,8 @@
 #include <system_error>
 
 #include <fmt/format.h>
+
+#include "tessera/core/input_file.hpp"
 
 namespace tessera::detail {
 namespace {
@@ -48,18 +52,17 @@ const char* type_name(unsigned type) noexcept {
   }
 }
 
-// Random access to a file that refuses any read outside the file.
+// Random access to a regular file that refuses any read outside the file.
 class BoundedFile {
  public:
-  explicit BoundedFile(const std::filesystem::path& file) : stream_(file, std::ios::binary) {
-    std::error_code ec;
-    const auto size = std::filesystem::file_size(file, ec);
-    if (ec || !stream_) {
-      throw ElfFormatError(fmt::format("cannot open file for reading ({})",
-                                       ec ? ec.message() : std::string("open failed")));
-    }
-    size_ = size;
+  explicit BoundedFile(const std::filesystem::path& file) {
+    std::string problem;
+    fd_ = open_regular_file(file, size_, problem);
+    if (fd_ < 0) throw ElfFormatError("cannot open file for reading: the file " + problem);
   }
+  ~BoundedFile() { ::close(fd_); }
+  BoundedFile(const BoundedFile&) = delete;
+  BoundedFile& operator=(const BoundedFile&) = delete;
 
   [[nodiscard]] uint64_t size() const noexcept { return size_; }
 
@@ -70,22 +73,28 @@ class BoundedFile {
 
   // Reads `count` bytes at `offset` into `out`; `what` names the structure
   // for the error message.
-  void read(uint64_t offset, void* out, uint64_t count, const std::string& what) {
+  void read(uint64_t offset, void* out, uint64_t count, const std::string& what) const {
     if (!contains(offset, count)) {
       throw ElfFormatError(
           fmt::format("truncated or corrupt: {} needs {} bytes at offset {} but the file has "
                       "only {} bytes",
                       what, count, offset, size_));
     }
-    stream_.seekg(static_cast<std::streamoff>(offset));
-    stream_.read(static_cast<char*>(out), static_cast<std::streamsize>(count));
-    if (!stream_) {
-      throw ElfFormatError(fmt::format("read error in {} at offset {}", what, offset));
+    auto* to = static_cast<char*>(out);
+    uint64_t done = 0;
+    while (done < count) {
+      const ssize_t n = ::pread(fd_, to + done, count - done, static_cast<off_t>(offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        throw ElfFormatError(fmt::format("read error in {} at offset {}: {}", what, offset + done,
+                                         n < 0 ? std::strerror(errno) : "the file shrank"));
+      }
+      done += static_cast<uint64_t>(n);
     }
   }
 
  private:
-  std::ifstream stream_;
+  int fd_ = -1;
   uint64_t size_ = 0;
 };
 

@@ -1,14 +1,13 @@
 // The sharded-checkpoint index: validation, JSON writing and reading.
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <system_error>
 #include <utility>
 
 #include "tessera/core/atomic_file.hpp"
+#include "tessera/core/input_file.hpp"
 #include "tessera/core/safetensors_index.hpp"
 #include "tessera/sdk/error.hpp"
 
@@ -17,6 +16,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
+
+// An index lists a few slices per tensor and rank; far below this even for
+// thousands of ranks.
+constexpr uint64_t kMaxIndexBytes = uint64_t{256} << 20;
 
 // Builds "sharded index '<where>'[: tensor '<name>']: <what>".
 template <typename... Args>
@@ -299,17 +302,7 @@ void write_index(const fs::path& path, const ShardedIndex& index) {
 
 ShardedIndex read_index(const fs::path& path) {
   const std::string where = path.string();
-  std::string text;
-  {
-    std::FILE* file = std::fopen(path.c_str(), "rb");
-    if (file == nullptr) throw index_error(where, "", "cannot open: ", std::strerror(errno));
-    char buffer[65536];
-    size_t n = 0;
-    while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0) text.append(buffer, n);
-    const bool failed = std::ferror(file) != 0;
-    std::fclose(file);
-    if (failed) throw index_error(where, "", "read error");
-  }
+  const std::string text = read_input_file(path, "sharded index", kMaxIndexBytes);
   Json root;
   try {
     root = Json::parse(text);
@@ -354,10 +347,10 @@ ShardedIndex read_index(const fs::path& path) {
   for (const auto& [name, tensor] : index.tensors) {
     for (const ShardSlice& slice : tensor.slices) {
       if (!checked.insert(slice.file).second) continue;
-      std::error_code ec;
-      if (!fs::is_regular_file(dir / slice.file, ec)) {
-        throw index_error(where, name, "slice file \"", (dir / slice.file).string(),
-                          "\" does not exist");
+      const std::string problem = regular_file_problem(dir / slice.file);
+      if (!problem.empty()) {
+        throw index_error(where, name, "slice file \"", (dir / slice.file).string(), "\" ",
+                          problem);
       }
     }
   }

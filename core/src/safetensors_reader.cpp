@@ -1,8 +1,6 @@
 // SafetensorsReader: maps a file read-only and validates its header before
 // handing out any tensor.
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +10,7 @@
 #include <set>
 #include <utility>
 
+#include "tessera/core/input_file.hpp"
 #include "tessera/core/safetensors.hpp"
 #include "tessera/sdk/error.hpp"
 
@@ -120,21 +119,14 @@ struct SafetensorsReader::Impl {
 };
 
 void SafetensorsReader::Impl::map_file() {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  uint64_t size = 0;
+  std::string problem;
+  const int fd = open_regular_file(path, size, problem);
   if (fd < 0) {
-    throw file_error(TESSERA_ERR_INVALID_ARGUMENT, path, "", "cannot open: ", std::strerror(errno));
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                detail::concat("safetensors file '", path.string(), "' ", problem));
   }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw file_error(TESSERA_ERR_INVALID_ARGUMENT, path, "", "cannot stat: ", std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw file_error(TESSERA_ERR_INVALID_ARGUMENT, path, "", "not a regular file");
-  }
-  map_size = static_cast<size_t>(st.st_size);
+  map_size = static_cast<size_t>(size);
   if (map_size < 8) {
     ::close(fd);
     throw file_error(TESSERA_ERR_INVALID_ARGUMENT, path, "", "file has ", map_size,

@@ -141,7 +141,7 @@ TEST_F(SafetensorsCorrupt, MetadataValuesMustBeStrings) {
 }
 
 TEST_F(SafetensorsCorrupt, MissingFileAndDirectory) {
-  expect_refused_path(dir_ / "absent.safetensors", "No such file or directory");
+  expect_refused_path(dir_ / "absent.safetensors", "does not exist");
   expect_refused_path(dir_.path(), "not a regular file");
 }
 

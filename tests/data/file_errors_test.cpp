@@ -1,10 +1,15 @@
 // Every data problem is reported before training, naming the file and,
 // for bad ids, the position.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "../support/bounded.hpp"
 #include "temp_dir.hpp"
 #include "tessera/core/data/dataset.hpp"
 #include "tessera/sdk/error.hpp"
@@ -56,6 +61,44 @@ TEST(DataErrors, DirectoryIsNotAFile) {
   const test::TempDir dir;
   EXPECT_MENTIONS(error_of(tokens_at(dir.path().string()), DataShape::sequences(4, 10)),
                   "not a regular file");
+}
+
+TEST(DataErrors, FifoIsRefusedWithoutBlocking) {
+  const test::TempDir dir;
+  const std::string path = (dir.path() / "train.bin").string();
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+  const std::string msg = test::error_within(
+      10, [&] { (void)make_dataset(tokens_at(path), DataShape::sequences(4, 10), 1); });
+  EXPECT_MENTIONS(msg, "data file '" + path + "' is a FIFO, not a regular file");
+}
+
+TEST(DataErrors, DeviceIsRefusedBeforeReading) {
+  const std::string msg = test::error_within(
+      10, [] { (void)make_dataset(tokens_at("/dev/zero"), DataShape::sequences(4, 10), 1); });
+  EXPECT_MENTIONS(msg, "data file '/dev/zero' is a character device, not a regular file");
+}
+
+// A file cut short while a run reads it: the next example past the new end
+// is an error naming the file and both sizes, not a SIGBUS.
+TEST(DataErrors, FileTruncatedWhileInUseIsAnErrorNamingIt) {
+  const test::TempDir dir;
+  std::vector<uint32_t> ids(1000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint32_t>(i % 10);
+  const std::string path = dir.write_ids("train.bin", ids, 2).string();
+  const auto data = make_dataset(tokens_at(path), DataShape::sequences(4, 10), 1);
+  Batch batch = Batch::make(1, 4, 0);
+  data->fill(0, batch, 0);  // readable while whole
+  std::filesystem::resize_file(path, 0);
+  try {
+    data->fill(500, batch, 0);  // window at tokens 500..504
+    ADD_FAILURE() << "no error after the file was truncated";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT);
+    EXPECT_MENTIONS(std::string(e.what()),
+                    "data file '" + path +
+                        "' was truncated while in use: it had 2000 bytes when opened, 0 bytes "
+                        "now (this example needs bytes 1000 to 1010)");
+  }
 }
 
 TEST(DataErrors, FileShorterThanOneSequence) {

@@ -1,13 +1,17 @@
 // Scanning directories: which files are examined and in what order, what is
 // accepted, duplicates across directories, the allow-list, and the messages
 // of get().
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "../support/bounded.hpp"
 #include "tessera/c/backend.h"
 #include "tessera/core/host_api.hpp"
 #include "tessera/core/plugin_registry.hpp"
@@ -183,6 +187,23 @@ TEST(Scan, MissingDirectoryIsNotAnError) {
   PluginRegistry registry;
   EXPECT_NO_THROW(registry.scan({tmp.path() / "absent", tmp.path()}));
   EXPECT_TRUE(registry.records().empty());
+}
+
+// A FIFO named like a plugin is rejected with the reason, not opened: open()
+// on it would wait for a writer forever.
+TEST(Scan, RejectsAFifoWithoutBlocking) {
+  const test::TempDir tmp;
+  const fs::path fifo = tmp.path() / "libtessera_backend_pipe.so";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  const std::string reason = test::error_within(10, [&] {
+    PluginRegistry registry;
+    registry.scan({tmp.path()});
+    const PluginRecord& record = registry.records().at(0);
+    throw Error(record.loaded ? TESSERA_OK : TESSERA_ERR_INVALID_ARGUMENT, record.reason);
+  });
+  EXPECT_EQ(reason,
+            "not a valid shared library: cannot open file for reading: the file is a FIFO, not a "
+            "regular file");
 }
 
 TEST(Scan, FollowsSymlinksAndSkipsDirectories) {

@@ -4,6 +4,7 @@
 // size, the checkpoint gather by messages, the rank's failure — in one
 // process.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <memory>
@@ -12,6 +13,7 @@
 
 #include "run_fixture.hpp"
 #include "tessera/core/safetensors.hpp"
+#include "tessera/core/train/checkpoint_dir.hpp"
 
 #ifndef TESSERA_TRAIN_FIXTURE_DIR
 #error "TESSERA_TRAIN_FIXTURE_DIR must name the directory of the test backend"
@@ -88,16 +90,36 @@ TEST(ProcessRank, AWorldSizeOtherThanTheLaunchersIsRefused) {
 TEST(ProcessRank, AFailureNamesTheRank) {
   TESSERA_REQUIRE_STRATEGY("none");
   ScratchDir dir;
-  std::ofstream(dir / "plain") << "x";
+  std::ofstream(dir / "step-00000002") << "in the way";
   std::ostringstream out;
   RunOptions options;
   options.out = &out;
   const std::string message = error_of([&] {
-    (void)run_training(
-        make_config(solo_mlp(2), {"checkpoint.dir=" + (dir / "plain" / "ckpt").string()}),
-        with_solo(), options);
+    (void)run_training(make_config(solo_mlp(2), {"checkpoint.dir=" + dir.path().string()}),
+                       with_solo(), options);
   });
   EXPECT_EQ(message.rfind("rank 0: checkpoint: cannot create", 0), 0U) << message;
+}
+
+// Rank 0 of a process world takes checkpoint.dir's lock after connecting;
+// held by another run, rank 0 fails naming the holder.
+TEST(ProcessRank, RankZeroLocksTheCheckpointDir) {
+  TESSERA_REQUIRE_STRATEGY("none");
+  ScratchDir dir;
+  const train::CheckpointDirLock held(dir.path());
+  std::ostringstream out;
+  RunOptions options;
+  options.out = &out;
+  const std::string message = error_of([&] {
+    (void)run_training(make_config(solo_mlp(2), {"checkpoint.dir=" + dir.path().string()}),
+                       with_solo(), options);
+  });
+  EXPECT_EQ(message.rfind("rank 0: checkpoint.dir '" + dir.path().string() +
+                              "' is in use by another run (pid " + std::to_string(::getpid()),
+                          0),
+            0U)
+      << message;
+  EXPECT_EQ(out.str().find("step "), std::string::npos) << out.str();
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 // failures.
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <numbers>
 #include <sstream>
@@ -193,17 +195,19 @@ TEST(RunTraining, UnwritableMetricsFileFailsBeforeTheRanksStart) {
     (void)run_training(make_config(mlp_toml("none", 1, 2), {"run.metrics=" + bad.string()}),
                        plugins());
   });
-  EXPECT_MENTIONS(message, "run.metrics: cannot open '" + bad.string() + "'");
+  EXPECT_MENTIONS(message, "run.metrics: cannot open '" + bad.string() +
+                               "' for writing: " + std::strerror(ENOTDIR));
 }
 
-// A rank that fails (here rank 0, whose checkpoint directory cannot be
-// created) is named, and the ranks waiting for it are released.
+// A rank that fails (here rank 0, whose step directory cannot be created:
+// a file of its name is in the way) is named, and the ranks waiting for it
+// are released.
 void expect_rank_zero_failure(const std::string& strategy, int world) {
   ScratchDir dir;
-  std::ofstream(dir / "plain") << "x";
-  const auto bad = dir / "plain" / "ckpt";
-  const Config config = make_config(mlp_toml(strategy, world, 4),
-                                    {"checkpoint.dir=" + bad.string(), "checkpoint.every=2"});
+  std::ofstream(dir / "step-00000002") << "in the way";
+  const Config config =
+      make_config(mlp_toml(strategy, world, 4),
+                  {"checkpoint.dir=" + dir.path().string(), "checkpoint.every=2"});
   std::ostringstream out;
   RunOptions options;
   options.out = &out;

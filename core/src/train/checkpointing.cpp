@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <deque>
-#include <fstream>
 #include <functional>
 #include <set>
-#include <sstream>
 #include <string_view>
 #include <utility>
 
@@ -14,6 +12,7 @@
 
 #include "invalid_input.hpp"
 #include "tessera/core/atomic_file.hpp"
+#include "tessera/core/input_file.hpp"
 #include "tessera/core/safetensors.hpp"
 #include "tessera/core/safetensors_index.hpp"
 #include "tessera/core/train/sharded_checkpoint.hpp"
@@ -23,6 +22,8 @@ namespace tessera::train {
 namespace {
 
 constexpr const char* kLatestFile = "latest";
+// `latest` holds one directory name; anything longer is not a `latest`.
+constexpr uint64_t kMaxLatestBytes = 4096;
 
 std::string trim(const std::string& text) {
   const auto begin = text.find_first_not_of(" \t\r\n");
@@ -56,11 +57,7 @@ std::optional<CheckpointInfo> find_latest_checkpoint(const std::filesystem::path
   const std::filesystem::path latest = dir / kLatestFile;
   std::error_code ec;
   if (!std::filesystem::exists(latest, ec)) return std::nullopt;
-  std::ifstream in(latest);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in) fail("checkpoint: cannot read '" + latest.string() + "'");
-  const std::string name = trim(text.str());
+  const std::string name = trim(read_input_file(latest, "checkpoint:", kMaxLatestBytes));
   const auto step = parse_checkpoint_dir_name(name);
   if (!step) {
     fail("checkpoint: '" + latest.string() + "' must hold a directory name like 'step-00000100', " +
@@ -70,6 +67,12 @@ std::optional<CheckpointInfo> find_latest_checkpoint(const std::filesystem::path
   info.step = *step;
   const std::filesystem::path model_file = dir / name / kModelFile;
   const std::filesystem::path index_file = dir / name / kIndexFile;
+  for (const auto& file : {model_file, index_file}) {
+    const std::string problem = regular_file_problem(file);
+    if (!problem.empty() && problem != "does not exist") {
+      fail("checkpoint: '" + file.string() + "' " + problem);
+    }
+  }
   const bool full = std::filesystem::is_regular_file(model_file, ec);
   const bool sharded = std::filesystem::is_regular_file(index_file, ec);
   if (full && sharded) {
@@ -191,9 +194,8 @@ std::string ParametersOnly::describe() const { return inner_.describe() + " (par
 
 void check_parameters_file(const std::filesystem::path& file, const model::Model& model,
                            const std::string& what) {
-  std::error_code ec;
-  if (!std::filesystem::exists(file, ec)) {
-    fail(what + ": file '" + file.string() + "' does not exist");
+  if (const std::string problem = regular_file_problem(file); !problem.empty()) {
+    fail(what + ": file '" + file.string() + "' " + problem);
   }
   // What the file says about one tensor: absent, or dtype and shape.
   struct Found {

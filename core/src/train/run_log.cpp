@@ -1,7 +1,12 @@
 #include "tessera/core/train/run_log.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <system_error>
 #include <utility>
@@ -138,15 +143,21 @@ RunLog::RunLog(RunLogOptions options)
   const std::filesystem::path path(options_.metrics_path);
   std::error_code ec;
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
-  metrics_.open(path, options_.append_metrics ? std::ios::app : std::ios::trunc);
-  if (!metrics_) {
+  const int mode = options_.append_metrics ? O_APPEND : O_TRUNC;
+  metrics_fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | mode, 0644);
+  if (metrics_fd_ < 0) {
+    const int err = errno;
     throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                "run.metrics: cannot open '" + options_.metrics_path + "' for writing" +
+                "run.metrics: cannot open '" + options_.metrics_path +
+                    "' for writing: " + std::strerror(err) +
                     (ec ? " (creating its directory: " + ec.message() + ")" : ""));
   }
 }
 
-RunLog::~RunLog() { clear_progress(); }
+RunLog::~RunLog() {
+  clear_progress();
+  if (metrics_fd_ >= 0) ::close(metrics_fd_);
+}
 
 void RunLog::clear_progress() {
   if (!bar_shown_) return;
@@ -193,12 +204,17 @@ void RunLog::step_done(int64_t step) {
 void RunLog::logged(const StepMetrics& metrics) {
   last_loss_ = metrics.loss;
   emit(format_step_line(metrics, options_.total_steps, options_.sequence));
-  if (metrics_.is_open()) {
-    metrics_ << metrics_json(metrics) << '\n';
-    metrics_.flush();
-    if (!metrics_) {
-      throw Error(TESSERA_ERR_INTERNAL,
-                  "run.metrics: writing '" + options_.metrics_path + "' failed");
+  if (metrics_fd_ >= 0) {
+    const std::string line = metrics_json(metrics) + '\n';
+    size_t done = 0;
+    while (done < line.size()) {
+      const ssize_t n = ::write(metrics_fd_, line.data() + done, line.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        throw Error(TESSERA_ERR_INTERNAL, "run.metrics: writing '" + options_.metrics_path +
+                                              "' failed: " + std::strerror(errno));
+      }
+      done += static_cast<size_t>(n);
     }
   }
 }

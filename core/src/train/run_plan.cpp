@@ -13,6 +13,7 @@
 #include "tessera/core/logging.hpp"
 #include "tessera/core/options.hpp"
 #include "tessera/core/rank_threads.hpp"
+#include "tessera/core/train/checkpoint_dir.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::train {
@@ -171,6 +172,10 @@ PreparedRun prepare_run(const Config& config, const PluginRegistry& registry) {
                     "needs at least one example",
                     config.data.micro_batches, config.data.batch_size));
   }
+
+  // Before any rank starts, and without creating it: run_training creates
+  // and locks it (CheckpointDirLock).
+  if (!config.checkpoint.dir.empty()) check_checkpoint_dir(config.checkpoint.dir);
 
   if (!config.model.init.empty()) {
     plan.init_file = config.model.init;

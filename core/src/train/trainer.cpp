@@ -21,6 +21,7 @@
 #include "tessera/core/logging.hpp"
 #include "tessera/core/memory.hpp"
 #include "tessera/core/rank_threads.hpp"
+#include "tessera/core/train/checkpoint_dir.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::train {
@@ -56,8 +57,14 @@ RunLogOptions log_options(const Config& config, const PreparedRun& run, const Ru
   return o;
 }
 
-void announce(RunLog& log, const PreparedRun& run, const Config& config) {
+void announce(RunLog& log, const PreparedRun& run, const Config& config,
+              const CheckpointDirLock* dir_lock) {
   for (const auto& line : detail::describe_run(run, config)) log.message(line);
+  if (dir_lock != nullptr) {
+    if (const std::string removed = dir_lock->removed_files_message(); !removed.empty()) {
+      log.message(removed);
+    }
+  }
 }
 
 // Every rank a thread of this process; rank 0 runs on the calling thread
@@ -65,10 +72,13 @@ void announce(RunLog& log, const PreparedRun& run, const Config& config) {
 std::vector<RankOutput> run_thread_ranks(Backend& backend, const RankShared& shared,
                                          const RunOptions& options) {
   const Config& config = *shared.config;
+  // The process is the run: it holds checkpoint.dir until every rank ends.
+  std::optional<CheckpointDirLock> dir_lock;
+  if (!config.checkpoint.dir.empty()) dir_lock.emplace(config.checkpoint.dir);
   const int world = config.run.world_size;
   MemoryTracker::instance().reset(world);
   RunLog log(log_options(config, *shared.run, options));
-  announce(log, *shared.run, config);
+  announce(log, *shared.run, config, dir_lock ? &*dir_lock : nullptr);
 
   SharedMemoryGather gather(world);
   RankShared with_gather = shared;
@@ -116,11 +126,15 @@ RankOutput run_process_rank(Backend& backend, const RankShared& shared, const Ru
                                 config.run.world_size, config.backend.name, world));
       }
       shared.run->strategy->check(world);
+      // Rank 0 holds checkpoint.dir for the run; a failure here aborts the
+      // world, so the other ranks stop too.
+      std::optional<CheckpointDirLock> dir_lock;
+      if (rank == 0 && !config.checkpoint.dir.empty()) dir_lock.emplace(config.checkpoint.dir);
       MemoryTracker::instance().reset(world);
       std::optional<RunLog> log;
       if (rank == 0) {
         log.emplace(log_options(config, *shared.run, options));
-        announce(*log, *shared.run, config);
+        announce(*log, *shared.run, config, dir_lock ? &*dir_lock : nullptr);
       }
       MessageGather gather;
       RankShared with_gather = shared;

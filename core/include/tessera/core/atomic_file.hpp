@@ -56,6 +56,11 @@ void write_file_atomically(const std::filesystem::path& path, std::span<const st
 // Same, with the whole content given as text (written verbatim).
 void write_file_atomically(const std::filesystem::path& path, std::string_view text);
 
+// Whether `name` (a file name, no directory) has the form of the temporary
+// files write_file_atomically creates: `<target>.tmp.<pid>.<16 hex digits>`
+// with a non-empty target.
+bool is_atomic_temp_name(std::string_view name) noexcept;
+
 // Removes temporary files that an interrupted write_file_atomically of `path`
 // left in its directory (`<filename>.tmp.*`). Returns how many were removed.
 // Must not run while another process is writing `path`. A missing directory

@@ -106,7 +106,10 @@ struct Config {
 // Reads `file`, applies `overrides` ("section.key=value", value parsed as a
 // TOML literal, or taken as a string if it does not parse), and validates.
 // Throws tessera::Error naming the file, line and key of each problem (one
-// per line, in file order; problems of overrides name the override).
+// per line, in file order; problems of overrides name the override), and
+// naming the file when it is missing, not a regular file (a FIFO, a device,
+// a directory: "config file 'x' is a FIFO, not a regular file"), larger
+// than 16 MiB, or unreadable (with strerror).
 Config load_config(const std::filesystem::path& file, std::span<const std::string> overrides = {});
 
 // The same from TOML text; `name` stands in for the file in messages and

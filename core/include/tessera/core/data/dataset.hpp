@@ -57,7 +57,9 @@ class Dataset {
   [[nodiscard]] virtual std::string describe() const = 0;
   // Writes the example for `key` into row `row` of `batch`, which has this
   // dataset's layout (Batch::make with the shape's seq_len / features).
-  // Deterministic in `key`; never fails for a batch of the right layout.
+  // Deterministic in `key`. Generated sources never fail for a batch of the
+  // right layout; file sources throw tessera::Error naming the file when it
+  // was truncated after it was opened.
   virtual void fill(uint64_t key, Batch& batch, int64_t row) const = 0;
 };
 
@@ -65,12 +67,12 @@ class Dataset {
 //   synthetic: generated from `seed` (sequences or Gaussian clusters, by shape)
 //   text:      the bytes of data.path as tokens (the vocabulary must be >= the
 //              largest byte present; 256 covers any file)
-//   tokens:    data.path as little-endian ids of options.token_bytes bytes,
-//              memory-mapped
+//   tokens:    data.path as little-endian ids of options.token_bytes bytes
 // Every check happens here, before training: throws tessera::Error
 // (invalid argument) naming the file (and position) for a missing or empty
-// file, a byte count not a multiple of token_bytes, fewer than seq_len + 1
-// tokens, a token id >= vocab; and naming the key for an unknown kind, a
+// file, one that is not a regular file (a FIFO, a device, a directory), a
+// byte count not a multiple of token_bytes, fewer than seq_len + 1 tokens,
+// a token id >= vocab; and naming the key for an unknown kind, a
 // shape that is neither layout, a file kind for a classification model, or
 // token_bytes other than 2 or 4.
 std::unique_ptr<Dataset> make_dataset(const DataSection& data, const DataShape& shape,

@@ -60,9 +60,10 @@ struct CheckpointInfo {
 // `dir` or `latest` does not exist (nothing to resume). The step directory
 // holds either index.json (sharded; the index, every rank file and every
 // slice key are checked) or model.safetensors (full). Throws tessera::Error
-// (invalid argument) naming the path when `latest` does not hold one step
-// directory name, the directory holds neither file or both, a file is
-// missing or invalid, or the "step" metadata disagrees with the name.
+// (invalid argument) naming the path when `latest` is not a regular file,
+// is larger than 4 KiB or does not hold one step directory name, the
+// directory holds neither file or both, a file is missing, not a regular
+// file or invalid, or the "step" metadata disagrees with the name.
 std::optional<CheckpointInfo> find_latest_checkpoint(const std::filesystem::path& dir);
 
 // Replaces `<dir>/latest` atomically with the name of step `step`'s
@@ -107,7 +108,8 @@ class ParametersOnly final : public StateSource {
 // ending in ".json") — holds every owned parameter of `model` as F32 of the
 // parameter's shape. Throws tessera::Error (invalid argument) naming `what`
 // ("model.init"), the file and the first tensor that is missing or differs,
-// or the file if it cannot be read.
+// or the file if it is missing, not a regular file (a FIFO, a device, a
+// directory) or cannot be read.
 void check_parameters_file(const std::filesystem::path& file, const model::Model& model,
                            const std::string& what);
 

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -57,7 +56,7 @@ struct RunLogOptions {
 class RunLog {
  public:
   // Opens (creating parent directories) the metrics file. Throws
-  // tessera::Error naming the path when it cannot be opened.
+  // tessera::Error naming the path and strerror when it cannot be opened.
   explicit RunLog(RunLogOptions options);
   ~RunLog();
   RunLog(const RunLog&) = delete;
@@ -68,8 +67,9 @@ class RunLog {
   // After every step: redraws the progress bar (at most ~10 times a second,
   // and always for the last step).
   void step_done(int64_t step);
-  // A log step: the line, and one metrics line flushed to the file. Throws
-  // tessera::Error naming the metrics file when writing it fails.
+  // A log step: the line, and one metrics line written to the file (no
+  // user-space buffer). Throws tessera::Error naming the metrics file and
+  // strerror when writing it fails.
   void logged(const StepMetrics& metrics);
   // The end of the run: clears the bar and prints the summary.
   void summary(const RunSummary& summary);
@@ -79,7 +79,7 @@ class RunLog {
   void emit(const std::string& text);
 
   RunLogOptions options_;
-  std::ofstream metrics_;
+  int metrics_fd_ = -1;    // the metrics file, -1 without one
   double last_loss_ = -1;  // < 0: none logged yet
   bool bar_shown_ = false;
   std::chrono::steady_clock::time_point started_;

@@ -54,7 +54,10 @@ struct RunPlan {
 //    another shape or dtype (naming the file and the tensor);
 //  * checkpoint.resume with a `latest` file that is malformed or names a
 //    missing or unreadable checkpoint (full or sharded: index, rank files,
-//    slice keys), or one written for another model.
+//    slice keys), or one written for another model;
+//  * checkpoint.dir that is not a writable directory and cannot be created
+//    as one (check_checkpoint_dir: nothing is created here).
+// Every file it reads must be a regular file (tessera/core/input_file.hpp).
 // The data-parallel degree is only known once the strategy is created, so
 // "global batch < data-parallel ranks x micro_batches" is checked by every
 // rank right after creating it, before the first step (same message on
@@ -101,10 +104,14 @@ struct RunResult {
 
 // Runs the whole training: plan_run, then the backend, one strategy per
 // rank, the initial state (resume > model.init > the model's seeded init),
-// the steps, the logs, metrics and checkpoints, and the summary. Throws
-// tessera::Error from plan_run, or "rank R: <cause>" when a rank fails (the
-// others are released through Communicator::abort and their secondary
-// errors dropped), keeping the status of the cause.
+// the steps, the logs, metrics and checkpoints, and the summary. With
+// checkpoint.dir set, the run holds it for its whole duration
+// (CheckpointDirLock, checkpoint_dir.hpp: created, probed, locked, stale
+// temporary files removed) — the process with thread ranks, rank 0 with
+// process ranks — before its first step. Throws tessera::Error from
+// plan_run or the lock (with thread ranks), or "rank R: <cause>" when a
+// rank fails (the others are released through Communicator::abort and
+// their secondary errors dropped), keeping the status of the cause.
 RunResult run_training(const Config& config, const PluginRegistry& registry,
                        const RunOptions& options = {});
 
