@@ -1,5 +1,6 @@
 // Bounds-checked reader of the ELF structures the loader needs: the file
-// header, the section header table and the dynamic symbol table.
+// header, the program headers and the dynamic section the dynamic loader
+// acts on, the section header table and the dynamic symbol table.
 #include "plugin_elf.hpp"
 
 #include <elf.h>
@@ -9,16 +10,21 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
-#include <system_error>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
+
+#include "plugin_elf_file.hpp"
 
 namespace tessera::detail {
 namespace {
 
-using Ehdr = ElfW(Ehdr);
-using Shdr = ElfW(Shdr);
-using Sym = ElfW(Sym);
+using elf::BoundedFile;
+using elf::Ehdr;
+using elf::Phdr;
+using elf::Shdr;
+using elf::Sym;
 
 constexpr unsigned char kNativeClass = sizeof(void*) == 8 ? ELFCLASS64 : ELFCLASS32;
 constexpr unsigned char kNativeData =
@@ -47,47 +53,6 @@ const char* type_name(unsigned type) noexcept {
       return "unknown type";
   }
 }
-
-// Random access to a file that refuses any read outside the file.
-class BoundedFile {
- public:
-  explicit BoundedFile(const std::filesystem::path& file) : stream_(file, std::ios::binary) {
-    std::error_code ec;
-    const auto size = std::filesystem::file_size(file, ec);
-    if (ec || !stream_) {
-      throw ElfFormatError(fmt::format("cannot open file for reading ({})",
-                                       ec ? ec.message() : std::string("open failed")));
-    }
-    size_ = size;
-  }
-
-  [[nodiscard]] uint64_t size() const noexcept { return size_; }
-
-  // Whether `count` bytes at `offset` lie inside the file (overflow-safe).
-  [[nodiscard]] bool contains(uint64_t offset, uint64_t count) const noexcept {
-    return offset <= size_ && count <= size_ - offset;
-  }
-
-  // Reads `count` bytes at `offset` into `out`; `what` names the structure
-  // for the error message.
-  void read(uint64_t offset, void* out, uint64_t count, const std::string& what) {
-    if (!contains(offset, count)) {
-      throw ElfFormatError(
-          fmt::format("truncated or corrupt: {} needs {} bytes at offset {} but the file has "
-                      "only {} bytes",
-                      what, count, offset, size_));
-    }
-    stream_.seekg(static_cast<std::streamoff>(offset));
-    stream_.read(static_cast<char*>(out), static_cast<std::streamsize>(count));
-    if (!stream_) {
-      throw ElfFormatError(fmt::format("read error in {} at offset {}", what, offset));
-    }
-  }
-
- private:
-  std::ifstream stream_;
-  uint64_t size_ = 0;
-};
 
 // ELF machine of the running executable, read once; nullopt if unreadable
 // (the machine check is then left to the dynamic loader).
@@ -132,7 +97,12 @@ Ehdr read_header(BoundedFile& file) {
     throw ElfFormatError(fmt::format("built for ELF machine {} but the host is ELF machine {}",
                                      header.e_machine, *machine));
   }
-  if (header.e_phnum == 0 || header.e_phentsize != sizeof(ElfW(Phdr))) {
+  if (ident[EI_VERSION] != EV_CURRENT || header.e_version != EV_CURRENT) {
+    throw ElfFormatError(fmt::format(
+        "unsupported ELF version {} (expected {})",
+        ident[EI_VERSION] != EV_CURRENT ? ident[EI_VERSION] : header.e_version, EV_CURRENT));
+  }
+  if (header.e_phnum == 0 || header.e_phnum >= PN_XNUM || header.e_phentsize != sizeof(Phdr)) {
     throw ElfFormatError(fmt::format("corrupt program header table ({} entries of {} bytes)",
                                      header.e_phnum, header.e_phentsize));
   }
@@ -228,9 +198,11 @@ std::vector<std::string> read_dynamic_exports(BoundedFile& file,
 ElfLibraryInfo inspect_elf_library(const std::filesystem::path& file) {
   BoundedFile in(file);
   const Ehdr header = read_header(in);
+  const elf::Layout layout = elf::check_layout(in, header);
   const std::vector<Shdr> sections = read_sections(in, header);
   ElfLibraryInfo info;
   if (sections.empty()) return info;  // exports unknown: checked after loading
+  elf::check_sections_against_layout(in, header, sections, layout);
   info.exports_known = true;
   info.exports = read_dynamic_exports(in, sections);
   return info;
