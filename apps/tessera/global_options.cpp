@@ -1,11 +1,17 @@
 #include "global_options.hpp"
 
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
+#include <string>
+#include <system_error>
+
+#include <fmt/format.h>
 
 #include "cli_error.hpp"
 #include "tessera/core/config.hpp"
 #include "tessera/core/logging.hpp"
+#include "tessera/sdk/error.hpp"
 
 namespace tessera::cli {
 
@@ -42,10 +48,44 @@ std::string choose_log_level(const GlobalOptions& options, const Config* config,
   return default_level;
 }
 
+// Why `dir` cannot be scanned for plugins ("does not exist", "is not a
+// directory"), or an empty string when it can.
+std::string directory_problem(const std::filesystem::path& dir) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(dir, ec);
+  if (status.type() == std::filesystem::file_type::not_found) return "does not exist";
+  if (ec) return "cannot be read (" + ec.message() + ")";
+  if (!std::filesystem::is_directory(status)) return "is not a directory";
+  return {};
+}
+
+// Directories named on the command line or in the config must exist: a
+// misspelt one would otherwise just leave its plugins out. (Entries of
+// TESSERA_PLUGIN_PATH only get a warning, from PluginRegistry::search_path.)
+void check_plugin_dirs(const GlobalOptions& options, const Config* config) {
+  for (const std::string& dir : options.plugin_paths) {
+    if (const std::string problem = directory_problem(dir); !problem.empty()) {
+      throw UsageError(fmt::format("--plugin-path '{}' {}", dir, problem));
+    }
+  }
+  if (config == nullptr) return;
+  const PluginsSection& plugins = config->plugins;
+  for (std::size_t i = 0; i < plugins.paths.size(); ++i) {
+    const std::string problem = directory_problem(plugins.paths[i]);
+    if (problem.empty()) continue;
+    std::string where = i < plugins.path_sources.size() ? plugins.path_sources[i] : "";
+    if (where.empty()) where = config->file.empty() ? "config" : config->file.string();
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                fmt::format("{}: 'plugins.paths' entry '{}' {}", where, plugins.paths[i].string(),
+                            problem));
+  }
+}
+
 // The session for `config` (if any): logging, search path, allow list, scan.
 Session open_with(const GlobalOptions& options, const Config* config,
                   const std::string& default_level) {
   init_logging(choose_log_level(options, config, default_level));
+  check_plugin_dirs(options, config);
 
   std::vector<std::filesystem::path> first;
   first.reserve(options.plugin_paths.size());

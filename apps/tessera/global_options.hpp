@@ -39,7 +39,9 @@ struct Session {
 // paths, TESSERA_PLUGIN_PATH, the built-in plugin directory), applies the
 // config's [plugins] allow list and scans. Broken plugin files are recorded
 // in the registry, never thrown. Throws UsageError for an unknown log level
-// and tessera::Error if the config file is missing or invalid.
+// or a --plugin-path that is not an existing directory, and tessera::Error
+// if the config file is missing or invalid or one of its [plugins] paths is
+// not an existing directory (naming the file and line).
 Session open_session(const GlobalOptions& options, const std::string& default_level = "warn");
 
 // For commands that take their configuration as a CONFIG argument

@@ -122,7 +122,11 @@ void print_plugin_list(const Session& session, bool json, std::ostream& out) {
     table.print(out);
   }
   out << "\nsearch path:\n";
-  for (const auto& dir : session.search_path) out << "  " << display_path(dir) << '\n';
+  for (const auto& dir : session.search_path) {
+    std::error_code ec;
+    out << "  " << display_path(dir)
+        << (std::filesystem::exists(dir, ec) ? "" : " (does not exist)") << '\n';
+  }
 }
 
 }  // namespace tessera::cli

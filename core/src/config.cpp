@@ -73,12 +73,18 @@ void read_plugins(Section s, PluginsSection& plugins, const std::filesystem::pat
   std::vector<std::pair<std::string, const toml::node*>> paths;
   if (s.read_strings("paths", paths)) {
     plugins.paths.clear();
+    plugins.path_sources.clear();
     for (const auto& [text, node] : paths) {
       std::filesystem::path path(text);
-      if (path.is_relative() && !base.empty() && !detail::from_override(*node)) {
+      const bool from_override = detail::from_override(*node);
+      if (path.is_relative() && !base.empty() && !from_override) {
         path = (base / path).lexically_normal();
       }
       plugins.paths.push_back(std::move(path));
+      const uint32_t line = detail::node_line(*node);
+      plugins.path_sources.push_back(
+          from_override ? detail::override_label(*node)
+                        : s.problems().name() + (line > 0 ? ":" + std::to_string(line) : ""));
     }
   }
   std::vector<std::pair<std::string, const toml::node*>> allow;

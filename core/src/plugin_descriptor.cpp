@@ -236,6 +236,40 @@ std::string check_descriptor(const tessera_plugin_descriptor& d, const std::stri
   return check_api(d);
 }
 
+void touch_descriptor(const tessera_plugin_descriptor& d) noexcept {
+  volatile std::size_t sink = 0;
+  const auto touch = [&sink](const char* text) {
+    if (text != nullptr) sink = sink + std::strlen(text);
+  };
+  if (d.abi_major != TESSERA_ABI_MAJOR || d.struct_size < TESSERA_PLUGIN_DESCRIPTOR_MIN_SIZE ||
+      plugin_kind_name(d.kind) == nullptr) {
+    return;
+  }
+  sink = sink + static_cast<std::size_t>(interface_version(d).major);
+  touch(d.version);
+  touch(d.summary);
+  touch(d.name);
+  if (d.options != nullptr && d.num_options <= kMaxOptions) {
+    for (uint32_t i = 0; i < d.num_options; ++i) {
+      const tessera_option_decl& o = d.options[i];
+      if (o.key == nullptr) return;
+      touch(o.key);
+      if (o.type < TESSERA_OPT_BOOL || o.type > TESSERA_OPT_INT_LIST) return;
+      sink = sink + static_cast<std::size_t>(o.default_value != nullptr) +
+             static_cast<std::size_t>(o.help != nullptr);
+    }
+  }
+  const KindInterface supported = kind_interface(d.kind);
+  if (d.api == nullptr || supported.major == 0 || interface_version(d).major != supported.major) {
+    return;
+  }
+  uint32_t api_size = 0;
+  std::memcpy(&api_size, d.api, sizeof api_size);
+  if (api_size < supported.min_size) return;
+  const auto* table = static_cast<const volatile unsigned char*>(d.api);
+  for (std::size_t i = 0; i < supported.min_size; ++i) sink = sink + table[i];
+}
+
 }  // namespace tessera::detail
 
 namespace tessera {

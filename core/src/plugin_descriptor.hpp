@@ -38,4 +38,10 @@ std::string check_descriptor(const tessera_plugin_descriptor& descriptor,
                              const std::string& file_kind, const std::string& file_name,
                              PluginRecord& record);
 
+// Reads the memory that check_descriptor reads of `descriptor` (its fields,
+// strings, options and interface table, under the same conditions) without
+// allocating or checking anything: for the probe process, where a garbage
+// pointer in a descriptor should crash the probe rather than the host.
+void touch_descriptor(const tessera_plugin_descriptor& descriptor) noexcept;
+
 }  // namespace tessera::detail

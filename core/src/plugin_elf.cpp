@@ -1,5 +1,6 @@
 // Bounds-checked reader of the ELF structures the loader needs: the file
-// header, the section header table and the dynamic symbol table.
+// header, the program headers and the dynamic section the dynamic loader
+// acts on, the section header table and the dynamic symbol table.
 #include "plugin_elf.hpp"
 
 #include <elf.h>
@@ -11,18 +12,21 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
-#include <system_error>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
-#include "tessera/core/input_file.hpp"
+#include "plugin_elf_file.hpp"
 
 namespace tessera::detail {
 namespace {
 
-using Ehdr = ElfW(Ehdr);
-using Shdr = ElfW(Shdr);
-using Sym = ElfW(Sym);
+using elf::BoundedFile;
+using elf::Ehdr;
+using elf::Phdr;
+using elf::Shdr;
+using elf::Sym;
 
 constexpr unsigned char kNativeClass = sizeof(void*) == 8 ? ELFCLASS64 : ELFCLASS32;
 constexpr unsigned char kNativeData =
@@ -51,52 +55,6 @@ const char* type_name(unsigned type) noexcept {
       return "unknown type";
   }
 }
-
-// Random access to a regular file that refuses any read outside the file.
-class BoundedFile {
- public:
-  explicit BoundedFile(const std::filesystem::path& file) {
-    std::string problem;
-    fd_ = open_regular_file(file, size_, problem);
-    if (fd_ < 0) throw ElfFormatError("cannot open file for reading: the file " + problem);
-  }
-  ~BoundedFile() { ::close(fd_); }
-  BoundedFile(const BoundedFile&) = delete;
-  BoundedFile& operator=(const BoundedFile&) = delete;
-
-  [[nodiscard]] uint64_t size() const noexcept { return size_; }
-
-  // Whether `count` bytes at `offset` lie inside the file (overflow-safe).
-  [[nodiscard]] bool contains(uint64_t offset, uint64_t count) const noexcept {
-    return offset <= size_ && count <= size_ - offset;
-  }
-
-  // Reads `count` bytes at `offset` into `out`; `what` names the structure
-  // for the error message.
-  void read(uint64_t offset, void* out, uint64_t count, const std::string& what) const {
-    if (!contains(offset, count)) {
-      throw ElfFormatError(
-          fmt::format("truncated or corrupt: {} needs {} bytes at offset {} but the file has "
-                      "only {} bytes",
-                      what, count, offset, size_));
-    }
-    auto* to = static_cast<char*>(out);
-    uint64_t done = 0;
-    while (done < count) {
-      const ssize_t n = ::pread(fd_, to + done, count - done, static_cast<off_t>(offset + done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        throw ElfFormatError(fmt::format("read error in {} at offset {}: {}", what, offset + done,
-                                         n < 0 ? std::strerror(errno) : "the file shrank"));
-      }
-      done += static_cast<uint64_t>(n);
-    }
-  }
-
- private:
-  int fd_ = -1;
-  uint64_t size_ = 0;
-};
 
 // ELF machine of the running executable, read once; nullopt if unreadable
 // (the machine check is then left to the dynamic loader).
@@ -141,7 +99,12 @@ Ehdr read_header(BoundedFile& file) {
     throw ElfFormatError(fmt::format("built for ELF machine {} but the host is ELF machine {}",
                                      header.e_machine, *machine));
   }
-  if (header.e_phnum == 0 || header.e_phentsize != sizeof(ElfW(Phdr))) {
+  if (ident[EI_VERSION] != EV_CURRENT || header.e_version != EV_CURRENT) {
+    throw ElfFormatError(fmt::format(
+        "unsupported ELF version {} (expected {})",
+        ident[EI_VERSION] != EV_CURRENT ? ident[EI_VERSION] : header.e_version, EV_CURRENT));
+  }
+  if (header.e_phnum == 0 || header.e_phnum >= PN_XNUM || header.e_phentsize != sizeof(Phdr)) {
     throw ElfFormatError(fmt::format("corrupt program header table ({} entries of {} bytes)",
                                      header.e_phnum, header.e_phentsize));
   }
@@ -237,9 +200,11 @@ std::vector<std::string> read_dynamic_exports(BoundedFile& file,
 ElfLibraryInfo inspect_elf_library(const std::filesystem::path& file) {
   BoundedFile in(file);
   const Ehdr header = read_header(in);
+  const elf::Layout layout = elf::check_layout(in, header);
   const std::vector<Shdr> sections = read_sections(in, header);
   ElfLibraryInfo info;
   if (sections.empty()) return info;  // exports unknown: checked after loading
+  elf::check_sections_against_layout(in, header, sections, layout);
   info.exports_known = true;
   info.exports = read_dynamic_exports(in, sections);
   return info;

@@ -33,11 +33,14 @@ struct ElfLibraryInfo {
 
 // Checks that `file` is an ELF shared object of this host's class, byte order
 // and machine, that every header and section it declares lies inside the
-// file, and lists its dynamic exports. Every offset and size is checked
-// against the file size before it is used, so a truncated or corrupt file
-// yields an ElfFormatError instead of a crash or an oversized allocation.
-// Throws ElfFormatError (with the detail) for any of these failures,
-// including a file that cannot be opened or read.
+// file, that what the dynamic loader acts on is consistent (the PT_LOAD
+// segments, the other segments inside them, the dynamic section and the
+// tables it points at, and, when the file has section headers, that the
+// sections agree with both), and lists its dynamic exports. Every offset and
+// size is checked against the file size before it is used, so a truncated or
+// corrupt file yields an ElfFormatError instead of a crash or an oversized
+// allocation. Throws ElfFormatError (with the detail) for any of these
+// failures, including a file that cannot be opened or read.
 ElfLibraryInfo inspect_elf_library(const std::filesystem::path& file);
 
 }  // namespace tessera::detail

@@ -9,6 +9,7 @@
 
 #include "plugin_descriptor.hpp"
 #include "plugin_paths.hpp"
+#include "tessera/core/logging.hpp"
 #include "tessera/core/plugin_registry.hpp"
 
 #ifndef TESSERA_PLUGIN_INSTALL_SUBDIR
@@ -95,7 +96,15 @@ std::vector<fs::path> PluginRegistry::search_path(const std::vector<fs::path>& c
     while (start <= value.size()) {
       std::size_t end = value.find(':', start);
       if (end == std::string_view::npos) end = value.size();
-      candidates.emplace_back(std::string(value.substr(start, end - start)));
+      const std::string entry(value.substr(start, end - start));
+      std::error_code ec;
+      if (!entry.empty() && !fs::exists(entry, ec)) {
+        // Only a warning: the variable is often set once for several
+        // machines or build trees, and some of its directories may be
+        // missing on this one.
+        get_logger("core")->warn("TESSERA_PLUGIN_PATH entry '{}' does not exist; ignored", entry);
+      }
+      candidates.emplace_back(entry);
       start = end + 1;
     }
   }

@@ -1,9 +1,12 @@
 // The plugin registry: examines candidate files in a fixed order (file name,
-// allow-list, ELF structure and exports, dynamic loading, descriptor, then
-// duplicates), records every outcome, and keeps accepted libraries mapped
-// for as long as anything made from them is alive. The allow-list is applied
-// from the file name, before the library is mapped, so an excluded plugin's
-// code never runs. A registry is used from one thread at a time.
+// allow-list, ELF structure and exports, a probe load in a child process,
+// dynamic loading, descriptor, then duplicates), records every outcome, and
+// keeps accepted libraries mapped for as long as anything made from them is
+// alive. The allow-list is applied from the file name, before the library is
+// mapped, so an excluded plugin's code never runs. The files of one scan
+// pass the static checks first and are then probed together, so a scan
+// starts at most one probe process (plus one per file that crashes or
+// hangs it). A registry is used from one thread at a time.
 #include "tessera/core/plugin_registry.hpp"
 
 #include <algorithm>
@@ -23,6 +26,7 @@
 #include "plugin_descriptor.hpp"
 #include "plugin_elf.hpp"
 #include "plugin_paths.hpp"
+#include "plugin_probe.hpp"
 #include "tessera/core/logging.hpp"
 #include "tessera/sdk/error.hpp"
 
@@ -86,6 +90,17 @@ std::string kind_label(tessera_plugin_kind kind) {
 struct PluginRegistry::Impl {
   using Key = std::pair<int, std::string>;
 
+  // A file on its way through the checks of one scan.
+  struct Candidate {
+    std::string key;  // file_key
+    PluginRecord record;
+    std::string file_kind;  // what the file name claims (empty if nothing)
+    std::string file_name;
+    std::string reason;     // set once rejected
+    bool excluded = false;  // by the allow-list
+    bool to_load = false;   // passed the static checks: probe, then load
+  };
+
   std::vector<PluginRecord> records;
   // Kind and name each record's file name claimed (empty if it had none).
   std::vector<std::pair<std::string, std::string>> claims;
@@ -96,77 +111,129 @@ struct PluginRegistry::Impl {
   std::vector<std::string> allow;
   std::shared_ptr<spdlog::logger> log = get_logger("core");
 
-  const PluginRecord& examine(const fs::path& file);
+  void examine(const std::vector<fs::path>& files);
+  Candidate inspect(const fs::path& file) const;
+  void probe(std::vector<Candidate>& batch);
+  void finish(Candidate& candidate);
   std::string load(PluginRecord& record, const std::string& file_kind,
                    const std::string& file_name);
 };
 
-// Runs every check on one file and stores its record; never throws for a
-// bad file.
-const PluginRecord& PluginRegistry::Impl::examine(const fs::path& file) {
-  const std::string key = file_key(file);
-  if (const auto found = file_index.find(key); found != file_index.end()) {
-    return records[found->second];
+// Runs every check on each of `files` not seen before and stores their
+// records in order; never throws for a bad file.
+void PluginRegistry::Impl::examine(const std::vector<fs::path>& files) {
+  std::vector<Candidate> batch;
+  std::set<std::string> keys;
+  for (const fs::path& file : files) {
+    const std::string key = file_key(file);
+    if (file_index.count(key) != 0 || !keys.insert(key).second) continue;
+    batch.push_back(inspect(file));
+    batch.back().key = key;
   }
-  PluginRecord record;
-  std::error_code ec;
-  record.path = fs::absolute(file, ec).lexically_normal();
-  if (ec) record.path = file;
-  std::string file_kind;
-  std::string file_name;
-  std::string reason;
-  bool excluded = false;
-  if (!parse_plugin_filename(file.filename().string(), file_kind, file_name)) {
-    reason = "file name does not follow the pattern libtessera_<kind>_<name>.so";
-  } else {
-    record.kind = file_kind;
-    record.name = file_name;
-    if (plugin_kind_from_name(file_kind) < 0) {
-      reason = fmt::format(
-          "file name names unknown plugin kind '{}' (expected backend, strategy, compressor, "
-          "selector or model)",
-          file_kind);
-    } else if (!allow.empty() && std::find(allow.begin(), allow.end(), file_name) == allow.end()) {
-      reason = "not in [plugins] allow";
-      excluded = true;
-    } else {
-      try {
-        reason = load(record, file_kind, file_name);
-      } catch (const std::exception& e) {
-        reason = fmt::format("unexpected error while loading: {}", e.what());
-      }
-    }
-  }
-  record.loaded = reason.empty();
-  record.reason = reason;
-  if (!record.loaded) {
-    // An allow-list exclusion is the user's choice, not a fault of the file.
-    log->log(excluded ? spdlog::level::info : spdlog::level::warn, "plugin {} rejected: {}",
-             record.path.string(), reason);
-  }
-  file_index.emplace(key, records.size());
-  claims.emplace_back(file_kind, file_name);
-  records.push_back(std::move(record));
-  return records.back();
+  probe(batch);
+  for (Candidate& candidate : batch) finish(candidate);
 }
 
-// Inspects, loads and checks the library at record.path; on success adds it
-// to `accepted`. Returns the rejection reason, empty when accepted.
+// The checks that run no plugin code: file name, allow-list, ELF structure
+// and exports.
+PluginRegistry::Impl::Candidate PluginRegistry::Impl::inspect(const fs::path& file) const {
+  Candidate c;
+  std::error_code ec;
+  c.record.path = fs::absolute(file, ec).lexically_normal();
+  if (ec) c.record.path = file;
+  if (!parse_plugin_filename(file.filename().string(), c.file_kind, c.file_name)) {
+    c.reason = "file name does not follow the pattern libtessera_<kind>_<name>.so";
+    return c;
+  }
+  c.record.kind = c.file_kind;
+  c.record.name = c.file_name;
+  if (plugin_kind_from_name(c.file_kind) < 0) {
+    c.reason = fmt::format(
+        "file name names unknown plugin kind '{}' (expected backend, strategy, compressor, "
+        "selector or model)",
+        c.file_kind);
+    return c;
+  }
+  if (!allow.empty() && std::find(allow.begin(), allow.end(), c.file_name) == allow.end()) {
+    c.reason = "not in [plugins] allow";
+    c.excluded = true;
+    return c;
+  }
+  try {
+    const detail::ElfLibraryInfo elf = detail::inspect_elf_library(c.record.path);
+    const std::string entry_symbol = TESSERA_PLUGIN_ENTRY_SYMBOL;
+    if (elf.exports_known &&
+        std::find(elf.exports.begin(), elf.exports.end(), entry_symbol) == elf.exports.end()) {
+      c.reason = "does not export " + entry_symbol;
+      return c;
+    }
+  } catch (const detail::ElfFormatError& e) {
+    c.reason = fmt::format("not a valid shared library: {}", e.what());
+    return c;
+  } catch (const std::exception& e) {
+    c.reason = fmt::format("unexpected error while loading: {}", e.what());
+    return c;
+  }
+  c.to_load = true;
+  return c;
+}
+
+// Loads every file that passed the static checks in a probe process first
+// (or takes the cached outcome); one that crashes or hangs there is rejected.
+void PluginRegistry::Impl::probe(std::vector<Candidate>& batch) {
+  std::vector<fs::path> files;
+  std::vector<Candidate*> probed;
+  for (Candidate& c : batch) {
+    if (!c.to_load) continue;
+    files.push_back(c.record.path);
+    probed.push_back(&c);
+  }
+  if (files.empty()) return;
+  try {
+    const detail::ProbeSettings settings = detail::ProbeSettings::from_environment(*log);
+    const std::vector<detail::ProbeResult> results = detail::probe_libraries(files, settings, *log);
+    for (std::size_t i = 0; i < probed.size(); ++i) {
+      std::string reason = detail::probe_rejection(results[i], settings);
+      if (reason.empty()) continue;
+      probed[i]->reason = std::move(reason);
+      probed[i]->to_load = false;
+    }
+  } catch (const std::exception& e) {
+    // Out of memory or the like: better no probe than no plugins.
+    log->warn("plugin probe failed ({}); loading without it", e.what());
+  }
+}
+
+// Loads a candidate that got this far and records the outcome.
+void PluginRegistry::Impl::finish(Candidate& c) {
+  if (c.to_load) {
+    try {
+      c.reason = load(c.record, c.file_kind, c.file_name);
+    } catch (const std::exception& e) {
+      c.reason = fmt::format("unexpected error while loading: {}", e.what());
+    }
+  }
+  PluginRecord& record = c.record;
+  record.loaded = c.reason.empty();
+  record.reason = c.reason;
+  if (!record.loaded) {
+    // An allow-list exclusion is the user's choice, not a fault of the file.
+    log->log(c.excluded ? spdlog::level::info : spdlog::level::warn, "plugin {} rejected: {}",
+             record.path.string(), record.reason);
+  }
+  file_index.emplace(c.key, records.size());
+  claims.emplace_back(c.file_kind, c.file_name);
+  records.push_back(std::move(record));
+}
+
+// Loads and checks the library at record.path, which passed the static
+// checks; on success adds it to `accepted`. Returns the rejection reason,
+// empty when accepted.
 std::string PluginRegistry::Impl::load(PluginRecord& record, const std::string& file_kind,
                                        const std::string& file_name) {
   const fs::path& path = record.path;
-  detail::ElfLibraryInfo elf;
-  try {
-    elf = detail::inspect_elf_library(path);
-  } catch (const detail::ElfFormatError& e) {
-    return fmt::format("not a valid shared library: {}", e.what());
-  }
   const std::string entry_symbol = TESSERA_PLUGIN_ENTRY_SYMBOL;
   std::string no_entry = "does not export " + entry_symbol;
-  if (elf.exports_known &&
-      std::find(elf.exports.begin(), elf.exports.end(), entry_symbol) == elf.exports.end()) {
-    return no_entry;
-  }
 
   boost::dll::shared_library library;
   try {
@@ -204,6 +271,7 @@ PluginRegistry::PluginRegistry() : impl_(std::make_unique<Impl>()) {}
 PluginRegistry::~PluginRegistry() = default;
 
 void PluginRegistry::scan(const std::vector<fs::path>& dirs) {
+  std::vector<fs::path> files;
   for (const fs::path& dir : dirs) {
     if (dir.empty() || !impl_->scanned_dir_keys.insert(detail::directory_key(dir)).second) {
       continue;
@@ -231,11 +299,15 @@ void PluginRegistry::scan(const std::vector<fs::path>& dirs) {
       impl_->log->warn("cannot list plugin directory {}: {}", dir.string(), ec.message());
     }
     std::sort(candidates.begin(), candidates.end());
-    for (const fs::path& file : candidates) impl_->examine(file);
+    files.insert(files.end(), candidates.begin(), candidates.end());
   }
+  impl_->examine(files);
 }
 
-const PluginRecord& PluginRegistry::load_file(const fs::path& file) { return impl_->examine(file); }
+const PluginRecord& PluginRegistry::load_file(const fs::path& file) {
+  impl_->examine({file});
+  return impl_->records[impl_->file_index.at(file_key(file))];
+}
 
 const std::vector<PluginRecord>& PluginRegistry::records() const noexcept { return impl_->records; }
 

@@ -18,6 +18,8 @@
 #   CSV_HEADER     a regex its header line must match (default: the columns
 #                  of a run without --compare-raw)
 #   ENV            'NAME=value' set for the command
+#   CACHE_DIR      XDG_CACHE_HOME for the command, emptied first (the plugin
+#                  probe's cache starts empty)
 #   OUT_FILE       a file the command must write (removed first); with
 #   OUT_FILE_REGEX '|'-separated regexes that must all match its content
 cmake_minimum_required(VERSION 3.25)
@@ -40,6 +42,10 @@ if(CSV_FILE)
 endif()
 if(OUT_FILE)
   file(REMOVE "${OUT_FILE}")
+endif()
+if(CACHE_DIR)
+  file(REMOVE_RECURSE "${CACHE_DIR}")
+  set(ENV{XDG_CACHE_HOME} "${CACHE_DIR}")
 endif()
 if(ENV)
   string(REGEX MATCH "^([^=]+)=(.*)$" _ "${ENV}")

@@ -66,6 +66,18 @@ TEST(SearchPath, EachDirectoryAppearsOnce) {
       << "a repeated, relative-dotted or symlinked spelling of a directory is dropped";
 }
 
+TEST(SearchPath, MissingEnvironmentDirectoryIsOnlyAWarning) {
+  const TempDir tmp;
+  const fs::path missing = tmp.path() / "missing";
+  const ScopedEnv env("TESSERA_PLUGIN_PATH", missing.string());
+  const test::LogCapture log;
+  const std::vector<fs::path> expected = {missing, PluginRegistry::builtin_dir()};
+  EXPECT_EQ(PluginRegistry::search_path({}), expected);
+  EXPECT_TRUE(log.contains(
+      "warning", {"TESSERA_PLUGIN_PATH entry '" + missing.string() + "' does not exist; ignored"}))
+      << testing::PrintToString(log.lines());
+}
+
 TEST(SearchPath, EnvironmentDirectoryIsScanned) {
   const ScopedEnv env("TESSERA_PLUGIN_PATH", test::fixture_dir().string());
   PluginRegistry registry;

@@ -20,6 +20,12 @@ fs::path backend_fixture(const std::string& name) {
   return fixture_dir() / ("libtessera_backend_" + name + ".so");
 }
 
+fs::path crash_dir() { return TESSERA_TEST_CRASH_DIR; }
+
+fs::path hang_dir() { return TESSERA_TEST_HANG_DIR; }
+
+fs::path builtin_dir() { return TESSERA_TEST_BUILTIN_DIR; }
+
 TempDir::TempDir() {
   std::string pattern = (fs::temp_directory_path() / "tessera_loader_XXXXXX").string();
   if (mkdtemp(pattern.data()) == nullptr) {
@@ -56,6 +62,10 @@ ScopedEnv::~ScopedEnv() {
 
 // NOLINTEND(concurrency-mt-unsafe)
 
+TempCache::TempCache() : env_("XDG_CACHE_HOME", dir_.path().string()) {}
+
+fs::path TempCache::file() const { return dir_.path() / "tessera" / "plugin-probe.txt"; }
+
 std::vector<char> read_bytes(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) throw std::runtime_error("cannot read " + file.string());
@@ -68,12 +78,17 @@ void write_bytes(const fs::path& file, const std::vector<char>& bytes) {
   if (!out) throw std::runtime_error("cannot write " + file.string());
 }
 
-LogCapture::LogCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1024)) {
+LogCapture::LogCapture(bool debug)
+    : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1024)),
+      previous_level_(get_logger("core")->level()) {
   sink_->set_pattern("%l: %v");
-  get_logger("core")->sinks().push_back(sink_);
+  const auto logger = get_logger("core");
+  logger->sinks().push_back(sink_);
+  if (debug && previous_level_ > spdlog::level::debug) logger->set_level(spdlog::level::debug);
 }
 
 LogCapture::~LogCapture() {
+  get_logger("core")->set_level(previous_level_);
   auto& sinks = get_logger("core")->sinks();
   sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
 }

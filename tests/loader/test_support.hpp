@@ -23,6 +23,13 @@ std::filesystem::path fixture_dup_dir();
 // <fixture_dir>/libtessera_backend_<name>.so
 std::filesystem::path backend_fixture(const std::string& name);
 
+// Directories of the fixtures that crash or end the process while loading
+// or unloading, and of the one that never finishes loading; and the build
+// tree's own plugin directory.
+std::filesystem::path crash_dir();
+std::filesystem::path hang_dir();
+std::filesystem::path builtin_dir();
+
 // A fresh empty directory under the system temporary directory, removed with
 // everything in it when the object is destroyed. Throws std::runtime_error
 // if it cannot be created.
@@ -52,6 +59,18 @@ class ScopedEnv {
   std::optional<std::string> previous_;
 };
 
+// The plugin probe's cache in a fresh temporary directory (XDG_CACHE_HOME)
+// for the lifetime of the object, so that a test sees no earlier results.
+class TempCache {
+ public:
+  TempCache();
+  [[nodiscard]] std::filesystem::path file() const;  // the cache file inside
+
+ private:
+  TempDir dir_;
+  ScopedEnv env_;
+};
+
 // Whole-file read and write; throw std::runtime_error naming the path on
 // failure.
 std::vector<char> read_bytes(const std::filesystem::path& file);
@@ -68,10 +87,11 @@ void patch(std::vector<char>& bytes, std::size_t offset, const T& value) {
 }
 
 // Records what the logger "core" writes while the object lives (level and
-// message of each line).
+// message of each line). With `debug`, the logger's level is lowered to
+// debug meanwhile, so its debug lines are recorded too.
 class LogCapture {
  public:
-  LogCapture();
+  explicit LogCapture(bool debug = false);
   LogCapture(const LogCapture&) = delete;
   LogCapture& operator=(const LogCapture&) = delete;
   ~LogCapture();
@@ -83,6 +103,7 @@ class LogCapture {
 
  private:
   std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
+  spdlog::level::level_enum previous_level_;
 };
 
 }  // namespace tessera::test

@@ -36,7 +36,11 @@ struct RunSection {
 
 struct PluginsSection {
   std::vector<std::filesystem::path> paths;  // relative to the config file
-  std::vector<std::string> allow;            // empty: all
+  // Where each entry of `paths` was written, for messages: "run.toml:4", or
+  // the override's label ("--set plugins.paths=[...]"); may be shorter than
+  // `paths` (entries added in code).
+  std::vector<std::string> path_sources;
+  std::vector<std::string> allow;  // empty: all
 };
 
 // The longest timeout a backend operation may be given: 7 days. A dead

@@ -1,11 +1,13 @@
 // Discovery and loading of plugin libraries.
 //
 // The registry scans directories for files named libtessera_<kind>_<name>.so,
-// inspects each with Boost.DLL (exports listed without running plugin code),
-// loads it, reads and checks its descriptor, and keeps every accepted library
-// alive for as long as any object made from it. A file that fails any check
-// is recorded with its path and reason and skipped: loading never crashes the
-// host and never substitutes another plugin.
+// inspects each (ELF structure and exports, without running plugin code),
+// loads it first in a probe process (so a library that crashes or hangs while
+// loading is rejected, not fatal; outcomes are cached per file), loads it
+// with Boost.DLL, reads and checks its descriptor, and keeps every accepted
+// library alive for as long as any object made from it. A file that fails
+// any check is recorded with its path and reason and skipped: loading never
+// crashes the host and never substitutes another plugin.
 #pragma once
 
 #include <filesystem>
