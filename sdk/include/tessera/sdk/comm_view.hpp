@@ -1,6 +1,6 @@
 // Strategy-side view of a communicator (tessera_backend_api, c/backend.h):
-// typed blocking and non-blocking collectives that count the time spent
-// blocked and the bytes sent.
+// typed blocking and non-blocking collectives and point-to-point sends and
+// receives that count the time spent blocked and the bytes sent.
 #pragma once
 
 #include <chrono>
@@ -175,9 +175,40 @@ class CommView {
   }
   void barrier() { run(args(TESSERA_COLL_BARRIER, {}, {})); }
 
+  // Point-to-point: `data` to / from rank `peer` of this communicator,
+  // matched by `tag` (>= 0) in posting order; the receiver's count must be
+  // the sender's. Blocking forms return once `data` may be reused (a send
+  // may complete before the peer receives: the backends buffer it);
+  // start_* forms leave `data` untouched until waited on, so a receive can
+  // be posted ahead of the compute that needs it.
+  template <typename T>
+  void send(std::span<const T> data, int32_t peer, int32_t tag) {
+    run(p2p_args(TESSERA_COLL_SEND, buffer(data), peer, tag));
+  }
+  template <typename T>
+  void recv(std::span<T> data, int32_t peer, int32_t tag) {
+    run(p2p_args(TESSERA_COLL_RECV, buffer(data), peer, tag));
+  }
+  template <typename T>
+  [[nodiscard]] PendingOp start_send(std::span<const T> data, int32_t peer, int32_t tag) {
+    return start(p2p_args(TESSERA_COLL_SEND, buffer(data), peer, tag));
+  }
+  template <typename T>
+  [[nodiscard]] PendingOp start_recv(std::span<T> data, int32_t peer, int32_t tag) {
+    return start(p2p_args(TESSERA_COLL_RECV, buffer(data), peer, tag));
+  }
+  // The arguments of a send or receive of `data` with `peer` and `tag`.
+  static tessera_coll_args p2p_args(tessera_coll_type coll, tessera_buffer data, int32_t peer,
+                                    int32_t tag) noexcept {
+    tessera_coll_args a = coll == TESSERA_COLL_SEND ? args(coll, data, {}) : args(coll, {}, data);
+    a.peer = peer;
+    a.tag = tag;
+    return a;
+  }
+
   // Bytes one rank sends for `a` with the usual bandwidth-optimal algorithms
   // (ring allreduce 2(P-1)/P·n, allgather and reduce-scatter (P-1)/P of the
-  // full buffer, broadcast/reduce (P-1)/P·n, send n). This is the volume
+  // full buffer, broadcast/reduce (P-1)/P·n, send n, recv 0). This is the volume
   // the ZeRO paper counts, independent of the backend's actual algorithm.
   [[nodiscard]] int64_t bytes_sent(const tessera_coll_args& a) const noexcept {
     const auto p = static_cast<int64_t>(size_);
@@ -192,6 +223,8 @@ class CommView {
         return (p - 1) * r / p;
       case TESSERA_COLL_SEND:
         return n;
+      case TESSERA_COLL_RECV:
+        return 0;
       default:  // reduce_scatter (n: the full buffer), broadcast, reduce, ...
         return (p - 1) * n / p;
     }
