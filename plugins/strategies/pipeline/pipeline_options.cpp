@@ -1,0 +1,65 @@
+// Options of the `pipeline` strategy (see pipeline_options.hpp).
+#include "pipeline_options.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::strategies {
+
+PipelineOptions PipelineOptions::read(const sdk::Options& options, int32_t world_size) {
+  PipelineOptions o;
+  TESSERA_CHECK(world_size >= 1, TESSERA_ERR_INVALID_ARGUMENT,
+                "strategy 'pipeline' needs at least one rank, but the world size is ", world_size);
+  const int64_t stages = options.get_int("stages");
+  TESSERA_CHECK(stages >= 0, TESSERA_ERR_INVALID_ARGUMENT, "pipeline: stages = ", stages,
+                " must be >= 1 (or 0: one stage per rank)");
+  o.stages = stages == 0 ? world_size : static_cast<int32_t>(std::min<int64_t>(stages, 1 << 30));
+  TESSERA_CHECK(world_size % o.stages == 0, TESSERA_ERR_INVALID_ARGUMENT,
+                "pipeline: stages = ", stages, " does not divide the world size ", world_size,
+                " (world = data-parallel replicas x stages)");
+
+  const std::string schedule = options.get_string("schedule");
+  if (schedule == "gpipe") {
+    o.schedule = PipelineSchedule::kGpipe;
+  } else if (schedule == "1f1b") {
+    o.schedule = PipelineSchedule::kOneFOneB;
+  } else if (schedule == "interleaved" || schedule == "zb1") {
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                detail::concat("pipeline: schedule = \"", schedule,
+                               "\" is not implemented yet (use gpipe or 1f1b)"));
+  } else {
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT, detail::concat("pipeline: schedule = \"", schedule,
+                                                             "\" is not one of gpipe, 1f1b"));
+  }
+
+  const std::string partition = options.get_string("partition");
+  o.boundaries = options.get_int_list("boundaries");
+  if (partition == "balanced") {
+    TESSERA_CHECK(o.boundaries.empty(), TESSERA_ERR_INVALID_ARGUMENT,
+                  "pipeline: boundaries is set but partition = \"balanced\" (set partition = "
+                  "\"explicit\" to use them)");
+  } else if (partition == "explicit") {
+    o.explicit_partition = true;
+    TESSERA_CHECK(o.boundaries.size() == static_cast<size_t>(o.stages - 1),
+                  TESSERA_ERR_INVALID_ARGUMENT, "pipeline: boundaries has ", o.boundaries.size(),
+                  " entries, but ", o.stages, " stages need ", o.stages - 1,
+                  " (the first unit of stages 1 .. ", o.stages - 1, ")");
+    int64_t prev = 0;
+    for (size_t i = 0; i < o.boundaries.size(); ++i) {
+      TESSERA_CHECK(o.boundaries[i] > prev, TESSERA_ERR_INVALID_ARGUMENT,
+                    "pipeline: boundaries must be increasing unit indices >= 1, but entry ", i,
+                    " is ", o.boundaries[i], (i == 0 ? "" : " after "),
+                    (i == 0 ? std::string() : std::to_string(prev)));
+      prev = o.boundaries[i];
+    }
+  } else {
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                detail::concat("pipeline: partition = \"", partition,
+                               "\" is not one of balanced, explicit"));
+  }
+  return o;
+}
+
+}  // namespace tessera::strategies

@@ -1,0 +1,356 @@
+// The `pipeline` strategy (see pipeline_strategy.hpp).
+#include "pipeline_strategy.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <span>
+#include <string>
+
+#include "tessera/sdk/clip.hpp"
+#include "tessera/sdk/flat_state.hpp"
+#include "tessera/sdk/step_frame.hpp"
+
+namespace tessera::strategies {
+
+namespace {
+
+// Message tags between neighbouring stages (each in micro-batch order).
+constexpr int32_t kTagShape = 0;  // [rows, cols] of the activations
+constexpr int32_t kTagActivations = 1;
+constexpr int32_t kTagGradients = 2;
+
+StagePlan make_plan(const PipelineOptions& options, const sdk::ModelView& model) {
+  if (options.explicit_partition) return explicit_plan(options.boundaries, model.num_units());
+  std::vector<double> cost;
+  for (int32_t u = 0; u < model.num_units(); ++u) {
+    const tessera_unit_cost c = model.unit_cost(u);
+    cost.push_back(c.forward_flops + c.backward_flops);
+  }
+  return balanced_plan(cost, options.stages);
+}
+
+std::span<float> part(sdk::TrackedBuffer<float>& buffer, uint64_t offset, uint64_t count) {
+  return buffer.span().subspan(static_cast<size_t>(offset), static_cast<size_t>(count));
+}
+
+}  // namespace
+
+void PipelineStrategy::check(const sdk::Host& /*host*/, const sdk::Options& options,
+                             int32_t world_size) {
+  (void)PipelineOptions::read(options, world_size);
+}
+
+PipelineStrategy::PipelineStrategy(const sdk::Host& host, const sdk::Options& options,
+                                   sdk::StrategyEnv& env)
+    : host_(host),
+      env_(env),
+      options_(PipelineOptions::read(options, env.world_size())),
+      stages_(options_.stages),
+      replicas_(env.world_size() / options_.stages),
+      stage_(env.rank() % options_.stages),
+      replica_(env.rank() / options_.stages),
+      plan_(make_plan(options_, env.model())),
+      flat_(env.model()),
+      param_ptrs_(flat_),
+      grad_ptrs_(flat_) {
+  const int32_t ub = plan_.begin(stage_);
+  const int32_t ue = plan_.end(stage_);
+  own_ = {flat_.unit_range(ub).begin, flat_.unit_range(ue - 1).end};
+  total_ = own_.size();
+  for (size_t i = 0; i < flat_.entries().size(); ++i) {
+    const sdk::FlatEntry& e = flat_.entry(i);
+    const bool owned = e.unit >= ub && e.unit < ue;
+    const bool used =
+        std::any_of(e.users.begin(), e.users.end(), [&](int32_t u) { return u >= ub && u < ue; });
+    if (!owned && used) {
+      foreign_.push_back(i);
+      foreign_at_.push_back(total_);
+      total_ += e.numel;
+    }
+  }
+  params_ =
+      sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_PARAMS, static_cast<size_t>(total_));
+  grads_ =
+      sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_GRADS, static_cast<size_t>(total_));
+  for (size_t i = 0; i < flat_.entries().size(); ++i) {
+    const sdk::FlatEntry& e = flat_.entry(i);
+    const bool owned = e.unit >= ub && e.unit < ue;
+    const bool foreign = std::find(foreign_.begin(), foreign_.end(), i) != foreign_.end();
+    if (!owned && !foreign) continue;
+    param_ptrs_.bind_entry(i, params_.data() + offset_of(i));
+    grad_ptrs_.bind_entry(i, grads_.data() + offset_of(i));
+  }
+  optim_ = env.optimizer().make_state(total_);
+
+  // Groups: the stages of one replica (rank in it = stage), one stage over
+  // all replicas, and per parameter used on several stages those stages.
+  pipe_ = env.world().split(replica_, stage_);
+  dp_ = env.world().split(stage_, replica_);
+  for (size_t i = 0; i < flat_.entries().size(); ++i) {
+    const sdk::FlatEntry& e = flat_.entry(i);
+    std::vector<int32_t> stages;
+    for (const int32_t u : e.users) stages.push_back(plan_.stage_of(u));
+    stages.erase(std::unique(stages.begin(), stages.end()), stages.end());
+    if (stages.size() < 2) continue;
+    const bool mine = std::find(stages.begin(), stages.end(), stage_) != stages.end();
+    auto comm = pipe_->split(mine ? 0 : -1, stage_);
+    if (mine) tied_.push_back(TiedGroup{i, std::move(comm)});
+  }
+
+  add_slot();
+  if (env.rank() == 0) log_plan(env.model());
+}
+
+PipelineStrategy::~PipelineStrategy() {
+  drop_pending();
+  int64_t held = 0;
+  for (const Slot& s : slots_) {
+    for (const int64_t b : s.context_bytes) held += b;
+  }
+  if (held != 0) host_.track_memory(env_.rank(), TESSERA_MEM_ACTIVATIONS, -held);
+}
+
+void PipelineStrategy::add_slot() {
+  Slot s;
+  for (int32_t u = plan_.begin(stage_); u < plan_.end(stage_); ++u) {
+    s.contexts.push_back(env_.model().make_context(u));
+  }
+  s.context_bytes.assign(s.contexts.size(), 0);
+  slots_.push_back(std::move(s));
+}
+
+void PipelineStrategy::account(Slot& slot, size_t unit) {
+  const auto now = static_cast<int64_t>(slot.contexts[unit].bytes());
+  int64_t& before = slot.context_bytes[unit];
+  if (now != before) host_.track_memory(env_.rank(), TESSERA_MEM_ACTIVATIONS, now - before);
+  before = now;
+}
+
+tessera_strategy_layout PipelineStrategy::layout() const {
+  tessera_strategy_layout l{};
+  l.struct_size = sizeof l;
+  l.data_rank = replica_;
+  l.data_size = replicas_;
+  return l;
+}
+
+uint64_t PipelineStrategy::offset_of(size_t entry) const {
+  const auto it = std::find(foreign_.begin(), foreign_.end(), entry);
+  if (it != foreign_.end()) return foreign_at_[static_cast<size_t>(it - foreign_.begin())];
+  return flat_.entry(entry).offset - own_.begin;
+}
+
+void PipelineStrategy::log_plan(const sdk::ModelView& model) const {
+  std::vector<double> cost;
+  double total = 0.0;
+  for (int32_t u = 0; u < model.num_units(); ++u) {
+    const tessera_unit_cost c = model.unit_cost(u);
+    cost.push_back(c.forward_flops + c.backward_flops);
+    total += cost.back();
+  }
+  host_.info("pipeline: ", stages_, " stages x ", replicas_, " data-parallel replicas, schedule ",
+             options_.schedule_name(), ", partition ",
+             options_.explicit_partition ? "explicit" : "balanced");
+  for (int32_t s = 0; s < stages_; ++s) {
+    std::string names;
+    double c = 0.0;
+    for (int32_t u = plan_.begin(s); u < plan_.end(s); ++u) {
+      if (!names.empty()) names += ", ";
+      names += model.unit_name(u);
+      c += cost[static_cast<size_t>(u)];
+    }
+    char share[32];
+    std::snprintf(share, sizeof share, "%.1f%%", total > 0.0 ? 100.0 * c / total : 0.0);
+    host_.info("pipeline: stage ", s, " owns units ", plan_.begin(s), "..", plan_.end(s) - 1, " (",
+               names, "), ", share, " of the cost");
+  }
+}
+
+void PipelineStrategy::load(const sdk::StateReader& reader) {
+  const sdk::OptimizerView& opt = env_.optimizer();
+  sdk::read_params(reader, flat_, own_, part(params_, 0, own_.size()));
+  for (size_t k = 0; k < foreign_.size(); ++k) {
+    const sdk::FlatEntry& e = flat_.entry(foreign_[k]);
+    sdk::read_params(reader, flat_, e.range(), part(params_, foreign_at_[k], e.numel));
+  }
+  if (sdk::read_optimizer_state(reader, flat_, opt, optim_, own_, 0)) {
+    for (size_t k = 0; k < foreign_.size(); ++k) {
+      const sdk::FlatEntry& e = flat_.entry(foreign_[k]);
+      (void)sdk::read_optimizer_state(reader, flat_, opt, optim_, e.range(), foreign_at_[k]);
+    }
+  }
+}
+
+void PipelineStrategy::save(const sdk::StateWriter& writer) {
+  if (replica_ != 0 && !writer.all_replicas()) return;
+  const sdk::OptimizerView& opt = env_.optimizer();
+  sdk::write_params(writer, flat_, own_, part(params_, 0, own_.size()));
+  sdk::write_optimizer_state(writer, flat_, opt, optim_, own_, 0);
+  if (!writer.all_replicas()) return;
+  for (size_t k = 0; k < foreign_.size(); ++k) {
+    const sdk::FlatEntry& e = flat_.entry(foreign_[k]);
+    sdk::write_params(writer, flat_, e.range(), part(params_, foreign_at_[k], e.numel));
+    sdk::write_optimizer_state(writer, flat_, opt, optim_, e.range(), foreign_at_[k]);
+  }
+}
+
+sdk::StepResult PipelineStrategy::step(const sdk::StepArgs& args) {
+  const auto micro = static_cast<int32_t>(args.micro_batches.size());
+  if (options_.schedule == PipelineSchedule::kOneFOneB && micro < stages_) {
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                detail::concat("pipeline: schedule = \"1f1b\" needs data.micro_batches >= stages (",
+                               stages_, "), but a step has ", micro,
+                               " micro-batches; raise data.micro_batches or use schedule = "
+                               "\"gpipe\""));
+  }
+  // run_step meters the fixed communicators; the tied groups are added here.
+  sdk::StepResult tied_before;
+  for (TiedGroup& t : tied_) {
+    tied_before.comm_wait_ns += t.comm->stats().wait_ns;
+    tied_before.comm_bytes += t.comm->stats().bytes_sent;
+  }
+  sdk::StepResult result = sdk::run_step(
+      args, {&env_.world(), pipe_.get(), dp_.get()},
+      {.zero_grads = [&] { grads_.zero(); },
+       .forward_backward = [&] { return run_schedule(args); },
+       .finish = [&] { reduce_grads(); },
+       .abandon = [&] { drop_pending(); },
+       .sum_squares = [&] { return sum_squares(); },
+       .update =
+           [&](float factor) {
+             sdk::scale_in_place(grads_.span(), factor);
+             env_.optimizer().step(optim_, 0, params_.span(), grads_.span(), args.step, args.lr);
+           }});
+  for (TiedGroup& t : tied_) {
+    result.comm_wait_ns += t.comm->stats().wait_ns;
+    result.comm_bytes += t.comm->stats().bytes_sent;
+  }
+  result.comm_wait_ns -= tied_before.comm_wait_ns;
+  result.comm_bytes -= tied_before.comm_bytes;
+  return result;
+}
+
+double PipelineStrategy::run_schedule(const sdk::StepArgs& args) {
+  const auto m = static_cast<int32_t>(args.micro_batches.size());
+  const int32_t ahead = stages_ - stage_;  // micro-batches in flight under 1f1b
+  const int32_t slots = options_.schedule == PipelineSchedule::kGpipe ? m : std::min(m, ahead);
+  while (static_cast<int32_t>(slots_.size()) < slots) add_slot();
+  // The shapes of every micro-batch's activations, received ahead.
+  shape_recvs_.clear();
+  if (stage_ > 0) {
+    shapes_.assign(2 * static_cast<size_t>(m), 0);
+    for (int32_t i = 0; i < m; ++i) {
+      shape_recvs_.push_back(
+          pipe_->start_recv(std::span<int64_t>(shapes_).subspan(2 * static_cast<size_t>(i), 2),
+                            stage_ - 1, kTagShape));
+    }
+  }
+  double loss = 0.0;
+  if (options_.schedule == PipelineSchedule::kGpipe) {
+    for (int32_t i = 0; i < m; ++i) forward(args, i, slots, loss);
+    for (int32_t i = 0; i < m; ++i) backward(i, slots);
+  } else {
+    const int32_t warmup = std::min(ahead - 1, m);
+    for (int32_t i = 0; i < warmup; ++i) forward(args, i, slots, loss);
+    for (int32_t i = 0; i < m - warmup; ++i) {
+      forward(args, warmup + i, slots, loss);
+      backward(i, slots);
+    }
+    for (int32_t i = m - warmup; i < m; ++i) backward(i, slots);
+  }
+  for (Slot& s : slots_) wait_sends(s);
+  return loss;
+}
+
+void PipelineStrategy::forward(const sdk::StepArgs& args, int32_t micro, int32_t slots,
+                               double& loss) {
+  Slot& slot = slots_[static_cast<size_t>(micro % slots)];
+  wait_sends(slot);  // the contexts' last outputs have left
+  tessera_matrix x{};
+  if (stage_ > 0) {
+    shape_recvs_[static_cast<size_t>(micro)].wait(host_);
+    const int64_t rows = shapes_[2 * static_cast<size_t>(micro)];
+    const int64_t cols = shapes_[2 * static_cast<size_t>(micro) + 1];
+    slot.input.resize(static_cast<size_t>(rows * cols));
+    pipe_->recv(std::span<float>(slot.input), stage_ - 1, kTagActivations);
+    slot.input_shape = {rows, cols};
+    x = tessera_matrix{slot.input.data(), rows, cols};
+  }
+  const tessera_batch* batch = args.micro_batches[static_cast<size_t>(micro)];
+  const float scale = args.loss_scales[static_cast<size_t>(micro)];
+  const int32_t ub = plan_.begin(stage_);
+  for (int32_t u = ub; u < plan_.end(stage_); ++u) {
+    x = env_.model().forward(u, slot.contexts[static_cast<size_t>(u - ub)],
+                             param_ptrs_.unit_const(u), batch, x, scale);
+    account(slot, static_cast<size_t>(u - ub));
+  }
+  if (stage_ == stages_ - 1) {
+    TESSERA_CHECK(x.data != nullptr && x.rows * x.cols == 1, TESSERA_ERR_INTERNAL,
+                  "pipeline: the last unit returned a ", x.rows, "x", x.cols,
+                  " output, not the 1x1 loss");
+    loss += static_cast<double>(x.data[0]);
+    return;
+  }
+  slot.out_shape = {x.rows, x.cols};
+  const auto n = static_cast<size_t>(x.rows * x.cols);
+  slot.sends.push_back(
+      pipe_->start_send(std::span<const int64_t>(slot.out_shape), stage_ + 1, kTagShape));
+  slot.sends.push_back(
+      pipe_->start_send(std::span<const float>(x.data, n), stage_ + 1, kTagActivations));
+  // The gradient of these activations, received ahead of the backward.
+  slot.grad.resize(n);
+  slot.grad_recv = pipe_->start_recv(std::span<float>(slot.grad), stage_ + 1, kTagGradients);
+}
+
+void PipelineStrategy::backward(int32_t micro, int32_t slots) {
+  Slot& slot = slots_[static_cast<size_t>(micro % slots)];
+  wait_sends(slot);  // the forward's output has left before the context changes
+  tessera_matrix grad{};
+  if (stage_ < stages_ - 1) {
+    slot.grad_recv.wait(host_);
+    grad = tessera_matrix{slot.grad.data(), slot.out_shape[0], slot.out_shape[1]};
+  }
+  const int32_t ub = plan_.begin(stage_);
+  for (int32_t u = plan_.end(stage_) - 1; u >= ub; --u) {
+    grad = env_.model().backward(u, slot.contexts[static_cast<size_t>(u - ub)],
+                                 param_ptrs_.unit_const(u), grad_ptrs_.unit(u), grad);
+    account(slot, static_cast<size_t>(u - ub));
+  }
+  if (stage_ > 0) {
+    const auto n = static_cast<size_t>(grad.rows * grad.cols);
+    slot.sends.push_back(
+        pipe_->start_send(std::span<const float>(grad.data, n), stage_ - 1, kTagGradients));
+  }
+}
+
+void PipelineStrategy::wait_sends(Slot& slot) {
+  for (sdk::PendingOp& op : slot.sends) op.wait(host_);
+  slot.sends.clear();
+}
+
+void PipelineStrategy::drop_pending() noexcept {
+  // Destroying a pending operation waits for it (and drops its error).
+  for (Slot& s : slots_) {
+    s.sends.clear();
+    s.grad_recv = sdk::PendingOp();
+  }
+  shape_recvs_.clear();
+}
+
+void PipelineStrategy::reduce_grads() {
+  if (dp_->size() > 1) dp_->allreduce(grads_.span());
+  for (TiedGroup& t : tied_) {
+    const sdk::FlatEntry& e = flat_.entry(t.entry);
+    t.comm->allreduce(part(grads_, offset_of(t.entry), e.numel));
+  }
+}
+
+double PipelineStrategy::sum_squares() {
+  // Each element once: this stage's own gradients (tied copies are counted
+  // by their owner), summed over the stages; replicas hold the same sums.
+  double total = sdk::sum_squares(part(grads_, 0, own_.size()));
+  if (pipe_->size() > 1) pipe_->allreduce(std::span<double>(&total, 1));
+  return total;
+}
+
+}  // namespace tessera::strategies

@@ -1,0 +1,113 @@
+// The `pipeline` strategy: pipeline parallelism. The model's units are
+// split into `stages` contiguous runs; rank r is stage r % stages of
+// data-parallel replica r / stages. A stage holds only its units'
+// parameters, gradients and optimizer state (plus a copy of a tied
+// parameter owned by another stage, e.g. gpt's embedding on the head's
+// stage), streams the step's micro-batches through its units on a GPipe or
+// 1F1B schedule, and exchanges activations and their gradients with the
+// neighbouring stages by point-to-point sends and receives. After the
+// pipeline drains, each stage's gradients are summed over its replicas,
+// tied gradients between the stages that share them, and the update clips
+// by the global norm over all stages. docs/strategies/pipeline.md
+// describes it for users.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "pipeline_options.hpp"
+#include "pipeline_partition.hpp"
+#include "tessera/sdk/flat_params.hpp"
+#include "tessera/sdk/strategy.hpp"
+#include "tessera/sdk/tracked_buffer.hpp"
+
+namespace tessera::strategies {
+
+class PipelineStrategy final : public sdk::Strategy {
+ public:
+  // Checks the options against the world size (see PipelineOptions::read).
+  static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
+
+  // Collective: plans the stages (more stages than units or a boundary out
+  // of range is an invalid argument naming the option), splits the world
+  // into the pipeline, data-parallel and tied-parameter groups, and
+  // allocates this stage's parameters, gradients and optimizer state. Rank
+  // 0 logs every stage's units and share of the cost.
+  PipelineStrategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env);
+  PipelineStrategy(const PipelineStrategy&) = delete;
+  PipelineStrategy& operator=(const PipelineStrategy&) = delete;
+  // Reports the contexts' activation bytes as freed.
+  ~PipelineStrategy() override;
+
+  // Stages of one replica share a data rank (they train on the same examples).
+  [[nodiscard]] tessera_strategy_layout layout() const override;
+  // Reads this stage's parameters (and tied copies) and optimizer state.
+  void load(const sdk::StateReader& reader) override;
+  // Runs the schedule over the micro-batches, then reduces, clips and
+  // updates. 1f1b with fewer micro-batches than stages is an invalid
+  // argument naming data.micro_batches, raised before any compute.
+  sdk::StepResult step(const sdk::StepArgs& args) override;
+  // Replica 0 writes its stage's own tensors (every rank everything it
+  // holds, tied copies included, when the writer wants all replicas).
+  void save(const sdk::StateWriter& writer) override;
+
+ private:
+  // A micro-batch in flight: its units' contexts and its messages.
+  struct Slot {
+    std::vector<sdk::UnitContext> contexts;  // one per unit of the stage
+    std::vector<int64_t> context_bytes;      // reported as ACTIVATIONS, per context
+    std::vector<float> input;                // activations received from the previous stage
+    std::array<int64_t, 2> input_shape{};
+    std::vector<float> grad;             // gradient received from the next stage
+    std::array<int64_t, 2> out_shape{};  // sent ahead of the activations
+    sdk::PendingOp grad_recv;
+    std::vector<sdk::PendingOp> sends;
+  };
+  // A parameter used by several stages and the group that sums its gradient.
+  struct TiedGroup {
+    size_t entry = 0;
+    std::unique_ptr<sdk::CommView> comm;
+  };
+
+  [[nodiscard]] uint64_t offset_of(size_t entry) const;
+  double run_schedule(const sdk::StepArgs& args);
+  void forward(const sdk::StepArgs& args, int32_t micro, int32_t slots, double& loss);
+  void backward(int32_t micro, int32_t slots);
+  void wait_sends(Slot& slot);
+  // Reports the change of context `unit` of `slot` to the host (ACTIVATIONS).
+  void account(Slot& slot, size_t unit);
+  void add_slot();
+  void drop_pending() noexcept;
+  void reduce_grads();
+  [[nodiscard]] double sum_squares();
+  void log_plan(const sdk::ModelView& model) const;
+
+  sdk::Host host_;
+  sdk::StrategyEnv& env_;
+  PipelineOptions options_;
+  int32_t stages_;
+  int32_t replicas_;
+  int32_t stage_;
+  int32_t replica_;
+  StagePlan plan_;
+  sdk::FlatLayout flat_;
+  sdk::FlatRange own_;                // flat range of this stage's own parameters
+  std::vector<size_t> foreign_;       // entries owned elsewhere, used here (tied)
+  std::vector<uint64_t> foreign_at_;  // their offsets in the buffers
+  uint64_t total_ = 0;                // own + foreign elements
+  sdk::TrackedBuffer<float> params_;
+  sdk::TrackedBuffer<float> grads_;
+  sdk::SlotPointers param_ptrs_;
+  sdk::SlotPointers grad_ptrs_;
+  sdk::OptimState optim_;
+  std::unique_ptr<sdk::CommView> pipe_;  // the stages of this replica, rank = stage
+  std::unique_ptr<sdk::CommView> dp_;    // this stage in every replica
+  std::vector<TiedGroup> tied_;
+  std::vector<Slot> slots_;
+  std::vector<int64_t> shapes_;  // received activation shapes, two per micro-batch
+  std::vector<sdk::PendingOp> shape_recvs_;
+};
+
+}  // namespace tessera::strategies

@@ -1,0 +1,237 @@
+// The `pipeline` strategy: gpipe and 1f1b on 2, 3 and 4 stages (uneven
+// unit counts included) and with data-parallel replicas (dp x stages = 4)
+// against `none` on one rank, on mlp, gpt (its embedding and head tied
+// across the first and last stage) and llama: 20 AdamW steps with
+// clipping, the final parameters within 1e-5 relative difference and the
+// replicas of a stage bit-identical. A pipeline checkpoint continues under
+// zero3 at another world size and a zero3 checkpoint under pipeline, to
+// the uninterrupted run's parameters. Bad options are refused before
+// training with the option named.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <ostream>
+#include <string>
+
+#include "resume_support.hpp"
+#include "run_support.hpp"
+#include "strategy_support.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::test {
+namespace {
+
+constexpr int64_t kBatch = 12;
+
+const train::RunResult& none_reference(const std::string& model) {
+  static std::map<std::string, train::RunResult> cache;
+  auto it = cache.find(model);
+  if (it == cache.end()) {
+    RunSpec s;
+    s.model = model;
+    s.strategy = "none";
+    s.batch = kBatch;
+    it = cache.emplace(model, run(s)).first;
+  }
+  return it->second;
+}
+
+RunSpec pipeline_spec(const std::string& model, int world, const std::string& options,
+                      int64_t micro_batches) {
+  RunSpec s;
+  s.model = model;
+  s.strategy = "pipeline";
+  s.world = world;
+  s.batch = kBatch;
+  s.micro_batches = micro_batches;
+  s.strategy_options = options;
+  return s;
+}
+
+// The message of the error run() throws for `s` ("" if it runs).
+std::string run_error(const RunSpec& s) {
+  try {
+    (void)run(s);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT) << e.what();
+    return e.what();
+  }
+  return "";
+}
+
+struct PipeCase {
+  std::string model;
+  std::string schedule;
+  int stages;
+  int world;
+  int64_t micro;
+};
+
+void PrintTo(const PipeCase& c, std::ostream* os) {
+  *os << c.model << "_" << c.schedule << "_stages" << c.stages << "_world" << c.world;
+}
+
+class PipelineEquivalence : public ::testing::TestWithParam<PipeCase> {};
+
+TEST_P(PipelineEquivalence, MatchesNoneOnOneRankAndReplicasAgree) {
+  const PipeCase& c = GetParam();
+  const std::string options =
+      "stages = " + std::to_string(c.stages) + "\nschedule = \"" + c.schedule + "\"\n";
+  const train::RunResult result = run(pipeline_spec(c.model, c.world, options, c.micro));
+  const train::RunResult& ref = none_reference(c.model);
+  ASSERT_EQ(result.last_step, 20);
+  ASSERT_EQ(result.final_state.size(), static_cast<size_t>(c.world));
+  for (int r = c.stages; r < c.world; ++r) {
+    EXPECT_EQ(first_bit_difference(result.final_state[static_cast<size_t>(r)],
+                                   result.final_state[static_cast<size_t>(r % c.stages)]),
+              "")
+        << "rank " << r << " differs from rank " << r % c.stages << " (same stage)";
+  }
+  const train::CollectedState all = merged(result);
+  EXPECT_EQ(tensor_names(all), tensor_names(ref.final_state[0]));
+  std::string worst;
+  const double diff = max_param_rel_diff(all, ref.final_state[0], &worst);
+  EXPECT_LE(diff, kTolerance) << "largest difference in " << worst;
+  EXPECT_NEAR(result.final_loss, ref.final_loss, 1e-4 * std::fabs(ref.final_loss));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, PipelineEquivalence,
+    ::testing::Values(PipeCase{"mlp", "gpipe", 2, 2, 2}, PipeCase{"mlp", "1f1b", 2, 4, 2},
+                      PipeCase{"mlp", "1f1b", 3, 3, 3}, PipeCase{"mlp", "gpipe", 3, 3, 2},
+                      PipeCase{"gpt", "gpipe", 2, 4, 2}, PipeCase{"gpt", "1f1b", 2, 2, 3},
+                      PipeCase{"gpt", "1f1b", 3, 3, 4}, PipeCase{"gpt", "gpipe", 4, 4, 2},
+                      PipeCase{"gpt", "1f1b", 4, 4, 4}, PipeCase{"llama", "1f1b", 2, 4, 2},
+                      PipeCase{"llama", "gpipe", 3, 3, 3}, PipeCase{"llama", "1f1b", 4, 4, 4}),
+    [](const ::testing::TestParamInfo<PipeCase>& param_info) {
+      return param_info.param.model + "_" + param_info.param.schedule + "_stages" +
+             std::to_string(param_info.param.stages) + "_world" +
+             std::to_string(param_info.param.world);
+    });
+
+// Stage boundaries given explicitly (gpt: embed | block0 block1 | head)
+// train the same model.
+TEST(PipelinePartition, ExplicitBoundariesMatchNone) {
+  const train::RunResult result = run(
+      pipeline_spec("gpt", 3, "stages = 3\npartition = \"explicit\"\nboundaries = [1, 3]\n", 3));
+  std::string worst;
+  EXPECT_LE(max_param_rel_diff(merged(result), none_reference("gpt").final_state[0], &worst),
+            kTolerance)
+      << worst;
+}
+
+// A stage holds its own units' parameters only, and 1f1b keeps fewer
+// micro-batches of activations alive on the first stage than gpipe (at most
+// stages of them instead of all m).
+TEST(PipelineMemory, StagesHoldTheirUnitsAndOneFOneBHoldsFewerActivations) {
+  const int64_t m = 4;
+  const train::RunResult gpipe =
+      run(pipeline_spec("gpt", 2, "stages = 2\nschedule = \"gpipe\"\n", m));
+  const train::RunResult one_f_one_b =
+      run(pipeline_spec("gpt", 2, "stages = 2\nschedule = \"1f1b\"\n", m));
+  const train::RunResult& ref = none_reference("gpt");
+  ASSERT_EQ(gpipe.memory.size(), 2U);
+  ASSERT_EQ(one_f_one_b.memory.size(), 2U);
+  const int64_t all_params = ref.memory[0].peak[TESSERA_MEM_PARAMS];
+  const int64_t stage0 = gpipe.memory[0].peak[TESSERA_MEM_PARAMS];
+  const int64_t stage1 = gpipe.memory[1].peak[TESSERA_MEM_PARAMS];
+  EXPECT_LT(stage0, all_params);
+  EXPECT_LT(stage1, all_params);
+  // The head's stage also holds a copy of the tied embedding.
+  EXPECT_GE(stage0 + stage1, all_params);
+  const int64_t act_gpipe = gpipe.memory[0].peak[TESSERA_MEM_ACTIVATIONS];
+  const int64_t act_1f1b = one_f_one_b.memory[0].peak[TESSERA_MEM_ACTIVATIONS];
+  EXPECT_GT(act_1f1b, 0);
+  EXPECT_LT(act_1f1b, act_gpipe);
+}
+
+// Saves at step 10 under `first`, continues from there under `second`, and
+// compares with 20 uninterrupted steps of `first`.
+void expect_continues(const RunSpec& first, const RunSpec& second) {
+  Scratch whole;
+  Scratch cut;
+  RunSpec a = first;
+  a.extra_toml = checkpoint_toml(whole.path(), 10, "full", false);
+  const train::RunResult uninterrupted = run(a);
+  ASSERT_EQ(uninterrupted.last_step, 20);
+  cut_at(whole.path(), cut.path(), "step-00000010");
+  RunSpec b = second;
+  b.extra_toml = checkpoint_toml(cut.path(), 10, "full", true);
+  const train::RunResult resumed = run(b);
+  EXPECT_EQ(resumed.first_step, 11);
+  ASSERT_EQ(resumed.last_step, 20);
+  EXPECT_EQ(tensor_names(merged(resumed)), tensor_names(merged(uninterrupted)));
+  std::string worst;
+  EXPECT_LE(max_param_rel_diff(merged(resumed), merged(uninterrupted), &worst), kTolerance)
+      << "largest difference in " << worst;
+}
+
+TEST(PipelineResume, PipelineCheckpointContinuesUnderZero3AtAnotherWorldSize) {
+  RunSpec zero3 = pipeline_spec("gpt", 3, "", 3);
+  zero3.strategy = "zero3";
+  expect_continues(pipeline_spec("gpt", 4, "stages = 2\n", 3), zero3);
+}
+
+TEST(PipelineResume, Zero3CheckpointContinuesUnderThreeStages) {
+  RunSpec zero3 = pipeline_spec("gpt", 3, "", 3);
+  zero3.strategy = "zero3";
+  expect_continues(zero3, pipeline_spec("gpt", 3, "stages = 3\n", 3));
+}
+
+TEST(PipelineOptions, StagesMustDivideTheWorld) {
+  const std::string msg = refusal(pipeline_spec("mlp", 3, "stages = 2\n", 2));
+  EXPECT_NE(msg.find("stages = 2 does not divide the world size 3"), std::string::npos) << msg;
+}
+
+TEST(PipelineOptions, UnwrittenSchedulesAreRefused) {
+  for (const std::string schedule : {"interleaved", "zb1"}) {
+    const std::string msg =
+        refusal(pipeline_spec("mlp", 2, "schedule = \"" + schedule + "\"\n", 2));
+    EXPECT_NE(msg.find("schedule = \"" + schedule + "\" is not implemented yet"), std::string::npos)
+        << msg;
+  }
+  const std::string msg = refusal(pipeline_spec("mlp", 2, "schedule = \"1f2b\"\n", 2));
+  EXPECT_NE(msg.find("schedule = \"1f2b\" is not one of gpipe, 1f1b"), std::string::npos) << msg;
+}
+
+TEST(PipelineOptions, BoundariesMustIncrease) {
+  const std::string msg = refusal(
+      pipeline_spec("gpt", 3, "stages = 3\npartition = \"explicit\"\nboundaries = [2, 2]\n", 3));
+  EXPECT_NE(msg.find("boundaries must be increasing unit indices >= 1, but entry 1 is 2 after 2"),
+            std::string::npos)
+      << msg;
+  const std::string count = refusal(
+      pipeline_spec("gpt", 3, "stages = 3\npartition = \"explicit\"\nboundaries = [2]\n", 3));
+  EXPECT_NE(count.find("boundaries has 1 entries, but 3 stages need 2"), std::string::npos)
+      << count;
+  const std::string balanced = refusal(pipeline_spec("gpt", 2, "boundaries = [2]\n", 2));
+  EXPECT_NE(balanced.find("boundaries is set but partition = \"balanced\""), std::string::npos)
+      << balanced;
+}
+
+TEST(PipelineOptions, BoundaryPastTheLastUnitIsRefused) {
+  const std::string msg = run_error(
+      pipeline_spec("gpt", 2, "stages = 2\npartition = \"explicit\"\nboundaries = [4]\n", 2));
+  EXPECT_NE(msg.find("boundaries entry 0 is 4, out of range: the model has 4 units"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(PipelineOptions, MoreStagesThanUnitsIsRefused) {
+  // mlp with two hidden layers has 3 units.
+  const std::string msg = run_error(pipeline_spec("mlp", 4, "stages = 4\n", 4));
+  EXPECT_NE(msg.find("stages = 4 is more than the model's 3 units"), std::string::npos) << msg;
+}
+
+TEST(PipelineOptions, OneFOneBNeedsAMicroBatchPerStage) {
+  const std::string msg =
+      run_error(pipeline_spec("mlp", 2, "stages = 2\nschedule = \"1f1b\"\n", 1));
+  EXPECT_NE(msg.find("schedule = \"1f1b\" needs data.micro_batches >= stages (2), but a step has "
+                     "1 micro-batches"),
+            std::string::npos)
+      << msg;
+}
+
+}  // namespace
+}  // namespace tessera::test
