@@ -4,8 +4,9 @@
 // across the first and last stage) and llama: 20 AdamW steps with
 // clipping, the final parameters within 1e-5 relative difference and the
 // replicas of a stage bit-identical. A pipeline checkpoint continues under
-// zero3 at another world size and a zero3 checkpoint under pipeline, to
-// the uninterrupted run's parameters. Bad options are refused before
+// zero3 at another world size and a zero3 checkpoint under pipeline, full
+// and sharded, to the uninterrupted run's parameters; a stage holds only
+// its units' parameters and 1f1b fewer activations than gpipe. Bad options are refused before
 // training with the option named.
 #include <gtest/gtest.h>
 
@@ -146,18 +147,20 @@ TEST(PipelineMemory, StagesHoldTheirUnitsAndOneFOneBHoldsFewerActivations) {
   EXPECT_LT(act_1f1b, act_gpipe);
 }
 
-// Saves at step 10 under `first`, continues from there under `second`, and
-// compares with 20 uninterrupted steps of `first`.
-void expect_continues(const RunSpec& first, const RunSpec& second) {
+// Saves at step 10 under `first` in `format` ("full" or "sharded"),
+// continues from there under `second`, and compares with 20 uninterrupted
+// steps of `first`.
+void expect_continues(const RunSpec& first, const RunSpec& second,
+                      const std::string& format = "full") {
   Scratch whole;
   Scratch cut;
   RunSpec a = first;
-  a.extra_toml = checkpoint_toml(whole.path(), 10, "full", false);
+  a.extra_toml = checkpoint_toml(whole.path(), 10, format, false);
   const train::RunResult uninterrupted = run(a);
   ASSERT_EQ(uninterrupted.last_step, 20);
   cut_at(whole.path(), cut.path(), "step-00000010");
   RunSpec b = second;
-  b.extra_toml = checkpoint_toml(cut.path(), 10, "full", true);
+  b.extra_toml = checkpoint_toml(cut.path(), 10, format, true);
   const train::RunResult resumed = run(b);
   EXPECT_EQ(resumed.first_step, 11);
   ASSERT_EQ(resumed.last_step, 20);
@@ -177,6 +180,14 @@ TEST(PipelineResume, Zero3CheckpointContinuesUnderThreeStages) {
   RunSpec zero3 = pipeline_spec("gpt", 3, "", 3);
   zero3.strategy = "zero3";
   expect_continues(zero3, pipeline_spec("gpt", 3, "stages = 3\n", 3));
+}
+
+TEST(PipelineResume, ShardedCheckpointsMoveBetweenPipelineAndZero3) {
+  RunSpec zero3 = pipeline_spec("llama", 2, "", 4);
+  zero3.strategy = "zero3";
+  expect_continues(pipeline_spec("llama", 4, "stages = 4\nschedule = \"gpipe\"\n", 4), zero3,
+                   "sharded");
+  expect_continues(zero3, pipeline_spec("llama", 4, "stages = 2\n", 4), "sharded");
 }
 
 TEST(PipelineOptions, StagesMustDivideTheWorld) {
