@@ -90,6 +90,7 @@ PipelineStrategy::PipelineStrategy(const sdk::Host& host, const sdk::Options& op
     const sdk::FlatEntry& e = flat_.entry(i);
     std::vector<int32_t> stages;
     for (const int32_t u : e.users) stages.push_back(plan_.stage_of(u));
+    std::sort(stages.begin(), stages.end());
     stages.erase(std::unique(stages.begin(), stages.end()), stages.end());
     if (stages.size() < 2) continue;
     const bool mine = std::find(stages.begin(), stages.end(), stage_) != stages.end();
