@@ -190,6 +190,35 @@ TEST(PipelineResume, ShardedCheckpointsMoveBetweenPipelineAndZero3) {
   expect_continues(zero3, pipeline_spec("llama", 4, "stages = 2\n", 4), "sharded");
 }
 
+// The log step's metrics carry the measured bubble (the stages' mean idle
+// share of the schedule, a fraction) next to the schedule's formula,
+// (p-1)/(m+p-1) for gpipe and 1f1b; strategies without a pipeline report
+// neither.
+TEST(PipelineBubble, MeasuredBubbleIsAFractionNextToTheFormula) {
+  struct Case {
+    std::string schedule;
+    int stages;
+    int64_t micro;
+    double formula;
+  };
+  for (const Case& c : {Case{"gpipe", 2, 4, 1.0 / 5.0}, Case{"1f1b", 4, 4, 3.0 / 7.0},
+                        Case{"1f1b", 2, 3, 1.0 / 4.0}}) {
+    // gpt: 4 units, enough for 4 stages.
+    const train::RunResult result = run(pipeline_spec(
+        "gpt", c.stages,
+        "stages = " + std::to_string(c.stages) + "\nschedule = \"" + c.schedule + "\"\n", c.micro));
+    ASSERT_EQ(result.logged.size(), 1U) << c.schedule;
+    const train::StepMetrics& m = result.logged[0];
+    EXPECT_DOUBLE_EQ(m.bubble_formula, c.formula) << c.schedule << " p=" << c.stages;
+    EXPECT_GT(m.bubble, 0.0) << c.schedule << " p=" << c.stages;
+    EXPECT_LE(m.bubble, 1.0) << c.schedule << " p=" << c.stages;
+  }
+  const train::RunResult one_stage = run(pipeline_spec("mlp", 1, "", 2));
+  EXPECT_EQ(one_stage.logged[0].bubble_formula, 0.0);
+  EXPECT_EQ(none_reference("mlp").logged[0].bubble, 0.0);
+  EXPECT_EQ(none_reference("mlp").logged[0].bubble_formula, 0.0);
+}
+
 TEST(PipelineOptions, StagesMustDivideTheWorld) {
   const std::string msg = refusal(pipeline_spec("mlp", 3, "stages = 2\n", 2));
   EXPECT_NE(msg.find("stages = 2 does not divide the world size 3"), std::string::npos) << msg;

@@ -31,6 +31,8 @@ struct Window {
   double bytes = 0;
   double last_loss = 0;  // this rank's share of the last step's loss
   double last_grad_norm = 0;
+  double bubble = 0;  // summed over the steps
+  double bubble_formula = 0;
 
   void add(const tessera_step_result& r, double step_seconds) {
     ++steps;
@@ -39,6 +41,8 @@ struct Window {
     bytes += static_cast<double>(r.comm_bytes);
     last_loss = r.loss;
     last_grad_norm = r.grad_norm;
+    bubble += r.bubble;
+    bubble_formula = r.bubble_formula;
   }
   [[nodiscard]] double mean_seconds() const {
     return steps == 0 ? 0.0 : seconds / static_cast<double>(steps);
@@ -75,11 +79,10 @@ std::vector<MemoryStats> gather_memory(Communicator& comm) {
 // The log step's metrics (collective: every rank calls it at the same step).
 StepMetrics reduce_window(Communicator& comm, const Window& window, int64_t step, float lr,
                           const RunPlan& plan) {
-  std::array<double, 1> sums{window.last_loss};
-  std::array<double, 4> maxes{
-      window.mean_seconds(), window.wait_share(),
-      window.steps == 0 ? 0.0 : window.bytes / static_cast<double>(window.steps),
-      window.last_grad_norm};
+  const double per_step = window.steps == 0 ? 0.0 : 1.0 / static_cast<double>(window.steps);
+  std::array<double, 2> sums{window.last_loss, window.bubble * per_step};
+  std::array<double, 5> maxes{window.mean_seconds(), window.wait_share(), window.bytes * per_step,
+                              window.last_grad_norm, window.bubble_formula};
   comm.allreduce(std::span<double>(sums), TESSERA_SUM);
   comm.allreduce(std::span<double>(maxes), TESSERA_MAX);
   StepMetrics m;
@@ -90,6 +93,8 @@ StepMetrics reduce_window(Communicator& comm, const Window& window, int64_t step
   m.comm_wait_share = maxes[1];
   m.comm_bytes = static_cast<int64_t>(maxes[2]);
   m.grad_norm = maxes[3];
+  m.bubble = sums[1] / static_cast<double>(comm.size());
+  m.bubble_formula = maxes[4];
   if (m.step_seconds > 0) {
     m.samples_per_second = static_cast<double>(plan.global_batch) / m.step_seconds;
     m.tokens_per_second = m.samples_per_second * static_cast<double>(plan.tokens_per_example);

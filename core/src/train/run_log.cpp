@@ -79,6 +79,10 @@ std::string format_step_line(const StepMetrics& m, int64_t total_steps, bool seq
                    : rate_text(m.samples_per_second) + " samples/s";
   line += fmt::format(" | step {:.1f} ms | comm wait {:.1f}%", m.step_seconds * 1e3,
                       m.comm_wait_share * 100.0);
+  if (m.bubble > 0 || m.bubble_formula > 0) {
+    line += fmt::format(" | bubble {:.1f}% (formula {:.1f}%)", m.bubble * 100.0,
+                        m.bubble_formula * 100.0);
+  }
   return line + memory_text(m.memory);
 }
 
@@ -93,6 +97,10 @@ std::string metrics_json(const StepMetrics& m) {
   j["samples_per_second"] = m.samples_per_second;
   j["tokens_per_second"] = m.tokens_per_second;
   j["comm_bytes"] = m.comm_bytes;
+  if (m.bubble > 0 || m.bubble_formula > 0) {
+    j["bubble"] = m.bubble;
+    j["bubble_formula"] = m.bubble_formula;
+  }
   nlohmann::json memory = nlohmann::json::array();
   for (size_t r = 0; r < m.memory.size(); ++r) {
     const MemoryStats& s = m.memory[r];

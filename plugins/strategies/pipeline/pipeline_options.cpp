@@ -62,4 +62,10 @@ PipelineOptions PipelineOptions::read(const sdk::Options& options, int32_t world
   return o;
 }
 
+double PipelineOptions::bubble_formula(int32_t micro_batches) const noexcept {
+  if (stages <= 1 || micro_batches <= 0) return 0.0;
+  const double idle = stages - 1;
+  return idle / (static_cast<double>(micro_batches) + idle);
+}
+
 }  // namespace tessera::strategies

@@ -43,6 +43,12 @@ struct PipelineOptions {
   // stages-1 increasing unit indices >= 1 (or is given with balanced).
   static PipelineOptions read(const sdk::Options& options, int32_t world_size);
 
+  // The schedule's ideal bubble fraction, the share of a stage's step spent
+  // idle with equal forward and backward times per stage and no transfer
+  // time: (p-1)/(m+p-1) for gpipe and 1f1b with p stages and m
+  // micro-batches; 0 with one stage.
+  [[nodiscard]] double bubble_formula(int32_t micro_batches) const noexcept;
+
   [[nodiscard]] const char* schedule_name() const noexcept {
     return schedule == PipelineSchedule::kGpipe ? "gpipe" : "1f1b";
   }

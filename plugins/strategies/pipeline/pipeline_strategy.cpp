@@ -2,9 +2,11 @@
 #include "pipeline_strategy.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "tessera/sdk/clip.hpp"
 #include "tessera/sdk/flat_state.hpp"
@@ -31,6 +33,12 @@ StagePlan make_plan(const PipelineOptions& options, const sdk::ModelView& model)
 
 std::span<float> part(sdk::TrackedBuffer<float>& buffer, uint64_t offset, uint64_t count) {
   return buffer.span().subspan(static_cast<size_t>(offset), static_cast<size_t>(count));
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace
@@ -228,7 +236,18 @@ sdk::StepResult PipelineStrategy::step(const sdk::StepArgs& args) {
   }
   result.comm_wait_ns -= tied_before.comm_wait_ns;
   result.comm_bytes -= tied_before.comm_bytes;
+  const int64_t scheduled = busy_ns_ + idle_ns_;
+  result.bubble =
+      scheduled > 0 ? static_cast<double>(idle_ns_) / static_cast<double>(scheduled) : 0.0;
+  result.bubble_formula = options_.bubble_formula(micro);
   return result;
+}
+
+template <class Work>
+void PipelineStrategy::timed(int64_t& into, Work&& work) {
+  const int64_t start = now_ns();
+  std::forward<Work>(work)();
+  into += now_ns() - start;
 }
 
 double PipelineStrategy::run_schedule(const sdk::StepArgs& args) {
@@ -236,6 +255,8 @@ double PipelineStrategy::run_schedule(const sdk::StepArgs& args) {
   const int32_t ahead = stages_ - stage_;  // micro-batches in flight under 1f1b
   const int32_t slots = options_.schedule == PipelineSchedule::kGpipe ? m : std::min(m, ahead);
   while (static_cast<int32_t>(slots_.size()) < slots) add_slot();
+  busy_ns_ = 0;
+  idle_ns_ = 0;
   // The shapes of every micro-batch's activations, received ahead.
   shape_recvs_.clear();
   if (stage_ > 0) {
@@ -259,32 +280,38 @@ double PipelineStrategy::run_schedule(const sdk::StepArgs& args) {
     }
     for (int32_t i = m - warmup; i < m; ++i) backward(i, slots);
   }
-  for (Slot& s : slots_) wait_sends(s);
+  timed(idle_ns_, [&] {
+    for (Slot& s : slots_) wait_sends(s);
+  });
   return loss;
 }
 
 void PipelineStrategy::forward(const sdk::StepArgs& args, int32_t micro, int32_t slots,
                                double& loss) {
   Slot& slot = slots_[static_cast<size_t>(micro % slots)];
-  wait_sends(slot);  // the contexts' last outputs have left
   tessera_matrix x{};
-  if (stage_ > 0) {
-    shape_recvs_[static_cast<size_t>(micro)].wait(host_);
-    const int64_t rows = shapes_[2 * static_cast<size_t>(micro)];
-    const int64_t cols = shapes_[2 * static_cast<size_t>(micro) + 1];
-    slot.input.resize(static_cast<size_t>(rows * cols));
-    pipe_->recv(std::span<float>(slot.input), stage_ - 1, kTagActivations);
-    slot.input_shape = {rows, cols};
-    x = tessera_matrix{slot.input.data(), rows, cols};
-  }
+  timed(idle_ns_, [&] {
+    wait_sends(slot);  // the contexts' last outputs have left
+    if (stage_ > 0) {
+      shape_recvs_[static_cast<size_t>(micro)].wait(host_);
+      const int64_t rows = shapes_[2 * static_cast<size_t>(micro)];
+      const int64_t cols = shapes_[2 * static_cast<size_t>(micro) + 1];
+      slot.input.resize(static_cast<size_t>(rows * cols));
+      pipe_->recv(std::span<float>(slot.input), stage_ - 1, kTagActivations);
+      slot.input_shape = {rows, cols};
+      x = tessera_matrix{slot.input.data(), rows, cols};
+    }
+  });
   const tessera_batch* batch = args.micro_batches[static_cast<size_t>(micro)];
   const float scale = args.loss_scales[static_cast<size_t>(micro)];
   const int32_t ub = plan_.begin(stage_);
-  for (int32_t u = ub; u < plan_.end(stage_); ++u) {
-    x = env_.model().forward(u, slot.contexts[static_cast<size_t>(u - ub)],
-                             param_ptrs_.unit_const(u), batch, x, scale);
-    account(slot, static_cast<size_t>(u - ub));
-  }
+  timed(busy_ns_, [&] {
+    for (int32_t u = ub; u < plan_.end(stage_); ++u) {
+      x = env_.model().forward(u, slot.contexts[static_cast<size_t>(u - ub)],
+                               param_ptrs_.unit_const(u), batch, x, scale);
+      account(slot, static_cast<size_t>(u - ub));
+    }
+  });
   if (stage_ == stages_ - 1) {
     TESSERA_CHECK(x.data != nullptr && x.rows * x.cols == 1, TESSERA_ERR_INTERNAL,
                   "pipeline: the last unit returned a ", x.rows, "x", x.cols,
@@ -305,18 +332,22 @@ void PipelineStrategy::forward(const sdk::StepArgs& args, int32_t micro, int32_t
 
 void PipelineStrategy::backward(int32_t micro, int32_t slots) {
   Slot& slot = slots_[static_cast<size_t>(micro % slots)];
-  wait_sends(slot);  // the forward's output has left before the context changes
   tessera_matrix grad{};
-  if (stage_ < stages_ - 1) {
-    slot.grad_recv.wait(host_);
-    grad = tessera_matrix{slot.grad.data(), slot.out_shape[0], slot.out_shape[1]};
-  }
+  timed(idle_ns_, [&] {
+    wait_sends(slot);  // the forward's output has left before the context changes
+    if (stage_ < stages_ - 1) {
+      slot.grad_recv.wait(host_);
+      grad = tessera_matrix{slot.grad.data(), slot.out_shape[0], slot.out_shape[1]};
+    }
+  });
   const int32_t ub = plan_.begin(stage_);
-  for (int32_t u = plan_.end(stage_) - 1; u >= ub; --u) {
-    grad = env_.model().backward(u, slot.contexts[static_cast<size_t>(u - ub)],
-                                 param_ptrs_.unit_const(u), grad_ptrs_.unit(u), grad);
-    account(slot, static_cast<size_t>(u - ub));
-  }
+  timed(busy_ns_, [&] {
+    for (int32_t u = plan_.end(stage_) - 1; u >= ub; --u) {
+      grad = env_.model().backward(u, slot.contexts[static_cast<size_t>(u - ub)],
+                                   param_ptrs_.unit_const(u), grad_ptrs_.unit(u), grad);
+      account(slot, static_cast<size_t>(u - ub));
+    }
+  });
   if (stage_ > 0) {
     const auto n = static_cast<size_t>(grad.rows * grad.cols);
     slot.sends.push_back(

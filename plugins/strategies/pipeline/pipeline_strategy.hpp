@@ -76,6 +76,9 @@ class PipelineStrategy final : public sdk::Strategy {
   void forward(const sdk::StepArgs& args, int32_t micro, int32_t slots, double& loss);
   void backward(int32_t micro, int32_t slots);
   void wait_sends(Slot& slot);
+  // Runs `work` and adds its wall time to `into` (busy_ns_ or idle_ns_).
+  template <class Work>
+  void timed(int64_t& into, Work&& work);
   // Reports the change of context `unit` of `slot` to the host (ACTIVATIONS).
   void account(Slot& slot, size_t unit);
   void add_slot();
@@ -108,6 +111,10 @@ class PipelineStrategy final : public sdk::Strategy {
   std::vector<Slot> slots_;
   std::vector<int64_t> shapes_;  // received activation shapes, two per micro-batch
   std::vector<sdk::PendingOp> shape_recvs_;
+  // The last schedule's compute time (units' forwards and backwards) and
+  // time waiting on the pipeline's receives and sends.
+  int64_t busy_ns_ = 0;
+  int64_t idle_ns_ = 0;
 };
 
 }  // namespace tessera::strategies

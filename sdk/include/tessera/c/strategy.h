@@ -36,9 +36,10 @@ extern "C" {
  * carried in the descriptor's api_major/api_minor.
  *   1.0-1.2  the first strategy table (descriptor ABI 1.1-1.2)
  *   2.0      model interface 2 in the environment; descriptor ABI 1.3
+ *   2.1      tessera_step_result ends with bubble and bubble_formula
  * A host accepts strategy 2.x of any minor. */
 #define TESSERA_STRATEGY_API_MAJOR 2
-#define TESSERA_STRATEGY_API_MINOR 0
+#define TESSERA_STRATEGY_API_MINOR 1
 
 typedef struct tessera_strategy tessera_strategy;
 
@@ -231,6 +232,15 @@ typedef struct tessera_step_result {
   double grad_norm;
   int64_t comm_wait_ns; /* time this rank was blocked on communication     */
   int64_t comm_bytes;   /* bytes this rank sent, by the algorithms' volume  */
+  /* Strategy 2.1, pipelines only (both 0 otherwise, and from an older
+   * plugin, whose result ends before them). bubble: this rank's measured
+   * idle share of its pipeline schedule, idle / (busy + idle) in [0, 1],
+   * where busy is the compute of its forward and backward units and idle
+   * the time it waited on the pipeline's sends and receives; the host
+   * logs the mean over the ranks. bubble_formula: the schedule's ideal
+   * bubble fraction (e.g. (p-1)/(m+p-1)); the host logs the largest. */
+  double bubble;
+  double bubble_formula;
 } tessera_step_result;
 
 typedef struct tessera_strategy_api {

@@ -101,6 +101,8 @@ struct StepResult {
   double grad_norm = 0.0;
   int64_t comm_wait_ns = 0;
   int64_t comm_bytes = 0;
+  double bubble = 0.0;          // pipelines: measured idle share, [0, 1]
+  double bubble_formula = 0.0;  // pipelines: the schedule's ideal bubble
 };
 
 class Strategy {
@@ -190,6 +192,8 @@ struct StrategyAdapter {
       cr.grad_norm = r.grad_norm;
       cr.comm_wait_ns = r.comm_wait_ns;
       cr.comm_bytes = r.comm_bytes;
+      cr.bubble = r.bubble;
+      cr.bubble_formula = r.bubble_formula;
       const uint32_t size = result->struct_size;
       std::memcpy(result, &cr, std::min<size_t>(size, sizeof cr));
       result->struct_size = size;

@@ -75,8 +75,12 @@ struct StepMetrics {
   double step_seconds = 0;     // wall time per step (slowest rank)
   double comm_wait_share = 0;  // blocked-on-communication time / step time (max over ranks)
   double samples_per_second = 0;
-  double tokens_per_second = 0;     // sequence models; 0 otherwise
-  int64_t comm_bytes = 0;           // bytes sent per step, max over ranks
+  double tokens_per_second = 0;  // sequence models; 0 otherwise
+  int64_t comm_bytes = 0;        // bytes sent per step, max over ranks
+  // Pipelines (both 0 otherwise): measured idle share of the schedule,
+  // mean over ranks and the log window's steps, and the schedule's formula.
+  double bubble = 0;
+  double bubble_formula = 0;
   std::vector<MemoryStats> memory;  // per rank, in rank order (current and peak)
 };
 
