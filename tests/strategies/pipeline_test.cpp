@@ -1,4 +1,4 @@
-// The `pipeline` strategy: gpipe and 1f1b on 2, 3 and 4 stages (uneven
+// The `pipeline` strategy: gpipe, 1f1b and interleaved on 2, 3 and 4 stages (uneven
 // unit counts included) and with data-parallel replicas (dp x stages = 4)
 // against `none` on one rank, on mlp, gpt (its embedding and head tied
 // across the first and last stage) and llama: 20 AdamW steps with
@@ -25,23 +25,40 @@ namespace {
 
 constexpr int64_t kBatch = 12;
 
-const train::RunResult& none_reference(const std::string& model) {
+// The models with more units, for interleaved chunks (8 units: 4 stages x
+// 2 chunks): mlp with 4 hidden layers, gpt and llama with 6 blocks.
+std::string deep_table(const std::string& model) {
+  if (model == "gpt") {
+    return "name = \"gpt\"\nlayers = 6\nd_model = 32\nheads = 2\nseq_len = 16\nvocab = 64\n";
+  }
+  if (model == "llama") {
+    return "name = \"llama\"\nlayers = 6\nd_model = 16\nheads = 4\nkv_heads = 2\nseq_len = 8\n"
+           "vocab = 32\n";
+  }
+  return "name = \"mlp\"\ninput = 16\nhidden = [32, 24, 16, 16, 16, 16, 16]\nclasses = 5\n"
+         "activation = \"gelu\"\n";
+}
+
+const train::RunResult& none_reference(const std::string& model, bool deep = false) {
   static std::map<std::string, train::RunResult> cache;
-  auto it = cache.find(model);
+  const std::string key = model + (deep ? "-deep" : "");
+  auto it = cache.find(key);
   if (it == cache.end()) {
     RunSpec s;
     s.model = model;
+    if (deep) s.model_table = deep_table(model);
     s.strategy = "none";
     s.batch = kBatch;
-    it = cache.emplace(model, run(s)).first;
+    it = cache.emplace(key, run(s)).first;
   }
   return it->second;
 }
 
 RunSpec pipeline_spec(const std::string& model, int world, const std::string& options,
-                      int64_t micro_batches) {
+                      int64_t micro_batches, bool deep = false) {
   RunSpec s;
   s.model = model;
+  if (deep) s.model_table = deep_table(model);
   s.strategy = "pipeline";
   s.world = world;
   s.batch = kBatch;
@@ -67,20 +84,25 @@ struct PipeCase {
   int stages;
   int world;
   int64_t micro;
+  int virtual_stages = 0;  // interleaved
+  bool deep = false;       // the models of deep_table
 };
 
 void PrintTo(const PipeCase& c, std::ostream* os) {
-  *os << c.model << "_" << c.schedule << "_stages" << c.stages << "_world" << c.world;
+  *os << c.model << "_" << c.schedule << "_stages" << c.stages << "_world" << c.world << "_v"
+      << c.virtual_stages << "_m" << c.micro;
 }
 
 class PipelineEquivalence : public ::testing::TestWithParam<PipeCase> {};
 
 TEST_P(PipelineEquivalence, MatchesNoneOnOneRankAndReplicasAgree) {
   const PipeCase& c = GetParam();
-  const std::string options =
+  std::string options =
       "stages = " + std::to_string(c.stages) + "\nschedule = \"" + c.schedule + "\"\n";
-  const train::RunResult result = run(pipeline_spec(c.model, c.world, options, c.micro));
-  const train::RunResult& ref = none_reference(c.model);
+  if (c.virtual_stages != 0)
+    options += "virtual_stages = " + std::to_string(c.virtual_stages) + "\n";
+  const train::RunResult result = run(pipeline_spec(c.model, c.world, options, c.micro, c.deep));
+  const train::RunResult& ref = none_reference(c.model, c.deep);
   ASSERT_EQ(result.last_step, 20);
   ASSERT_EQ(result.final_state.size(), static_cast<size_t>(c.world));
   for (int r = c.stages; r < c.world; ++r) {
@@ -110,6 +132,27 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(param_info.param.stages) + "_world" +
              std::to_string(param_info.param.world);
     });
+
+// Interleaved: v chunks per stage (chunk c on stage c % stages), the
+// micro-batches a multiple of the stages; m = stages runs all forwards
+// first (Megatron-LM's special case), more micro-batches the 1F1B steady
+// state. 4 stages x 2 chunks need the deeper models (8 units).
+INSTANTIATE_TEST_SUITE_P(Interleaved, PipelineEquivalence,
+                         ::testing::Values(PipeCase{"mlp", "interleaved", 2, 4, 2, 2, true},
+                                           PipeCase{"mlp", "interleaved", 4, 4, 4, 2, true},
+                                           PipeCase{"gpt", "interleaved", 2, 2, 4, 2, false},
+                                           PipeCase{"gpt", "interleaved", 2, 4, 2, 2, false},
+                                           PipeCase{"gpt", "interleaved", 4, 4, 4, 2, true},
+                                           PipeCase{"gpt", "interleaved", 2, 2, 6, 3, true},
+                                           PipeCase{"llama", "interleaved", 2, 4, 6, 2, false},
+                                           PipeCase{"llama", "interleaved", 4, 4, 12, 2, true}),
+                         [](const ::testing::TestParamInfo<PipeCase>& param_info) {
+                           return param_info.param.model + "_stages" +
+                                  std::to_string(param_info.param.stages) + "_world" +
+                                  std::to_string(param_info.param.world) + "_v" +
+                                  std::to_string(param_info.param.virtual_stages) + "_m" +
+                                  std::to_string(param_info.param.micro);
+                         });
 
 // Stage boundaries given explicitly (gpt: embed | block0 block1 | head)
 // train the same model.
@@ -192,8 +235,8 @@ TEST(PipelineResume, ShardedCheckpointsMoveBetweenPipelineAndZero3) {
 
 // The log step's metrics carry the measured bubble (the stages' mean idle
 // share of the schedule, a fraction) next to the schedule's formula,
-// (p-1)/(m+p-1) for gpipe and 1f1b; strategies without a pipeline report
-// neither.
+// (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(v m+p-1) interleaved; strategies without a pipeline
+// report neither.
 TEST(PipelineBubble, MeasuredBubbleIsAFractionNextToTheFormula) {
   struct Case {
     std::string schedule;
@@ -202,8 +245,9 @@ TEST(PipelineBubble, MeasuredBubbleIsAFractionNextToTheFormula) {
     double formula;
   };
   for (const Case& c : {Case{"gpipe", 2, 4, 1.0 / 5.0}, Case{"1f1b", 4, 4, 3.0 / 7.0},
-                        Case{"1f1b", 2, 3, 1.0 / 4.0}}) {
-    // gpt: 4 units, enough for 4 stages.
+                        Case{"1f1b", 2, 3, 1.0 / 4.0}, Case{"interleaved", 2, 4, 1.0 / 9.0}}) {
+    // gpt: 4 units, enough for 4 stages or 2 stages x 2 chunks (v = 2:
+    // (p-1)/(v m+p-1)).
     const train::RunResult result = run(pipeline_spec(
         "gpt", c.stages,
         "stages = " + std::to_string(c.stages) + "\nschedule = \"" + c.schedule + "\"\n", c.micro));
@@ -225,14 +269,54 @@ TEST(PipelineOptions, StagesMustDivideTheWorld) {
 }
 
 TEST(PipelineOptions, UnwrittenSchedulesAreRefused) {
-  for (const std::string schedule : {"interleaved", "zb1"}) {
-    const std::string msg =
-        refusal(pipeline_spec("mlp", 2, "schedule = \"" + schedule + "\"\n", 2));
-    EXPECT_NE(msg.find("schedule = \"" + schedule + "\" is not implemented yet"), std::string::npos)
-        << msg;
-  }
+  const std::string zb1 = refusal(pipeline_spec("mlp", 2, "schedule = \"zb1\"\n", 2));
+  EXPECT_NE(zb1.find("schedule = \"zb1\" is not implemented yet"), std::string::npos) << zb1;
   const std::string msg = refusal(pipeline_spec("mlp", 2, "schedule = \"1f2b\"\n", 2));
-  EXPECT_NE(msg.find("schedule = \"1f2b\" is not one of gpipe, 1f1b"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("schedule = \"1f2b\" is not one of gpipe, 1f1b, interleaved"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(PipelineOptions, InterleavedNeedsTwoVirtualStagesAndTwoStages) {
+  const std::string one =
+      refusal(pipeline_spec("gpt", 2, "schedule = \"interleaved\"\nvirtual_stages = 1\n", 2));
+  EXPECT_NE(one.find("virtual_stages = 1 must be >= 2 for schedule = \"interleaved\""),
+            std::string::npos)
+      << one;
+  const std::string other =
+      refusal(pipeline_spec("gpt", 2, "schedule = \"1f1b\"\nvirtual_stages = 2\n", 2));
+  EXPECT_NE(other.find("virtual_stages = 2 is set but schedule = \"1f1b\""), std::string::npos)
+      << other;
+  const std::string alone = refusal(pipeline_spec("gpt", 1, "schedule = \"interleaved\"\n", 2));
+  EXPECT_NE(alone.find("schedule = \"interleaved\" needs stages >= 2, but there is 1 stage"),
+            std::string::npos)
+      << alone;
+  const std::string bounds = refusal(pipeline_spec(
+      "gpt", 2, "schedule = \"interleaved\"\npartition = \"explicit\"\nboundaries = [2]\n", 2));
+  EXPECT_NE(bounds.find("boundaries has 1 entries, but 2 stages x 2 virtual_stages = 4 model "
+                        "chunks need 3"),
+            std::string::npos)
+      << bounds;
+}
+
+TEST(PipelineOptions, InterleavedNeedsAChunkPerUnit) {
+  // gpt with 2 blocks has 4 units.
+  const std::string msg = run_error(
+      pipeline_spec("gpt", 2, "stages = 2\nschedule = \"interleaved\"\nvirtual_stages = 3\n", 2));
+  EXPECT_NE(msg.find("stages x virtual_stages = 2 x 3 = 6 model chunks is more than the model's 4 "
+                     "units"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(PipelineOptions, InterleavedNeedsMicroBatchesAMultipleOfStages) {
+  const std::string msg =
+      run_error(pipeline_spec("gpt", 2, "stages = 2\nschedule = \"interleaved\"\n", 3));
+  EXPECT_NE(msg.find("schedule = \"interleaved\" needs data.micro_batches to be a multiple of "
+                     "stages (2), as Megatron-LM's interleaved schedule does, but a step has 3 "
+                     "micro-batches"),
+            std::string::npos)
+      << msg;
 }
 
 TEST(PipelineOptions, BoundariesMustIncrease) {

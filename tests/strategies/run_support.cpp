@@ -35,7 +35,7 @@ std::string config_toml(const RunSpec& spec) {
     << "[strategy.options]\n"
     << spec.strategy_options << "\n\n"
     << "[model]\n"
-    << model_toml(spec.model) << "\n"
+    << (spec.model_table.empty() ? model_toml(spec.model) : spec.model_table) << "\n"
     << "[data]\nkind = \"synthetic\"\nbatch_size = " << spec.batch
     << "\nmicro_batches = " << spec.micro_batches << "\n\n"
     << "[optimizer]\nname = \"" << spec.optimizer << "\"\nlr = " << spec.lr

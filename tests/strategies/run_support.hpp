@@ -34,6 +34,7 @@ struct RunSpec {
   // tensor's scale in 20 steps. With 1e-5 the noise stays far below eps
   // and the comparison measures the strategy, not Adam's noise gain.
   double eps = 1e-5;
+  std::string model_table;       // the [model] table's lines; empty: model_toml(model)
   std::string strategy_options;  // TOML lines of [strategy.options]
   std::string extra_toml;        // more tables appended as is (e.g. [checkpoint])
 };

@@ -25,13 +25,31 @@ PipelineOptions PipelineOptions::read(const sdk::Options& options, int32_t world
     o.schedule = PipelineSchedule::kGpipe;
   } else if (schedule == "1f1b") {
     o.schedule = PipelineSchedule::kOneFOneB;
-  } else if (schedule == "interleaved" || schedule == "zb1") {
+  } else if (schedule == "interleaved") {
+    o.schedule = PipelineSchedule::kInterleaved;
+  } else if (schedule == "zb1") {
     throw Error(TESSERA_ERR_INVALID_ARGUMENT,
                 detail::concat("pipeline: schedule = \"", schedule,
-                               "\" is not implemented yet (use gpipe or 1f1b)"));
+                               "\" is not implemented yet (use gpipe, 1f1b or interleaved)"));
   } else {
-    throw Error(TESSERA_ERR_INVALID_ARGUMENT, detail::concat("pipeline: schedule = \"", schedule,
-                                                             "\" is not one of gpipe, 1f1b"));
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                detail::concat("pipeline: schedule = \"", schedule,
+                               "\" is not one of gpipe, 1f1b, interleaved"));
+  }
+  const int64_t virtual_stages = options.get_int("virtual_stages");
+  if (o.schedule == PipelineSchedule::kInterleaved) {
+    TESSERA_CHECK(virtual_stages == 0 || virtual_stages >= 2, TESSERA_ERR_INVALID_ARGUMENT,
+                  "pipeline: virtual_stages = ", virtual_stages,
+                  " must be >= 2 for schedule = \"interleaved\" (model chunks per rank; 0: 2)");
+    TESSERA_CHECK(o.stages >= 2, TESSERA_ERR_INVALID_ARGUMENT,
+                  "pipeline: schedule = \"interleaved\" needs stages >= 2, but there is ", o.stages,
+                  " stage");
+    o.virtual_stages =
+        virtual_stages == 0 ? 2 : static_cast<int32_t>(std::min<int64_t>(virtual_stages, 1 << 20));
+  } else {
+    TESSERA_CHECK(virtual_stages == 0, TESSERA_ERR_INVALID_ARGUMENT,
+                  "pipeline: virtual_stages = ", virtual_stages, " is set but schedule = \"",
+                  schedule, "\" (virtual stages need schedule = \"interleaved\")");
   }
 
   const std::string partition = options.get_string("partition");
@@ -42,10 +60,18 @@ PipelineOptions PipelineOptions::read(const sdk::Options& options, int32_t world
                   "\"explicit\" to use them)");
   } else if (partition == "explicit") {
     o.explicit_partition = true;
-    TESSERA_CHECK(o.boundaries.size() == static_cast<size_t>(o.stages - 1),
-                  TESSERA_ERR_INVALID_ARGUMENT, "pipeline: boundaries has ", o.boundaries.size(),
-                  " entries, but ", o.stages, " stages need ", o.stages - 1,
-                  " (the first unit of stages 1 .. ", o.stages - 1, ")");
+    if (o.virtual_stages == 1) {
+      TESSERA_CHECK(o.boundaries.size() == static_cast<size_t>(o.stages - 1),
+                    TESSERA_ERR_INVALID_ARGUMENT, "pipeline: boundaries has ", o.boundaries.size(),
+                    " entries, but ", o.stages, " stages need ", o.stages - 1,
+                    " (the first unit of stages 1 .. ", o.stages - 1, ")");
+    } else {
+      TESSERA_CHECK(o.boundaries.size() == static_cast<size_t>(o.chunks() - 1),
+                    TESSERA_ERR_INVALID_ARGUMENT, "pipeline: boundaries has ", o.boundaries.size(),
+                    " entries, but ", o.stages, " stages x ", o.virtual_stages,
+                    " virtual_stages = ", o.chunks(), " model chunks need ", o.chunks() - 1,
+                    " (the first unit of chunks 1 .. ", o.chunks() - 1, ")");
+    }
     int64_t prev = 0;
     for (size_t i = 0; i < o.boundaries.size(); ++i) {
       TESSERA_CHECK(o.boundaries[i] > prev, TESSERA_ERR_INVALID_ARGUMENT,
@@ -65,7 +91,7 @@ PipelineOptions PipelineOptions::read(const sdk::Options& options, int32_t world
 double PipelineOptions::bubble_formula(int32_t micro_batches) const noexcept {
   if (stages <= 1 || micro_batches <= 0) return 0.0;
   const double idle = stages - 1;
-  return idle / (static_cast<double>(micro_batches) + idle);
+  return idle / (static_cast<double>(virtual_stages) * micro_batches + idle);
 }
 
 }  // namespace tessera::strategies

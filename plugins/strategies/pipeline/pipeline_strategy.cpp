@@ -16,19 +16,76 @@ namespace tessera::strategies {
 
 namespace {
 
-// Message tags between neighbouring stages (each in micro-batch order).
+// Message kinds between neighbouring chunks; the tag is the kind plus 3 x
+// the boundary (the index of the receiving chunk of the activations), and
+// each tag carries its messages in micro-batch order.
 constexpr int32_t kTagShape = 0;  // [rows, cols] of the activations
 constexpr int32_t kTagActivations = 1;
 constexpr int32_t kTagGradients = 2;
 
+int32_t tag(int32_t kind, int32_t boundary) { return kind + 3 * boundary; }
+
 StagePlan make_plan(const PipelineOptions& options, const sdk::ModelView& model) {
+  if (options.virtual_stages > 1 && options.chunks() > model.num_units()) {
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                detail::concat("pipeline: stages x virtual_stages = ", options.stages, " x ",
+                               options.virtual_stages, " = ", options.chunks(),
+                               " model chunks is more than the model's ", model.num_units(),
+                               " units (every chunk needs at least one unit)"));
+  }
   if (options.explicit_partition) return explicit_plan(options.boundaries, model.num_units());
   std::vector<double> cost;
   for (int32_t u = 0; u < model.num_units(); ++u) {
     const tessera_unit_cost c = model.unit_cost(u);
     cost.push_back(c.forward_flops + c.backward_flops);
   }
-  return balanced_plan(cost, options.stages);
+  return balanced_plan(cost, options.chunks());
+}
+
+// One forward or backward of a micro-batch through a local chunk.
+struct PipeWork {
+  bool forward = true;
+  int32_t chunk = 0;  // local chunk index
+  int32_t micro = 0;
+};
+
+// The order in which stage `stage` runs its work for `m` micro-batches.
+std::vector<PipeWork> work_order(const PipelineOptions& o, int32_t stage, int32_t m) {
+  const int32_t p = o.stages;
+  const int32_t v = o.virtual_stages;
+  std::vector<PipeWork> order;
+  if (o.schedule == PipelineSchedule::kGpipe) {
+    for (int32_t i = 0; i < m; ++i) order.push_back({true, 0, i});
+    for (int32_t i = 0; i < m; ++i) order.push_back({false, 0, i});
+    return order;
+  }
+  if (o.schedule == PipelineSchedule::kOneFOneB) {
+    const int32_t warmup = std::min(p - stage - 1, m);
+    for (int32_t i = 0; i < warmup; ++i) order.push_back({true, 0, i});
+    for (int32_t i = 0; i < m - warmup; ++i) {
+      order.push_back({true, 0, warmup + i});
+      order.push_back({false, 0, i});
+    }
+    for (int32_t i = m - warmup; i < m; ++i) order.push_back({false, 0, i});
+    return order;
+  }
+  // Interleaved 1F1B (Megatron-LM): the k-th forward runs micro-batch
+  // (k / (p v)) p + k % p through chunk (k % (p v)) / p; the k-th backward
+  // the same micro-batch through the chunks in reverse.
+  const int32_t total = m * v;
+  const auto item = [&](bool forward, int32_t k) {
+    const int32_t in_group = k % (p * v);
+    const int32_t chunk = in_group / p;
+    return PipeWork{forward, forward ? chunk : v - 1 - chunk, (k / (p * v)) * p + k % p};
+  };
+  const int32_t warmup = m == p ? total : std::min((p - stage - 1) * 2 + (v - 1) * p, total);
+  for (int32_t k = 0; k < warmup; ++k) order.push_back(item(true, k));
+  for (int32_t k = 0; k < total - warmup; ++k) {
+    order.push_back(item(true, warmup + k));
+    order.push_back(item(false, k));
+  }
+  for (int32_t k = total - warmup; k < total; ++k) order.push_back(item(false, k));
+  return order;
 }
 
 std::span<float> part(sdk::TrackedBuffer<float>& buffer, uint64_t offset, uint64_t count) {
@@ -61,15 +118,23 @@ PipelineStrategy::PipelineStrategy(const sdk::Host& host, const sdk::Options& op
       flat_(env.model()),
       param_ptrs_(flat_),
       grad_ptrs_(flat_) {
-  const int32_t ub = plan_.begin(stage_);
-  const int32_t ue = plan_.end(stage_);
-  own_ = {flat_.unit_range(ub).begin, flat_.unit_range(ue - 1).end};
-  total_ = own_.size();
+  for (int32_t c = stage_; c < plan_.stages(); c += stages_) {
+    Chunk chunk;
+    chunk.index = c;
+    chunk.first_unit = plan_.begin(c);
+    chunk.end_unit = plan_.end(c);
+    chunk.own = {flat_.unit_range(chunk.first_unit).begin,
+                 flat_.unit_range(chunk.end_unit - 1).end};
+    chunk.at = total_;
+    total_ += chunk.own.size();
+    chunks_.push_back(std::move(chunk));
+  }
+  own_total_ = total_;
   for (size_t i = 0; i < flat_.entries().size(); ++i) {
     const sdk::FlatEntry& e = flat_.entry(i);
-    const bool owned = e.unit >= ub && e.unit < ue;
+    const bool owned = owns_unit(e.unit);
     const bool used =
-        std::any_of(e.users.begin(), e.users.end(), [&](int32_t u) { return u >= ub && u < ue; });
+        std::any_of(e.users.begin(), e.users.end(), [&](int32_t u) { return owns_unit(u); });
     if (!owned && used) {
       foreign_.push_back(i);
       foreign_at_.push_back(total_);
@@ -81,8 +146,7 @@ PipelineStrategy::PipelineStrategy(const sdk::Host& host, const sdk::Options& op
   grads_ =
       sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_GRADS, static_cast<size_t>(total_));
   for (size_t i = 0; i < flat_.entries().size(); ++i) {
-    const sdk::FlatEntry& e = flat_.entry(i);
-    const bool owned = e.unit >= ub && e.unit < ue;
+    const bool owned = owns_unit(flat_.entry(i).unit);
     const bool foreign = std::find(foreign_.begin(), foreign_.end(), i) != foreign_.end();
     if (!owned && !foreign) continue;
     param_ptrs_.bind_entry(i, params_.data() + offset_of(i));
@@ -97,7 +161,7 @@ PipelineStrategy::PipelineStrategy(const sdk::Host& host, const sdk::Options& op
   for (size_t i = 0; i < flat_.entries().size(); ++i) {
     const sdk::FlatEntry& e = flat_.entry(i);
     std::vector<int32_t> stages;
-    for (const int32_t u : e.users) stages.push_back(plan_.stage_of(u));
+    for (const int32_t u : e.users) stages.push_back(plan_.stage_of(u) % stages_);
     std::sort(stages.begin(), stages.end());
     stages.erase(std::unique(stages.begin(), stages.end()), stages.end());
     if (stages.size() < 2) continue;
@@ -106,26 +170,32 @@ PipelineStrategy::PipelineStrategy(const sdk::Host& host, const sdk::Options& op
     if (mine) tied_.push_back(TiedGroup{i, std::move(comm)});
   }
 
-  add_slot();
+  for (Chunk& chunk : chunks_) add_slot(chunk);
   if (env.rank() == 0) log_plan(env.model());
 }
 
 PipelineStrategy::~PipelineStrategy() {
   drop_pending();
   int64_t held = 0;
-  for (const Slot& s : slots_) {
-    for (const int64_t b : s.context_bytes) held += b;
+  for (const Chunk& chunk : chunks_) {
+    for (const Slot& s : chunk.slots) {
+      for (const int64_t b : s.context_bytes) held += b;
+    }
   }
   if (held != 0) host_.track_memory(env_.rank(), TESSERA_MEM_ACTIVATIONS, -held);
 }
 
-void PipelineStrategy::add_slot() {
+bool PipelineStrategy::owns_unit(int32_t unit) const {
+  return plan_.stage_of(unit) % stages_ == stage_;
+}
+
+void PipelineStrategy::add_slot(Chunk& chunk) {
   Slot s;
-  for (int32_t u = plan_.begin(stage_); u < plan_.end(stage_); ++u) {
+  for (int32_t u = chunk.first_unit; u < chunk.end_unit; ++u) {
     s.contexts.push_back(env_.model().make_context(u));
   }
   s.context_bytes.assign(s.contexts.size(), 0);
-  slots_.push_back(std::move(s));
+  chunk.slots.push_back(std::move(s));
 }
 
 void PipelineStrategy::account(Slot& slot, size_t unit) {
@@ -146,7 +216,14 @@ tessera_strategy_layout PipelineStrategy::layout() const {
 uint64_t PipelineStrategy::offset_of(size_t entry) const {
   const auto it = std::find(foreign_.begin(), foreign_.end(), entry);
   if (it != foreign_.end()) return foreign_at_[static_cast<size_t>(it - foreign_.begin())];
-  return flat_.entry(entry).offset - own_.begin;
+  const sdk::FlatEntry& e = flat_.entry(entry);
+  for (const Chunk& chunk : chunks_) {
+    if (e.offset >= chunk.own.begin && e.offset < chunk.own.end) {
+      return chunk.at + (e.offset - chunk.own.begin);
+    }
+  }
+  throw Error(TESSERA_ERR_INTERNAL, detail::concat("pipeline: parameter ", e.full_name,
+                                                   " is not held by stage ", stage_));
 }
 
 void PipelineStrategy::log_plan(const sdk::ModelView& model) const {
@@ -160,7 +237,7 @@ void PipelineStrategy::log_plan(const sdk::ModelView& model) const {
   host_.info("pipeline: ", stages_, " stages x ", replicas_, " data-parallel replicas, schedule ",
              options_.schedule_name(), ", partition ",
              options_.explicit_partition ? "explicit" : "balanced");
-  for (int32_t s = 0; s < stages_; ++s) {
+  for (int32_t s = 0; s < plan_.stages(); ++s) {
     std::string names;
     double c = 0.0;
     for (int32_t u = plan_.begin(s); u < plan_.end(s); ++u) {
@@ -170,19 +247,27 @@ void PipelineStrategy::log_plan(const sdk::ModelView& model) const {
     }
     char share[32];
     std::snprintf(share, sizeof share, "%.1f%%", total > 0.0 ? 100.0 * c / total : 0.0);
-    host_.info("pipeline: stage ", s, " owns units ", plan_.begin(s), "..", plan_.end(s) - 1, " (",
-               names, "), ", share, " of the cost");
+    const std::string chunk =
+        options_.virtual_stages > 1 ? detail::concat(" chunk ", s / stages_) : std::string();
+    host_.info("pipeline: stage ", s % stages_, chunk, " owns units ", plan_.begin(s), "..",
+               plan_.end(s) - 1, " (", names, "), ", share, " of the cost");
   }
 }
 
 void PipelineStrategy::load(const sdk::StateReader& reader) {
   const sdk::OptimizerView& opt = env_.optimizer();
-  sdk::read_params(reader, flat_, own_, part(params_, 0, own_.size()));
+  for (const Chunk& c : chunks_) {
+    sdk::read_params(reader, flat_, c.own, part(params_, c.at, c.own.size()));
+  }
   for (size_t k = 0; k < foreign_.size(); ++k) {
     const sdk::FlatEntry& e = flat_.entry(foreign_[k]);
     sdk::read_params(reader, flat_, e.range(), part(params_, foreign_at_[k], e.numel));
   }
-  if (sdk::read_optimizer_state(reader, flat_, opt, optim_, own_, 0)) {
+  bool has_state = true;
+  for (const Chunk& c : chunks_) {
+    has_state = sdk::read_optimizer_state(reader, flat_, opt, optim_, c.own, c.at) && has_state;
+  }
+  if (has_state) {
     for (size_t k = 0; k < foreign_.size(); ++k) {
       const sdk::FlatEntry& e = flat_.entry(foreign_[k]);
       (void)sdk::read_optimizer_state(reader, flat_, opt, optim_, e.range(), foreign_at_[k]);
@@ -193,8 +278,10 @@ void PipelineStrategy::load(const sdk::StateReader& reader) {
 void PipelineStrategy::save(const sdk::StateWriter& writer) {
   if (replica_ != 0 && !writer.all_replicas()) return;
   const sdk::OptimizerView& opt = env_.optimizer();
-  sdk::write_params(writer, flat_, own_, part(params_, 0, own_.size()));
-  sdk::write_optimizer_state(writer, flat_, opt, optim_, own_, 0);
+  for (const Chunk& c : chunks_) {
+    sdk::write_params(writer, flat_, c.own, part(params_, c.at, c.own.size()));
+    sdk::write_optimizer_state(writer, flat_, opt, optim_, c.own, c.at);
+  }
   if (!writer.all_replicas()) return;
   for (size_t k = 0; k < foreign_.size(); ++k) {
     const sdk::FlatEntry& e = flat_.entry(foreign_[k]);
@@ -211,6 +298,15 @@ sdk::StepResult PipelineStrategy::step(const sdk::StepArgs& args) {
                                stages_, "), but a step has ", micro,
                                " micro-batches; raise data.micro_batches or use schedule = "
                                "\"gpipe\""));
+  }
+  if (options_.schedule == PipelineSchedule::kInterleaved && micro % stages_ != 0) {
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                detail::concat("pipeline: schedule = \"interleaved\" needs data.micro_batches to "
+                               "be a multiple of stages (",
+                               stages_,
+                               "), as Megatron-LM's interleaved schedule does, but a "
+                               "step has ",
+                               micro, " micro-batches"));
   }
   // run_step meters the fixed communicators; the tied groups are added here.
   sdk::StepResult tied_before;
@@ -253,105 +349,109 @@ void PipelineStrategy::timed(int64_t& into, Work&& work) {
 double PipelineStrategy::run_schedule(const sdk::StepArgs& args) {
   const auto m = static_cast<int32_t>(args.micro_batches.size());
   const int32_t ahead = stages_ - stage_;  // micro-batches in flight under 1f1b
-  const int32_t slots = options_.schedule == PipelineSchedule::kGpipe ? m : std::min(m, ahead);
-  while (static_cast<int32_t>(slots_.size()) < slots) add_slot();
+  slots_in_use_ = options_.schedule == PipelineSchedule::kOneFOneB ? std::min(m, ahead) : m;
   busy_ns_ = 0;
   idle_ns_ = 0;
-  // The shapes of every micro-batch's activations, received ahead.
-  shape_recvs_.clear();
-  if (stage_ > 0) {
-    shapes_.assign(2 * static_cast<size_t>(m), 0);
+  for (Chunk& chunk : chunks_) {
+    while (static_cast<int32_t>(chunk.slots.size()) < slots_in_use_) add_slot(chunk);
+    // The shapes of every micro-batch's input activations, received ahead.
+    chunk.shape_recvs.clear();
+    if (chunk.index == 0) continue;
+    chunk.shapes.assign(2 * static_cast<size_t>(m), 0);
+    const int32_t from = (stage_ + stages_ - 1) % stages_;
     for (int32_t i = 0; i < m; ++i) {
-      shape_recvs_.push_back(
-          pipe_->start_recv(std::span<int64_t>(shapes_).subspan(2 * static_cast<size_t>(i), 2),
-                            stage_ - 1, kTagShape));
+      chunk.shape_recvs.push_back(
+          pipe_->start_recv(std::span<int64_t>(chunk.shapes).subspan(2 * static_cast<size_t>(i), 2),
+                            from, tag(kTagShape, chunk.index)));
     }
   }
   double loss = 0.0;
-  if (options_.schedule == PipelineSchedule::kGpipe) {
-    for (int32_t i = 0; i < m; ++i) forward(args, i, slots, loss);
-    for (int32_t i = 0; i < m; ++i) backward(i, slots);
-  } else {
-    const int32_t warmup = std::min(ahead - 1, m);
-    for (int32_t i = 0; i < warmup; ++i) forward(args, i, slots, loss);
-    for (int32_t i = 0; i < m - warmup; ++i) {
-      forward(args, warmup + i, slots, loss);
-      backward(i, slots);
+  for (const PipeWork& w : work_order(options_, stage_, m)) {
+    Chunk& chunk = chunks_[static_cast<size_t>(w.chunk)];
+    if (w.forward) {
+      forward(args, chunk, w.micro, loss);
+    } else {
+      backward(chunk, w.micro);
     }
-    for (int32_t i = m - warmup; i < m; ++i) backward(i, slots);
   }
   timed(idle_ns_, [&] {
-    for (Slot& s : slots_) wait_sends(s);
+    for (Chunk& chunk : chunks_) {
+      for (Slot& s : chunk.slots) wait_sends(s);
+    }
   });
   return loss;
 }
 
-void PipelineStrategy::forward(const sdk::StepArgs& args, int32_t micro, int32_t slots,
+void PipelineStrategy::forward(const sdk::StepArgs& args, Chunk& chunk, int32_t micro,
                                double& loss) {
-  Slot& slot = slots_[static_cast<size_t>(micro % slots)];
+  Slot& slot = chunk.slots[static_cast<size_t>(micro % slots_in_use_)];
   tessera_matrix x{};
   timed(idle_ns_, [&] {
     wait_sends(slot);  // the contexts' last outputs have left
-    if (stage_ > 0) {
-      shape_recvs_[static_cast<size_t>(micro)].wait(host_);
-      const int64_t rows = shapes_[2 * static_cast<size_t>(micro)];
-      const int64_t cols = shapes_[2 * static_cast<size_t>(micro) + 1];
+    if (chunk.index > 0) {
+      chunk.shape_recvs[static_cast<size_t>(micro)].wait(host_);
+      const int64_t rows = chunk.shapes[2 * static_cast<size_t>(micro)];
+      const int64_t cols = chunk.shapes[2 * static_cast<size_t>(micro) + 1];
       slot.input.resize(static_cast<size_t>(rows * cols));
-      pipe_->recv(std::span<float>(slot.input), stage_ - 1, kTagActivations);
+      pipe_->recv(std::span<float>(slot.input), (stage_ + stages_ - 1) % stages_,
+                  tag(kTagActivations, chunk.index));
       slot.input_shape = {rows, cols};
       x = tessera_matrix{slot.input.data(), rows, cols};
     }
   });
   const tessera_batch* batch = args.micro_batches[static_cast<size_t>(micro)];
   const float scale = args.loss_scales[static_cast<size_t>(micro)];
-  const int32_t ub = plan_.begin(stage_);
   timed(busy_ns_, [&] {
-    for (int32_t u = ub; u < plan_.end(stage_); ++u) {
-      x = env_.model().forward(u, slot.contexts[static_cast<size_t>(u - ub)],
-                               param_ptrs_.unit_const(u), batch, x, scale);
-      account(slot, static_cast<size_t>(u - ub));
+    for (int32_t u = chunk.first_unit; u < chunk.end_unit; ++u) {
+      const auto k = static_cast<size_t>(u - chunk.first_unit);
+      x = env_.model().forward(u, slot.contexts[k], param_ptrs_.unit_const(u), batch, x, scale);
+      account(slot, k);
     }
   });
-  if (stage_ == stages_ - 1) {
+  if (chunk.index == plan_.stages() - 1) {
     TESSERA_CHECK(x.data != nullptr && x.rows * x.cols == 1, TESSERA_ERR_INTERNAL,
                   "pipeline: the last unit returned a ", x.rows, "x", x.cols,
                   " output, not the 1x1 loss");
     loss += static_cast<double>(x.data[0]);
     return;
   }
+  const int32_t next = (stage_ + 1) % stages_;
+  const int32_t boundary = chunk.index + 1;
   slot.out_shape = {x.rows, x.cols};
   const auto n = static_cast<size_t>(x.rows * x.cols);
   slot.sends.push_back(
-      pipe_->start_send(std::span<const int64_t>(slot.out_shape), stage_ + 1, kTagShape));
+      pipe_->start_send(std::span<const int64_t>(slot.out_shape), next, tag(kTagShape, boundary)));
   slot.sends.push_back(
-      pipe_->start_send(std::span<const float>(x.data, n), stage_ + 1, kTagActivations));
+      pipe_->start_send(std::span<const float>(x.data, n), next, tag(kTagActivations, boundary)));
   // The gradient of these activations, received ahead of the backward.
   slot.grad.resize(n);
-  slot.grad_recv = pipe_->start_recv(std::span<float>(slot.grad), stage_ + 1, kTagGradients);
+  slot.grad_recv =
+      pipe_->start_recv(std::span<float>(slot.grad), next, tag(kTagGradients, boundary));
 }
 
-void PipelineStrategy::backward(int32_t micro, int32_t slots) {
-  Slot& slot = slots_[static_cast<size_t>(micro % slots)];
+void PipelineStrategy::backward(Chunk& chunk, int32_t micro) {
+  Slot& slot = chunk.slots[static_cast<size_t>(micro % slots_in_use_)];
   tessera_matrix grad{};
   timed(idle_ns_, [&] {
     wait_sends(slot);  // the forward's output has left before the context changes
-    if (stage_ < stages_ - 1) {
+    if (chunk.index < plan_.stages() - 1) {
       slot.grad_recv.wait(host_);
       grad = tessera_matrix{slot.grad.data(), slot.out_shape[0], slot.out_shape[1]};
     }
   });
-  const int32_t ub = plan_.begin(stage_);
   timed(busy_ns_, [&] {
-    for (int32_t u = plan_.end(stage_) - 1; u >= ub; --u) {
-      grad = env_.model().backward(u, slot.contexts[static_cast<size_t>(u - ub)],
-                                   param_ptrs_.unit_const(u), grad_ptrs_.unit(u), grad);
-      account(slot, static_cast<size_t>(u - ub));
+    for (int32_t u = chunk.end_unit - 1; u >= chunk.first_unit; --u) {
+      const auto k = static_cast<size_t>(u - chunk.first_unit);
+      grad = env_.model().backward(u, slot.contexts[k], param_ptrs_.unit_const(u),
+                                   grad_ptrs_.unit(u), grad);
+      account(slot, k);
     }
   });
-  if (stage_ > 0) {
+  if (chunk.index > 0) {
     const auto n = static_cast<size_t>(grad.rows * grad.cols);
-    slot.sends.push_back(
-        pipe_->start_send(std::span<const float>(grad.data, n), stage_ - 1, kTagGradients));
+    slot.sends.push_back(pipe_->start_send(std::span<const float>(grad.data, n),
+                                           (stage_ + stages_ - 1) % stages_,
+                                           tag(kTagGradients, chunk.index)));
   }
 }
 
@@ -362,11 +462,13 @@ void PipelineStrategy::wait_sends(Slot& slot) {
 
 void PipelineStrategy::drop_pending() noexcept {
   // Destroying a pending operation waits for it (and drops its error).
-  for (Slot& s : slots_) {
-    s.sends.clear();
-    s.grad_recv = sdk::PendingOp();
+  for (Chunk& chunk : chunks_) {
+    for (Slot& s : chunk.slots) {
+      s.sends.clear();
+      s.grad_recv = sdk::PendingOp();
+    }
+    chunk.shape_recvs.clear();
   }
-  shape_recvs_.clear();
 }
 
 void PipelineStrategy::reduce_grads() {
@@ -380,7 +482,7 @@ void PipelineStrategy::reduce_grads() {
 double PipelineStrategy::sum_squares() {
   // Each element once: this stage's own gradients (tied copies are counted
   // by their owner), summed over the stages; replicas hold the same sums.
-  double total = sdk::sum_squares(part(grads_, 0, own_.size()));
+  double total = sdk::sum_squares(part(grads_, 0, own_total_));
   if (pipe_->size() > 1) pipe_->allreduce(std::span<double>(&total, 1));
   return total;
 }

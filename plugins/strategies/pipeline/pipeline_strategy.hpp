@@ -1,10 +1,12 @@
 // The `pipeline` strategy: pipeline parallelism. The model's units are
-// split into `stages` contiguous runs; rank r is stage r % stages of
-// data-parallel replica r / stages. A stage holds only its units'
-// parameters, gradients and optimizer state (plus a copy of a tied
-// parameter owned by another stage, e.g. gpt's embedding on the head's
-// stage), streams the step's micro-batches through its units on a GPipe or
-// 1F1B schedule, and exchanges activations and their gradients with the
+// split into `stages` x `virtual_stages` contiguous chunks (one per stage,
+// or v per stage under the interleaved schedule: chunk c runs on stage
+// c % stages); rank r is stage r % stages of data-parallel replica
+// r / stages. A stage holds only its chunks' parameters, gradients and
+// optimizer state (plus a copy of a tied parameter owned by another stage,
+// e.g. gpt's embedding on the head's stage), streams the step's
+// micro-batches through its chunks on a GPipe, 1F1B or interleaved 1F1B
+// schedule, and exchanges activations and their gradients with the
 // neighbouring stages by point-to-point sends and receives. After the
 // pipeline drains, each stage's gradients are summed over its replicas,
 // tied gradients between the stages that share them, and the update clips
@@ -46,8 +48,9 @@ class PipelineStrategy final : public sdk::Strategy {
   // Reads this stage's parameters (and tied copies) and optimizer state.
   void load(const sdk::StateReader& reader) override;
   // Runs the schedule over the micro-batches, then reduces, clips and
-  // updates. 1f1b with fewer micro-batches than stages is an invalid
-  // argument naming data.micro_batches, raised before any compute.
+  // updates. 1f1b with fewer micro-batches than stages, or interleaved with
+  // micro-batches not a multiple of stages, is an invalid argument naming
+  // data.micro_batches, raised before any compute.
   sdk::StepResult step(const sdk::StepArgs& args) override;
   // Replica 0 writes its stage's own tensors (every rank everything it
   // holds, tied copies included, when the writer wants all replicas).
@@ -65,6 +68,18 @@ class PipelineStrategy final : public sdk::Strategy {
     sdk::PendingOp grad_recv;
     std::vector<sdk::PendingOp> sends;
   };
+  // One model chunk of this stage: its units, their micro-batch slots, and
+  // the shapes of its inputs, received ahead.
+  struct Chunk {
+    int32_t index = 0;  // global chunk index (its stage: index % stages)
+    int32_t first_unit = 0;
+    int32_t end_unit = 0;
+    sdk::FlatRange own;  // flat range of its parameters
+    uint64_t at = 0;     // where they start in the buffers
+    std::vector<Slot> slots;
+    std::vector<int64_t> shapes;  // two per micro-batch
+    std::vector<sdk::PendingOp> shape_recvs;
+  };
   // A parameter used by several stages and the group that sums its gradient.
   struct TiedGroup {
     size_t entry = 0;
@@ -72,16 +87,17 @@ class PipelineStrategy final : public sdk::Strategy {
   };
 
   [[nodiscard]] uint64_t offset_of(size_t entry) const;
+  [[nodiscard]] bool owns_unit(int32_t unit) const;
   double run_schedule(const sdk::StepArgs& args);
-  void forward(const sdk::StepArgs& args, int32_t micro, int32_t slots, double& loss);
-  void backward(int32_t micro, int32_t slots);
+  void forward(const sdk::StepArgs& args, Chunk& chunk, int32_t micro, double& loss);
+  void backward(Chunk& chunk, int32_t micro);
   void wait_sends(Slot& slot);
   // Runs `work` and adds its wall time to `into` (busy_ns_ or idle_ns_).
   template <class Work>
   void timed(int64_t& into, Work&& work);
   // Reports the change of context `unit` of `slot` to the host (ACTIVATIONS).
   void account(Slot& slot, size_t unit);
-  void add_slot();
+  void add_slot(Chunk& chunk);
   void drop_pending() noexcept;
   void reduce_grads();
   [[nodiscard]] double sum_squares();
@@ -96,7 +112,8 @@ class PipelineStrategy final : public sdk::Strategy {
   int32_t replica_;
   StagePlan plan_;
   sdk::FlatLayout flat_;
-  sdk::FlatRange own_;                // flat range of this stage's own parameters
+  std::vector<Chunk> chunks_;         // this stage's chunks, in model order
+  uint64_t own_total_ = 0;            // elements of its own parameters (buffer front)
   std::vector<size_t> foreign_;       // entries owned elsewhere, used here (tied)
   std::vector<uint64_t> foreign_at_;  // their offsets in the buffers
   uint64_t total_ = 0;                // own + foreign elements
@@ -108,9 +125,7 @@ class PipelineStrategy final : public sdk::Strategy {
   std::unique_ptr<sdk::CommView> pipe_;  // the stages of this replica, rank = stage
   std::unique_ptr<sdk::CommView> dp_;    // this stage in every replica
   std::vector<TiedGroup> tied_;
-  std::vector<Slot> slots_;
-  std::vector<int64_t> shapes_;  // received activation shapes, two per micro-batch
-  std::vector<sdk::PendingOp> shape_recvs_;
+  int32_t slots_in_use_ = 0;  // micro-batch slots per chunk in the current step
   // The last schedule's compute time (units' forwards and backwards) and
   // time waiting on the pipeline's receives and sends.
   int64_t busy_ns_ = 0;
