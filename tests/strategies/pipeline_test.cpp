@@ -1,4 +1,4 @@
-// The `pipeline` strategy: gpipe, 1f1b and interleaved on 2, 3 and 4 stages (uneven
+// The `pipeline` strategy: gpipe, 1f1b, interleaved and zb1 on 2, 3 and 4 stages (uneven
 // unit counts included) and with data-parallel replicas (dp x stages = 4)
 // against `none` on one rank, on mlp, gpt (its embedding and head tied
 // across the first and last stage) and llama: 20 AdamW steps with
@@ -154,6 +154,21 @@ INSTANTIATE_TEST_SUITE_P(Interleaved, PipelineEquivalence,
                                   std::to_string(param_info.param.micro);
                          });
 
+// Zero-bubble H1: the backward split into its input and weight halves
+// (mlp's units split; gpt and llama's do not and are refused below), with
+// fewer, as many and more micro-batches than stages.
+INSTANTIATE_TEST_SUITE_P(ZeroBubble, PipelineEquivalence,
+                         ::testing::Values(PipeCase{"mlp", "zb1", 2, 2, 4},
+                                           PipeCase{"mlp", "zb1", 2, 4, 1},
+                                           PipeCase{"mlp", "zb1", 3, 3, 3},
+                                           PipeCase{"mlp", "zb1", 4, 4, 6, 0, true}),
+                         [](const ::testing::TestParamInfo<PipeCase>& param_info) {
+                           return param_info.param.model + "_stages" +
+                                  std::to_string(param_info.param.stages) + "_world" +
+                                  std::to_string(param_info.param.world) + "_m" +
+                                  std::to_string(param_info.param.micro);
+                         });
+
 // Stage boundaries given explicitly (gpt: embed | block0 block1 | head)
 // train the same model.
 TEST(PipelinePartition, ExplicitBoundariesMatchNone) {
@@ -257,6 +272,12 @@ TEST(PipelineBubble, MeasuredBubbleIsAFractionNextToTheFormula) {
     EXPECT_GT(m.bubble, 0.0) << c.schedule << " p=" << c.stages;
     EXPECT_LE(m.bubble, 1.0) << c.schedule << " p=" << c.stages;
   }
+  // zb1 (mlp: its units split), the halves of the backward each one slot:
+  // (p-1)/(3m+p-1).
+  const train::RunResult zb1 = run(pipeline_spec("mlp", 2, "schedule = \"zb1\"\n", 4));
+  EXPECT_DOUBLE_EQ(zb1.logged[0].bubble_formula, 1.0 / 13.0);
+  EXPECT_GT(zb1.logged[0].bubble, 0.0);
+  EXPECT_LE(zb1.logged[0].bubble, 1.0);
   const train::RunResult one_stage = run(pipeline_spec("mlp", 1, "", 2));
   EXPECT_EQ(one_stage.logged[0].bubble_formula, 0.0);
   EXPECT_EQ(none_reference("mlp").logged[0].bubble, 0.0);
@@ -269,10 +290,16 @@ TEST(PipelineOptions, StagesMustDivideTheWorld) {
 }
 
 TEST(PipelineOptions, UnwrittenSchedulesAreRefused) {
-  const std::string zb1 = refusal(pipeline_spec("mlp", 2, "schedule = \"zb1\"\n", 2));
-  EXPECT_NE(zb1.find("schedule = \"zb1\" is not implemented yet"), std::string::npos) << zb1;
   const std::string msg = refusal(pipeline_spec("mlp", 2, "schedule = \"1f2b\"\n", 2));
-  EXPECT_NE(msg.find("schedule = \"1f2b\" is not one of gpipe, 1f1b, interleaved"),
+  EXPECT_NE(msg.find("schedule = \"1f2b\" is not one of gpipe, 1f1b, interleaved, zb1"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(PipelineOptions, ZeroBubbleRefusesAUnitThatCannotSplitItsBackward) {
+  const std::string msg = run_error(pipeline_spec("gpt", 2, "stages = 2\nschedule = \"zb1\"\n", 2));
+  EXPECT_NE(msg.find("schedule = \"zb1\" needs every unit to split its backward into input and "
+                     "weight halves, but unit 0 (embed) cannot"),
             std::string::npos)
       << msg;
 }

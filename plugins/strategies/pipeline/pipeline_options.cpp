@@ -28,13 +28,11 @@ PipelineOptions PipelineOptions::read(const sdk::Options& options, int32_t world
   } else if (schedule == "interleaved") {
     o.schedule = PipelineSchedule::kInterleaved;
   } else if (schedule == "zb1") {
-    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                detail::concat("pipeline: schedule = \"", schedule,
-                               "\" is not implemented yet (use gpipe, 1f1b or interleaved)"));
+    o.schedule = PipelineSchedule::kZeroBubble;
   } else {
     throw Error(TESSERA_ERR_INVALID_ARGUMENT,
                 detail::concat("pipeline: schedule = \"", schedule,
-                               "\" is not one of gpipe, 1f1b, interleaved"));
+                               "\" is not one of gpipe, 1f1b, interleaved, zb1"));
   }
   const int64_t virtual_stages = options.get_int("virtual_stages");
   if (o.schedule == PipelineSchedule::kInterleaved) {
@@ -91,7 +89,8 @@ PipelineOptions PipelineOptions::read(const sdk::Options& options, int32_t world
 double PipelineOptions::bubble_formula(int32_t micro_batches) const noexcept {
   if (stages <= 1 || micro_batches <= 0) return 0.0;
   const double idle = stages - 1;
-  return idle / (static_cast<double>(virtual_stages) * micro_batches + idle);
+  const double slots = schedule == PipelineSchedule::kZeroBubble ? 3.0 : virtual_stages;
+  return idle / (slots * micro_batches + idle);
 }
 
 }  // namespace tessera::strategies

@@ -19,7 +19,9 @@ inline constexpr tessera_option_decl kPipelineOptions[] = {
     {"schedule", TESSERA_OPT_STRING, "1f1b",
      "micro-batch schedule: gpipe (all forwards, then all backwards), 1f1b (one forward, "
      "one backward; needs data.micro_batches >= stages) or interleaved (1f1b over "
-     "virtual_stages model chunks per rank; needs data.micro_batches a multiple of stages)"},
+     "virtual_stages model chunks per rank; needs data.micro_batches a multiple of stages) or "
+     "zb1 (zero-bubble H1: backward split into its input and weight halves, every unit must "
+     "split)"},
     {"virtual_stages", TESSERA_OPT_INT, "0",
      "schedule = \"interleaved\": model chunks per rank (>= 2; 0: 2); rank s runs chunks s, "
      "s + stages, s + 2 stages, ..."},
@@ -31,7 +33,7 @@ inline constexpr tessera_option_decl kPipelineOptions[] = {
      "chunks 1 .. stages x virtual_stages - 1), increasing (stage 0 starts at unit 0)"},
 };
 
-enum class PipelineSchedule { kGpipe, kOneFOneB, kInterleaved };
+enum class PipelineSchedule { kGpipe, kOneFOneB, kInterleaved, kZeroBubble };
 
 struct PipelineOptions {
   int32_t stages = 0;  // resolved: >= 1, divides the world
@@ -43,7 +45,7 @@ struct PipelineOptions {
   // Reads and checks the options for `world_size` ranks. Throws
   // tessera::Error (invalid argument) naming the option when stages is
   // negative or does not divide the world size, when schedule is not
-  // gpipe, 1f1b or interleaved (zb1: not implemented yet), when
+  // gpipe, 1f1b, interleaved or zb1, when
   // interleaved has fewer than 2 stages or virtual_stages is not >= 2 (or
   // virtual_stages is set for another schedule), when partition is not
   // balanced or explicit, or when boundaries is not chunks()-1 increasing
@@ -53,7 +55,9 @@ struct PipelineOptions {
   // The schedule's ideal bubble fraction, the share of a stage's step spent
   // idle with equal forward and backward times per stage and no transfer
   // time: (p-1)/(v*m+p-1) with p stages, m micro-batches and v virtual
-  // stages (1 for gpipe and 1f1b); 0 with one stage.
+  // stages (1 for gpipe and 1f1b); zb1, with the input and weight halves
+  // of the backward each as long as a forward: (p-1)/(3m+p-1); 0 with one
+  // stage.
   [[nodiscard]] double bubble_formula(int32_t micro_batches) const noexcept;
 
   // Model chunks over all stages (stages x virtual_stages).
@@ -65,6 +69,8 @@ struct PipelineOptions {
         return "gpipe";
       case PipelineSchedule::kInterleaved:
         return "interleaved";
+      case PipelineSchedule::kZeroBubble:
+        return "zb1";
       case PipelineSchedule::kOneFOneB:
         break;
     }

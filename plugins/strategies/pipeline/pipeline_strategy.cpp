@@ -42,12 +42,62 @@ StagePlan make_plan(const PipelineOptions& options, const sdk::ModelView& model)
   return balanced_plan(cost, options.chunks());
 }
 
-// One forward or backward of a micro-batch through a local chunk.
+// One forward or backward of a micro-batch through a local chunk (zb1:
+// the backward's input half, or with `weight` its weight half).
 struct PipeWork {
   bool forward = true;
   int32_t chunk = 0;  // local chunk index
   int32_t micro = 0;
+  bool weight = false;
 };
+
+// Zero-bubble H1 (Qi et al. 2023): every stage, at each time slot of a
+// simulation where F, B (input half) and W (weight half) take one slot
+// each, runs a ready B, else a ready F while fewer than p - s micro-batches
+// wait for their B (1F1B's bound), else a pending W. The weight halves so
+// fill the slots 1F1B leaves idle; the order of `stage` is returned.
+std::vector<PipeWork> zero_bubble_order(int32_t p, int32_t m, int32_t stage) {
+  const auto n = static_cast<size_t>(p);
+  std::vector<int32_t> fwd(n, 0);
+  std::vector<int32_t> bwd(n, 0);
+  std::vector<int32_t> wgt(n, 0);
+  // The slot after which F / B of (stage, micro) is done; -1: not yet.
+  std::vector<int64_t> f_done(n * static_cast<size_t>(m), -1);
+  std::vector<int64_t> b_done(n * static_cast<size_t>(m), -1);
+  const auto at = [&](int32_t s, int32_t i) {
+    return static_cast<size_t>(s) * static_cast<size_t>(m) + static_cast<size_t>(i);
+  };
+  const auto ready = [](int64_t done, int64_t t) { return done >= 0 && done <= t; };
+  std::vector<PipeWork> order;
+  // A stage's 3m slots of work end within 3m + 2(p-1) slots; 3mp + p
+  // bounds the simulation generously.
+  const int64_t bound = 3 * static_cast<int64_t>(m) * p + p;
+  for (int64_t t = 0; wgt[static_cast<size_t>(stage)] < m; ++t) {
+    TESSERA_CHECK(t <= bound, TESSERA_ERR_INTERNAL, "pipeline: the zb1 schedule of stage ", stage,
+                  " does not finish for ", p, " stages and ", m, " micro-batches");
+    for (int32_t s = 0; s < p; ++s) {
+      const auto k = static_cast<size_t>(s);
+      const int32_t b = bwd[k];
+      const int32_t f = fwd[k];
+      const bool b_ready =
+          b < f && (s == p - 1 ? ready(f_done[at(s, b)], t) : ready(b_done[at(s + 1, b)], t));
+      const bool f_ready = f < m && (s == 0 || ready(f_done[at(s - 1, f)], t)) && f - b < p - s;
+      if (b_ready) {
+        b_done[at(s, b)] = t + 1;
+        ++bwd[k];
+        if (s == stage) order.push_back({false, 0, b, false});
+      } else if (f_ready) {
+        f_done[at(s, f)] = t + 1;
+        ++fwd[k];
+        if (s == stage) order.push_back({true, 0, f, false});
+      } else if (wgt[k] < bwd[k]) {
+        if (s == stage) order.push_back({false, 0, wgt[k], true});
+        ++wgt[k];
+      }
+    }
+  }
+  return order;
+}
 
 // The order in which stage `stage` runs its work for `m` micro-batches.
 std::vector<PipeWork> work_order(const PipelineOptions& o, int32_t stage, int32_t m) {
@@ -69,6 +119,7 @@ std::vector<PipeWork> work_order(const PipelineOptions& o, int32_t stage, int32_
     for (int32_t i = m - warmup; i < m; ++i) order.push_back({false, 0, i});
     return order;
   }
+  if (o.schedule == PipelineSchedule::kZeroBubble) return zero_bubble_order(p, m, stage);
   // Interleaved 1F1B (Megatron-LM): the k-th forward runs micro-batch
   // (k / (p v)) p + k % p through chunk (k % (p v)) / p; the k-th backward
   // the same micro-batch through the chunks in reverse.
@@ -170,6 +221,18 @@ PipelineStrategy::PipelineStrategy(const sdk::Host& host, const sdk::Options& op
     if (mine) tied_.push_back(TiedGroup{i, std::move(comm)});
   }
 
+  if (options_.schedule == PipelineSchedule::kZeroBubble) {
+    const sdk::ModelView& model = env.model();
+    for (int32_t u = 0; u < model.num_units(); ++u) {
+      if ((model.unit_flags(u) & TESSERA_UNIT_SPLIT_BACKWARD) == 0) {
+        throw Error(
+            TESSERA_ERR_INVALID_ARGUMENT,
+            detail::concat("pipeline: schedule = \"zb1\" needs every unit to split its "
+                           "backward into input and weight halves, but unit ",
+                           u, " (", model.unit_name(u), ") cannot; use schedule = \"1f1b\""));
+      }
+    }
+  }
   for (Chunk& chunk : chunks_) add_slot(chunk);
   if (env.rank() == 0) log_plan(env.model());
 }
@@ -349,6 +412,7 @@ void PipelineStrategy::timed(int64_t& into, Work&& work) {
 double PipelineStrategy::run_schedule(const sdk::StepArgs& args) {
   const auto m = static_cast<int32_t>(args.micro_batches.size());
   const int32_t ahead = stages_ - stage_;  // micro-batches in flight under 1f1b
+  // zb1 keeps a micro-batch's contexts until its weight half: m slots.
   slots_in_use_ = options_.schedule == PipelineSchedule::kOneFOneB ? std::min(m, ahead) : m;
   busy_ns_ = 0;
   idle_ns_ = 0;
@@ -370,6 +434,8 @@ double PipelineStrategy::run_schedule(const sdk::StepArgs& args) {
     Chunk& chunk = chunks_[static_cast<size_t>(w.chunk)];
     if (w.forward) {
       forward(args, chunk, w.micro, loss);
+    } else if (w.weight) {
+      backward_weight(chunk, w.micro);
     } else {
       backward(chunk, w.micro);
     }
@@ -439,11 +505,14 @@ void PipelineStrategy::backward(Chunk& chunk, int32_t micro) {
       grad = tessera_matrix{slot.grad.data(), slot.out_shape[0], slot.out_shape[1]};
     }
   });
+  const bool split = options_.schedule == PipelineSchedule::kZeroBubble;
   timed(busy_ns_, [&] {
     for (int32_t u = chunk.end_unit - 1; u >= chunk.first_unit; --u) {
       const auto k = static_cast<size_t>(u - chunk.first_unit);
-      grad = env_.model().backward(u, slot.contexts[k], param_ptrs_.unit_const(u),
-                                   grad_ptrs_.unit(u), grad);
+      grad = split
+                 ? env_.model().backward_input(u, slot.contexts[k], param_ptrs_.unit_const(u), grad)
+                 : env_.model().backward(u, slot.contexts[k], param_ptrs_.unit_const(u),
+                                         grad_ptrs_.unit(u), grad);
       account(slot, k);
     }
   });
@@ -453,6 +522,20 @@ void PipelineStrategy::backward(Chunk& chunk, int32_t micro) {
                                            (stage_ + stages_ - 1) % stages_,
                                            tag(kTagGradients, chunk.index)));
   }
+}
+
+void PipelineStrategy::backward_weight(Chunk& chunk, int32_t micro) {
+  Slot& slot = chunk.slots[static_cast<size_t>(micro % slots_in_use_)];
+  // The input gradient sent from the contexts has left before they change.
+  timed(idle_ns_, [&] { wait_sends(slot); });
+  timed(busy_ns_, [&] {
+    for (int32_t u = chunk.end_unit - 1; u >= chunk.first_unit; --u) {
+      const auto k = static_cast<size_t>(u - chunk.first_unit);
+      env_.model().backward_weight(u, slot.contexts[k], param_ptrs_.unit_const(u),
+                                   grad_ptrs_.unit(u));
+      account(slot, k);
+    }
+  });
 }
 
 void PipelineStrategy::wait_sends(Slot& slot) {

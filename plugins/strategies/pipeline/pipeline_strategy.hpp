@@ -5,9 +5,10 @@
 // r / stages. A stage holds only its chunks' parameters, gradients and
 // optimizer state (plus a copy of a tied parameter owned by another stage,
 // e.g. gpt's embedding on the head's stage), streams the step's
-// micro-batches through its chunks on a GPipe, 1F1B or interleaved 1F1B
-// schedule, and exchanges activations and their gradients with the
-// neighbouring stages by point-to-point sends and receives. After the
+// micro-batches through its chunks on a GPipe, 1F1B, interleaved 1F1B or
+// zero-bubble H1 (split backward) schedule, and exchanges activations and
+// their gradients with the neighbouring stages by point-to-point sends and
+// receives. After the
 // pipeline drains, each stage's gradients are summed over its replicas,
 // tied gradients between the stages that share them, and the update clips
 // by the global norm over all stages. docs/strategies/pipeline.md
@@ -32,8 +33,9 @@ class PipelineStrategy final : public sdk::Strategy {
   // Checks the options against the world size (see PipelineOptions::read).
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
 
-  // Collective: plans the stages (more stages than units or a boundary out
-  // of range is an invalid argument naming the option), splits the world
+  // Collective: plans the stages (more stages than units, a boundary out
+  // of range, or zb1 with a unit that cannot split its backward is an
+  // invalid argument naming the option or the unit), splits the world
   // into the pipeline, data-parallel and tied-parameter groups, and
   // allocates this stage's parameters, gradients and optimizer state. Rank
   // 0 logs every stage's units and share of the cost.
@@ -90,7 +92,10 @@ class PipelineStrategy final : public sdk::Strategy {
   [[nodiscard]] bool owns_unit(int32_t unit) const;
   double run_schedule(const sdk::StepArgs& args);
   void forward(const sdk::StepArgs& args, Chunk& chunk, int32_t micro, double& loss);
+  // The whole backward, or under zb1 its input half.
   void backward(Chunk& chunk, int32_t micro);
+  // zb1: the weight half of a backward.
+  void backward_weight(Chunk& chunk, int32_t micro);
   void wait_sends(Slot& slot);
   // Runs `work` and adds its wall time to `into` (busy_ns_ or idle_ns_).
   template <class Work>
