@@ -64,6 +64,17 @@ std::string toml_string(const std::string& text) {
   return quoted + '"';
 }
 
+// `value` as TOML: kept when it is a number, boolean, array or string,
+// quoted as a string otherwise (schedule=gpipe).
+std::string toml_value(const std::string& value) {
+  if (value == "true" || value == "false") return value;
+  if (!value.empty() && (value.front() == '[' || value.front() == '"')) return value;
+  const bool number = !value.empty() &&
+                      value.find_first_not_of("+-0123456789.eE_") == std::string::npos &&
+                      value.find_first_of("0123456789") != std::string::npos;
+  return number ? value : toml_string(value);
+}
+
 std::string join(const std::vector<std::string>& names) {
   return names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", "));
 }
@@ -102,7 +113,8 @@ void check_thread_backend(const Config& config, const PluginRegistry& registry) 
 
 // One planned strategy: its overrides and plan, or why it cannot run.
 struct Planned {
-  std::string name;
+  std::string name;                    // the --strategies entry, the row's label
+  std::string stem;                    // its files in the scratch directory
   std::vector<std::string> overrides;  // the user's, then child_overrides
   train::RunPlan plan;
   std::string refused;  // non-empty: plan_run's message
@@ -117,8 +129,8 @@ StrategyRow run_one(const Planned& p, const GlobalOptions& global, const std::st
   argv.insert(argv.end(), {"train", config});
   for (const auto& o : p.overrides) argv.insert(argv.end(), {"--set", o});
 
-  const fs::path err = dir / (p.name + ".stderr");
-  const ChildOutcome outcome = run_child(argv, dir / (p.name + ".stdout"), err);
+  const fs::path err = dir / (p.stem + ".stderr");
+  const ChildOutcome outcome = run_child(argv, dir / (p.stem + ".stdout"), err);
   StrategyRow row{p.name, false, {}, outcome.max_rss_kib};
   std::string why;
   if (outcome.ok()) {
@@ -152,7 +164,9 @@ CLI::App* add_bench_strategies_command(CLI::App& bench, BenchStrategiesArgs& arg
       ->type_name("FILE")
       ->required();
   cmd->add_option("--strategies", args.strategies,
-                  "Comma-separated strategy plugins, e.g. ddp,zero1,zero2,zero3,fsdp")
+                  "Comma-separated strategy plugins, e.g. ddp,zero1,zero2,zero3,fsdp; "
+                  "NAME:KEY=VALUE[:KEY=VALUE...] sets options of that run, e.g. "
+                  "pipeline:schedule=gpipe,pipeline:schedule=1f1b")
       ->type_name("LIST")
       ->required();
   cmd->add_option("--set", args.overrides,
@@ -184,9 +198,32 @@ std::vector<std::string> parse_strategy_list(const std::string& text) {
   return names;
 }
 
-std::vector<std::string> child_overrides(const std::string& strategy,
-                                         const std::string& config_strategy, int64_t steps,
-                                         int64_t warmup_steps, const std::string& metrics_file) {
+StrategyEntry parse_strategy_entry(const std::string& entry) {
+  StrategyEntry e;
+  size_t start = 0;
+  size_t colon = entry.find(':');
+  e.name = entry.substr(0, colon);
+  while (colon != std::string::npos) {
+    start = colon + 1;
+    colon = entry.find(':', start);
+    const std::string option =
+        entry.substr(start, colon == std::string::npos ? colon : colon - start);
+    const size_t eq = option.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == option.size()) {
+      throw UsageError(
+          fmt::format("--strategies entry '{}' has an option '{}' that is not KEY=VALUE (use e.g. "
+                      "pipeline:schedule=gpipe)",
+                      entry, option));
+    }
+    e.options.emplace_back(option.substr(0, eq), option.substr(eq + 1));
+  }
+  return e;
+}
+
+std::vector<std::string> child_overrides(
+    const std::string& strategy, const std::string& config_strategy, int64_t steps,
+    int64_t warmup_steps, const std::string& metrics_file,
+    const std::vector<std::pair<std::string, std::string>>& options) {
   std::vector<std::string> o{"strategy.name=" + toml_string(strategy)};
   if (strategy != config_strategy) o.emplace_back("strategy.options={}");
   o.push_back("run.steps=" + std::to_string(steps));
@@ -195,27 +232,36 @@ std::vector<std::string> child_overrides(const std::string& strategy,
   o.emplace_back("checkpoint.dir=\"\"");
   o.emplace_back("checkpoint.resume=false");
   if (warmup_steps > steps) o.push_back("optimizer.warmup_steps=" + std::to_string(steps));
+  for (const auto& [key, value] : options) {
+    o.push_back("strategy.options." + key + "=" + toml_value(value));
+  }
   return o;
 }
 
 int run_bench_strategies_command(const GlobalOptions& global, const BenchStrategiesArgs& args,
                                  std::ostream& out) {
   const std::vector<std::string> names = parse_strategy_list(args.strategies);
+  std::vector<StrategyEntry> entries;
+  std::vector<std::string> plugins;
+  for (const auto& name : names) {
+    entries.push_back(parse_strategy_entry(name));
+    plugins.push_back(entries.back().name);
+  }
   if (args.steps < 1)
     throw UsageError("--steps must be at least 1, got " + std::to_string(args.steps));
   refuse_global_config(global, "tessera bench strategies");
   const Config base = load_config(args.config, args.overrides);
   const Session session = open_session(global, base);
-  check_names(names, *session.registry);
+  check_names(plugins, *session.registry);
   check_thread_backend(base, *session.registry);
 
   const ScratchDir scratch;
   std::vector<Planned> planned;
-  for (const auto& name : names) {
-    Planned p{name, args.overrides, {}, {}};
-    const auto extra =
-        child_overrides(name, base.strategy.name, args.steps, base.optimizer.warmup_steps,
-                        (scratch.path() / (name + ".metrics.jsonl")).string());
+  for (size_t i = 0; i < names.size(); ++i) {
+    Planned p{names[i], "run" + std::to_string(i), args.overrides, {}, {}};
+    const auto extra = child_overrides(
+        entries[i].name, base.strategy.name, args.steps, base.optimizer.warmup_steps,
+        (scratch.path() / (p.stem + ".metrics.jsonl")).string(), entries[i].options);
     p.overrides.insert(p.overrides.end(), extra.begin(), extra.end());
     try {
       p.plan = train::plan_run(load_config(args.config, p.overrides), *session.registry);
@@ -251,7 +297,7 @@ int run_bench_strategies_command(const GlobalOptions& global, const BenchStrateg
     StrategyRow row{p.name, false, {}, 0};
     if (p.refused.empty()) {
       row = run_one(p, global, exe, args.config, scratch.path(),
-                    scratch.path() / (p.name + ".metrics.jsonl"));
+                    scratch.path() / (p.stem + ".metrics.jsonl"));
     } else {
       std::cerr << "tessera: bench strategies: '" << p.name << "' cannot run: " << p.refused
                 << '\n';

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli11.hpp"
@@ -19,7 +20,7 @@ namespace tessera::cli {
 // Flags as given on the command line.
 struct BenchStrategiesArgs {
   std::string config;                  // the TOML file
-  std::string strategies;              // comma-separated plugin names
+  std::string strategies;              // comma-separated NAME[:KEY=VALUE...] entries
   std::vector<std::string> overrides;  // --set, in the order given
   int64_t steps = 10;                  // steps per strategy
   std::string csv;                     // empty: no CSV
@@ -28,18 +29,31 @@ struct BenchStrategiesArgs {
 // Registers `strategies` under the `bench` subcommand; returns it.
 CLI::App* add_bench_strategies_command(CLI::App& bench, BenchStrategiesArgs& args);
 
-// The names of a --strategies list, in order. Throws UsageError for an
-// empty list or entry, or a name given twice.
+// The entries of a --strategies list, in order. Throws UsageError for an
+// empty list or entry, or an entry given twice.
 std::vector<std::string> parse_strategy_list(const std::string& text);
+
+// One --strategies entry, `NAME[:KEY=VALUE[:KEY=VALUE...]]`: the plugin and
+// the [strategy.options] its run sets (e.g. pipeline:schedule=gpipe).
+struct StrategyEntry {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> options;  // in the order given
+};
+
+// Splits an entry. Throws UsageError for an option without KEY=VALUE.
+StrategyEntry parse_strategy_entry(const std::string& entry);
 
 // The `--set` overrides the child for `strategy` runs with after the user's
 // own: the strategy, its options dropped unless it is the config's own
 // strategy, `steps` steps logged at every step into `metrics_file`, no
-// checkpoints or resume, and a learning-rate warm-up cut to `steps` when
-// `warmup_steps` is longer.
-std::vector<std::string> child_overrides(const std::string& strategy,
-                                         const std::string& config_strategy, int64_t steps,
-                                         int64_t warmup_steps, const std::string& metrics_file);
+// checkpoints or resume, a learning-rate warm-up cut to `steps` when
+// `warmup_steps` is longer, and last the entry's `options` as
+// strategy.options.KEY=VALUE (a value that is not a TOML number, boolean,
+// array or string is quoted as a string).
+std::vector<std::string> child_overrides(
+    const std::string& strategy, const std::string& config_strategy, int64_t steps,
+    int64_t warmup_steps, const std::string& metrics_file,
+    const std::vector<std::pair<std::string, std::string>>& options = {});
 
 // Validates the command line (usage errors: a bad list, --steps < 1,
 // --config given, a strategy name no plugin has, a backend whose ranks are

@@ -14,7 +14,8 @@ target_compile_definitions(tessera_cli_bench_strategies_tests PRIVATE
   TESSERA_CLI_MLP_CONFIG="${_mlp}")
 tessera_target_warnings(tessera_cli_bench_strategies_tests)
 add_dependencies(tessera_cli_bench_strategies_tests tessera)
-foreach(_plugin tessera_backend_inmemory tessera_strategy_ddp tessera_strategy_zero3)
+foreach(_plugin tessera_backend_inmemory tessera_strategy_ddp tessera_strategy_zero3
+                tessera_strategy_pipeline)
   if(TARGET ${_plugin})
     add_dependencies(tessera_cli_bench_strategies_tests ${_plugin})
   endif()
@@ -40,7 +41,15 @@ tessera_cli_test(bench_strategies_failed_children
   STDOUT "\nddp +failed( +-)+\n|\nzero3 +failed( +-)+\n"
   STDERR "'ddp' failed [(]exited with status 1[)]; the last lines of its standard error:\n[^\n]*batch|'zero3' failed [(]exited with status 1[)]|tessera: error: 2 of 2 strategies failed: ddp, zero3\n$")
 
+# Schedules compared: one row per NAME:KEY=VALUE entry, labelled with it.
+tessera_cli_test(bench_strategies_pipeline_schedules
+  ARGS ${_bs} --strategies pipeline:schedule=gpipe,pipeline:schedule=1f1b --set data.micro_batches=2
+  STDOUT "\npipeline:schedule=gpipe${_nums}\n|\npipeline:schedule=1f1b${_nums}\n")
+
 # ---- wrong command lines: exit code 2 before anything runs ----
+tessera_cli_test(usage_bench_strategies_bad_option
+  ARGS ${_bs} --strategies pipeline:schedule
+  RC 2 STDERR "^tessera: error: --strategies entry 'pipeline:schedule' has an option 'schedule' that is not KEY=VALUE")
 tessera_cli_test(usage_bench_strategies_unknown
   ARGS ${_bs} --strategies ddp,zero9
   RC 2 STDERR "^tessera: error: unknown strategy 'zero9' in --strategies [(]available strategy plugins: [^\n]*ddp[^\n]*zero3"

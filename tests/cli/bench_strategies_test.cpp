@@ -109,6 +109,35 @@ TEST(BenchStrategiesArgs, OptionsOfTheConfigStrategyAreDroppedForTheOthers) {
   EXPECT_TRUE(has(other, "optimizer.warmup_steps=5"));
 }
 
+// NAME:KEY=VALUE entries: the plugin, and options set after the reset of
+// the config's options; bare words become TOML strings.
+TEST(BenchStrategiesArgs, EntriesSetOptionsOfTheirRun) {
+  const StrategyEntry plain = parse_strategy_entry("ddp");
+  EXPECT_EQ(plain.name, "ddp");
+  EXPECT_TRUE(plain.options.empty());
+  const StrategyEntry e = parse_strategy_entry("pipeline:schedule=interleaved:virtual_stages=2");
+  EXPECT_EQ(e.name, "pipeline");
+  ASSERT_EQ(e.options.size(), 2U);
+  const auto o = child_overrides(e.name, "ddp", 5, 2, "/m/p.jsonl", e.options);
+  ASSERT_GE(o.size(), 3U);
+  const auto reset = std::find(o.begin(), o.end(), "strategy.options={}");
+  const auto schedule = std::find(o.begin(), o.end(), "strategy.options.schedule=\"interleaved\"");
+  const auto chunks = std::find(o.begin(), o.end(), "strategy.options.virtual_stages=2");
+  ASSERT_NE(reset, o.end());
+  ASSERT_NE(schedule, o.end());
+  ASSERT_NE(chunks, o.end());
+  EXPECT_LT(reset, schedule);
+  EXPECT_EQ(parse_strategy_list("pipeline:schedule=gpipe,pipeline:schedule=1f1b").size(), 2U);
+  for (const char* bad : {"pipeline:schedule", "pipeline:=1", "pipeline:stages=", "pipeline:"}) {
+    try {
+      (void)parse_strategy_entry(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const UsageError& err) {
+      EXPECT_NE(std::string(err.what()).find("is not KEY=VALUE"), std::string::npos) << err.what();
+    }
+  }
+}
+
 TEST(BenchStrategiesReport, AFailedRowSaysSoAndHasNoNumbers) {
   std::ostringstream out;
   StrategiesReporter reporter(StrategiesHeader{}, out);
