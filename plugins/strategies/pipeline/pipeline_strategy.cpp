@@ -233,7 +233,6 @@ PipelineStrategy::PipelineStrategy(const sdk::Host& host, const sdk::Options& op
       }
     }
   }
-  for (Chunk& chunk : chunks_) add_slot(chunk);
   if (env.rank() == 0) log_plan(env.model());
 }
 
@@ -259,6 +258,26 @@ void PipelineStrategy::add_slot(Chunk& chunk) {
   }
   s.context_bytes.assign(s.contexts.size(), 0);
   chunk.slots.push_back(std::move(s));
+}
+
+PipelineStrategy::Slot& PipelineStrategy::take_slot(Chunk& chunk, int32_t micro) {
+  if (chunk.free_slots.empty()) {
+    add_slot(chunk);
+    chunk.free_slots.push_back(static_cast<int32_t>(chunk.slots.size()) - 1);
+  }
+  const int32_t index = chunk.free_slots.back();
+  chunk.free_slots.pop_back();
+  chunk.slot_of[static_cast<size_t>(micro)] = index;
+  return chunk.slots[static_cast<size_t>(index)];
+}
+
+PipelineStrategy::Slot& PipelineStrategy::slot_of(Chunk& chunk, int32_t micro) {
+  return chunk.slots[static_cast<size_t>(chunk.slot_of[static_cast<size_t>(micro)])];
+}
+
+void PipelineStrategy::release_slot(Chunk& chunk, int32_t micro) {
+  chunk.free_slots.push_back(chunk.slot_of[static_cast<size_t>(micro)]);
+  chunk.slot_of[static_cast<size_t>(micro)] = -1;
 }
 
 void PipelineStrategy::account(Slot& slot, size_t unit) {
@@ -411,13 +430,17 @@ void PipelineStrategy::timed(int64_t& into, Work&& work) {
 
 double PipelineStrategy::run_schedule(const sdk::StepArgs& args) {
   const auto m = static_cast<int32_t>(args.micro_batches.size());
-  const int32_t ahead = stages_ - stage_;  // micro-batches in flight under 1f1b
-  // zb1 keeps a micro-batch's contexts until its weight half: m slots.
-  slots_in_use_ = options_.schedule == PipelineSchedule::kOneFOneB ? std::min(m, ahead) : m;
   busy_ns_ = 0;
   idle_ns_ = 0;
   for (Chunk& chunk : chunks_) {
-    while (static_cast<int32_t>(chunk.slots.size()) < slots_in_use_) add_slot(chunk);
+    // Slots are taken by forwards and released after the backward (zb1:
+    // its weight half), so a chunk holds as many as it has micro-batches
+    // in flight: m under gpipe, p - s under 1f1b.
+    chunk.slot_of.assign(static_cast<size_t>(m), -1);
+    chunk.free_slots.clear();
+    for (auto i = static_cast<int32_t>(chunk.slots.size()); i > 0; --i) {
+      chunk.free_slots.push_back(i - 1);
+    }
     // The shapes of every micro-batch's input activations, received ahead.
     chunk.shape_recvs.clear();
     if (chunk.index == 0) continue;
@@ -450,7 +473,7 @@ double PipelineStrategy::run_schedule(const sdk::StepArgs& args) {
 
 void PipelineStrategy::forward(const sdk::StepArgs& args, Chunk& chunk, int32_t micro,
                                double& loss) {
-  Slot& slot = chunk.slots[static_cast<size_t>(micro % slots_in_use_)];
+  Slot& slot = take_slot(chunk, micro);
   tessera_matrix x{};
   timed(idle_ns_, [&] {
     wait_sends(slot);  // the contexts' last outputs have left
@@ -496,7 +519,7 @@ void PipelineStrategy::forward(const sdk::StepArgs& args, Chunk& chunk, int32_t 
 }
 
 void PipelineStrategy::backward(Chunk& chunk, int32_t micro) {
-  Slot& slot = chunk.slots[static_cast<size_t>(micro % slots_in_use_)];
+  Slot& slot = slot_of(chunk, micro);
   tessera_matrix grad{};
   timed(idle_ns_, [&] {
     wait_sends(slot);  // the forward's output has left before the context changes
@@ -522,10 +545,11 @@ void PipelineStrategy::backward(Chunk& chunk, int32_t micro) {
                                            (stage_ + stages_ - 1) % stages_,
                                            tag(kTagGradients, chunk.index)));
   }
+  if (!split) release_slot(chunk, micro);  // zb1: after the weight half
 }
 
 void PipelineStrategy::backward_weight(Chunk& chunk, int32_t micro) {
-  Slot& slot = chunk.slots[static_cast<size_t>(micro % slots_in_use_)];
+  Slot& slot = slot_of(chunk, micro);
   // The input gradient sent from the contexts has left before they change.
   timed(idle_ns_, [&] { wait_sends(slot); });
   timed(busy_ns_, [&] {
@@ -536,6 +560,7 @@ void PipelineStrategy::backward_weight(Chunk& chunk, int32_t micro) {
       account(slot, k);
     }
   });
+  release_slot(chunk, micro);
 }
 
 void PipelineStrategy::wait_sends(Slot& slot) {

@@ -17,6 +17,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -78,8 +79,12 @@ class PipelineStrategy final : public sdk::Strategy {
     int32_t end_unit = 0;
     sdk::FlatRange own;  // flat range of its parameters
     uint64_t at = 0;     // where they start in the buffers
-    std::vector<Slot> slots;
-    std::vector<int64_t> shapes;  // two per micro-batch
+    // Made on demand, kept between steps; a deque, so that a slot added
+    // mid-step leaves the others (and their pending messages) in place.
+    std::deque<Slot> slots;
+    std::vector<int32_t> slot_of;     // per micro-batch of the step: its slot, or -1
+    std::vector<int32_t> free_slots;  // slots no micro-batch holds
+    std::vector<int64_t> shapes;      // two per micro-batch
     std::vector<sdk::PendingOp> shape_recvs;
   };
   // A parameter used by several stages and the group that sums its gradient.
@@ -103,6 +108,12 @@ class PipelineStrategy final : public sdk::Strategy {
   // Reports the change of context `unit` of `slot` to the host (ACTIVATIONS).
   void account(Slot& slot, size_t unit);
   void add_slot(Chunk& chunk);
+  // A free slot of `chunk` for `micro` (a new one when none is free), and
+  // the slot `micro` holds; release hands it back after the last half of
+  // the micro-batch's backward.
+  Slot& take_slot(Chunk& chunk, int32_t micro);
+  Slot& slot_of(Chunk& chunk, int32_t micro);
+  static void release_slot(Chunk& chunk, int32_t micro);
   void drop_pending() noexcept;
   void reduce_grads();
   [[nodiscard]] double sum_squares();
@@ -117,7 +128,7 @@ class PipelineStrategy final : public sdk::Strategy {
   int32_t replica_;
   StagePlan plan_;
   sdk::FlatLayout flat_;
-  std::vector<Chunk> chunks_;         // this stage's chunks, in model order
+  std::deque<Chunk> chunks_;          // this stage's chunks, in model order
   uint64_t own_total_ = 0;            // elements of its own parameters (buffer front)
   std::vector<size_t> foreign_;       // entries owned elsewhere, used here (tied)
   std::vector<uint64_t> foreign_at_;  // their offsets in the buffers
@@ -130,7 +141,6 @@ class PipelineStrategy final : public sdk::Strategy {
   std::unique_ptr<sdk::CommView> pipe_;  // the stages of this replica, rank = stage
   std::unique_ptr<sdk::CommView> dp_;    // this stage in every replica
   std::vector<TiedGroup> tied_;
-  int32_t slots_in_use_ = 0;  // micro-batch slots per chunk in the current step
   // The last schedule's compute time (units' forwards and backwards) and
   // time waiting on the pipeline's receives and sends.
   int64_t busy_ns_ = 0;
