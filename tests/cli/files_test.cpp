@@ -16,16 +16,15 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
 #include <sstream>
-#include <streambuf>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../support/line_hook.hpp"
 #include "tessera/core/config.hpp"
 #include "tessera/core/plugin_registry.hpp"
 #include "tessera/core/train/trainer.hpp"
@@ -144,30 +143,6 @@ std::string mlp_config(const fs::path& ckpt, int steps) {
   return t.str();
 }
 
-// Hands every complete line written to it to a callback.
-class LineSink : public std::streambuf {
- public:
-  explicit LineSink(std::function<void(const std::string&)> on_line)
-      : on_line_(std::move(on_line)) {}
-
- protected:
-  int_type overflow(int_type c) override {
-    if (traits_type::eq_int_type(c, traits_type::eof())) return traits_type::not_eof(c);
-    const char ch = traits_type::to_char_type(c);
-    if (ch != '\n') {
-      line_.push_back(ch);
-    } else {
-      on_line_(line_);
-      line_.clear();
-    }
-    return c;
-  }
-
- private:
-  std::function<void(const std::string&)> on_line_;
-  std::string line_;
-};
-
 const PluginRegistry& registry() {
   static const std::unique_ptr<PluginRegistry> r = [] {
     auto p = std::make_unique<PluginRegistry>();
@@ -189,7 +164,7 @@ TEST(CliFiles, SecondRunOnAHeldCheckpointDirExitsOneNamingTheHolder) {
   const fs::path config_file = dir / "b.toml";
   std::ofstream(config_file) << mlp_config(ckpt, 4);
   std::optional<CliResult> b;
-  LineSink sink([&](const std::string& line) {
+  test::LineHook sink([&](const std::string& line) {
     if (line.rfind("step 2/", 0) == 0 && !b) {
       b = run_cli({"train", config_file.string()}, dir.path(), 60);
     }

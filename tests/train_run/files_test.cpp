@@ -11,14 +11,13 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <functional>
 #include <optional>
 #include <sstream>
-#include <streambuf>
 #include <string>
 #include <vector>
 
 #include "../support/bounded.hpp"
+#include "../support/line_hook.hpp"
 #include "run_fixture.hpp"
 
 namespace tessera::test {
@@ -30,34 +29,6 @@ using train::RunOptions;
 
 #define EXPECT_MENTIONS(text, part) \
   EXPECT_NE(std::string(text).find(part), std::string::npos) << "in: " << (text)
-
-// An output stream that hands every complete line to a callback (run on
-// the thread that writes it: rank 0's, during the run) and keeps the text.
-class LineHook : public std::streambuf {
- public:
-  explicit LineHook(std::function<void(const std::string&)> on_line)
-      : on_line_(std::move(on_line)) {}
-  [[nodiscard]] const std::string& text() const { return text_; }
-
- protected:
-  int_type overflow(int_type c) override {
-    if (traits_type::eq_int_type(c, traits_type::eof())) return traits_type::not_eof(c);
-    const char ch = traits_type::to_char_type(c);
-    text_.push_back(ch);
-    if (ch != '\n') {
-      line_.push_back(ch);
-    } else {
-      on_line_(line_);
-      line_.clear();
-    }
-    return c;
-  }
-
- private:
-  std::function<void(const std::string&)> on_line_;
-  std::string line_;
-  std::string text_;
-};
 
 TEST(RunFiles, ModelInitFifoIsRefusedWithoutBlocking) {
   TESSERA_REQUIRE_STRATEGY("none");
