@@ -291,18 +291,12 @@ tessera_status verify(CheckedComm& c, const Entry& e, uint64_t slot, int64_t tim
     }
     return failed(*c.recorder, slot, status, where);
   }
-  for (int32_t r = 0; r < c.size; ++r) {
-    const int64_t* theirs = all.data() + kWords * static_cast<size_t>(r);
-    if (std::equal(mine.begin(), mine.end(), theirs)) continue;
-    // Name the first rank that differs from rank 0 (every rank sees the
-    // same table, so every rank reports the same pair).
-    const int64_t* first = all.data();
-    int32_t odd = 1;
-    while (odd < c.size &&
-           std::equal(first, first + kWords, all.data() + kWords * static_cast<size_t>(odd))) {
-      ++odd;
-    }
+  // The first rank that differs from rank 0: every rank sees the same
+  // table, so every rank reports the same pair.
+  const int64_t* first = all.data();
+  for (int32_t odd = 1; odd < c.size; ++odd) {
     const int64_t* other = all.data() + kWords * static_cast<size_t>(odd);
+    if (std::equal(first, first + kWords, other)) continue;
     set_thread_error(
         TESSERA_ERR_MISMATCH,
         fmt::format("collective mismatch on communicator '{}' (backend '{}'): rank {} posted {} as "
@@ -317,18 +311,27 @@ tessera_status verify(CheckedComm& c, const Entry& e, uint64_t slot, int64_t tim
   return TESSERA_OK;
 }
 
+// Numbers operation `what` and records it in `e` and `slot`; compares it
+// across the group first when `verify_it` (send/recv never are).
+tessera_status begin(CheckedComm& c, const Fingerprint& what, bool verify_it, int64_t timeout_ms,
+                     Entry& e, uint64_t& slot) {
+  e.what = what;
+  e.number = is_p2p(what.coll) ? ++c.p2p : ++c.collectives;
+  e.verified = verify_it && !is_p2p(what.coll);
+  e.posted = Clock::now();
+  slot = c.recorder->add(e);
+  return e.verified ? verify(c, e, slot, timeout_ms) : TESSERA_OK;
+}
+
 // Numbers and records `args`; compares it first when `verify_it`.
 tessera_status post_checked(CheckedComm& c, const tessera_coll_args& args, tessera_work** work,
                             bool verify_it) {
   Entry e;
-  e.what = fingerprint_of(args, c.size);
-  e.number = is_p2p(args.coll) ? ++c.p2p : ++c.collectives;
-  e.verified = verify_it && !is_p2p(args.coll);
-  e.posted = Clock::now();
-  const uint64_t slot = c.recorder->add(e);
-  if (e.verified) {
-    const tessera_status status = verify(c, e, slot, args.timeout_ms);
-    if (status != TESSERA_OK) return status;
+  uint64_t slot = 0;
+  if (const tessera_status status =
+          begin(c, fingerprint_of(args, c.size), verify_it, args.timeout_ms, e, slot);
+      status != TESSERA_OK) {
+    return status;
   }
   tessera_work* inner = nullptr;
   const tessera_status status = c.api->post(c.inner, &args, work != nullptr ? &inner : nullptr);
@@ -426,18 +429,14 @@ tessera_status checked_split(tessera_comm* comm, int32_t color, int32_t key, tes
   return guarded([&]() -> tessera_status {
     CheckedComm& c = *self(comm);
     *out = nullptr;
+    Fingerprint split;
+    split.coll = kSplitOp;
     Entry e;
-    e.what.coll = kSplitOp;
-    e.number = ++c.collectives;
-    e.verified = c.settings.verify;
-    e.posted = Clock::now();
-    const uint64_t slot = c.recorder->add(e);
-    if (e.verified) {
-      const tessera_status status = verify(c, e, slot, 0);
-      if (status != TESSERA_OK) return status;
-    }
+    uint64_t slot = 0;
+    tessera_status status = begin(c, split, c.settings.verify, 0, e, slot);
+    if (status != TESSERA_OK) return status;
     tessera_comm* inner = nullptr;
-    tessera_status status = c.api->comm_split(c.inner, color, key, &inner);
+    status = c.api->comm_split(c.inner, color, key, &inner);
     if (status != TESSERA_OK) return failed(*c.recorder, slot, status, where_of(c, e));
     const uint64_t number = ++c.splits;
     if (inner != nullptr) {

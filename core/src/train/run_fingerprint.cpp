@@ -56,16 +56,23 @@ bool excluded(std::string_view key) {
   return key.starts_with("plugins.") || key.starts_with("backend.options.");
 }
 
+std::vector<std::string> split_lines(std::string_view text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    lines.emplace_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
 // The TOML of to_toml as "section.key = value" lines.
 std::vector<std::string> dotted_lines(const std::string& toml_text) {
   std::vector<std::string> lines;
   std::string section;
-  size_t start = 0;
-  while (start < toml_text.size()) {
-    size_t end = toml_text.find('\n', start);
-    if (end == std::string::npos) end = toml_text.size();
-    const std::string_view line(toml_text.data() + start, end - start);
-    start = end + 1;
+  for (const std::string_view line : split_lines(toml_text)) {
     if (line.empty()) continue;
     if (line.front() == '[') {
       section = std::string(line.substr(1, line.size() - 2));
@@ -76,18 +83,6 @@ std::vector<std::string> dotted_lines(const std::string& toml_text) {
     const std::string key = section + "." + std::string(line.substr(0, eq));
     if (excluded(key) || excluded(section)) continue;
     lines.push_back(key + std::string(line.substr(eq)));
-  }
-  return lines;
-}
-
-std::vector<std::string> split_lines(std::string_view text) {
-  std::vector<std::string> lines;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    lines.emplace_back(text.substr(start, end - start));
-    start = end + 1;
   }
   return lines;
 }
@@ -131,11 +126,9 @@ std::string first_difference(const std::string& mine, const std::string& base, i
   return fmt::format("rank {} differs from rank 0", rank);
 }
 
-tessera_buffer bytes_buffer(void* data, size_t count) {
-  return tessera_buffer{data, count, TESSERA_U8, tessera_device{TESSERA_DEVICE_CPU, 0}};
-}
-
-void allgather_unverified(Communicator& comm, std::span<int64_t> mine, std::span<int64_t> all) {
+// Allgather of `mine` into `all`, not compared by the checked layer.
+template <typename T>
+void allgather_unverified(Communicator& comm, std::span<T> mine, std::span<T> all) {
   tessera_coll_args args{};
   args.coll = TESSERA_COLL_ALLGATHER;
   args.send = cpu_buffer(mine);
@@ -164,7 +157,7 @@ void check_ranks_agree(Communicator& comm, const std::string& fingerprint) {
   std::array<int64_t, 2> mine{static_cast<int64_t>(hash.value()),
                               static_cast<int64_t>(fingerprint.size())};
   std::vector<int64_t> all(2 * size);
-  allgather_unverified(comm, mine, all);
+  allgather_unverified(comm, std::span<int64_t>(mine), std::span<int64_t>(all));
   bool same = true;
   size_t longest = 0;
   for (size_t r = 0; r < size; ++r) {
@@ -174,15 +167,10 @@ void check_ranks_agree(Communicator& comm, const std::string& fingerprint) {
   if (same) return;
 
   // Every rank learns every text, so every rank names the same difference.
-  std::vector<unsigned char> padded(longest, 0);
+  std::vector<uint8_t> padded(longest, 0);
   std::copy(fingerprint.begin(), fingerprint.end(), padded.begin());
-  std::vector<unsigned char> texts(longest * size);
-  tessera_coll_args args{};
-  args.coll = TESSERA_COLL_ALLGATHER;
-  args.send = bytes_buffer(padded.data(), longest);
-  args.recv = bytes_buffer(texts.data(), texts.size());
-  args.peer = -1;
-  comm.run_unverified(args);
+  std::vector<uint8_t> texts(longest * size);
+  allgather_unverified(comm, std::span<uint8_t>(padded), std::span<uint8_t>(texts));
   const auto text_of = [&](size_t r) {
     return std::string(reinterpret_cast<const char*>(texts.data() + r * longest),
                        static_cast<size_t>(all[2 * r + 1]));

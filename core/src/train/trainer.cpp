@@ -4,7 +4,6 @@
 #include "tessera/core/train/trainer.hpp"
 
 #include <chrono>
-#include <cmath>
 #include <memory>
 #include <mutex>
 #include <new>
