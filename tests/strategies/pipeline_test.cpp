@@ -205,6 +205,23 @@ TEST(PipelineMemory, StagesHoldTheirUnitsAndOneFOneBHoldsFewerActivations) {
   EXPECT_LT(act_1f1b, act_gpipe);
 }
 
+// zb1 keeps a micro-batch's contexts from its forward to its weight half,
+// at most p of them (1f1b's peak on stage 0), where gpipe keeps all m.
+TEST(PipelineMemory, ZeroBubbleHoldsNoMoreActivationsThanOneFOneB) {
+  const int64_t m = 6;  // equal micro-batches of kBatch / m examples
+  const auto stage0_peak = [&](const std::string& schedule) {
+    const train::RunResult r =
+        run(pipeline_spec("mlp", 2, "stages = 2\nschedule = \"" + schedule + "\"\n", m));
+    return r.memory.at(0).peak[TESSERA_MEM_ACTIVATIONS];
+  };
+  const int64_t gpipe = stage0_peak("gpipe");
+  const int64_t one_f_one_b = stage0_peak("1f1b");
+  const int64_t zb1 = stage0_peak("zb1");
+  EXPECT_GT(zb1, 0);
+  EXPECT_LE(zb1, one_f_one_b);
+  EXPECT_LE(zb1 * m, gpipe * 2) << "more than p / m of gpipe's peak";
+}
+
 // Saves at step 10 under `first` in `format` ("full" or "sharded"),
 // continues from there under `second`, and compares with 20 uninterrupted
 // steps of `first`.

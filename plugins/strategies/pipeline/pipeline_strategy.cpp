@@ -53,9 +53,12 @@ struct PipeWork {
 
 // Zero-bubble H1 (Qi et al. 2023): every stage, at each time slot of a
 // simulation where F, B (input half) and W (weight half) take one slot
-// each, runs a ready B, else a ready F while fewer than p - s micro-batches
-// wait for their B (1F1B's bound), else a pending W. The weight halves so
-// fill the slots 1F1B leaves idle; the order of `stage` is returned.
+// each, runs a ready F while fewer than p - s micro-batches wait for their
+// B (1F1B's bound) and fewer than p for their W (1F1B's peak, stage 0's
+// p micro-batches), else a ready B, else a pending W. The weight halves so
+// fill the slots 1F1B leaves idle, and for m >= p every stage finishes
+// within 3m + p - 1 slots, the bubble of (p-1)/(3m+p-1), holding at most
+// p micro-batches' contexts. The order of `stage` is returned.
 std::vector<PipeWork> zero_bubble_order(int32_t p, int32_t m, int32_t stage) {
   const auto n = static_cast<size_t>(p);
   std::vector<int32_t> fwd(n, 0);
@@ -81,15 +84,16 @@ std::vector<PipeWork> zero_bubble_order(int32_t p, int32_t m, int32_t stage) {
       const int32_t f = fwd[k];
       const bool b_ready =
           b < f && (s == p - 1 ? ready(f_done[at(s, b)], t) : ready(b_done[at(s + 1, b)], t));
-      const bool f_ready = f < m && (s == 0 || ready(f_done[at(s - 1, f)], t)) && f - b < p - s;
-      if (b_ready) {
-        b_done[at(s, b)] = t + 1;
-        ++bwd[k];
-        if (s == stage) order.push_back({false, 0, b, false});
-      } else if (f_ready) {
+      const bool f_ready = f < m && (s == 0 || ready(f_done[at(s - 1, f)], t)) &&
+                           f - b < p - s && f - wgt[k] < p;
+      if (f_ready) {
         f_done[at(s, f)] = t + 1;
         ++fwd[k];
         if (s == stage) order.push_back({true, 0, f, false});
+      } else if (b_ready) {
+        b_done[at(s, b)] = t + 1;
+        ++bwd[k];
+        if (s == stage) order.push_back({false, 0, b, false});
       } else if (wgt[k] < bwd[k]) {
         if (s == stage) order.push_back({false, 0, wgt[k], true});
         ++wgt[k];
