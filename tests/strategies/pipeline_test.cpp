@@ -266,7 +266,8 @@ TEST(PipelineResume, ShardedCheckpointsMoveBetweenPipelineAndZero3) {
 }
 
 // The log step's metrics carry the measured bubble (the stages' mean idle
-// share of the schedule, a fraction) next to the schedule's formula,
+// share of the schedule by the wall clock and on the schedule's CPU clock,
+// fractions) next to the schedule's formula,
 // (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(v m+p-1) interleaved; strategies without a pipeline
 // report neither.
 TEST(PipelineBubble, MeasuredBubbleIsAFractionNextToTheFormula) {
@@ -288,6 +289,8 @@ TEST(PipelineBubble, MeasuredBubbleIsAFractionNextToTheFormula) {
     EXPECT_DOUBLE_EQ(m.bubble_formula, c.formula) << c.schedule << " p=" << c.stages;
     EXPECT_GT(m.bubble, 0.0) << c.schedule << " p=" << c.stages;
     EXPECT_LE(m.bubble, 1.0) << c.schedule << " p=" << c.stages;
+    EXPECT_GT(m.bubble_cpu, 0.0) << c.schedule << " p=" << c.stages;
+    EXPECT_LE(m.bubble_cpu, 1.0) << c.schedule << " p=" << c.stages;
   }
   // zb1 (mlp: its units split), the halves of the backward each one slot:
   // (p-1)/(3m+p-1).
@@ -295,9 +298,12 @@ TEST(PipelineBubble, MeasuredBubbleIsAFractionNextToTheFormula) {
   EXPECT_DOUBLE_EQ(zb1.logged[0].bubble_formula, 1.0 / 13.0);
   EXPECT_GT(zb1.logged[0].bubble, 0.0);
   EXPECT_LE(zb1.logged[0].bubble, 1.0);
+  EXPECT_GT(zb1.logged[0].bubble_cpu, 0.0);
+  EXPECT_LE(zb1.logged[0].bubble_cpu, 1.0);
   const train::RunResult one_stage = run(pipeline_spec("mlp", 1, "", 2));
   EXPECT_EQ(one_stage.logged[0].bubble_formula, 0.0);
   EXPECT_EQ(none_reference("mlp").logged[0].bubble, 0.0);
+  EXPECT_EQ(none_reference("mlp").logged[0].bubble_cpu, 0.0);
   EXPECT_EQ(none_reference("mlp").logged[0].bubble_formula, 0.0);
 }
 

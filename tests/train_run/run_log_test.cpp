@@ -72,18 +72,20 @@ TEST(RunLog, MetricsJsonHasEveryField) {
   }
 }
 
-// A pipeline's bubble shows in the step line and the metrics next to its
-// formula; without one (both 0) neither mentions it.
+// A pipeline's bubble (wall and CPU clock) shows in the step line and the
+// metrics next to its formula; without one (all 0) neither mentions it.
 TEST(RunLog, PipelineBubbleShowsNextToItsFormula) {
   train::StepMetrics m = sample_metrics(1);
   EXPECT_EQ(train::format_step_line(m, 200, true).find("bubble"), std::string::npos);
   EXPECT_FALSE(nlohmann::json::parse(train::metrics_json(m)).contains("bubble"));
   m.bubble = 0.25;
+  m.bubble_cpu = 0.21;
   m.bubble_formula = 0.2;
   EXPECT_MENTIONS(train::format_step_line(m, 200, true),
-                  "comm wait 3.1% | bubble 25.0% (formula 20.0%) | mem MiB");
+                  "comm wait 3.1% | bubble 25.0% (cpu clock 21.0%, formula 20.0%) | mem MiB");
   const auto j = nlohmann::json::parse(train::metrics_json(m));
   EXPECT_DOUBLE_EQ(j.at("bubble").get<double>(), 0.25);
+  EXPECT_DOUBLE_EQ(j.at("bubble_cpu").get<double>(), 0.21);
   EXPECT_DOUBLE_EQ(j.at("bubble_formula").get<double>(), 0.2);
 }
 

@@ -32,6 +32,7 @@ struct Window {
   double last_loss = 0;  // this rank's share of the last step's loss
   double last_grad_norm = 0;
   double bubble = 0;  // summed over the steps
+  double bubble_cpu = 0;
   double bubble_formula = 0;
 
   void add(const tessera_step_result& r, double step_seconds) {
@@ -42,6 +43,7 @@ struct Window {
     last_loss = r.loss;
     last_grad_norm = r.grad_norm;
     bubble += r.bubble;
+    bubble_cpu += r.bubble_cpu;
     bubble_formula = r.bubble_formula;
   }
   [[nodiscard]] double mean_seconds() const {
@@ -80,7 +82,8 @@ std::vector<MemoryStats> gather_memory(Communicator& comm) {
 StepMetrics reduce_window(Communicator& comm, const Window& window, int64_t step, float lr,
                           const RunPlan& plan) {
   const double per_step = window.steps == 0 ? 0.0 : 1.0 / static_cast<double>(window.steps);
-  std::array<double, 2> sums{window.last_loss, window.bubble * per_step};
+  std::array<double, 3> sums{window.last_loss, window.bubble * per_step,
+                             window.bubble_cpu * per_step};
   std::array<double, 5> maxes{window.mean_seconds(), window.wait_share(), window.bytes * per_step,
                               window.last_grad_norm, window.bubble_formula};
   comm.allreduce(std::span<double>(sums), TESSERA_SUM);
@@ -94,6 +97,7 @@ StepMetrics reduce_window(Communicator& comm, const Window& window, int64_t step
   m.comm_bytes = static_cast<int64_t>(maxes[2]);
   m.grad_norm = maxes[3];
   m.bubble = sums[1] / static_cast<double>(comm.size());
+  m.bubble_cpu = sums[2] / static_cast<double>(comm.size());
   m.bubble_formula = maxes[4];
   if (m.step_seconds > 0) {
     m.samples_per_second = static_cast<double>(plan.global_batch) / m.step_seconds;

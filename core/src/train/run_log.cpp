@@ -80,8 +80,8 @@ std::string format_step_line(const StepMetrics& m, int64_t total_steps, bool seq
   line += fmt::format(" | step {:.1f} ms | comm wait {:.1f}%", m.step_seconds * 1e3,
                       m.comm_wait_share * 100.0);
   if (m.bubble > 0 || m.bubble_formula > 0) {
-    line += fmt::format(" | bubble {:.1f}% (formula {:.1f}%)", m.bubble * 100.0,
-                        m.bubble_formula * 100.0);
+    line += fmt::format(" | bubble {:.1f}% (cpu clock {:.1f}%, formula {:.1f}%)", m.bubble * 100.0,
+                        m.bubble_cpu * 100.0, m.bubble_formula * 100.0);
   }
   return line + memory_text(m.memory);
 }
@@ -99,6 +99,7 @@ std::string metrics_json(const StepMetrics& m) {
   j["comm_bytes"] = m.comm_bytes;
   if (m.bubble > 0 || m.bubble_formula > 0) {
     j["bubble"] = m.bubble;
+    j["bubble_cpu"] = m.bubble_cpu;
     j["bubble_formula"] = m.bubble_formula;
   }
   nlohmann::json memory = nlohmann::json::array();

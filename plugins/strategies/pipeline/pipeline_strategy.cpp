@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <span>
 #include <string>
 #include <utility>
@@ -16,14 +17,16 @@ namespace tessera::strategies {
 
 namespace {
 
-// Message kinds between neighbouring chunks; the tag is the kind plus 3 x
+// Message kinds between neighbouring chunks; the tag is the kind plus 4 x
 // the boundary (the index of the receiving chunk of the activations), and
 // each tag carries its messages in micro-batch order.
-constexpr int32_t kTagShape = 0;  // [rows, cols] of the activations
+constexpr int32_t kTagShape = 0;  // [rows, cols, sender's schedule clock] of the activations
 constexpr int32_t kTagActivations = 1;
 constexpr int32_t kTagGradients = 2;
+constexpr int32_t kTagGradientClock = 3;  // the sender's schedule clock with the gradients
+constexpr int32_t kTagKinds = 4;
 
-int32_t tag(int32_t kind, int32_t boundary) { return kind + 3 * boundary; }
+int32_t tag(int32_t kind, int32_t boundary) { return kind + kTagKinds * boundary; }
 
 StagePlan make_plan(const PipelineOptions& options, const sdk::ModelView& model) {
   if (options.virtual_stages > 1 && options.chunks() > model.num_units()) {
@@ -84,8 +87,8 @@ std::vector<PipeWork> zero_bubble_order(int32_t p, int32_t m, int32_t stage) {
       const int32_t f = fwd[k];
       const bool b_ready =
           b < f && (s == p - 1 ? ready(f_done[at(s, b)], t) : ready(b_done[at(s + 1, b)], t));
-      const bool f_ready = f < m && (s == 0 || ready(f_done[at(s - 1, f)], t)) &&
-                           f - b < p - s && f - wgt[k] < p;
+      const bool f_ready =
+          f < m && (s == 0 || ready(f_done[at(s - 1, f)], t)) && f - b < p - s && f - wgt[k] < p;
       if (f_ready) {
         f_done[at(s, f)] = t + 1;
         ++fwd[k];
@@ -151,6 +154,20 @@ int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+// CPU time of the calling thread: what a unit's compute costs whatever
+// else shares the processor.
+int64_t thread_cpu_ns() {
+  timespec t{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0) return now_ns();
+  return static_cast<int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
+
+// 1 - busy / span in [0, 1]; 0 without a span.
+double idle_share(int64_t busy, double span) {
+  if (span <= 0.0) return 0.0;
+  return std::clamp(1.0 - static_cast<double>(busy) / span, 0.0, 1.0);
 }
 
 }  // namespace
@@ -223,6 +240,21 @@ PipelineStrategy::PipelineStrategy(const sdk::Host& host, const sdk::Options& op
     const bool mine = std::find(stages.begin(), stages.end(), stage_) != stages.end();
     auto comm = pipe_->split(mine ? 0 : -1, stage_);
     if (mine) tied_.push_back(TiedGroup{i, std::move(comm)});
+  }
+
+  // A unit's gradients are complete once every unit of this stage that
+  // uses its parameters has run its last gradient pass of the step.
+  const auto units = static_cast<size_t>(env.model().num_units());
+  users_left_init_.assign(units, 0);
+  completes_.assign(units, {});
+  for (const sdk::FlatEntry& e : flat_.entries()) {
+    if (!owns_unit(e.unit)) continue;
+    for (const int32_t u : e.users) {
+      std::vector<int32_t>& done = completes_[static_cast<size_t>(u)];
+      if (!owns_unit(u) || std::find(done.begin(), done.end(), e.unit) != done.end()) continue;
+      done.push_back(e.unit);
+      ++users_left_init_[static_cast<size_t>(e.unit)];
+    }
   }
 
   if (options_.schedule == PipelineSchedule::kZeroBubble) {
@@ -400,11 +432,16 @@ sdk::StepResult PipelineStrategy::step(const sdk::StepArgs& args) {
     tied_before.comm_wait_ns += t.comm->stats().wait_ns;
     tied_before.comm_bytes += t.comm->stats().bytes_sent;
   }
+  std::array<double, 2> spans{};
   sdk::StepResult result = sdk::run_step(
       args, {&env_.world(), pipe_.get(), dp_.get()},
       {.zero_grads = [&] { grads_.zero(); },
        .forward_backward = [&] { return run_schedule(args); },
-       .finish = [&] { reduce_grads(); },
+       .finish =
+           [&] {
+             reduce_grads();
+             spans = longest_spans();
+           },
        .abandon = [&] { drop_pending(); },
        .sum_squares = [&] { return sum_squares(); },
        .update =
@@ -418,24 +455,57 @@ sdk::StepResult PipelineStrategy::step(const sdk::StepArgs& args) {
   }
   result.comm_wait_ns -= tied_before.comm_wait_ns;
   result.comm_bytes -= tied_before.comm_bytes;
-  const int64_t scheduled = busy_ns_ + idle_ns_;
-  result.bubble =
-      scheduled > 0 ? static_cast<double>(idle_ns_) / static_cast<double>(scheduled) : 0.0;
+  result.bubble = idle_share(busy_ns_, spans[0]);
+  result.bubble_cpu = idle_share(cpu_ns_, spans[1]);
   result.bubble_formula = options_.bubble_formula(micro);
   return result;
 }
 
 template <class Work>
-void PipelineStrategy::timed(int64_t& into, Work&& work) {
-  const int64_t start = now_ns();
+void PipelineStrategy::compute(Work&& work) {
+  const int64_t wall = now_ns();
+  const int64_t cpu = thread_cpu_ns();
   std::forward<Work>(work)();
-  into += now_ns() - start;
+  const int64_t used = thread_cpu_ns() - cpu;
+  busy_ns_ += now_ns() - wall;
+  cpu_ns_ += used;
+  clock_ns_ += used;
+}
+
+void PipelineStrategy::arrive(int64_t sender_clock) noexcept {
+  clock_ns_ = std::max(clock_ns_, sender_clock);
+}
+
+std::array<double, 2> PipelineStrategy::longest_spans() {
+  std::array<double, 2> spans{static_cast<double>(span_ns_), static_cast<double>(clock_ns_)};
+  if (pipe_->size() > 1) pipe_->allreduce(std::span<double>(spans), TESSERA_MAX);
+  return spans;
+}
+
+void PipelineStrategy::unit_done(int32_t unit) {
+  if (dp_->size() <= 1) return;
+  for (const int32_t u : completes_[static_cast<size_t>(unit)]) {
+    if (--users_left_[static_cast<size_t>(u)] != 0) continue;
+    const sdk::FlatRange range = flat_.unit_range(u);
+    if (range.empty()) continue;
+    const auto chunk = std::find_if(chunks_.begin(), chunks_.end(), [&](const Chunk& c) {
+      return u >= c.first_unit && u < c.end_unit;
+    });
+    TESSERA_CHECK(chunk != chunks_.end(), TESSERA_ERR_INTERNAL, "pipeline: unit ", u,
+                  " is not on stage ", stage_);
+    dp_sums_.push_back(dp_->start_allreduce(
+        part(grads_, chunk->at + (range.begin - chunk->own.begin), range.size())));
+  }
 }
 
 double PipelineStrategy::run_schedule(const sdk::StepArgs& args) {
   const auto m = static_cast<int32_t>(args.micro_batches.size());
+  const int64_t start = now_ns();
   busy_ns_ = 0;
-  idle_ns_ = 0;
+  cpu_ns_ = 0;
+  clock_ns_ = 0;
+  users_left_ = users_left_init_;
+  dp_sums_.clear();
   for (Chunk& chunk : chunks_) {
     // Slots are taken by forwards and released after the backward (zb1:
     // its weight half), so a chunk holds as many as it has micro-batches
@@ -448,11 +518,11 @@ double PipelineStrategy::run_schedule(const sdk::StepArgs& args) {
     // The shapes of every micro-batch's input activations, received ahead.
     chunk.shape_recvs.clear();
     if (chunk.index == 0) continue;
-    chunk.shapes.assign(2 * static_cast<size_t>(m), 0);
+    chunk.shapes.assign(3 * static_cast<size_t>(m), 0);
     const int32_t from = (stage_ + stages_ - 1) % stages_;
     for (int32_t i = 0; i < m; ++i) {
       chunk.shape_recvs.push_back(
-          pipe_->start_recv(std::span<int64_t>(chunk.shapes).subspan(2 * static_cast<size_t>(i), 2),
+          pipe_->start_recv(std::span<int64_t>(chunk.shapes).subspan(3 * static_cast<size_t>(i), 3),
                             from, tag(kTagShape, chunk.index)));
     }
   }
@@ -467,11 +537,10 @@ double PipelineStrategy::run_schedule(const sdk::StepArgs& args) {
       backward(chunk, w.micro);
     }
   }
-  timed(idle_ns_, [&] {
-    for (Chunk& chunk : chunks_) {
-      for (Slot& s : chunk.slots) wait_sends(s);
-    }
-  });
+  for (Chunk& chunk : chunks_) {
+    for (Slot& s : chunk.slots) wait_sends(s);
+  }
+  span_ns_ = now_ns() - start;
   return loss;
 }
 
@@ -479,22 +548,22 @@ void PipelineStrategy::forward(const sdk::StepArgs& args, Chunk& chunk, int32_t 
                                double& loss) {
   Slot& slot = take_slot(chunk, micro);
   tessera_matrix x{};
-  timed(idle_ns_, [&] {
-    wait_sends(slot);  // the contexts' last outputs have left
-    if (chunk.index > 0) {
-      chunk.shape_recvs[static_cast<size_t>(micro)].wait(host_);
-      const int64_t rows = chunk.shapes[2 * static_cast<size_t>(micro)];
-      const int64_t cols = chunk.shapes[2 * static_cast<size_t>(micro) + 1];
-      slot.input.resize(static_cast<size_t>(rows * cols));
-      pipe_->recv(std::span<float>(slot.input), (stage_ + stages_ - 1) % stages_,
-                  tag(kTagActivations, chunk.index));
-      slot.input_shape = {rows, cols};
-      x = tessera_matrix{slot.input.data(), rows, cols};
-    }
-  });
+  wait_sends(slot);  // the contexts' last outputs have left
+  if (chunk.index > 0) {
+    chunk.shape_recvs[static_cast<size_t>(micro)].wait(host_);
+    const int64_t* shape = chunk.shapes.data() + 3 * static_cast<size_t>(micro);
+    const int64_t rows = shape[0];
+    const int64_t cols = shape[1];
+    slot.input.resize(static_cast<size_t>(rows * cols));
+    pipe_->recv(std::span<float>(slot.input), (stage_ + stages_ - 1) % stages_,
+                tag(kTagActivations, chunk.index));
+    arrive(shape[2]);
+    slot.input_shape = {rows, cols};
+    x = tessera_matrix{slot.input.data(), rows, cols};
+  }
   const tessera_batch* batch = args.micro_batches[static_cast<size_t>(micro)];
   const float scale = args.loss_scales[static_cast<size_t>(micro)];
-  timed(busy_ns_, [&] {
+  compute([&] {
     for (int32_t u = chunk.first_unit; u < chunk.end_unit; ++u) {
       const auto k = static_cast<size_t>(u - chunk.first_unit);
       x = env_.model().forward(u, slot.contexts[k], param_ptrs_.unit_const(u), batch, x, scale);
@@ -510,7 +579,7 @@ void PipelineStrategy::forward(const sdk::StepArgs& args, Chunk& chunk, int32_t 
   }
   const int32_t next = (stage_ + 1) % stages_;
   const int32_t boundary = chunk.index + 1;
-  slot.out_shape = {x.rows, x.cols};
+  slot.out_shape = {x.rows, x.cols, clock_ns_};
   const auto n = static_cast<size_t>(x.rows * x.cols);
   slot.sends.push_back(
       pipe_->start_send(std::span<const int64_t>(slot.out_shape), next, tag(kTagShape, boundary)));
@@ -520,34 +589,41 @@ void PipelineStrategy::forward(const sdk::StepArgs& args, Chunk& chunk, int32_t 
   slot.grad.resize(n);
   slot.grad_recv =
       pipe_->start_recv(std::span<float>(slot.grad), next, tag(kTagGradients, boundary));
+  slot.grad_clock_recv = pipe_->start_recv(std::span<int64_t>(&slot.grad_clock, 1), next,
+                                           tag(kTagGradientClock, boundary));
 }
 
 void PipelineStrategy::backward(Chunk& chunk, int32_t micro) {
   Slot& slot = slot_of(chunk, micro);
   tessera_matrix grad{};
-  timed(idle_ns_, [&] {
-    wait_sends(slot);  // the forward's output has left before the context changes
-    if (chunk.index < plan_.stages() - 1) {
-      slot.grad_recv.wait(host_);
-      grad = tessera_matrix{slot.grad.data(), slot.out_shape[0], slot.out_shape[1]};
-    }
-  });
+  wait_sends(slot);  // the forward's output has left before the context changes
+  if (chunk.index < plan_.stages() - 1) {
+    slot.grad_recv.wait(host_);
+    slot.grad_clock_recv.wait(host_);
+    arrive(slot.grad_clock);
+    grad = tessera_matrix{slot.grad.data(), slot.out_shape[0], slot.out_shape[1]};
+  }
   const bool split = options_.schedule == PipelineSchedule::kZeroBubble;
-  timed(busy_ns_, [&] {
-    for (int32_t u = chunk.end_unit - 1; u >= chunk.first_unit; --u) {
-      const auto k = static_cast<size_t>(u - chunk.first_unit);
+  const bool last = micro + 1 == static_cast<int32_t>(chunk.slot_of.size());
+  for (int32_t u = chunk.end_unit - 1; u >= chunk.first_unit; --u) {
+    const auto k = static_cast<size_t>(u - chunk.first_unit);
+    compute([&] {
       grad = split
                  ? env_.model().backward_input(u, slot.contexts[k], param_ptrs_.unit_const(u), grad)
                  : env_.model().backward(u, slot.contexts[k], param_ptrs_.unit_const(u),
                                          grad_ptrs_.unit(u), grad);
       account(slot, k);
-    }
-  });
+    });
+    if (!split && last) unit_done(u);
+  }
   if (chunk.index > 0) {
     const auto n = static_cast<size_t>(grad.rows * grad.cols);
-    slot.sends.push_back(pipe_->start_send(std::span<const float>(grad.data, n),
-                                           (stage_ + stages_ - 1) % stages_,
+    const int32_t previous = (stage_ + stages_ - 1) % stages_;
+    slot.sent_clock = clock_ns_;
+    slot.sends.push_back(pipe_->start_send(std::span<const float>(grad.data, n), previous,
                                            tag(kTagGradients, chunk.index)));
+    slot.sends.push_back(pipe_->start_send(std::span<const int64_t>(&slot.sent_clock, 1), previous,
+                                           tag(kTagGradientClock, chunk.index)));
   }
   if (!split) release_slot(chunk, micro);  // zb1: after the weight half
 }
@@ -555,15 +631,17 @@ void PipelineStrategy::backward(Chunk& chunk, int32_t micro) {
 void PipelineStrategy::backward_weight(Chunk& chunk, int32_t micro) {
   Slot& slot = slot_of(chunk, micro);
   // The input gradient sent from the contexts has left before they change.
-  timed(idle_ns_, [&] { wait_sends(slot); });
-  timed(busy_ns_, [&] {
-    for (int32_t u = chunk.end_unit - 1; u >= chunk.first_unit; --u) {
-      const auto k = static_cast<size_t>(u - chunk.first_unit);
+  wait_sends(slot);
+  const bool last = micro + 1 == static_cast<int32_t>(chunk.slot_of.size());
+  for (int32_t u = chunk.end_unit - 1; u >= chunk.first_unit; --u) {
+    const auto k = static_cast<size_t>(u - chunk.first_unit);
+    compute([&] {
       env_.model().backward_weight(u, slot.contexts[k], param_ptrs_.unit_const(u),
                                    grad_ptrs_.unit(u));
       account(slot, k);
-    }
-  });
+    });
+    if (last) unit_done(u);
+  }
   release_slot(chunk, micro);
 }
 
@@ -578,13 +656,26 @@ void PipelineStrategy::drop_pending() noexcept {
     for (Slot& s : chunk.slots) {
       s.sends.clear();
       s.grad_recv = sdk::PendingOp();
+      s.grad_clock_recv = sdk::PendingOp();
     }
     chunk.shape_recvs.clear();
   }
+  dp_sums_.clear();
 }
 
 void PipelineStrategy::reduce_grads() {
-  if (dp_->size() > 1) dp_->allreduce(grads_.span());
+  if (dp_->size() > 1) {
+    // Every own unit's sum started after its last gradient pass; the tied
+    // copies of other stages' parameters are summed here.
+    for (sdk::PendingOp& op : dp_sums_) op.wait(host_);
+    dp_sums_.clear();
+    for (size_t u = 0; u < users_left_.size(); ++u) {
+      TESSERA_CHECK(users_left_[u] == 0 || !owns_unit(static_cast<int32_t>(u)),
+                    TESSERA_ERR_INTERNAL, "pipeline: unit ", u,
+                    "'s gradients were not summed over the replicas");
+    }
+    if (total_ > own_total_) dp_->allreduce(part(grads_, own_total_, total_ - own_total_));
+  }
   for (TiedGroup& t : tied_) {
     const sdk::FlatEntry& e = flat_.entry(t.entry);
     t.comm->allreduce(part(grads_, offset_of(t.entry), e.numel));

@@ -8,11 +8,11 @@
 // micro-batches through its chunks on a GPipe, 1F1B, interleaved 1F1B or
 // zero-bubble H1 (split backward) schedule, and exchanges activations and
 // their gradients with the neighbouring stages by point-to-point sends and
-// receives. After the
-// pipeline drains, each stage's gradients are summed over its replicas,
-// tied gradients between the stages that share them, and the update clips
-// by the global norm over all stages. docs/strategies/pipeline.md
-// describes it for users.
+// receives. Each unit's gradients are summed over the stage's replicas as
+// soon as its last backward of the step is done (overlapping the rest of
+// the cool-down), tied gradients between the stages that share them once
+// the pipeline drains, and the update clips by the global norm over all
+// stages. docs/strategies/pipeline.md describes it for users.
 #pragma once
 
 #include <array>
@@ -67,8 +67,11 @@ class PipelineStrategy final : public sdk::Strategy {
     std::vector<float> input;                // activations received from the previous stage
     std::array<int64_t, 2> input_shape{};
     std::vector<float> grad;             // gradient received from the next stage
-    std::array<int64_t, 2> out_shape{};  // sent ahead of the activations
+    int64_t grad_clock = 0;              // the next stage's schedule clock when it sent it
+    std::array<int64_t, 3> out_shape{};  // rows, cols, clock: sent ahead of the activations
+    int64_t sent_clock = 0;              // sent with the input gradient
     sdk::PendingOp grad_recv;
+    sdk::PendingOp grad_clock_recv;
     std::vector<sdk::PendingOp> sends;
   };
   // One model chunk of this stage: its units, their micro-batch slots, and
@@ -84,7 +87,7 @@ class PipelineStrategy final : public sdk::Strategy {
     std::deque<Slot> slots;
     std::vector<int32_t> slot_of;     // per micro-batch of the step: its slot, or -1
     std::vector<int32_t> free_slots;  // slots no micro-batch holds
-    std::vector<int64_t> shapes;      // two per micro-batch
+    std::vector<int64_t> shapes;      // rows, cols, clock per micro-batch
     std::vector<sdk::PendingOp> shape_recvs;
   };
   // A parameter used by several stages and the group that sums its gradient.
@@ -102,9 +105,15 @@ class PipelineStrategy final : public sdk::Strategy {
   // zb1: the weight half of a backward.
   void backward_weight(Chunk& chunk, int32_t micro);
   void wait_sends(Slot& slot);
-  // Runs `work` and adds its wall time to `into` (busy_ns_ or idle_ns_).
+  // Runs the units' compute `work`: its wall time counts as busy, and its
+  // thread CPU time as busy on the schedule clock, which it advances.
   template <class Work>
-  void timed(int64_t& into, Work&& work);
+  void compute(Work&& work);
+  // Work that needed a message sent at `sender_clock` starts no earlier.
+  void arrive(int64_t sender_clock) noexcept;
+  // After the last gradient pass of `unit` in the step: starts the
+  // replicas' sum of every unit whose gradients are now complete.
+  void unit_done(int32_t unit);
   // Reports the change of context `unit` of `slot` to the host (ACTIVATIONS).
   void account(Slot& slot, size_t unit);
   void add_slot(Chunk& chunk);
@@ -116,6 +125,9 @@ class PipelineStrategy final : public sdk::Strategy {
   static void release_slot(Chunk& chunk, int32_t micro);
   void drop_pending() noexcept;
   void reduce_grads();
+  // After the schedule: the longest wall span and schedule clock over the
+  // pipeline's stages (collective over the pipeline).
+  std::array<double, 2> longest_spans();
   [[nodiscard]] double sum_squares();
   void log_plan(const sdk::ModelView& model) const;
 
@@ -141,10 +153,21 @@ class PipelineStrategy final : public sdk::Strategy {
   std::unique_ptr<sdk::CommView> pipe_;  // the stages of this replica, rank = stage
   std::unique_ptr<sdk::CommView> dp_;    // this stage in every replica
   std::vector<TiedGroup> tied_;
-  // The last schedule's compute time (units' forwards and backwards) and
-  // time waiting on the pipeline's receives and sends.
+  // Per unit of this stage, the units of this stage whose gradient passes
+  // must finish before its gradients are complete (its parameters' users),
+  // and per unit the units it completes; per step, how many are left.
+  std::vector<int32_t> users_left_init_;
+  std::vector<std::vector<int32_t>> completes_;
+  std::vector<int32_t> users_left_;
+  std::vector<sdk::PendingOp> dp_sums_;  // the replicas' sums in flight
+  // The last schedule: wall time of the units' compute, its thread CPU
+  // time, this stage's schedule clock (CPU time plus waits for messages
+  // sent later on their senders' clocks), and the wall time from its start
+  // to its last send.
   int64_t busy_ns_ = 0;
-  int64_t idle_ns_ = 0;
+  int64_t cpu_ns_ = 0;
+  int64_t clock_ns_ = 0;
+  int64_t span_ns_ = 0;
 };
 
 }  // namespace tessera::strategies

@@ -37,9 +37,10 @@ extern "C" {
  *   1.0-1.2  the first strategy table (descriptor ABI 1.1-1.2)
  *   2.0      model interface 2 in the environment; descriptor ABI 1.3
  *   2.1      tessera_step_result ends with bubble and bubble_formula
+ *   2.2      tessera_step_result ends with bubble_cpu
  * A host accepts strategy 2.x of any minor. */
 #define TESSERA_STRATEGY_API_MAJOR 2
-#define TESSERA_STRATEGY_API_MINOR 1
+#define TESSERA_STRATEGY_API_MINOR 2
 
 typedef struct tessera_strategy tessera_strategy;
 
@@ -234,13 +235,20 @@ typedef struct tessera_step_result {
   int64_t comm_bytes;   /* bytes this rank sent, by the algorithms' volume  */
   /* Strategy 2.1, pipelines only (both 0 otherwise, and from an older
    * plugin, whose result ends before them). bubble: this rank's measured
-   * idle share of its pipeline schedule, idle / (busy + idle) in [0, 1],
-   * where busy is the compute of its forward and backward units and idle
-   * the time it waited on the pipeline's sends and receives; the host
-   * logs the mean over the ranks. bubble_formula: the schedule's ideal
-   * bubble fraction (e.g. (p-1)/(m+p-1)); the host logs the largest. */
+   * idle share of the pipeline schedule by the wall clock, 1 - busy /
+   * span in [0, 1], where busy is the compute of its forward and backward
+   * units and span the longest time any stage of its pipeline took from
+   * the schedule's start to its end; the host logs the mean over the
+   * ranks. bubble_formula: the schedule's ideal bubble fraction (e.g.
+   * (p-1)/(m+p-1)); the host logs the largest. */
   double bubble;
   double bubble_formula;
+  /* Strategy 2.2, pipelines only: the same share on the schedule's own
+   * clock, as if every stage had a processor to itself: each unit's
+   * compute counts its thread's CPU time, and work that needs a
+   * neighbour's message starts no earlier than the neighbour's clock when
+   * it sent it (transfers take no time). The host logs the mean. */
+  double bubble_cpu;
 } tessera_step_result;
 
 typedef struct tessera_strategy_api {

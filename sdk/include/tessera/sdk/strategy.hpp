@@ -103,6 +103,7 @@ struct StepResult {
   int64_t comm_bytes = 0;
   double bubble = 0.0;          // pipelines: measured idle share, [0, 1]
   double bubble_formula = 0.0;  // pipelines: the schedule's ideal bubble
+  double bubble_cpu = 0.0;      // pipelines: idle share on the schedule's CPU clock
 };
 
 class Strategy {
@@ -194,6 +195,7 @@ struct StrategyAdapter {
       cr.comm_bytes = r.comm_bytes;
       cr.bubble = r.bubble;
       cr.bubble_formula = r.bubble_formula;
+      cr.bubble_cpu = r.bubble_cpu;
       const uint32_t size = result->struct_size;
       std::memcpy(result, &cr, std::min<size_t>(size, sizeof cr));
       result->struct_size = size;

@@ -22,7 +22,7 @@ namespace tessera::train {
 std::string format_step_line(const StepMetrics& metrics, int64_t total_steps, bool sequence);
 
 // One metrics object as compact JSON (no newline): every StepMetrics field
-// (bubble and bubble_formula only when a pipeline reported them),
+// (bubble, bubble_cpu and bubble_formula only when a pipeline reported them),
 // and "memory": [{"rank", "current": {category: bytes}, "peak": {...},
 // "total_current", "total_peak"}] per rank.
 std::string metrics_json(const StepMetrics& metrics);

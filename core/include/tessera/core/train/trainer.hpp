@@ -77,9 +77,11 @@ struct StepMetrics {
   double samples_per_second = 0;
   double tokens_per_second = 0;  // sequence models; 0 otherwise
   int64_t comm_bytes = 0;        // bytes sent per step, max over ranks
-  // Pipelines (both 0 otherwise): measured idle share of the schedule,
-  // mean over ranks and the log window's steps, and the schedule's formula.
+  // Pipelines (0 otherwise): measured idle share of the schedule by the
+  // wall clock and on the schedule's CPU clock (tessera_step_result), mean
+  // over ranks and the log window's steps, and the schedule's formula.
   double bubble = 0;
+  double bubble_cpu = 0;
   double bubble_formula = 0;
   std::vector<MemoryStats> memory;  // per rank, in rank order (current and peak)
 };
