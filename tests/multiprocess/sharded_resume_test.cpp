@@ -15,17 +15,15 @@
 // and the resumed run starts from a copy of its step-10 checkpoint.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <filesystem>
-#include <map>
 #include <optional>
 #include <set>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "checkpoint_tensors.hpp"
 #include "child_process.hpp"
 #include "engines.hpp"
 #include "tessera/core/safetensors.hpp"
@@ -40,8 +38,6 @@ constexpr int kResumedRanks = 3;
 constexpr int kSavedStep = 10;
 constexpr int kFinalStep = 20;
 constexpr auto kRunLimit = std::chrono::minutes(2);
-
-using Tensors = std::map<std::string, std::vector<float>>;
 
 // One `tessera train` run of the shared 20-step config (sharded checkpoints
 // every 10 steps): which strategy on how many ranks of which engine, into
@@ -116,42 +112,6 @@ Tensors tensors_of_index(const std::filesystem::path& index) {
     out.emplace(name, std::move(values));
   }
   return out;
-}
-
-// Every tensor of one safetensors file.
-Tensors tensors_of_file(const std::filesystem::path& file) {
-  const auto reader = SafetensorsReader::open(file);
-  Tensors out;
-  for (const auto& name : reader.names()) {
-    std::vector<float> values(shape_numel(reader.info(name).shape));
-    reader.read(name, std::span<float>(values));
-    out.emplace(name, std::move(values));
-  }
-  return out;
-}
-
-// Expects `actual` to hold the tensors of `expected`, each within kTolerance
-// (max |a - b| / max |b|), and parameters as well as optimizer state.
-void expect_close(const Tensors& actual, const Tensors& expected, const std::string& what) {
-  std::vector<std::string> actual_names;
-  std::vector<std::string> expected_names;
-  for (const auto& [name, v] : actual) actual_names.push_back(name);
-  for (const auto& [name, v] : expected) expected_names.push_back(name);
-  ASSERT_EQ(actual_names, expected_names) << what;
-  size_t params = 0;
-  size_t slots = 0;
-  for (const auto& [name, b] : expected) {
-    const std::vector<float>& a = actual.at(name);
-    ASSERT_EQ(a.size(), b.size()) << what << ": " << name;
-    const TensorDiff d = tensor_diff(a, b);
-    const double diff = d.max_abs_diff;
-    const double scale = d.max_abs_reference;
-    EXPECT_LE(diff, kTolerance * std::max(scale, 1e-30))
-        << what << ": " << name << ": max |diff| " << diff << ", max |value| " << scale;
-    ++(name.rfind("optim.", 0) == 0 ? slots : params);
-  }
-  EXPECT_GT(params, 0U) << what << ": no parameters";
-  EXPECT_GT(slots, 0U) << what << ": no optimizer state";
 }
 
 class ShardedResume : public ::testing::TestWithParam<Engine> {};
