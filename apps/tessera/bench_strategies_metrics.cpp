@@ -31,6 +31,9 @@ struct Line {
   int64_t step = 0;
   double step_seconds = 0;
   double comm_bytes = 0;
+  double bubble = 0;  // pipelines only; 0 when the line has none
+  double bubble_cpu = 0;
+  double bubble_formula = 0;
 };
 
 // Parses one line; its "memory" array goes to `memory`.
@@ -47,6 +50,9 @@ Line parse_line(const std::string& text, const std::string& what, int64_t number
     line.step = j.at("step").get<int64_t>();
     line.step_seconds = j.at("step_seconds").get<double>();
     line.comm_bytes = j.at("comm_bytes").get<double>();
+    line.bubble = j.value("bubble", 0.0);
+    line.bubble_cpu = j.value("bubble_cpu", 0.0);
+    line.bubble_formula = j.value("bubble_formula", 0.0);
     memory = j.at("memory");
   } catch (const json::exception& e) {
     fail(what, number, std::string("missing or ill-typed field: ") + e.what());
@@ -97,10 +103,15 @@ StrategyMeasure summarize_metrics(std::istream& in, const std::string& what) {
   for (size_t i = from; i < lines.size(); ++i) {
     seconds += lines[i].step_seconds;
     bytes += lines[i].comm_bytes;
+    m.bubble += lines[i].bubble;
+    m.bubble_cpu += lines[i].bubble_cpu;
+    m.bubble_formula = std::max(m.bubble_formula, lines[i].bubble_formula);
   }
   const auto n = static_cast<double>(lines.size() - from);
   m.step_seconds = seconds / n;
   m.sent_bytes = bytes / n;
+  m.bubble /= n;
+  m.bubble_cpu /= n;
   m.first_averaged = lines[from].step;
   m.last_averaged = lines.back().step;
   read_peaks(last_memory, what, last_number, m);

@@ -22,6 +22,11 @@ struct StrategyMeasure {
   int64_t last_averaged = 0;
   double step_seconds = 0;  // mean wall time per step (slowest rank)
   double sent_bytes = 0;    // mean bytes sent per step (largest rank)
+  // Pipelines (0 otherwise): mean measured bubble by the wall clock and on
+  // the schedule's CPU clock, and the schedule's formula, over the same steps.
+  double bubble = 0;
+  double bubble_cpu = 0;
+  double bubble_formula = 0;
   // Peak tracked bytes per rank of each category (max over ranks), and the
   // peak of a rank's sum over every category, "other" included (max over
   // ranks). Peaks are taken from the last line, which holds the run's peaks.

@@ -20,6 +20,7 @@ std::vector<Column> columns() {
                             "activ", "total", "rss(MiB)"}) {
     c.push_back({title, Align::kRight, 9});
   }
+  for (const char* title : {"bubble", "cpu", "formula"}) c.push_back({title, Align::kRight, 7});
   return c;
 }
 
@@ -44,7 +45,7 @@ StrategiesReporter::StrategiesReporter(StrategiesHeader header, std::ostream& ou
   }
   *csv_ << "strategy,status,backend,ranks,parameters,steps,step_ms,sent_bytes_per_step,"
            "sent_per_4psi,params_bytes,grads_bytes,optimizer_bytes,comm_bytes,"
-           "activations_bytes,total_bytes,peak_rss_bytes\n";
+           "activations_bytes,total_bytes,peak_rss_bytes,bubble,bubble_cpu,bubble_formula\n";
 }
 
 void StrategiesReporter::begin() {
@@ -62,6 +63,9 @@ void StrategiesReporter::begin() {
           "the papers' 2P)\n";
   out_ << "# params grads optim comm activ total: peak tracked MiB per rank, largest rank; "
           "total: peak of a rank's sum over all categories\n";
+  out_ << "# bubble cpu formula (pipelines): mean measured idle share of the schedule by the "
+          "wall clock and on the schedule's CPU clock (docs/strategies/pipeline.md), and the "
+          "schedule's formula\n";
   out_ << fmt::format(
       "# rss(MiB): peak resident memory of each strategy's process (wait4 ru_maxrss); ranks are "
       "threads, so it is the whole process, all {} ranks together (at least the {:.1f} MiB this "
@@ -79,7 +83,7 @@ std::vector<std::string> StrategiesReporter::cells(const StrategyRow& row) const
   std::vector<std::string> c{row.strategy};
   if (!row.ok) {
     c.emplace_back("failed");
-    c.resize(11, "-");
+    c.resize(14, "-");
     return c;
   }
   const StrategyMeasure& m = row.measure;
@@ -89,6 +93,9 @@ std::vector<std::string> StrategiesReporter::cells(const StrategyRow& row) const
   for (const int64_t bytes : m.peak) c.push_back(mib(static_cast<double>(bytes)));
   c.push_back(mib(static_cast<double>(m.total_peak)));
   c.push_back(fmt::format("{:.1f}", static_cast<double>(row.max_rss_kib) / 1024.0));
+  for (const double share : {m.bubble, m.bubble_cpu, m.bubble_formula}) {
+    c.push_back(m.bubble_formula > 0 ? fmt::format("{:.3f}", share) : std::string("-"));
+  }
   return c;
 }
 
@@ -100,13 +107,14 @@ void StrategiesReporter::row(const StrategyRow& row) {
                        h.world_size, h.parameters, h.steps);
   if (!row.ok) {
     *csv_ << ",,,,,,,,,," << (row.max_rss_kib > 0 ? std::to_string(row.max_rss_kib * 1024) : "")
-          << '\n';
+          << ",,,\n";
   } else {
     const StrategyMeasure& m = row.measure;
     *csv_ << fmt::format(",{:.4f},{:.0f},{:.6f}", m.step_seconds * 1e3, m.sent_bytes,
                          sent_per_4p(m, h.parameters));
     for (const int64_t bytes : m.peak) *csv_ << ',' << bytes;
-    *csv_ << ',' << m.total_peak << ',' << row.max_rss_kib * 1024 << '\n';
+    *csv_ << ',' << m.total_peak << ',' << row.max_rss_kib * 1024;
+    *csv_ << fmt::format(",{:.6f},{:.6f},{:.6f}\n", m.bubble, m.bubble_cpu, m.bubble_formula);
   }
   csv_->flush();
   if (!*csv_) {

@@ -57,6 +57,22 @@ TEST(BenchStrategiesMetrics, AveragesTheStepsAfterTheFirstAndTakesTheLastPeaks) 
   EXPECT_EQ(m.total_peak, 70);
 }
 
+// A pipeline's lines carry its bubble: averaged over the same steps.
+TEST(BenchStrategiesMetrics, AveragesAPipelinesBubble) {
+  const auto with_bubble = [](int step, double wall, double cpu) {
+    return "{\"bubble\":" + std::to_string(wall) + ",\"bubble_cpu\":" + std::to_string(cpu) +
+           ",\"bubble_formula\":0.25," + line(step, 0.1, 10, 1, 1, 5).substr(1);
+  };
+  std::istringstream in(with_bubble(1, 0.9, 0.9) + "\n" + with_bubble(2, 0.4, 0.3) + "\n" +
+                        with_bubble(3, 0.2, 0.25) + "\n");
+  const StrategyMeasure m = summarize_metrics(in, "test");
+  EXPECT_DOUBLE_EQ(m.bubble, 0.3);
+  EXPECT_DOUBLE_EQ(m.bubble_cpu, 0.275);
+  EXPECT_DOUBLE_EQ(m.bubble_formula, 0.25);
+  std::istringstream plain(line(1, 0.5, 64, 1, 2, 9) + "\n");
+  EXPECT_EQ(summarize_metrics(plain, "test").bubble_formula, 0.0);
+}
+
 TEST(BenchStrategiesMetrics, OneStepIsUsedAsItIs) {
   std::istringstream in(line(1, 0.5, 64, 1, 2, 9) + "\n");
   const StrategyMeasure m = summarize_metrics(in, "test");
@@ -142,7 +158,7 @@ TEST(BenchStrategiesReport, AFailedRowSaysSoAndHasNoNumbers) {
   std::ostringstream out;
   StrategiesReporter reporter(StrategiesHeader{}, out);
   const auto cells = reporter.cells(StrategyRow{"zero2", false, {}, 0});
-  ASSERT_EQ(cells.size(), 11U);
+  ASSERT_EQ(cells.size(), 14U);
   EXPECT_EQ(cells[0], "zero2");
   EXPECT_EQ(cells[1], "failed");
   EXPECT_TRUE(std::all_of(cells.begin() + 2, cells.end(), [](const auto& c) { return c == "-"; }));
@@ -186,15 +202,25 @@ TEST(BenchStrategiesRun, DdpAndZero3OnATinyMlp) {
   const fs::path csv = dir / "rows.csv";
   const ChildOutcome run =
       run_child({TESSERA_CLI_EXE, "bench", "strategies", TESSERA_CLI_MLP_CONFIG, "--strategies",
-                 "ddp,zero3", "--steps", "3", "--csv", csv.string()},
+                 "ddp,zero3,pipeline:schedule=gpipe", "--steps", "3", "--csv", csv.string()},
                 dir / "stdout.txt", dir / "stderr.txt");
   ASSERT_TRUE(run.ok()) << run.describe() << "\n" << file_tail(dir / "stderr.txt", 30);
 
   const auto rows = read_csv(csv);
-  ASSERT_EQ(rows.size(), 2U);
+  ASSERT_EQ(rows.size(), 3U);
+  // The pipeline row has its bubble next to gpipe's formula, 2 stages and
+  // one micro-batch: (p-1)/(m+p-1) = 1/2; the others have none.
+  const auto& pipeline = rows.at("pipeline:schedule=gpipe");
+  EXPECT_EQ(pipeline.at("status"), "ok");
+  EXPECT_DOUBLE_EQ(number(pipeline, "bubble_formula"), 0.5);
+  EXPECT_GT(number(pipeline, "bubble"), 0.0);
+  EXPECT_LE(number(pipeline, "bubble"), 1.0);
+  EXPECT_GT(number(pipeline, "bubble_cpu"), 0.0);
+  EXPECT_LE(number(pipeline, "bubble_cpu"), 1.0);
   const auto& ddp = rows.at("ddp");
   const auto& zero3 = rows.at("zero3");
   for (const auto* row : {&ddp, &zero3}) {
+    EXPECT_EQ(number(*row, "bubble_formula"), 0.0);
     EXPECT_EQ(row->at("status"), "ok");
     EXPECT_EQ(row->at("ranks"), "2");
     EXPECT_EQ(row->at("parameters"), "676");  // 16*32 + 32 + 32*4 + 4
