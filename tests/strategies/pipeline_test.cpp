@@ -1,19 +1,21 @@
-// The `pipeline` strategy: gpipe, 1f1b, interleaved and zb1 on 2, 3 and 4 stages (uneven
-// unit counts included) and with data-parallel replicas (dp x stages = 4)
-// against `none` on one rank, on mlp, gpt (its embedding and head tied
-// across the first and last stage) and llama: 20 AdamW steps with
-// clipping, the final parameters within 1e-5 relative difference and the
-// replicas of a stage bit-identical. A pipeline checkpoint continues under
-// zero3 at another world size and a zero3 checkpoint under pipeline, full
-// and sharded, to the uninterrupted run's parameters; a stage holds only
-// its units' parameters and 1f1b fewer activations than gpipe. Bad options are refused before
-// training with the option named.
+// The `pipeline` strategy: every schedule (gpipe, 1f1b, interleaved, zb1)
+// on 2, 3 and 4 stages (uneven unit counts included) and with
+// data-parallel replicas (dp x stages = 4) against `none` on one rank, on
+// mlp, gpt (its embedding and head tied across the first and last stage)
+// and llama: 20 AdamW steps with clipping, the final parameters within
+// 1e-5 relative difference and the replicas of a stage bit-identical.
+// Checkpoints move between pipeline and zero3 at other world sizes, full
+// and sharded, and continue the uninterrupted run; a stage holds only its
+// units' parameters, and 1f1b and zb1 hold p/m of gpipe's activations. The
+// metrics carry the measured bubbles next to the formula. Bad options are
+// refused before training with the option named.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "resume_support.hpp"
 #include "run_support.hpp"
@@ -39,14 +41,36 @@ std::string deep_table(const std::string& model) {
          "activation = \"gelu\"\n";
 }
 
-const train::RunResult& none_reference(const std::string& model, bool deep = false) {
+// 5 units, for uneven splits over 3 and 4 stages: mlp with 4 hidden
+// layers, gpt and llama with 3 blocks.
+std::string mid_table(const std::string& model) {
+  if (model == "gpt") {
+    return "name = \"gpt\"\nlayers = 3\nd_model = 32\nheads = 2\nseq_len = 16\nvocab = 64\n";
+  }
+  if (model == "llama") {
+    return "name = \"llama\"\nlayers = 3\nd_model = 16\nheads = 4\nkv_heads = 2\nseq_len = 8\n"
+           "vocab = 32\n";
+  }
+  return "name = \"mlp\"\ninput = 16\nhidden = [32, 24, 16, 16]\nclasses = 5\n"
+         "activation = \"gelu\"\n";
+}
+
+// The model tables by depth: 0 the run_support defaults (mlp 3 units, gpt
+// and llama 4), 1 mid_table (5), 2 deep_table (8).
+std::string table_of(const std::string& model, int depth) {
+  if (depth == 1) return mid_table(model);
+  if (depth == 2) return deep_table(model);
+  return "";
+}
+
+const train::RunResult& none_reference(const std::string& model, int depth = 0) {
   static std::map<std::string, train::RunResult> cache;
-  const std::string key = model + (deep ? "-deep" : "");
+  const std::string key = model + "-" + std::to_string(depth);
   auto it = cache.find(key);
   if (it == cache.end()) {
     RunSpec s;
     s.model = model;
-    if (deep) s.model_table = deep_table(model);
+    s.model_table = table_of(model, depth);
     s.strategy = "none";
     s.batch = kBatch;
     it = cache.emplace(key, run(s)).first;
@@ -55,10 +79,10 @@ const train::RunResult& none_reference(const std::string& model, bool deep = fal
 }
 
 RunSpec pipeline_spec(const std::string& model, int world, const std::string& options,
-                      int64_t micro_batches, bool deep = false) {
+                      int64_t micro_batches, int depth = 0) {
   RunSpec s;
   s.model = model;
-  if (deep) s.model_table = deep_table(model);
+  s.model_table = table_of(model, depth);
   s.strategy = "pipeline";
   s.world = world;
   s.batch = kBatch;
@@ -85,12 +109,12 @@ struct PipeCase {
   int world;
   int64_t micro;
   int virtual_stages = 0;  // interleaved
-  bool deep = false;       // the models of deep_table
+  int depth = 0;           // the model tables of table_of
 };
 
 void PrintTo(const PipeCase& c, std::ostream* os) {
   *os << c.model << "_" << c.schedule << "_stages" << c.stages << "_world" << c.world << "_v"
-      << c.virtual_stages << "_m" << c.micro;
+      << c.virtual_stages << "_m" << c.micro << "_depth" << c.depth;
 }
 
 class PipelineEquivalence : public ::testing::TestWithParam<PipeCase> {};
@@ -101,8 +125,8 @@ TEST_P(PipelineEquivalence, MatchesNoneOnOneRankAndReplicasAgree) {
       "stages = " + std::to_string(c.stages) + "\nschedule = \"" + c.schedule + "\"\n";
   if (c.virtual_stages != 0)
     options += "virtual_stages = " + std::to_string(c.virtual_stages) + "\n";
-  const train::RunResult result = run(pipeline_spec(c.model, c.world, options, c.micro, c.deep));
-  const train::RunResult& ref = none_reference(c.model, c.deep);
+  const train::RunResult result = run(pipeline_spec(c.model, c.world, options, c.micro, c.depth));
+  const train::RunResult& ref = none_reference(c.model, c.depth);
   ASSERT_EQ(result.last_step, 20);
   ASSERT_EQ(result.final_state.size(), static_cast<size_t>(c.world));
   for (int r = c.stages; r < c.world; ++r) {
@@ -119,55 +143,57 @@ TEST_P(PipelineEquivalence, MatchesNoneOnOneRankAndReplicasAgree) {
   EXPECT_NEAR(result.final_loss, ref.final_loss, 1e-4 * std::fabs(ref.final_loss));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Schedules, PipelineEquivalence,
-    ::testing::Values(PipeCase{"mlp", "gpipe", 2, 2, 2}, PipeCase{"mlp", "1f1b", 2, 4, 2},
-                      PipeCase{"mlp", "1f1b", 3, 3, 3}, PipeCase{"mlp", "gpipe", 3, 3, 2},
-                      PipeCase{"gpt", "gpipe", 2, 4, 2}, PipeCase{"gpt", "1f1b", 2, 2, 3},
-                      PipeCase{"gpt", "1f1b", 3, 3, 4}, PipeCase{"gpt", "gpipe", 4, 4, 2},
-                      PipeCase{"gpt", "1f1b", 4, 4, 4}, PipeCase{"llama", "1f1b", 2, 4, 2},
-                      PipeCase{"llama", "gpipe", 3, 3, 3}, PipeCase{"llama", "1f1b", 4, 4, 4}),
-    [](const ::testing::TestParamInfo<PipeCase>& param_info) {
-      return param_info.param.model + "_" + param_info.param.schedule + "_stages" +
-             std::to_string(param_info.param.stages) + "_world" +
-             std::to_string(param_info.param.world);
-    });
+// Every schedule at 2, 3 and 4 stages on every model: 2 stages x 2
+// replicas, 3 stages (uneven: 5 units, interleaved 8 units on 6 chunks),
+// 4 stages (mlp 5 units; interleaved 8 units on 8 chunks); gpipe with
+// fewer micro-batches than stages, interleaved with 2 per stage.
+std::vector<PipeCase> schedule_matrix() {
+  std::vector<PipeCase> cases;
+  for (const char* model : {"mlp", "gpt", "llama"}) {
+    const bool mlp = std::string(model) == "mlp";
+    for (const char* schedule : {"gpipe", "1f1b", "interleaved", "zb1"}) {
+      const bool interleaved = std::string(schedule) == "interleaved";
+      for (const int stages : {2, 3, 4}) {
+        PipeCase c{model, schedule, stages, stages == 3 ? 3 : 4, 0};
+        if (interleaved) {
+          c.virtual_stages = 2;
+          c.depth = stages == 2 && !mlp ? 0 : 2;
+          c.micro = 2 * stages;
+        } else {
+          c.depth = stages == 3 || (stages == 4 && mlp) ? 1 : 0;
+          const std::string s = schedule;
+          c.micro = s == "gpipe" ? stages - 1 : (s == "1f1b" ? stages + 1 : stages + 2);
+        }
+        cases.push_back(c);
+      }
+    }
+  }
+  return cases;
+}
 
-// Interleaved: v chunks per stage (chunk c on stage c % stages), the
-// micro-batches a multiple of the stages; m = stages runs all forwards
-// first (Megatron-LM's special case), more micro-batches the 1F1B steady
-// state. 4 stages x 2 chunks need the deeper models (8 units).
-INSTANTIATE_TEST_SUITE_P(Interleaved, PipelineEquivalence,
-                         ::testing::Values(PipeCase{"mlp", "interleaved", 2, 4, 2, 2, true},
-                                           PipeCase{"mlp", "interleaved", 4, 4, 4, 2, true},
-                                           PipeCase{"gpt", "interleaved", 2, 2, 4, 2, false},
-                                           PipeCase{"gpt", "interleaved", 2, 4, 2, 2, false},
-                                           PipeCase{"gpt", "interleaved", 4, 4, 4, 2, true},
-                                           PipeCase{"gpt", "interleaved", 2, 2, 6, 3, true},
-                                           PipeCase{"llama", "interleaved", 2, 4, 6, 2, false},
-                                           PipeCase{"llama", "interleaved", 4, 4, 12, 2, true}),
-                         [](const ::testing::TestParamInfo<PipeCase>& param_info) {
-                           return param_info.param.model + "_stages" +
-                                  std::to_string(param_info.param.stages) + "_world" +
-                                  std::to_string(param_info.param.world) + "_v" +
-                                  std::to_string(param_info.param.virtual_stages) + "_m" +
-                                  std::to_string(param_info.param.micro);
-                         });
+std::string case_name(const ::testing::TestParamInfo<PipeCase>& info) {
+  const PipeCase& c = info.param;
+  return c.model + "_" + c.schedule + "_stages" + std::to_string(c.stages) + "_world" +
+         std::to_string(c.world) + "_m" + std::to_string(c.micro) +
+         (c.virtual_stages > 0 ? "_v" + std::to_string(c.virtual_stages) : std::string()) +
+         "_units" +
+         std::to_string(c.depth == 0 ? (c.model == "mlp" ? 3 : 4) : (c.depth == 1 ? 5 : 8));
+}
 
-// Zero-bubble H1: the backward split into its input and weight halves
-// (mlp's units split; gpt and llama's do not and are refused below), with
-// fewer, as many and more micro-batches than stages.
-INSTANTIATE_TEST_SUITE_P(ZeroBubble, PipelineEquivalence,
-                         ::testing::Values(PipeCase{"mlp", "zb1", 2, 2, 4},
+INSTANTIATE_TEST_SUITE_P(Matrix, PipelineEquivalence, ::testing::ValuesIn(schedule_matrix()),
+                         case_name);
+
+// Edges: 1f1b and zb1 with exactly as many micro-batches as stages, zb1
+// with fewer (one), interleaved with m = stages (Megatron-LM's all
+// forwards first) and with v = 3, and stages x replicas with one stage.
+INSTANTIATE_TEST_SUITE_P(Edges, PipelineEquivalence,
+                         ::testing::Values(PipeCase{"gpt", "1f1b", 4, 4, 4},
+                                           PipeCase{"mlp", "zb1", 3, 3, 3, 0, 1},
                                            PipeCase{"mlp", "zb1", 2, 4, 1},
-                                           PipeCase{"mlp", "zb1", 3, 3, 3},
-                                           PipeCase{"mlp", "zb1", 4, 4, 6, 0, true}),
-                         [](const ::testing::TestParamInfo<PipeCase>& param_info) {
-                           return param_info.param.model + "_stages" +
-                                  std::to_string(param_info.param.stages) + "_world" +
-                                  std::to_string(param_info.param.world) + "_m" +
-                                  std::to_string(param_info.param.micro);
-                         });
+                                           PipeCase{"gpt", "interleaved", 2, 2, 2, 2},
+                                           PipeCase{"gpt", "interleaved", 2, 2, 6, 3, 2},
+                                           PipeCase{"llama", "1f1b", 1, 4, 2}),
+                         case_name);
 
 // Stage boundaries given explicitly (gpt: embed | block0 block1 | head)
 // train the same model.
