@@ -1,7 +1,10 @@
 // Units refuse bad calls with errors that name the unit and the problem.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "../support/models.hpp"
 #include "gpt.hpp"
@@ -89,6 +92,51 @@ TEST(UnitErrors, BlockNeedsMatchingRows) {
               unit.forward(*ctx, params, {&view, {x.data(), 5, 4}, 1.0f});
             }).find("expected 6x4"),
             std::string::npos);
+}
+
+// A unit with only the whole backward, as an out-of-tree model may have.
+class WholeBackwardOnly final : public ConventionUnit {
+ public:
+  WholeBackwardOnly() : ConventionUnit("plain", false, false) {}
+  [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override { return nullptr; }
+  ConstView forward(UnitContext& /*ctx*/, std::span<const float* const> /*params*/,
+                    const UnitInput& input) const override {
+    return input.x;
+  }
+  ConstView backward(UnitContext& /*ctx*/, std::span<const float* const> /*params*/,
+                     std::span<float* const> /*grads*/, ConstView grad_output) const override {
+    return grad_output;
+  }
+};
+
+struct NoState final : UnitContext {
+  [[nodiscard]] std::size_t bytes() const noexcept override { return 0; }
+};
+
+TEST(UnitErrors, HalvesOfBackwardAreUnsupportedWithoutTheSplit) {
+  // The SDK's default halves refuse, naming the unit; every in-tree unit
+  // overrides them.
+  const WholeBackwardOnly unit;
+  EXPECT_EQ(unit.flags() & TESSERA_UNIT_SPLIT_BACKWARD, 0u);
+  NoState ctx;
+  const std::vector<const float*> params;
+  const std::vector<float*> grads;
+  for (int half = 0; half < 2; ++half) {
+    try {
+      if (half == 0) {
+        (void)unit.backward_input(ctx, params, {});
+      } else {
+        unit.backward_weight(ctx, params, grads);
+      }
+      ADD_FAILURE() << "half " << half << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), TESSERA_ERR_UNSUPPORTED);
+      EXPECT_NE(std::string(e.what()).find("unit 'plain' does not split its backward pass into "
+                                           "input and weight halves"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(UnitErrors, BadTiesAreRefused) {

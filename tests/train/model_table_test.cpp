@@ -358,8 +358,8 @@ TEST(ModelTable, UnitErrorsComeBackAsStatusAndLastError) {
   msg = plugin_error();
   EXPECT_NE(msg.find("unit call is NULL"), std::string::npos) << msg;
 
-  // A tensor-parallel group the unit cannot work in, and the split backward
-  // it does not offer, are refused naming the unit.
+  // A tensor-parallel group the unit cannot work in, and a weight half
+  // without its input half, are refused naming the unit.
   tessera_tp_group tp{};
   tp.struct_size = sizeof tp;
   tp.rank = 0;
@@ -371,10 +371,13 @@ TEST(ModelTable, UnitErrorsComeBackAsStatusAndLastError) {
   EXPECT_NE(msg.find("unit 'embed' does not support tensor parallelism (group of 2 ranks)"),
             std::string::npos)
       << msg;
-  call = call_of(params.unit_const(1).data(), nullptr, nullptr, 1.0F);
-  EXPECT_EQ(api->backward_input(cm, 1, block, &call, {}, &grad_in), TESSERA_ERR_UNSUPPORTED);
+  EXPECT_NE(api->unit_flags(cm, 1) & TESSERA_UNIT_SPLIT_BACKWARD, 0u);  // gpt blocks split
+  call = call_of(params.unit_const(1).data(), grads.unit(1).data(), nullptr, 1.0F);
+  EXPECT_EQ(api->backward_weight(cm, 1, block, &call), TESSERA_ERR_INVALID_ARGUMENT);
   msg = plugin_error();
-  EXPECT_NE(msg.find("unit 'block0' does not split its backward pass"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unit 'block0': backward_weight without backward_input on this context"),
+            std::string::npos)
+      << msg;
   api->context_destroy(embed);
   api->context_destroy(block);
   api->context_destroy(nullptr);

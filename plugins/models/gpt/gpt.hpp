@@ -36,7 +36,8 @@ GptConfig parse_gpt_config(const sdk::Options& options);
 // Token + position embedding: x[b,t] = wte[token[b,t]] + wpe[t]. Params
 // wte [vocab, d] (row: split by vocabulary), wpe [seq_len, d]. Reads the
 // batch's tokens; a batch may be shorter than seq_len. Backward returns no
-// input gradient.
+// input gradient. Split backward: the input half keeps the output gradient,
+// the weight half scatters it into the two tables.
 class GptEmbedding final : public ConventionUnit {
  public:
   GptEmbedding(std::string name, int64_t vocab, int64_t d_model, int64_t seq_len);
@@ -47,6 +48,11 @@ class GptEmbedding final : public ConventionUnit {
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
+  [[nodiscard]] uint32_t flags() const noexcept override { return TESSERA_UNIT_SPLIT_BACKWARD; }
+  ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
+                           ConstView grad_output) const override;
+  void backward_weight(UnitContext& ctx, std::span<const float* const> params,
+                       std::span<float* const> grads) const override;
 
  private:
   int64_t vocab_;
@@ -63,6 +69,11 @@ class GptEmbedding final : public ConventionUnit {
 // d-wide blocks q, k, v each split alike), attn_qkv_b [3d] (column);
 // attn_proj_w [d, d] (row), attn_proj_b [d]; ln2_g, ln2_b [d];
 // fc_w [d, r·d] (column), fc_b [r·d] (column); proj_w [r·d, d] (row), proj_b [d].
+// Split backward: the input half runs every input-gradient product (dx =
+// dy·wᵀ of the four linears, attention, LayerNorms, residuals), sums the
+// LayerNorm gain and bias gradients into the context and keeps each
+// linear's output gradient; the weight half adds xᵀ·dy and the bias sums of
+// the four linears and the stashed LayerNorm sums.
 class GptBlock final : public ConventionUnit {
  public:
   // `seq_len` sizes the cost estimate (attention grows with it); 1 when 0.
@@ -75,6 +86,11 @@ class GptBlock final : public ConventionUnit {
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
+  [[nodiscard]] uint32_t flags() const noexcept override { return TESSERA_UNIT_SPLIT_BACKWARD; }
+  ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
+                           ConstView grad_output) const override;
+  void backward_weight(UnitContext& ctx, std::span<const float* const> params,
+                       std::span<float* const> grads) const override;
 
  private:
   int64_t d_;
@@ -88,6 +104,9 @@ class GptBlock final : public ConventionUnit {
 // B·T positions. Params: lnf_g, lnf_b [d], then `w` — or, for a tied head,
 // `wte` tied to "<embedding>.wte": the caller passes the embedding's table
 // and its gradient buffer, and both units' gradients add up there.
+// Split backward: the input half computes the logits' gradient (kept), dx
+// and the LayerNorm sums; the weight half adds dlogitsᵀ·ln_f(x) into `w`
+// (the embedding's gradient when tied) and the LayerNorm sums.
 class GptHead final : public ConventionUnit {
  public:
   // `tied_to` empty: the head owns `w`; else the qualified embedding table.
@@ -100,6 +119,11 @@ class GptHead final : public ConventionUnit {
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
+  [[nodiscard]] uint32_t flags() const noexcept override { return TESSERA_UNIT_SPLIT_BACKWARD; }
+  ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
+                           ConstView grad_output) const override;
+  void backward_weight(UnitContext& ctx, std::span<const float* const> params,
+                       std::span<float* const> grads) const override;
 
  private:
   int64_t vocab_;

@@ -31,15 +31,21 @@ enum Param : std::size_t {
 struct BlockContext final : UnitContext {
   int64_t batch = -1;
   int64_t seq = 0;
+  bool input_grad_done = false;  // backward_input ran; backward_weight may follow
   // Saved by forward.
   std::vector<float> x, mean1, rstd1, h1, qkv, probs, attn, x2, mean2, rstd2, h2, u, act, y;
-  // Scratch of backward.
-  std::vector<float> dact, du, dh, da, dqkv, dscores, dx2, dx;
+  // Kept by backward_input for backward_weight: each linear's output
+  // gradient (proj: dy, fc: du, attention projection: dx2, qkv: dqkv) and
+  // the LayerNorm gain and bias gradients, summed over the rows.
+  std::vector<float> dy, du, dx2, dqkv, dln1_g, dln1_b, dln2_g, dln2_b;
+  // Scratch of backward_input.
+  std::vector<float> dact, dh, da, dscores, dx;
   [[nodiscard]] std::size_t bytes() const noexcept override {
     std::size_t total = 0;
     for (const auto* b :
-         {&x, &mean1, &rstd1, &h1,   &qkv, &probs, &attn, &x2,   &mean2,   &rstd2, &h2,
-          &u, &act,   &y,     &dact, &du,  &dh,    &da,   &dqkv, &dscores, &dx2,   &dx}) {
+         {&x,      &mean1,  &rstd1,  &h1,     &qkv,  &probs, &attn, &x2,      &mean2,
+          &rstd2,  &h2,     &u,      &act,    &y,    &dy,    &du,   &dx2,     &dqkv,
+          &dln1_g, &dln1_b, &dln2_g, &dln2_b, &dact, &dh,    &da,   &dscores, &dx}) {
       total += b->capacity() * sizeof(float);
     }
     return total;
@@ -114,6 +120,7 @@ ConstView GptBlock::forward(UnitContext& ctx_base, std::span<const float* const>
                 input.x.cols, ", expected ", n, "x", d);
   c.batch = bsz;
   c.seq = seq;
+  c.input_grad_done = false;
   c.x.assign(input.x.data, input.x.data + n * d);
   sized(c.mean1, n);
   sized(c.rstd1, n);
@@ -172,10 +179,9 @@ ConstView GptBlock::forward(UnitContext& ctx_base, std::span<const float* const>
   return {c.y.data(), n, d};
 }
 
-ConstView GptBlock::backward(UnitContext& ctx_base, std::span<const float* const> p,
-                             std::span<float* const> g, ConstView grad_output) const {
+ConstView GptBlock::backward_input(UnitContext& ctx_base, std::span<const float* const> p,
+                                   ConstView grad_output) const {
   kernels::check_count(name_, "parameter", p.size(), kParamCount);
-  kernels::check_count(name_, "gradient", g.size(), kParamCount);
   auto& c = dynamic_cast<BlockContext&>(ctx_base);
   TESSERA_CHECK(c.batch >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward without a forward on this context");
@@ -186,26 +192,26 @@ ConstView GptBlock::backward(UnitContext& ctx_base, std::span<const float* const
   TESSERA_CHECK(!grad_output.empty() && grad_output.rows == n && grad_output.cols == d,
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': output gradient is ",
                 grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", d);
-  const float* dy = grad_output.data;
+  // The output gradient belongs to the caller: the weight half reads a copy.
+  c.dy.assign(grad_output.data, grad_output.data + n * d);
 
   // MLP branch: y = x2 + proj(gelu(fc(ln2(x2)))).
   sized(c.dact, n * hidden_);
-  kernels::linear_backward(c.act.data(), p[kProjW], dy, n, hidden_, d, g[kProjW], g[kProjB],
-                           c.dact.data());
+  kernels::linear_backward_input(p[kProjW], c.dy.data(), n, hidden_, d, c.dact.data());
   sized(c.du, n * hidden_);
   kernels::activation_backward(kernels::Activation::gelu, c.u.data(), c.dact.data(), n * hidden_,
                                c.du.data());
   sized(c.dh, n * d);
-  kernels::linear_backward(c.h2.data(), p[kFcW], c.du.data(), n, d, hidden_, g[kFcW], g[kFcB],
-                           c.dh.data());
-  c.dx2.assign(dy, dy + n * d);
+  kernels::linear_backward_input(p[kFcW], c.du.data(), n, d, hidden_, c.dh.data());
+  c.dx2 = c.dy;
+  sized(c.dln2_g, d);
+  sized(c.dln2_b, d);
   kernels::layernorm_backward(c.x2.data(), p[kLn2G], c.mean2.data(), c.rstd2.data(), c.dh.data(), n,
-                              d, c.dx2.data(), g[kLn2G], g[kLn2B]);
+                              d, c.dx2.data(), c.dln2_g.data(), c.dln2_b.data());
 
   // Attention branch: x2 = x + proj(attn(qkv(ln1(x)))).
   sized(c.da, n * d);
-  kernels::linear_backward(c.attn.data(), p[kAttnProjW], c.dx2.data(), n, d, d, g[kAttnProjW],
-                           g[kAttnProjB], c.da.data());
+  kernels::linear_backward_input(p[kAttnProjW], c.dx2.data(), n, d, d, c.da.data());
   const int64_t dh = d / heads_;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   sized(c.dqkv, n * 3 * d);
@@ -239,12 +245,44 @@ ConstView GptBlock::backward(UnitContext& ctx_base, std::span<const float* const
       kernels::gemm(true, false, seq, dh, seq, scale, ds, seq, q, 3 * d, 0.0f, dk, 3 * d);
     }
   }
-  kernels::linear_backward(c.h1.data(), p[kQkvW], c.dqkv.data(), n, d, 3 * d, g[kQkvW], g[kQkvB],
-                           c.dh.data());
+  kernels::linear_backward_input(p[kQkvW], c.dqkv.data(), n, d, 3 * d, c.dh.data());
   c.dx = c.dx2;
+  sized(c.dln1_g, d);
+  sized(c.dln1_b, d);
   kernels::layernorm_backward(c.x.data(), p[kLn1G], c.mean1.data(), c.rstd1.data(), c.dh.data(), n,
-                              d, c.dx.data(), g[kLn1G], g[kLn1B]);
+                              d, c.dx.data(), c.dln1_g.data(), c.dln1_b.data());
+  c.input_grad_done = true;
   return {c.dx.data(), n, d};
+}
+
+void GptBlock::backward_weight(UnitContext& ctx_base, std::span<const float* const> p,
+                               std::span<float* const> g) const {
+  kernels::check_count(name_, "parameter", p.size(), kParamCount);
+  kernels::check_count(name_, "gradient", g.size(), kParamCount);
+  auto& c = dynamic_cast<BlockContext&>(ctx_base);
+  TESSERA_CHECK(c.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': backward_weight without backward_input on this context");
+  const int64_t n = c.batch * c.seq;
+  const int64_t d = d_;
+  kernels::linear_backward_weight(c.act.data(), c.dy.data(), n, hidden_, d, g[kProjW], g[kProjB]);
+  kernels::linear_backward_weight(c.h2.data(), c.du.data(), n, d, hidden_, g[kFcW], g[kFcB]);
+  kernels::add_into(g[kLn2G], c.dln2_g.data(), d);
+  kernels::add_into(g[kLn2B], c.dln2_b.data(), d);
+  kernels::linear_backward_weight(c.attn.data(), c.dx2.data(), n, d, d, g[kAttnProjW],
+                                  g[kAttnProjB]);
+  kernels::linear_backward_weight(c.h1.data(), c.dqkv.data(), n, d, 3 * d, g[kQkvW], g[kQkvB]);
+  kernels::add_into(g[kLn1G], c.dln1_g.data(), d);
+  kernels::add_into(g[kLn1B], c.dln1_b.data(), d);
+  c.input_grad_done = false;
+}
+
+ConstView GptBlock::backward(UnitContext& ctx_base, std::span<const float* const> p,
+                             std::span<float* const> g, ConstView grad_output) const {
+  // The two halves in order; the weight half does not touch dx.
+  kernels::check_count(name_, "gradient", g.size(), kParamCount);
+  const ConstView grad_input = backward_input(ctx_base, p, grad_output);
+  backward_weight(ctx_base, p, g);
+  return grad_input;
 }
 
 }  // namespace tessera::model

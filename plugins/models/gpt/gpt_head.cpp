@@ -10,13 +10,18 @@ namespace {
 
 struct GptHeadContext final : UnitContext {
   int64_t rows = -1;
+  bool input_grad_done = false;  // backward_input ran; backward_weight may follow
   float scale = 1.0f;
   float loss = 0.0f;
   std::vector<int32_t> targets;
-  std::vector<float> x, mean, rstd, h, probs, dlogits, dh, dx;
+  std::vector<float> x, mean, rstd, h, probs;
+  // Kept by backward_input for the weight half: the logits' gradient and
+  // the final LayerNorm's gain and bias gradients, summed over the rows.
+  std::vector<float> dlogits, dlnf_g, dlnf_b;
+  std::vector<float> dh, dx;
   [[nodiscard]] std::size_t bytes() const noexcept override {
     std::size_t total = targets.capacity() * sizeof(int32_t);
-    for (const auto* b : {&x, &mean, &rstd, &h, &probs, &dlogits, &dh, &dx}) {
+    for (const auto* b : {&x, &mean, &rstd, &h, &probs, &dlogits, &dlnf_g, &dlnf_b, &dh, &dx}) {
       total += b->capacity() * sizeof(float);
     }
     return total;
@@ -65,6 +70,7 @@ ConstView GptHead::forward(UnitContext& ctx_base, std::span<const float* const> 
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': needs a sequence batch with one target per input row (", n, " rows)");
   c.rows = n;
+  c.input_grad_done = false;
   c.scale = input.loss_scale;
   c.targets.assign(input.batch->targets.begin(), input.batch->targets.end());
   c.x.assign(input.x.data, input.x.data + n * d_);
@@ -82,10 +88,9 @@ ConstView GptHead::forward(UnitContext& ctx_base, std::span<const float* const> 
   return {&c.loss, 1, 1};
 }
 
-ConstView GptHead::backward(UnitContext& ctx_base, std::span<const float* const> params,
-                            std::span<float* const> grads, ConstView grad_output) const {
+ConstView GptHead::backward_input(UnitContext& ctx_base, std::span<const float* const> params,
+                                  ConstView grad_output) const {
   kernels::check_count(name_, "parameter", params.size(), specs_.size());
-  kernels::check_count(name_, "gradient", grads.size(), specs_.size());
   auto& c = dynamic_cast<GptHeadContext&>(ctx_base);
   TESSERA_CHECK(c.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward without a forward on this context");
@@ -94,16 +99,41 @@ ConstView GptHead::backward(UnitContext& ctx_base, std::span<const float* const>
   c.dlogits.resize(static_cast<std::size_t>(n * vocab_));
   kernels::softmax_xent_backward(c.probs.data(), c.targets.data(), n, vocab_, c.scale * g,
                                  c.dlogits.data());
-  // logits = h wᵀ: dw += dlogitsᵀ h ; dh = dlogits w.
-  kernels::gemm(true, false, vocab_, d_, n, 1.0f, c.dlogits.data(), vocab_, c.h.data(), d_, 1.0f,
-                grads[2], d_);
+  // logits = h wᵀ: dh = dlogits w (the weight half adds dlogitsᵀ h into dw).
   c.dh.resize(static_cast<std::size_t>(n * d_));
   kernels::gemm(false, false, n, d_, vocab_, 1.0f, c.dlogits.data(), vocab_, params[2], d_, 0.0f,
                 c.dh.data(), d_);
   c.dx.assign(static_cast<std::size_t>(n * d_), 0.0f);
+  c.dlnf_g.assign(static_cast<std::size_t>(d_), 0.0f);
+  c.dlnf_b.assign(static_cast<std::size_t>(d_), 0.0f);
   kernels::layernorm_backward(c.x.data(), params[0], c.mean.data(), c.rstd.data(), c.dh.data(), n,
-                              d_, c.dx.data(), grads[0], grads[1]);
+                              d_, c.dx.data(), c.dlnf_g.data(), c.dlnf_b.data());
+  c.input_grad_done = true;
   return {c.dx.data(), n, d_};
+}
+
+void GptHead::backward_weight(UnitContext& ctx_base, std::span<const float* const> params,
+                              std::span<float* const> grads) const {
+  kernels::check_count(name_, "parameter", params.size(), specs_.size());
+  kernels::check_count(name_, "gradient", grads.size(), specs_.size());
+  auto& c = dynamic_cast<GptHeadContext&>(ctx_base);
+  TESSERA_CHECK(c.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': backward_weight without backward_input on this context");
+  // dw += dlogitsᵀ h; when tied, grads[2] is the embedding table's gradient.
+  kernels::gemm(true, false, vocab_, d_, c.rows, 1.0f, c.dlogits.data(), vocab_, c.h.data(), d_,
+                1.0f, grads[2], d_);
+  kernels::add_into(grads[0], c.dlnf_g.data(), d_);
+  kernels::add_into(grads[1], c.dlnf_b.data(), d_);
+  c.input_grad_done = false;
+}
+
+ConstView GptHead::backward(UnitContext& ctx_base, std::span<const float* const> params,
+                            std::span<float* const> grads, ConstView grad_output) const {
+  // The two halves in order; the weight half does not touch dx.
+  kernels::check_count(name_, "gradient", grads.size(), specs_.size());
+  const ConstView grad_input = backward_input(ctx_base, params, grad_output);
+  backward_weight(ctx_base, params, grads);
+  return grad_input;
 }
 
 }  // namespace tessera::model

@@ -45,7 +45,8 @@ LlamaConfig parse_llama_config(const sdk::Options& options);
 
 // Token embedding: x[b,t] = wte[token[b,t]]. Param wte [vocab, d] (row:
 // split by vocabulary). Reads the batch's tokens; backward returns no input
-// gradient.
+// gradient. Split backward: the input half keeps the output gradient, the
+// weight half scatters it into the table.
 class LlamaEmbedding final : public ConventionUnit {
  public:
   LlamaEmbedding(std::string name, const LlamaConfig& config);
@@ -56,6 +57,11 @@ class LlamaEmbedding final : public ConventionUnit {
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
+  [[nodiscard]] uint32_t flags() const noexcept override { return TESSERA_UNIT_SPLIT_BACKWARD; }
+  ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
+                           ConstView grad_output) const override;
+  void backward_weight(UnitContext& ctx, std::span<const float* const> params,
+                       std::span<float* const> grads) const override;
 
  private:
   int64_t vocab_;
@@ -74,6 +80,11 @@ class LlamaEmbedding final : public ConventionUnit {
 // Params, in order: attn_norm_g [d]; wq [d, d], wk [d, kv·hd], wv [d, kv·hd]
 // (column: split by heads); wo [d, d] (row); mlp_norm_g [d]; w_gate [d, ffn],
 // w_up [d, ffn] (column); w_down [ffn, d] (row). hd = d / heads.
+// Split backward: the input half runs every input-gradient product (dx =
+// dy·wᵀ of the seven projections, attention and RoPE, RMSNorms,
+// residuals), sums the RMSNorm gain gradients into the context and keeps
+// each projection's output gradient; the weight half adds the seven xᵀ·dy
+// and the stashed gain sums.
 class LlamaBlock final : public ConventionUnit {
  public:
   LlamaBlock(std::string name, const LlamaConfig& config);
@@ -84,6 +95,11 @@ class LlamaBlock final : public ConventionUnit {
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
+  [[nodiscard]] uint32_t flags() const noexcept override { return TESSERA_UNIT_SPLIT_BACKWARD; }
+  ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
+                           ConstView grad_output) const override;
+  void backward_weight(UnitContext& ctx, std::span<const float* const> params,
+                       std::span<float* const> grads) const override;
 
  private:
   int64_t d_;
@@ -100,6 +116,9 @@ class LlamaBlock final : public ConventionUnit {
 // Final RMSNorm, logits = rmsnorm(x)·norm_g·w with w [d, vocab] (column:
 // split by vocabulary), loss = Σ cross-entropy(logits, targets) × loss_scale
 // over all B·T positions. Params: norm_g [d], w [d, vocab].
+// Split backward: the input half computes the logits' gradient (kept), dx
+// and the RMSNorm gain sum; the weight half adds rmsnorm(x)ᵀ·dlogits into
+// `w` and the gain sum.
 class LlamaHead final : public ConventionUnit {
  public:
   LlamaHead(std::string name, const LlamaConfig& config);
@@ -110,6 +129,11 @@ class LlamaHead final : public ConventionUnit {
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
+  [[nodiscard]] uint32_t flags() const noexcept override { return TESSERA_UNIT_SPLIT_BACKWARD; }
+  ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
+                           ConstView grad_output) const override;
+  void backward_weight(UnitContext& ctx, std::span<const float* const> params,
+                       std::span<float* const> grads) const override;
 
  private:
   int64_t vocab_;

@@ -30,15 +30,21 @@ enum LlamaBlockParam : std::size_t {
 struct LlamaBlockContext final : UnitContext {
   int64_t batch = -1;
   int64_t seq = 0;
+  bool input_grad_done = false;  // backward_input ran; backward_weight may follow
   // Saved by forward (q and k after the rotation).
   std::vector<float> x, rstd1, h1, q, k, v, probs, attn, x2, rstd2, h2, gate, up, act, y;
-  // Scratch of backward.
-  std::vector<float> dact, dgate, dup, dh, da, dq, dk, dv, dscores, dx2, dx;
+  // Kept by backward_input for backward_weight: each projection's output
+  // gradient (w_down: dy, w_gate: dgate, w_up: dup, wo: dx2, wq, wk, wv: dq,
+  // dk rotated back, dv) and the RMSNorm gain gradients, summed over the rows.
+  std::vector<float> dy, dgate, dup, dx2, dq, dk, dv, dnorm1_g, dnorm2_g;
+  // Scratch of backward_input.
+  std::vector<float> dact, dh, da, dscores, dx;
   [[nodiscard]] std::size_t bytes() const noexcept override {
     std::size_t total = 0;
     for (const auto* b :
-         {&x, &rstd1, &h1,    &q,   &k,  &v,  &probs, &attn, &x2, &rstd2,   &h2,  &gate, &up, &act,
-          &y, &dact,  &dgate, &dup, &dh, &da, &dq,    &dk,   &dv, &dscores, &dx2, &dx}) {
+         {&x,  &rstd1, &h1,       &q,        &k,    &v,  &probs, &attn,    &x2,  &rstd2,
+          &h2, &gate,  &up,       &act,      &y,    &dy, &dgate, &dup,     &dx2, &dq,
+          &dk, &dv,    &dnorm1_g, &dnorm2_g, &dact, &dh, &da,    &dscores, &dx}) {
       total += b->capacity() * sizeof(float);
     }
     return total;
@@ -125,6 +131,7 @@ ConstView LlamaBlock::forward(UnitContext& ctx_base, std::span<const float* cons
                 input.x.cols, ", expected ", n, "x", d);
   c.batch = bsz;
   c.seq = seq;
+  c.input_grad_done = false;
   c.x.assign(input.x.data, input.x.data + n * d);
   llama_sized(c.rstd1, n);
   llama_sized(c.h1, n * d);
@@ -187,10 +194,9 @@ ConstView LlamaBlock::forward(UnitContext& ctx_base, std::span<const float* cons
   return {c.y.data(), n, d};
 }
 
-ConstView LlamaBlock::backward(UnitContext& ctx_base, std::span<const float* const> p,
-                               std::span<float* const> g, ConstView grad_output) const {
+ConstView LlamaBlock::backward_input(UnitContext& ctx_base, std::span<const float* const> p,
+                                     ConstView grad_output) const {
   kernels::check_count(name_, "parameter", p.size(), kLlamaBlockParamCount);
-  kernels::check_count(name_, "gradient", g.size(), kLlamaBlockParamCount);
   auto& c = dynamic_cast<LlamaBlockContext&>(ctx_base);
   TESSERA_CHECK(c.batch >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward without a forward on this context");
@@ -204,32 +210,28 @@ ConstView LlamaBlock::backward(UnitContext& ctx_base, std::span<const float* con
   TESSERA_CHECK(!grad_output.empty() && grad_output.rows == n && grad_output.cols == d,
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': output gradient is ",
                 grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", d);
-  const float* dy = grad_output.data;
+  // The output gradient belongs to the caller: the weight half reads a copy.
+  c.dy.assign(grad_output.data, grad_output.data + n * d);
 
   // MLP branch: y = x2 + w_down(silu(w_gate(h2)) ⊙ w_up(h2)), h2 = rmsnorm(x2).
   llama_sized(c.dact, n * ffn_);
-  kernels::linear_backward(c.act.data(), p[kLlamaWDown], dy, n, ffn_, d, g[kLlamaWDown], nullptr,
-                           c.dact.data());
+  kernels::linear_backward_input(p[kLlamaWDown], c.dy.data(), n, ffn_, d, c.dact.data());
   llama_sized(c.dgate, n * ffn_);
   llama_sized(c.dup, n * ffn_);
   kernels::swiglu_backward(c.gate.data(), c.up.data(), c.dact.data(), n * ffn_, c.dgate.data(),
                            c.dup.data());
   llama_sized(c.dh, n * d);
-  kernels::linear_backward(c.h2.data(), p[kLlamaWGate], c.dgate.data(), n, d, ffn_, g[kLlamaWGate],
-                           nullptr, c.dh.data());
+  kernels::linear_backward_input(p[kLlamaWGate], c.dgate.data(), n, d, ffn_, c.dh.data());
   // The up projection reads the same h2: its input gradient adds to dh.
-  kernels::gemm(true, false, d, ffn_, n, 1.0f, c.h2.data(), d, c.dup.data(), ffn_, 1.0f,
-                g[kLlamaWUp], ffn_);
-  kernels::gemm(false, true, n, d, ffn_, 1.0f, c.dup.data(), ffn_, p[kLlamaWUp], ffn_, 1.0f,
-                c.dh.data(), d);
-  c.dx2.assign(dy, dy + n * d);
+  kernels::linear_backward_input(p[kLlamaWUp], c.dup.data(), n, d, ffn_, c.dh.data(), true);
+  c.dx2 = c.dy;
+  llama_sized(c.dnorm2_g, d);
   kernels::rmsnorm_backward(c.x2.data(), p[kLlamaMlpNormG], c.rstd2.data(), c.dh.data(), n, d,
-                            c.dx2.data(), g[kLlamaMlpNormG]);
+                            c.dx2.data(), c.dnorm2_g.data());
 
   // Attention branch: x2 = x + wo(attn(rope(wq h1), rope(wk h1), wv h1)), h1 = rmsnorm(x).
   llama_sized(c.da, n * d);
-  kernels::linear_backward(c.attn.data(), p[kLlamaWo], c.dx2.data(), n, d, d, g[kLlamaWo], nullptr,
-                           c.da.data());
+  kernels::linear_backward_input(p[kLlamaWo], c.dx2.data(), n, d, d, c.da.data());
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   llama_sized(c.dq, n * d);
   llama_sized(c.dk, n * kvd);  // the heads of a group add into their shared k and v
@@ -268,20 +270,46 @@ ConstView LlamaBlock::backward(UnitContext& ctx_base, std::span<const float* con
   // Back through the rotations (their transposes), then the projections.
   kernels::rope_apply(c.dq.data(), n, seq, heads_, hd, cos_.data(), sin_.data(), true);
   kernels::rope_apply(c.dk.data(), n, seq, kv_heads_, hd, cos_.data(), sin_.data(), true);
-  kernels::linear_backward(c.h1.data(), p[kLlamaWq], c.dq.data(), n, d, d, g[kLlamaWq], nullptr,
-                           c.dh.data());
-  kernels::gemm(true, false, d, kvd, n, 1.0f, c.h1.data(), d, c.dk.data(), kvd, 1.0f, g[kLlamaWk],
-                kvd);
-  kernels::gemm(false, true, n, d, kvd, 1.0f, c.dk.data(), kvd, p[kLlamaWk], kvd, 1.0f, c.dh.data(),
-                d);
-  kernels::gemm(true, false, d, kvd, n, 1.0f, c.h1.data(), d, c.dv.data(), kvd, 1.0f, g[kLlamaWv],
-                kvd);
-  kernels::gemm(false, true, n, d, kvd, 1.0f, c.dv.data(), kvd, p[kLlamaWv], kvd, 1.0f, c.dh.data(),
-                d);
+  kernels::linear_backward_input(p[kLlamaWq], c.dq.data(), n, d, d, c.dh.data());
+  kernels::linear_backward_input(p[kLlamaWk], c.dk.data(), n, d, kvd, c.dh.data(), true);
+  kernels::linear_backward_input(p[kLlamaWv], c.dv.data(), n, d, kvd, c.dh.data(), true);
   c.dx = c.dx2;
+  llama_sized(c.dnorm1_g, d);
   kernels::rmsnorm_backward(c.x.data(), p[kLlamaAttnNormG], c.rstd1.data(), c.dh.data(), n, d,
-                            c.dx.data(), g[kLlamaAttnNormG]);
+                            c.dx.data(), c.dnorm1_g.data());
+  c.input_grad_done = true;
   return {c.dx.data(), n, d};
+}
+
+void LlamaBlock::backward_weight(UnitContext& ctx_base, std::span<const float* const> p,
+                                 std::span<float* const> g) const {
+  kernels::check_count(name_, "parameter", p.size(), kLlamaBlockParamCount);
+  kernels::check_count(name_, "gradient", g.size(), kLlamaBlockParamCount);
+  auto& c = dynamic_cast<LlamaBlockContext&>(ctx_base);
+  TESSERA_CHECK(c.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': backward_weight without backward_input on this context");
+  const int64_t n = c.batch * c.seq;
+  const int64_t d = d_;
+  const int64_t kvd = kv_heads_ * head_dim_;
+  kernels::linear_backward_weight(c.act.data(), c.dy.data(), n, ffn_, d, g[kLlamaWDown], nullptr);
+  kernels::linear_backward_weight(c.h2.data(), c.dgate.data(), n, d, ffn_, g[kLlamaWGate], nullptr);
+  kernels::linear_backward_weight(c.h2.data(), c.dup.data(), n, d, ffn_, g[kLlamaWUp], nullptr);
+  kernels::add_into(g[kLlamaMlpNormG], c.dnorm2_g.data(), d);
+  kernels::linear_backward_weight(c.attn.data(), c.dx2.data(), n, d, d, g[kLlamaWo], nullptr);
+  kernels::linear_backward_weight(c.h1.data(), c.dq.data(), n, d, d, g[kLlamaWq], nullptr);
+  kernels::linear_backward_weight(c.h1.data(), c.dk.data(), n, d, kvd, g[kLlamaWk], nullptr);
+  kernels::linear_backward_weight(c.h1.data(), c.dv.data(), n, d, kvd, g[kLlamaWv], nullptr);
+  kernels::add_into(g[kLlamaAttnNormG], c.dnorm1_g.data(), d);
+  c.input_grad_done = false;
+}
+
+ConstView LlamaBlock::backward(UnitContext& ctx_base, std::span<const float* const> p,
+                               std::span<float* const> g, ConstView grad_output) const {
+  // The two halves in order; the weight half does not touch dx.
+  kernels::check_count(name_, "gradient", g.size(), kLlamaBlockParamCount);
+  const ConstView grad_input = backward_input(ctx_base, p, grad_output);
+  backward_weight(ctx_base, p, g);
+  return grad_input;
 }
 
 }  // namespace tessera::model

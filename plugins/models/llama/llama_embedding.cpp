@@ -11,10 +11,12 @@ namespace {
 
 struct LlamaEmbeddingContext final : UnitContext {
   int64_t rows = -1;
+  bool input_grad_done = false;  // backward_input ran; backward_weight may follow
   std::vector<int32_t> tokens;
   std::vector<float> y;
+  std::vector<float> dy;  // the output gradient, kept by backward_input for the weight half
   [[nodiscard]] std::size_t bytes() const noexcept override {
-    return tokens.capacity() * sizeof(int32_t) + y.capacity() * sizeof(float);
+    return tokens.capacity() * sizeof(int32_t) + (y.capacity() + dy.capacity()) * sizeof(float);
   }
 };
 
@@ -50,6 +52,7 @@ ConstView LlamaEmbedding::forward(UnitContext& ctx_base, std::span<const float* 
                   "': token ", tok, " at position ", r, " is outside [0, ", vocab_, ")");
   }
   ctx.rows = n;
+  ctx.input_grad_done = false;
   ctx.tokens.assign(batch->tokens.begin(), batch->tokens.end());
   ctx.y.resize(static_cast<std::size_t>(n * d_));
   for (int64_t r = 0; r < n; ++r) {
@@ -59,10 +62,12 @@ ConstView LlamaEmbedding::forward(UnitContext& ctx_base, std::span<const float* 
   return {ctx.y.data(), n, d_};
 }
 
-ConstView LlamaEmbedding::backward(UnitContext& ctx_base, std::span<const float* const> params,
-                                   std::span<float* const> grads, ConstView grad_output) const {
+ConstView LlamaEmbedding::backward_input(UnitContext& ctx_base,
+                                         std::span<const float* const> params,
+                                         ConstView grad_output) const {
+  // The first unit has no input gradient: the output gradient is kept for
+  // the weight half's scatter.
   kernels::check_count(name_, "parameter", params.size(), specs_.size());
-  kernels::check_count(name_, "gradient", grads.size(), specs_.size());
   auto& ctx = dynamic_cast<LlamaEmbeddingContext&>(ctx_base);
   TESSERA_CHECK(ctx.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward without a forward on this context");
@@ -70,13 +75,33 @@ ConstView LlamaEmbedding::backward(UnitContext& ctx_base, std::span<const float*
   TESSERA_CHECK(!grad_output.empty() && grad_output.rows == n && grad_output.cols == d_,
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': output gradient is ",
                 grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", d_);
+  ctx.dy.assign(grad_output.data, grad_output.data + n * d_);
+  ctx.input_grad_done = true;
+  return {};
+}
+
+void LlamaEmbedding::backward_weight(UnitContext& ctx_base, std::span<const float* const> params,
+                                     std::span<float* const> grads) const {
+  kernels::check_count(name_, "parameter", params.size(), specs_.size());
+  kernels::check_count(name_, "gradient", grads.size(), specs_.size());
+  auto& ctx = dynamic_cast<LlamaEmbeddingContext&>(ctx_base);
+  TESSERA_CHECK(ctx.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': backward_weight without backward_input on this context");
   float* dwte = grads[0];
-  for (int64_t r = 0; r < n; ++r) {
+  for (int64_t r = 0; r < ctx.rows; ++r) {
     const int64_t tok = ctx.tokens[static_cast<std::size_t>(r)];
-    const float* g = grad_output.data + r * d_;
+    const float* g = ctx.dy.data() + r * d_;
     float* dst = dwte + tok * d_;
     for (int64_t j = 0; j < d_; ++j) dst[j] += g[j];
   }
+  ctx.input_grad_done = false;
+}
+
+ConstView LlamaEmbedding::backward(UnitContext& ctx_base, std::span<const float* const> params,
+                                   std::span<float* const> grads, ConstView grad_output) const {
+  kernels::check_count(name_, "gradient", grads.size(), specs_.size());
+  (void)backward_input(ctx_base, params, grad_output);
+  backward_weight(ctx_base, params, grads);
   return {};
 }
 

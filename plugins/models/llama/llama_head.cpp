@@ -11,13 +11,18 @@ namespace {
 
 struct LlamaHeadContext final : UnitContext {
   int64_t rows = -1;
+  bool input_grad_done = false;  // backward_input ran; backward_weight may follow
   float scale = 1.0f;
   float loss = 0.0f;
   std::vector<int32_t> targets;
-  std::vector<float> x, rstd, h, probs, dlogits, dh, dx;
+  std::vector<float> x, rstd, h, probs;
+  // Kept by backward_input for the weight half: the logits' gradient and
+  // the final RMSNorm's gain gradient, summed over the rows.
+  std::vector<float> dlogits, dnorm_g;
+  std::vector<float> dh, dx;
   [[nodiscard]] std::size_t bytes() const noexcept override {
     std::size_t total = targets.capacity() * sizeof(int32_t);
-    for (const auto* b : {&x, &rstd, &h, &probs, &dlogits, &dh, &dx}) {
+    for (const auto* b : {&x, &rstd, &h, &probs, &dlogits, &dnorm_g, &dh, &dx}) {
       total += b->capacity() * sizeof(float);
     }
     return total;
@@ -66,6 +71,7 @@ ConstView LlamaHead::forward(UnitContext& ctx_base, std::span<const float* const
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': needs a sequence batch with one target per input row (", n, " rows)");
   c.rows = n;
+  c.input_grad_done = false;
   c.scale = input.loss_scale;
   c.targets.assign(input.batch->targets.begin(), input.batch->targets.end());
   c.x.assign(input.x.data, input.x.data + n * d_);
@@ -80,10 +86,9 @@ ConstView LlamaHead::forward(UnitContext& ctx_base, std::span<const float* const
   return {&c.loss, 1, 1};
 }
 
-ConstView LlamaHead::backward(UnitContext& ctx_base, std::span<const float* const> params,
-                              std::span<float* const> grads, ConstView grad_output) const {
+ConstView LlamaHead::backward_input(UnitContext& ctx_base, std::span<const float* const> params,
+                                    ConstView grad_output) const {
   kernels::check_count(name_, "parameter", params.size(), specs_.size());
-  kernels::check_count(name_, "gradient", grads.size(), specs_.size());
   auto& c = dynamic_cast<LlamaHeadContext&>(ctx_base);
   TESSERA_CHECK(c.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward without a forward on this context");
@@ -92,14 +97,37 @@ ConstView LlamaHead::backward(UnitContext& ctx_base, std::span<const float* cons
   c.dlogits.resize(static_cast<std::size_t>(n * vocab_));
   kernels::softmax_xent_backward(c.probs.data(), c.targets.data(), n, vocab_, c.scale * g,
                                  c.dlogits.data());
-  // logits = h w: dw += hᵀ dlogits ; dh = dlogits wᵀ.
+  // logits = h w: dh = dlogits wᵀ (the weight half adds hᵀ dlogits into dw).
   c.dh.resize(static_cast<std::size_t>(n * d_));
-  kernels::linear_backward(c.h.data(), params[1], c.dlogits.data(), n, d_, vocab_, grads[1],
-                           nullptr, c.dh.data());
+  kernels::linear_backward_input(params[1], c.dlogits.data(), n, d_, vocab_, c.dh.data());
   c.dx.assign(static_cast<std::size_t>(n * d_), 0.0f);
+  c.dnorm_g.assign(static_cast<std::size_t>(d_), 0.0f);
   kernels::rmsnorm_backward(c.x.data(), params[0], c.rstd.data(), c.dh.data(), n, d_, c.dx.data(),
-                            grads[0]);
+                            c.dnorm_g.data());
+  c.input_grad_done = true;
   return {c.dx.data(), n, d_};
+}
+
+void LlamaHead::backward_weight(UnitContext& ctx_base, std::span<const float* const> params,
+                                std::span<float* const> grads) const {
+  kernels::check_count(name_, "parameter", params.size(), specs_.size());
+  kernels::check_count(name_, "gradient", grads.size(), specs_.size());
+  auto& c = dynamic_cast<LlamaHeadContext&>(ctx_base);
+  TESSERA_CHECK(c.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': backward_weight without backward_input on this context");
+  kernels::linear_backward_weight(c.h.data(), c.dlogits.data(), c.rows, d_, vocab_, grads[1],
+                                  nullptr);
+  kernels::add_into(grads[0], c.dnorm_g.data(), d_);
+  c.input_grad_done = false;
+}
+
+ConstView LlamaHead::backward(UnitContext& ctx_base, std::span<const float* const> params,
+                              std::span<float* const> grads, ConstView grad_output) const {
+  // The two halves in order; the weight half does not touch dx.
+  kernels::check_count(name_, "gradient", grads.size(), specs_.size());
+  const ConstView grad_input = backward_input(ctx_base, params, grad_output);
+  backward_weight(ctx_base, params, grads);
+  return grad_input;
 }
 
 }  // namespace tessera::model

@@ -56,6 +56,17 @@ void linear_forward(const float* x, const float* w, const float* bias, int64_t n
 
 void linear_backward(const float* x, const float* w, const float* dy, int64_t n, int64_t in,
                      int64_t out, float* dw, float* dbias, float* dx) {
+  linear_backward_weight(x, dy, n, in, out, dw, dbias);
+  if (dx != nullptr) linear_backward_input(w, dy, n, in, out, dx);
+}
+
+void linear_backward_input(const float* w, const float* dy, int64_t n, int64_t in, int64_t out,
+                           float* dx, bool accumulate) {
+  gemm(false, true, n, in, out, 1.0f, dy, out, w, out, accumulate ? 1.0f : 0.0f, dx, in);
+}
+
+void linear_backward_weight(const float* x, const float* dy, int64_t n, int64_t in, int64_t out,
+                            float* dw, float* dbias) {
   gemm(true, false, in, out, n, 1.0f, x, in, dy, out, 1.0f, dw, out);
   if (dbias != nullptr) {
     for (int64_t r = 0; r < n; ++r) {
@@ -63,7 +74,10 @@ void linear_backward(const float* x, const float* w, const float* dy, int64_t n,
       for (int64_t j = 0; j < out; ++j) dbias[j] += row[j];
     }
   }
-  if (dx != nullptr) gemm(false, true, n, in, out, 1.0f, dy, out, w, out, 0.0f, dx, in);
+}
+
+void add_into(float* dst, const float* src, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) dst[i] += src[i];
 }
 
 void layernorm_forward(const float* x, const float* g, const float* b, int64_t n, int64_t d,

@@ -24,9 +24,24 @@ void linear_forward(const float* x, const float* w, const float* bias, int64_t n
                     int64_t out, float* y);
 
 // Backward of linear_forward: dw += xᵀ·dy, dbias += Σrows dy (when non-null),
-// dx = dy·wᵀ (overwritten; skipped when dx is null).
+// dx = dy·wᵀ (overwritten; skipped when dx is null). The two halves below,
+// in one call.
 void linear_backward(const float* x, const float* w, const float* dy, int64_t n, int64_t in,
                      int64_t out, float* dw, float* dbias, float* dx);
+
+// The input half of linear_backward: dx = dy·wᵀ, overwritten, or added to
+// dx when `accumulate` (a second linear reading the same input).
+void linear_backward_input(const float* w, const float* dy, int64_t n, int64_t in, int64_t out,
+                           float* dx, bool accumulate = false);
+
+// The weight half of linear_backward: dw += xᵀ·dy, dbias += Σrows dy (when
+// non-null).
+void linear_backward_weight(const float* x, const float* dy, int64_t n, int64_t in, int64_t out,
+                            float* dw, float* dbias);
+
+// dst[i] += src[i] for `count` values (a gradient computed early, added into
+// the caller's buffer later).
+void add_into(float* dst, const float* src, int64_t count);
 
 // LayerNorm over the last dimension with eps 1e-5: y = (x − mean)·rstd·g + b.
 // Saves mean[n] and rstd[n] for the backward pass.
