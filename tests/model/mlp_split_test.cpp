@@ -95,6 +95,19 @@ TEST_P(MlpSplitBackward, HalvesEqualTheWholeBackwardBitForBit) {
               std::string::npos)
         << e.what();
   }
+
+  // A new forward after an input half: that half no longer applies.
+  (void)unit->forward(*c2, p, in);
+  (void)unit->backward_input(*c2, p, g);
+  (void)unit->forward(*c2, p, in);
+  try {
+    unit->backward_weight(*c2, p, sg);
+    ADD_FAILURE() << "backward_weight after a new forward was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("backward_weight without backward_input"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Units, MlpSplitBackward,

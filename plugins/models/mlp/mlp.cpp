@@ -95,6 +95,7 @@ ConstView DenseUnit::forward(UnitContext& ctx_base, std::span<const float* const
   auto& ctx = dynamic_cast<DenseContext&>(ctx_base);
   const int64_t n = take_input(name_, is_first(), in_, input, ctx.x);
   ctx.rows = n;
+  ctx.input_grad_done = false;  // a new forward: the old input half no longer applies
   ctx.z.resize(static_cast<std::size_t>(n * out_));
   ctx.y.resize(ctx.z.size());
   kernels::linear_forward(ctx.x.data(), params[0], params[1], n, in_, out_, ctx.z.data());
@@ -174,6 +175,7 @@ ConstView ClassifierHead::forward(UnitContext& ctx_base, std::span<const float* 
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': needs a classification batch with one target per row (", n, " rows)");
   ctx.rows = n;
+  ctx.input_grad_done = false;  // a new forward: the old input half no longer applies
   ctx.scale = input.loss_scale;
   ctx.targets.assign(input.batch->targets.begin(), input.batch->targets.end());
   ctx.probs.resize(static_cast<std::size_t>(n * classes_));
