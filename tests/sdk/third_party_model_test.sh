@@ -10,6 +10,8 @@
 #   - training lowers the loss under ddp and zero3 on 2 in-memory ranks, and
 #     both reach the parameters and losses of `none` on 1 rank (float
 #     tolerance);
+#   - pipeline on 2 stages reaches the same parameters; zb1 is refused
+#     naming the first unit that cannot split its backward;
 #   - a misspelt model option is refused naming the config file, the line or
 #     the override, the unknown key and the declared keys; an out-of-range
 #     value is refused with the model's own message.
@@ -197,6 +199,20 @@ for run in ddp zero3; do
     fail "$run does not match none" "$work/compare-$run.log"
   echo "$run vs none: $(cat "$work/compare-$run.log")"
 done
+
+step g2 "pipeline: 2 stages reach none's parameters; zb1 refuses the units that do not split"
+train pipeline --set strategy.name=pipeline --set run.world_size=2 --set data.micro_batches=2
+compare_runs "$work/pipeline" "$work/none" "$steps" 1e-5 >"$work/compare-pipeline.log" 2>&1 ||
+  fail "pipeline does not match none" "$work/compare-pipeline.log"
+echo "pipeline vs none: $(cat "$work/compare-pipeline.log")"
+status=0
+"$tessera" train "$config" --plugin-path "$plugin_dir" --set run.steps=1 --set checkpoint.dir= \
+  --set run.metrics= --set strategy.name=pipeline --set strategy.options.schedule=zb1 \
+  --set data.micro_batches=2 >"$work/zb1.log" 2>&1 || status=$?
+cat "$work/zb1.log"
+[[ $status -eq 1 ]] || fail "zb1 was not refused with exit status 1 (got $status)" "$work/zb1.log"
+grep -qF 'needs every unit to split its backward into input and weight halves, but unit 0 (proj) cannot; use schedule = "1f1b"' \
+  "$work/zb1.log" || fail "the refusal does not name the unit that cannot split" "$work/zb1.log"
 
 # refused LOG CONFIG [--set ...]: the run must fail with exit status 1.
 refused() {
