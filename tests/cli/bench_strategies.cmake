@@ -27,12 +27,13 @@ gtest_discover_tests(tessera_cli_bench_strategies_tests
 # ---- the command line ----
 set(_bs bench strategies "${_mlp}" --steps 3)
 string(REPEAT " +[0-9]+\\.[0-9]+" 10 _nums)  # the 10 numeric cells of a row
+set(_no_bubble " +- +- +-")  # a strategy without a pipeline: no bubble columns
 # Both rows with a number in every column, the header lines, and the CSV.
 tessera_cli_test(bench_strategies_table
   ARGS ${_bs} --strategies ddp,zero3 --csv "${_bs_out}/rows.csv"
-  STDOUT "# bench strategies: model mlp [(]676 parameters = P[)], 2 ranks as threads [(]inmemory backend[)]|means over steps 2-3 [(]step 1 is warm-up[)]|all 2 ranks together|strategy +step[(]ms[)] +sent[(]MiB[)] +sent/4P +params +grads +optim +comm +activ +total +rss[(]MiB[)]|\nddp${_nums}\n|\nzero3${_nums}\n"
+  STDOUT "# bench strategies: model mlp [(]676 parameters = P[)], 2 ranks as threads [(]inmemory backend[)]|means over steps 2-3 [(]step 1 is warm-up[)]|all 2 ranks together|strategy +step[(]ms[)] +sent[(]MiB[)] +sent/4P +params +grads +optim +comm +activ +total +rss[(]MiB[)] +bubble +cpu +formula|\nddp${_nums}${_no_bubble}\n|\nzero3${_nums}${_no_bubble}\n"
   CSV "${_bs_out}/rows.csv" CSV_ROWS 2
-  CSV_HEADER "^strategy,status,backend,ranks,parameters,steps,step_ms,sent_bytes_per_step,sent_per_4psi,params_bytes,grads_bytes,optimizer_bytes,comm_bytes,activations_bytes,total_bytes,peak_rss_bytes$")
+  CSV_HEADER "^strategy,status,backend,ranks,parameters,steps,step_ms,sent_bytes_per_step,sent_per_4psi,params_bytes,grads_bytes,optimizer_bytes,comm_bytes,activations_bytes,total_bytes,peak_rss_bytes,bubble,bubble_cpu,bubble_formula$")
 # Children that fail at run time (a global batch smaller than the ranks):
 # failed rows, each child's stderr tail, exit status 1 after the table.
 tessera_cli_test(bench_strategies_failed_children
@@ -44,7 +45,7 @@ tessera_cli_test(bench_strategies_failed_children
 # Schedules compared: one row per NAME:KEY=VALUE entry, labelled with it.
 tessera_cli_test(bench_strategies_pipeline_schedules
   ARGS ${_bs} --strategies pipeline:schedule=gpipe,pipeline:schedule=1f1b --set data.micro_batches=2
-  STDOUT "\npipeline:schedule=gpipe${_nums}\n|\npipeline:schedule=1f1b${_nums}\n")
+  STDOUT "\npipeline:schedule=gpipe${_nums} +[01][.][0-9]+ +[01][.][0-9]+ +0[.]333\n|\npipeline:schedule=1f1b${_nums} +[01][.][0-9]+ +[01][.][0-9]+ +0[.]333\n")
 
 # ---- wrong command lines: exit code 2 before anything runs ----
 tessera_cli_test(usage_bench_strategies_bad_option

@@ -207,7 +207,8 @@ compare_runs "$work/pipeline" "$work/none" "$steps" 1e-5 >"$work/compare-pipelin
 echo "pipeline vs none: $(cat "$work/compare-pipeline.log")"
 status=0
 "$tessera" train "$config" --plugin-path "$plugin_dir" --set run.steps=1 --set checkpoint.dir= \
-  --set run.metrics= --set strategy.name=pipeline --set strategy.options.schedule=zb1 \
+  --set run.metrics= --set optimizer.warmup_steps=0 --set strategy.name=pipeline \
+  --set strategy.options.schedule=zb1 \
   --set data.micro_batches=2 >"$work/zb1.log" 2>&1 || status=$?
 cat "$work/zb1.log"
 [[ $status -eq 1 ]] || fail "zb1 was not refused with exit status 1 (got $status)" "$work/zb1.log"
