@@ -457,6 +457,12 @@ sdk::StepResult PipelineStrategy::step(const sdk::StepArgs& args) {
   result.comm_bytes -= tied_before.comm_bytes;
   result.bubble = idle_share(busy_ns_, spans[0]);
   result.bubble_cpu = idle_share(cpu_ns_, spans[1]);
+  char line[160];
+  std::snprintf(
+      line, sizeof line, "wall %.2f of %.2f ms busy, CPU clock %.2f of %.2f ms busy (ends at %.2f)",
+      static_cast<double>(busy_ns_) * 1e-6, spans[0] * 1e-6, static_cast<double>(cpu_ns_) * 1e-6,
+      spans[1] * 1e-6, static_cast<double>(clock_ns_) * 1e-6);
+  host_.debug("pipeline: step ", args.step, " stage ", stage_, " replica ", replica_, ": ", line);
   result.bubble_formula = options_.bubble_formula(micro);
   return result;
 }
