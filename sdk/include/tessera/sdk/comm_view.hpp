@@ -98,6 +98,9 @@ class CommView {
   [[nodiscard]] int32_t size() const noexcept { return size_; }
   [[nodiscard]] CommStats& stats() noexcept { return stats_; }
   [[nodiscard]] tessera_comm* raw() const noexcept { return comm_; }
+  // The backend table the communicator runs on (e.g. for a tensor-parallel
+  // group handed to a model's units, tessera_tp_group).
+  [[nodiscard]] const tessera_backend_api* api() const noexcept { return api_; }
 
   // Collective split (see tessera_backend_api::comm_split); nullptr for color < 0.
   [[nodiscard]] std::unique_ptr<CommView> split(int32_t color, int32_t key) {
