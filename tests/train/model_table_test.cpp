@@ -198,7 +198,7 @@ TEST(ModelTable, DescribesUnitsAndParameters) {
   EXPECT_EQ(info.shape[0], 7);
   EXPECT_EQ(info.shape[1], 5);
   EXPECT_EQ(info.numel, 35);
-  EXPECT_EQ(info.split, TESSERA_SPLIT_COLUMN);
+  EXPECT_EQ(info.split, TESSERA_SPLIT_ROW);  // layer1: the row half of a Megatron pair
   EXPECT_EQ(info.owner_unit, 1);
   EXPECT_EQ(info.owner_param, 0);
   EXPECT_EQ(info.split_blocks, 1);
@@ -214,7 +214,7 @@ TEST(ModelTable, DescribesUnitsAndParameters) {
   cost.struct_size = sizeof cost;
   ASSERT_EQ(api->unit_cost(cm, 1, &cost), TESSERA_OK) << plugin_error();
   EXPECT_EQ(cost.params, 7 * 5 + 5);
-  EXPECT_EQ(api->unit_flags(cm, 1) & TESSERA_UNIT_TENSOR_PARALLEL, 0u);
+  EXPECT_NE(api->unit_flags(cm, 1) & TESSERA_UNIT_TENSOR_PARALLEL, 0u);
   EXPECT_NE(api->unit_flags(cm, 1) & TESSERA_UNIT_SPLIT_BACKWARD, 0u);  // mlp layers split
   EXPECT_EQ(api->unit_flags(cm, 7), 0u);                                // no such unit
 }

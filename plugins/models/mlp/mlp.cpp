@@ -2,9 +2,11 @@
 #include "mlp.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "tessera/models/param_reader.hpp"
+#include "tessera/sdk/comm_view.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::model {
@@ -34,24 +36,54 @@ int64_t take_input(const std::string& unit, bool first, int64_t width, const Uni
   return input.x.rows;
 }
 
+// The group's size, 1 without a group.
+int32_t group_size(const tessera_tp_group* tp) noexcept {
+  return tp != nullptr && tp->size > 1 ? tp->size : 1;
+}
+
+// Runs `args` on the tensor-parallel group, blocking; a failure is thrown
+// with the backend's reason (from the host when it is known).
+void run_on_group(const tessera_host_api* host, const tessera_tp_group* tp, const std::string& unit,
+                  const char* what, tessera_coll_args args) {
+  TESSERA_CHECK(tp->backend != nullptr && tp->comm != nullptr, TESSERA_ERR_INVALID_ARGUMENT,
+                "unit '", unit, "': the tensor-parallel group has no communicator");
+  const std::string where = "unit '" + unit + "': tensor-parallel " + what;
+  sdk::detail::check_host_call(sdk::Host(host), tp->backend->post(tp->comm, &args, nullptr),
+                               where.c_str());
+}
+
+template <typename T>
+void group_allreduce(const tessera_host_api* host, const tessera_tp_group* tp,
+                     const std::string& unit, std::span<T> data, tessera_reduce_op op) {
+  const tessera_buffer b = sdk::CommView::buffer(data);
+  run_on_group(host, tp, unit, "allreduce", sdk::CommView::args(TESSERA_COLL_ALLREDUCE, b, b, op));
+}
+
 struct DenseContext final : UnitContext {
   int64_t rows = -1;
-  bool input_grad_done = false;  // backward_input ran; backward_weight may follow
+  bool input_grad_done = false;          // backward_input ran; backward_weight may follow
+  const tessera_tp_group* tp = nullptr;  // the forward's group (backward runs on it too)
   std::vector<float> x, z, y, dz, dx;
+  std::vector<float> gathered, out, dy;  // a column layer that gathers its output
   [[nodiscard]] std::size_t bytes() const noexcept override {
-    return capacity_bytes({&x, &z, &y, &dz, &dx});
+    return capacity_bytes({&x, &z, &y, &dz, &dx, &gathered, &out, &dy});
   }
 };
 
 struct MlpHeadContext final : UnitContext {
   int64_t rows = -1;
-  bool input_grad_done = false;  // backward_input ran; backward_weight may follow
+  bool input_grad_done = false;          // backward_input ran; backward_weight may follow
+  const tessera_tp_group* tp = nullptr;  // set when classes-parallel
+  int64_t first_class = 0;               // this rank's first class
+  int64_t local_classes = 0;             // and how many it holds
   float scale = 1.0f;
   float loss = 0.0f;
   std::vector<int32_t> targets;
   std::vector<float> x, probs, dlogits, dx;
+  std::vector<double> stats;  // per row: max; then sum of exponentials and target logit
   [[nodiscard]] std::size_t bytes() const noexcept override {
-    return capacity_bytes({&x, &probs, &dlogits, &dx}) + targets.capacity() * sizeof(int32_t);
+    return capacity_bytes({&x, &probs, &dlogits, &dx}) + targets.capacity() * sizeof(int32_t) +
+           stats.capacity() * sizeof(double);
   }
 };
 
@@ -69,10 +101,18 @@ MlpConfig parse_mlp_config(const sdk::Options& options) {
   return config;
 }
 
-DenseUnit::DenseUnit(std::string name, int64_t in, int64_t out, kernels::Activation act, bool first)
-    : ConventionUnit(std::move(name), first, false), in_(in), out_(out), act_(act) {
-  specs_.push_back({"w", {in, out}, SplitHint::column, {}});
-  specs_.push_back({"b", {out}, SplitHint::column, {}});
+DenseUnit::DenseUnit(std::string name, int64_t in, int64_t out, kernels::Activation act, bool first,
+                     DenseSplit split, bool gather_output, const tessera_host_api* host)
+    : ConventionUnit(std::move(name), first, false),
+      in_(in),
+      out_(out),
+      act_(act),
+      split_(split),
+      gather_output_(gather_output && split == DenseSplit::column),
+      host_(host) {
+  const bool row = split_ == DenseSplit::row;
+  specs_.push_back({"w", {in, out}, row ? SplitHint::row : SplitHint::column, {}});
+  specs_.push_back({"b", {out}, row ? SplitHint::none : SplitHint::column, {}});
 }
 
 UnitCost DenseUnit::cost() const {
@@ -93,14 +133,55 @@ ConstView DenseUnit::forward(UnitContext& ctx_base, std::span<const float* const
                              const UnitInput& input) const {
   kernels::check_count(name_, "parameter", params.size(), specs_.size());
   auto& ctx = dynamic_cast<DenseContext&>(ctx_base);
+  const int32_t p = group_size(input.tp);
+  ctx.tp = p > 1 ? input.tp : nullptr;
+  ctx.input_grad_done = false;  // a new forward: the old input half no longer applies
+  if (p == 1) {
+    const int64_t n = take_input(name_, is_first(), in_, input, ctx.x);
+    ctx.rows = n;
+    ctx.z.resize(static_cast<std::size_t>(n * out_));
+    ctx.y.resize(ctx.z.size());
+    kernels::linear_forward(ctx.x.data(), params[0], params[1], n, in_, out_, ctx.z.data());
+    kernels::activation_forward(act_, ctx.z.data(), n * out_, ctx.y.data());
+    return {ctx.y.data(), n, out_};
+  }
+  if (split_ == DenseSplit::row) {
+    // x is the previous column layer's shard; the partial products are
+    // summed over the group before the (whole) bias.
+    const int64_t in = in_ / p;
+    const int64_t n = take_input(name_, is_first(), in, input, ctx.x);
+    ctx.rows = n;
+    ctx.z.resize(static_cast<std::size_t>(n * out_));
+    ctx.y.resize(ctx.z.size());
+    kernels::linear_forward(ctx.x.data(), params[0], nullptr, n, in, out_, ctx.z.data());
+    group_allreduce(host_, ctx.tp, name_, std::span<float>(ctx.z), TESSERA_SUM);
+    for (int64_t r = 0; r < n; ++r) kernels::add_into(ctx.z.data() + r * out_, params[1], out_);
+    kernels::activation_forward(act_, ctx.z.data(), n * out_, ctx.y.data());
+    return {ctx.y.data(), n, out_};
+  }
+  const int64_t out = out_ / p;
   const int64_t n = take_input(name_, is_first(), in_, input, ctx.x);
   ctx.rows = n;
-  ctx.input_grad_done = false;  // a new forward: the old input half no longer applies
-  ctx.z.resize(static_cast<std::size_t>(n * out_));
+  ctx.z.resize(static_cast<std::size_t>(n * out));
   ctx.y.resize(ctx.z.size());
-  kernels::linear_forward(ctx.x.data(), params[0], params[1], n, in_, out_, ctx.z.data());
-  kernels::activation_forward(act_, ctx.z.data(), n * out_, ctx.y.data());
-  return {ctx.y.data(), n, out_};
+  kernels::linear_forward(ctx.x.data(), params[0], params[1], n, in_, out, ctx.z.data());
+  kernels::activation_forward(act_, ctx.z.data(), n * out, ctx.y.data());
+  if (!gather_output_) return {ctx.y.data(), n, out};
+  // Block k of the allgather is rank k's [n, out/p]; the whole output puts
+  // it at columns [k out/p, (k+1) out/p) of every row.
+  ctx.gathered.resize(static_cast<std::size_t>(n * out_));
+  run_on_group(host_, ctx.tp, name_, "allgather",
+               sdk::CommView::args(TESSERA_COLL_ALLGATHER,
+                                   sdk::CommView::buffer(std::span<const float>(ctx.y)),
+                                   sdk::CommView::buffer(std::span<float>(ctx.gathered))));
+  ctx.out.resize(ctx.gathered.size());
+  for (int64_t k = 0; k < p; ++k) {
+    for (int64_t r = 0; r < n; ++r) {
+      const float* from = ctx.gathered.data() + (k * n + r) * out;
+      std::copy(from, from + out, ctx.out.data() + r * out_ + k * out);
+    }
+  }
+  return {ctx.out.data(), n, out_};
 }
 
 ConstView DenseUnit::backward_input(UnitContext& ctx_base, std::span<const float* const> params,
@@ -110,17 +191,37 @@ ConstView DenseUnit::backward_input(UnitContext& ctx_base, std::span<const float
   TESSERA_CHECK(ctx.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward without a forward on this context");
   const int64_t n = ctx.rows;
-  TESSERA_CHECK(!grad_output.empty() && grad_output.rows == n && grad_output.cols == out_,
+  const int32_t p = group_size(ctx.tp);
+  const bool column = split_ == DenseSplit::column;
+  // Widths of this rank's z and x.
+  const int64_t out = column ? out_ / p : out_;
+  const int64_t in = column ? in_ : in_ / p;
+  // The gradient has the forward output's shape.
+  const int64_t grad_cols = column && !(p > 1 && gather_output_) ? out : out_;
+  TESSERA_CHECK(!grad_output.empty() && grad_output.rows == n && grad_output.cols == grad_cols,
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': output gradient is ",
-                grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", out_);
-  ctx.dz.resize(static_cast<std::size_t>(n * out_));
-  kernels::activation_backward(act_, ctx.z.data(), grad_output.data, n * out_, ctx.dz.data());
+                grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", grad_cols);
+  const float* dy = grad_output.data;
+  if (grad_cols != out) {
+    // Gathered output: this rank's columns of the whole gradient.
+    ctx.dy.resize(static_cast<std::size_t>(n * out));
+    const int64_t first = static_cast<int64_t>(ctx.tp->rank) * out;
+    for (int64_t r = 0; r < n; ++r) {
+      const float* from = grad_output.data + r * out_ + first;
+      std::copy(from, from + out, ctx.dy.data() + r * out);
+    }
+    dy = ctx.dy.data();
+  }
+  ctx.dz.resize(static_cast<std::size_t>(n * out));
+  kernels::activation_backward(act_, ctx.z.data(), dy, n * out, ctx.dz.data());
   ctx.input_grad_done = true;
   if (is_first()) return {};
-  ctx.dx.resize(static_cast<std::size_t>(n * in_));
-  kernels::gemm(false, true, n, in_, out_, 1.0f, ctx.dz.data(), out_, params[0], out_, 0.0f,
-                ctx.dx.data(), in_);
-  return {ctx.dx.data(), n, in_};
+  ctx.dx.resize(static_cast<std::size_t>(n * in));
+  kernels::gemm(false, true, n, in, out, 1.0f, ctx.dz.data(), out, params[0], out, 0.0f,
+                ctx.dx.data(), in);
+  // A column layer's input feeds every rank's shard: its gradient is the sum.
+  if (p > 1 && column) group_allreduce(host_, ctx.tp, name_, std::span<float>(ctx.dx), TESSERA_SUM);
+  return {ctx.dx.data(), n, in};
 }
 
 void DenseUnit::backward_weight(UnitContext& ctx_base, std::span<const float* const> params,
@@ -130,8 +231,10 @@ void DenseUnit::backward_weight(UnitContext& ctx_base, std::span<const float* co
   auto& ctx = dynamic_cast<DenseContext&>(ctx_base);
   TESSERA_CHECK(ctx.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward_weight without backward_input on this context");
-  kernels::linear_backward(ctx.x.data(), params[0], ctx.dz.data(), ctx.rows, in_, out_, grads[0],
-                           grads[1], nullptr);
+  const int32_t p = group_size(ctx.tp);
+  const bool column = split_ == DenseSplit::column;
+  kernels::linear_backward(ctx.x.data(), params[0], ctx.dz.data(), ctx.rows, column ? in_ : in_ / p,
+                           column ? out_ / p : out_, grads[0], grads[1], nullptr);
   ctx.input_grad_done = false;
 }
 
@@ -145,8 +248,9 @@ ConstView DenseUnit::backward(UnitContext& ctx_base, std::span<const float* cons
   return grad_input;
 }
 
-ClassifierHead::ClassifierHead(std::string name, int64_t in, int64_t classes, bool first)
-    : ConventionUnit(std::move(name), first, true), in_(in), classes_(classes) {
+ClassifierHead::ClassifierHead(std::string name, int64_t in, int64_t classes, bool first,
+                               const tessera_host_api* host)
+    : ConventionUnit(std::move(name), first, true), in_(in), classes_(classes), host_(host) {
   specs_.push_back({"w", {in, classes}, SplitHint::column, {}});
   specs_.push_back({"b", {classes}, SplitHint::column, {}});
 }
@@ -178,10 +282,58 @@ ConstView ClassifierHead::forward(UnitContext& ctx_base, std::span<const float* 
   ctx.input_grad_done = false;  // a new forward: the old input half no longer applies
   ctx.scale = input.loss_scale;
   ctx.targets.assign(input.batch->targets.begin(), input.batch->targets.end());
-  ctx.probs.resize(static_cast<std::size_t>(n * classes_));
-  kernels::linear_forward(ctx.x.data(), params[0], params[1], n, in_, classes_, ctx.probs.data());
-  const double loss = kernels::softmax_xent_forward(ctx.probs.data(), ctx.targets.data(), n,
-                                                    classes_, ctx.probs.data(), name_);
+  const int32_t p = group_size(input.tp);
+  // Classes-parallel when the group divides the classes; otherwise the
+  // caller passed the whole head (replicated) and every rank computes it.
+  const bool parallel = p > 1 && classes_ % p == 0;
+  ctx.tp = parallel ? input.tp : nullptr;
+  ctx.local_classes = parallel ? classes_ / p : classes_;
+  ctx.first_class = parallel ? static_cast<int64_t>(input.tp->rank) * ctx.local_classes : 0;
+  const int64_t c = ctx.local_classes;
+  ctx.probs.resize(static_cast<std::size_t>(n * c));
+  kernels::linear_forward(ctx.x.data(), params[0], params[1], n, in_, c, ctx.probs.data());
+  if (!parallel) {
+    const double loss = kernels::softmax_xent_forward(ctx.probs.data(), ctx.targets.data(), n,
+                                                      classes_, ctx.probs.data(), name_);
+    ctx.loss = static_cast<float>(loss * input.loss_scale);
+    return {&ctx.loss, 1, 1};
+  }
+  // Parallel cross-entropy: the row maxima, then the sums of exponentials
+  // and the target logits, over the group; this rank keeps its classes only.
+  const auto rows = static_cast<std::size_t>(n);
+  ctx.stats.assign(3 * rows, 0.0);
+  for (int64_t r = 0; r < n; ++r) {
+    const int32_t t = ctx.targets[static_cast<std::size_t>(r)];
+    TESSERA_CHECK(t >= 0 && t < classes_, TESSERA_ERR_INVALID_ARGUMENT, name_, ": target ", t,
+                  " of row ", r, " is outside [0, ", classes_, ")");
+    const float* lr = ctx.probs.data() + r * c;
+    ctx.stats[static_cast<std::size_t>(r)] = *std::max_element(lr, lr + c);
+  }
+  group_allreduce(host_, ctx.tp, name_, std::span<double>(ctx.stats.data(), rows), TESSERA_MAX);
+  for (int64_t r = 0; r < n; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    const auto mx = static_cast<float>(ctx.stats[i]);
+    float* pr = ctx.probs.data() + r * c;
+    const int64_t t = ctx.targets[i] - ctx.first_class;
+    if (t >= 0 && t < c) ctx.stats[rows + 2 * i + 1] = pr[t];
+    double sum = 0.0;
+    for (int64_t j = 0; j < c; ++j) {
+      pr[j] = std::exp(pr[j] - mx);
+      sum += pr[j];
+    }
+    ctx.stats[rows + 2 * i] = sum;
+  }
+  group_allreduce(host_, ctx.tp, name_, std::span<double>(ctx.stats.data() + rows, 2 * rows),
+                  TESSERA_SUM);
+  double loss = 0.0;
+  for (int64_t r = 0; r < n; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    const double sum = ctx.stats[rows + 2 * i];
+    const auto inv = static_cast<float>(1.0 / sum);
+    float* pr = ctx.probs.data() + r * c;
+    for (int64_t j = 0; j < c; ++j) pr[j] *= inv;
+    loss += std::log(sum) + ctx.stats[i] - ctx.stats[rows + 2 * i + 1];
+  }
   ctx.loss = static_cast<float>(loss * input.loss_scale);
   return {&ctx.loss, 1, 1};
 }
@@ -194,15 +346,30 @@ ConstView ClassifierHead::backward_input(UnitContext& ctx_base,
   TESSERA_CHECK(ctx.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward without a forward on this context");
   const int64_t n = ctx.rows;
+  const int64_t c = ctx.local_classes;
   const float g = grad_output.empty() ? 1.0f : grad_output.data[0];
-  ctx.dlogits.resize(static_cast<std::size_t>(n * classes_));
-  kernels::softmax_xent_backward(ctx.probs.data(), ctx.targets.data(), n, classes_, ctx.scale * g,
-                                 ctx.dlogits.data());
+  ctx.dlogits.resize(static_cast<std::size_t>(n * c));
+  if (ctx.tp == nullptr) {
+    kernels::softmax_xent_backward(ctx.probs.data(), ctx.targets.data(), n, classes_, ctx.scale * g,
+                                   ctx.dlogits.data());
+  } else {
+    const float scale = ctx.scale * g;
+    for (int64_t r = 0; r < n; ++r) {
+      const float* pr = ctx.probs.data() + r * c;
+      float* dr = ctx.dlogits.data() + r * c;
+      for (int64_t j = 0; j < c; ++j) dr[j] = pr[j] * scale;
+      const int64_t t = ctx.targets[static_cast<std::size_t>(r)] - ctx.first_class;
+      if (t >= 0 && t < c) dr[t] -= scale;
+    }
+  }
   ctx.input_grad_done = true;
   if (is_first()) return {};
   ctx.dx.resize(static_cast<std::size_t>(n * in_));
-  kernels::gemm(false, true, n, in_, classes_, 1.0f, ctx.dlogits.data(), classes_, params[0],
-                classes_, 0.0f, ctx.dx.data(), in_);
+  kernels::gemm(false, true, n, in_, c, 1.0f, ctx.dlogits.data(), c, params[0], c, 0.0f,
+                ctx.dx.data(), in_);
+  if (ctx.tp != nullptr) {
+    group_allreduce(host_, ctx.tp, name_, std::span<float>(ctx.dx), TESSERA_SUM);
+  }
   return {ctx.dx.data(), n, in_};
 }
 
@@ -213,8 +380,8 @@ void ClassifierHead::backward_weight(UnitContext& ctx_base, std::span<const floa
   auto& ctx = dynamic_cast<MlpHeadContext&>(ctx_base);
   TESSERA_CHECK(ctx.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward_weight without backward_input on this context");
-  kernels::linear_backward(ctx.x.data(), params[0], ctx.dlogits.data(), ctx.rows, in_, classes_,
-                           grads[0], grads[1], nullptr);
+  kernels::linear_backward(ctx.x.data(), params[0], ctx.dlogits.data(), ctx.rows, in_,
+                           ctx.local_classes, grads[0], grads[1], nullptr);
   ctx.input_grad_done = false;
 }
 
@@ -228,16 +395,20 @@ ConstView ClassifierHead::backward(UnitContext& ctx_base, std::span<const float*
   return grad_input;
 }
 
-std::vector<std::unique_ptr<Unit>> build_mlp_units(const MlpConfig& config) {
+std::vector<std::unique_ptr<Unit>> build_mlp_units(const MlpConfig& config,
+                                                   const tessera_host_api* host) {
   std::vector<std::unique_ptr<Unit>> units;
   int64_t width = config.input;
-  for (std::size_t i = 0; i < config.hidden.size(); ++i) {
+  const std::size_t k = config.hidden.size();
+  for (std::size_t i = 0; i < k; ++i) {
+    const DenseSplit split = i % 2 == 0 ? DenseSplit::column : DenseSplit::row;
     units.push_back(std::make_unique<DenseUnit>("layer" + std::to_string(i), width,
-                                                config.hidden[i], config.activation, i == 0));
+                                                config.hidden[i], config.activation, i == 0, split,
+                                                i + 1 == k, host));
     width = config.hidden[i];
   }
   units.push_back(
-      std::make_unique<ClassifierHead>("head", width, config.classes, config.hidden.empty()));
+      std::make_unique<ClassifierHead>("head", width, config.classes, config.hidden.empty(), host));
   return units;
 }
 

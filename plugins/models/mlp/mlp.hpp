@@ -29,12 +29,33 @@ struct MlpConfig {
 // < 2) or an unknown activation.
 MlpConfig parse_mlp_config(const sdk::Options& options);
 
-// y = act(x·w + b): params w [in, out] (column), b [out] (column). When
-// `first`, x is the batch's inputs [B, in] and backward returns no input
-// gradient; otherwise x is the previous unit's output.
+// How a dense layer splits over a tensor-parallel group of p ranks
+// (Megatron's pairs): `column` splits w [in, out] and b on out, so a rank
+// computes out/p output features from the whole input; `row` splits w on
+// in and keeps b whole, so a rank multiplies its in/p input features (the
+// column layer's output shard) and one allreduce sums the partial outputs
+// before the bias.
+enum class DenseSplit { column, row };
+
+// y = act(x·w + b): params w [in, out], b [out], split as `split` says
+// (column: both column; row: w row, b replicated). When `first`, x is the
+// batch's inputs [B, in] and backward returns no input gradient; otherwise
+// x is the previous unit's output.
+//
+// Under a tensor-parallel group of size p > 1 (UnitInput::tp) the unit gets
+// its shards: a column layer reads the whole x and returns its [B, out/p]
+// output shard (or, with `gather_output`, allgathers the shards into the
+// whole [B, out] for a unit that needs all features), and its backward
+// allreduces the input gradient; a row layer reads the [B, in/p] shard,
+// allreduces x·w before adding b, and returns its input gradient shard
+// without communication. `host` (may be null) supplies the reason of a
+// failed collective. With no group or a group of 1 the arithmetic is the
+// single-rank one, bit for bit.
 class DenseUnit final : public ConventionUnit {
  public:
-  DenseUnit(std::string name, int64_t in, int64_t out, kernels::Activation act, bool first);
+  DenseUnit(std::string name, int64_t in, int64_t out, kernels::Activation act, bool first,
+            DenseSplit split = DenseSplit::column, bool gather_output = false,
+            const tessera_host_api* host = nullptr);
 
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
   [[nodiscard]] UnitCost cost() const override;
@@ -43,7 +64,9 @@ class DenseUnit final : public ConventionUnit {
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
   // The split backward: the same gradients, bit for bit, in two calls.
-  [[nodiscard]] uint32_t flags() const noexcept override { return TESSERA_UNIT_SPLIT_BACKWARD; }
+  [[nodiscard]] uint32_t flags() const noexcept override {
+    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL;
+  }
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
   void backward_weight(UnitContext& ctx, std::span<const float* const> params,
@@ -53,14 +76,26 @@ class DenseUnit final : public ConventionUnit {
   int64_t in_;
   int64_t out_;
   kernels::Activation act_;
+  DenseSplit split_;
+  bool gather_output_;
+  const tessera_host_api* host_;
 };
 
 // logits = x·w + b, loss = Σ_rows cross-entropy(logits, target) × loss_scale:
 // params w [in, classes] (column), b [classes] (column). Reads the batch's
 // class targets [B]; when `first` (no hidden layers) also its inputs.
+//
+// Under a tensor-parallel group of p > 1 ranks that divides `classes`, a
+// rank holds classes/p of the classes (w and b column shards) and computes
+// a parallel cross-entropy: the row maxima (one MAX allreduce) and the sums
+// of exponentials with the target's logit (one SUM allreduce) are combined
+// over the group, so no rank holds all logits; its backward allreduces the
+// input gradient. When p does not divide `classes`, the head is replicated:
+// the caller passes whole w and b and every rank computes the whole head.
 class ClassifierHead final : public ConventionUnit {
  public:
-  ClassifierHead(std::string name, int64_t in, int64_t classes, bool first);
+  ClassifierHead(std::string name, int64_t in, int64_t classes, bool first,
+                 const tessera_host_api* host = nullptr);
 
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
   [[nodiscard]] UnitCost cost() const override;
@@ -69,7 +104,9 @@ class ClassifierHead final : public ConventionUnit {
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
   // The split backward: the same gradients, bit for bit, in two calls.
-  [[nodiscard]] uint32_t flags() const noexcept override { return TESSERA_UNIT_SPLIT_BACKWARD; }
+  [[nodiscard]] uint32_t flags() const noexcept override {
+    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL;
+  }
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
   void backward_weight(UnitContext& ctx, std::span<const float* const> params,
@@ -78,9 +115,14 @@ class ClassifierHead final : public ConventionUnit {
  private:
   int64_t in_;
   int64_t classes_;
+  const tessera_host_api* host_;
 };
 
 // The units of an mlp: "layer0".."layer{k-1}" (DenseUnit) then "head".
-std::vector<std::unique_ptr<Unit>> build_mlp_units(const MlpConfig& config);
+// Hidden layers pair up for tensor parallelism: even ones column-split, odd
+// ones row-split; an even last hidden layer gathers its output for the
+// head. `host` (may be null) is handed to the units.
+std::vector<std::unique_ptr<Unit>> build_mlp_units(const MlpConfig& config,
+                                                   const tessera_host_api* host = nullptr);
 
 }  // namespace tessera::model
