@@ -1,0 +1,33 @@
+// The options of the `tensor` strategy ([strategy.options]) and their
+// checks.
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/c/common.h"
+#include "tessera/c/plugin.h"
+#include "tessera/sdk/host.hpp"
+
+namespace tessera::strategies {
+
+// Declarations handed to the host (key, type, default, help).
+inline constexpr tessera_option_decl kTensorOptions[] = {
+    {"size", TESSERA_OPT_INT, "0",
+     "ranks per tensor-parallel group; must divide the world size (world = data-parallel "
+     "replicas x size); 0: the whole world"},
+    {"mode", TESSERA_OPT_STRING, "tensor",
+     "tensor: Megatron column/row splits with allreduces (sequence parallelism is not built "
+     "yet)"},
+};
+
+struct TensorOptions {
+  int32_t size = 1;  // resolved: >= 1, divides the world
+
+  // Reads and checks the options for `world_size` ranks. Throws
+  // tessera::Error (invalid argument) naming the option when size is
+  // negative or does not divide the world size, or when mode is not
+  // "tensor" ("sequence" is refused as not built yet).
+  static TensorOptions read(const sdk::Options& options, int32_t world_size);
+};
+
+}  // namespace tessera::strategies

@@ -1,0 +1,381 @@
+// The `tensor` strategy (see tensor_strategy.hpp).
+#include "tensor_strategy.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "tessera/sdk/clip.hpp"
+#include "tessera/sdk/flat_state.hpp"
+#include "tessera/sdk/step_frame.hpp"
+
+namespace tessera::strategies {
+
+namespace {
+
+// The tensor groups whose units' collectives are counted, by communicator:
+// the table handed to the units has counting_post in place of post, which
+// forwards to the backend and adds the bytes the call sends (by the same
+// count as sdk::CommView) and, for a blocking call, the time it blocked.
+std::mutex& traffic_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<const tessera_comm*, TensorTraffic*>& traffic_by_comm() {
+  static std::map<const tessera_comm*, TensorTraffic*> m;
+  return m;
+}
+
+tessera_status counting_post(tessera_comm* comm, const tessera_coll_args* args,
+                             tessera_work** work) {
+  TensorTraffic* t = nullptr;
+  {
+    const std::lock_guard<std::mutex> lock(traffic_mutex());
+    const auto it = traffic_by_comm().find(comm);
+    if (it != traffic_by_comm().end()) t = it->second;
+  }
+  if (t == nullptr) return TESSERA_ERR_INTERNAL;  // only the registered groups get this table
+  const auto t0 = std::chrono::steady_clock::now();
+  const tessera_status s = t->real->post(comm, args, work);
+  if (args != nullptr) t->bytes_sent += t->group->bytes_sent(*args);
+  if (work == nullptr) {
+    t->wait_ns +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
+  }
+  return s;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i > 0 ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+const char* split_name(tessera_split_kind split) {
+  return split == TESSERA_SPLIT_ROW ? "row" : "column";
+}
+
+std::span<float> held_part(sdk::TrackedBuffer<float>& buffer, uint64_t at, uint64_t count) {
+  return buffer.span().subspan(static_cast<size_t>(at), static_cast<size_t>(count));
+}
+
+}  // namespace
+
+void TensorStrategy::check(const sdk::Host& /*host*/, const sdk::Options& options,
+                           int32_t world_size) {
+  (void)TensorOptions::read(options, world_size);
+}
+
+TensorStrategy::TensorStrategy(const sdk::Host& host, const sdk::Options& options,
+                               sdk::StrategyEnv& env)
+    : host_(host),
+      env_(env),
+      options_(TensorOptions::read(options, env.world_size())),
+      tp_size_(options_.size),
+      dp_size_(env.world_size() / options_.size),
+      tp_rank_(env.rank() % options_.size),
+      dp_rank_(env.rank() / options_.size),
+      flat_(env.model()),
+      param_ptrs_(flat_),
+      grad_ptrs_(flat_) {
+  const sdk::ModelView& model = env.model();
+  plan(model);  // refuses before any collective, so every rank refuses alike
+  tp_ = env.world().split(dp_rank_, tp_rank_);
+  dp_ = env.world().split(tp_rank_, dp_rank_);
+  params_ = sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_PARAMS, total_);
+  grads_ = sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_GRADS, total_);
+  optim_ = env.optimizer().make_state(total_);
+  for (size_t i = 0; i < held_.size(); ++i) {
+    param_ptrs_.bind_entry(i, params_.data() + held_[i].at);
+    grad_ptrs_.bind_entry(i, grads_.data() + held_[i].at);
+  }
+  // The units' collectives go through a table that counts them.
+  const tessera_backend_api* real = tp_->api();
+  std::memcpy(&counting_api_, real, std::min<size_t>(real->struct_size, sizeof counting_api_));
+  counting_api_.post = &counting_post;
+  traffic_.real = real;
+  traffic_.group = tp_.get();
+  {
+    const std::lock_guard<std::mutex> lock(traffic_mutex());
+    traffic_by_comm()[tp_->raw()] = &traffic_;
+  }
+  group_.struct_size = sizeof group_;
+  group_.rank = tp_rank_;
+  group_.size = tp_size_;
+  group_.backend = &counting_api_;
+  group_.comm = tp_->raw();
+  if (env.rank() == 0) {
+    host_.info("tensor: ", tp_size_, " ranks per tensor group x ", dp_size_,
+               " data-parallel replicas, mode tensor; a rank holds ", total_, " of ", flat_.total(),
+               " parameter elements (", split_total_, " in shards)");
+  }
+}
+
+TensorStrategy::~TensorStrategy() {
+  {
+    const std::lock_guard<std::mutex> lock(traffic_mutex());
+    if (tp_ != nullptr) traffic_by_comm().erase(tp_->raw());
+  }
+  int64_t held = 0;
+  for (const int64_t b : context_bytes_) held += b;
+  contexts_.clear();
+  if (held != 0) host_.track_memory(env_.rank(), TESSERA_MEM_ACTIVATIONS, -held);
+}
+
+void TensorStrategy::plan(const sdk::ModelView& model) {
+  const int32_t units = model.num_units();
+  if (tp_size_ > 1) {
+    for (int32_t u = 0; u < units; ++u) {
+      if ((model.unit_flags(u) & TESSERA_UNIT_TENSOR_PARALLEL) != 0) continue;
+      throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                  detail::concat("tensor: unit '", model.unit_name(u),
+                                 "' does not support tensor parallelism (no "
+                                 "TESSERA_UNIT_TENSOR_PARALLEL), so size = ",
+                                 tp_size_, " cannot split it; use size = 1 or another strategy"));
+    }
+  }
+  // Split tensors first, then the replicated ones: the norm counts the
+  // second range on one rank of the group only.
+  held_.assign(flat_.entries().size(), Held{});
+  std::vector<bool> whole(held_.size(), true);
+  for (size_t i = 0; i < held_.size(); ++i) {
+    const sdk::FlatEntry& e = flat_.entry(i);
+    const sdk::ParamInfo& info = model.params(e.unit)[static_cast<size_t>(e.param)];
+    Held& h = held_[i];
+    h.shape = e.shape;
+    if (tp_size_ == 1 || info.split == TESSERA_SPLIT_REPLICATED || e.shape.empty()) continue;
+    h.axis = info.split == TESSERA_SPLIT_ROW ? 0 : static_cast<int32_t>(e.shape.size()) - 1;
+    h.blocks = std::max(info.split_blocks, 1);
+    const int64_t dim = e.shape[static_cast<size_t>(h.axis)];
+    if (dim % (static_cast<int64_t>(h.blocks) * tp_size_) != 0) {
+      const bool head = e.unit == units - 1 && info.split == TESSERA_SPLIT_COLUMN;
+      if (head) {
+        if (env_.rank() == 0) {
+          host_.info("tensor: '", e.full_name, "' ", shape_text(e.shape), ": size = ", tp_size_,
+                     " does not divide its last dimension (", dim,
+                     "), so the last unit keeps it whole on every rank (replicated)");
+        }
+        continue;
+      }
+      throw Error(
+          TESSERA_ERR_INVALID_ARGUMENT,
+          detail::concat("tensor: parameter '", e.full_name, "' ", shape_text(e.shape),
+                         " is split by ", split_name(info.split), " on dimension ", h.axis, " (",
+                         dim, h.blocks > 1 ? detail::concat(" in ", h.blocks, " blocks") : "",
+                         "), which size = ", tp_size_,
+                         " does not divide; the model's width there must be a multiple of ",
+                         static_cast<int64_t>(h.blocks) * tp_size_,
+                         " or [strategy.options] size must divide it"));
+    }
+    h.split = true;
+    h.shape[static_cast<size_t>(h.axis)] = dim / tp_size_;
+    whole[i] = false;
+  }
+  uint64_t at = 0;
+  for (const bool pass_whole : {false, true}) {
+    for (size_t i = 0; i < held_.size(); ++i) {
+      if (whole[i] != pass_whole) continue;
+      Held& h = held_[i];
+      h.numel = 1;
+      for (const int64_t d : h.shape) h.numel *= static_cast<uint64_t>(d);
+      h.at = at;
+      at += h.numel;
+    }
+    if (!pass_whole) split_total_ = at;
+  }
+  total_ = at;
+}
+
+tessera_strategy_layout TensorStrategy::layout() const {
+  tessera_strategy_layout l{};
+  l.struct_size = sizeof l;
+  l.data_rank = dp_rank_;
+  l.data_size = dp_size_;
+  return l;
+}
+
+template <class Io>
+void TensorStrategy::move_tensor(size_t entry, std::span<float> local, Io&& io) const {
+  const Held& h = held_[entry];
+  const sdk::FlatEntry& e = flat_.entry(entry);
+  if (!h.split) {
+    io(e.shape, std::vector<int64_t>(), std::vector<int64_t>(), local);
+    return;
+  }
+  // The shard is `blocks` boxes: block j's part of the split dimension is
+  // [j B + rank B/p, j B + (rank+1) B/p) with B = dim / blocks. In the
+  // shard, block j's part is [j B/p, (j+1) B/p) of the same dimension.
+  const auto axis = static_cast<size_t>(h.axis);
+  const int64_t block = e.shape[axis] / h.blocks;
+  const int64_t part = block / tp_size_;
+  std::vector<int64_t> offset(e.shape.size(), 0);
+  std::vector<int64_t> extent = e.shape;
+  extent[axis] = part;
+  int64_t outer = 1;  // rows before the split dimension
+  for (size_t d = 0; d < axis; ++d) outer *= e.shape[d];
+  int64_t inner = 1;  // elements after it
+  for (size_t d = axis + 1; d < e.shape.size(); ++d) inner *= e.shape[d];
+  std::vector<float> box(static_cast<size_t>(outer * part * inner));
+  for (int32_t j = 0; j < h.blocks; ++j) {
+    offset[axis] = j * block + static_cast<int64_t>(tp_rank_) * part;
+    // Copy the shard's block part in and out of a dense box.
+    const int64_t stride = h.shape[axis] * inner;  // the shard's span of one outer row
+    const auto copy = [&](bool into_box) {
+      for (int64_t o = 0; o < outer; ++o) {
+        float* shard = local.data() + o * stride + j * part * inner;
+        float* dense = box.data() + o * part * inner;
+        if (into_box) {
+          std::copy(shard, shard + part * inner, dense);
+        } else {
+          std::copy(dense, dense + part * inner, shard);
+        }
+      }
+    };
+    if (h.blocks == 1 && outer == 1) {
+      io(e.shape, offset, extent, local);  // contiguous: straight into the shard
+      continue;
+    }
+    copy(true);
+    io(e.shape, offset, extent, std::span<float>(box));
+    copy(false);
+  }
+}
+
+void TensorStrategy::load(const sdk::StateReader& reader) {
+  const sdk::OptimizerView& opt = env_.optimizer();
+  const bool has_state = sdk::has_optimizer_state(reader, flat_, opt);
+  for (size_t i = 0; i < held_.size(); ++i) {
+    const sdk::FlatEntry& e = flat_.entry(i);
+    const auto read = [&](const std::string& name) {
+      return [&reader, name](const std::vector<int64_t>& shape, const std::vector<int64_t>& offset,
+                             const std::vector<int64_t>& extent, std::span<float> out) {
+        if (offset.empty()) {
+          reader.read(name, shape, 0, out);
+        } else {
+          reader.read_box(name, shape, offset, extent, out);
+        }
+      };
+    };
+    move_tensor(i, held_part(params_, held_[i].at, held_[i].numel),
+                read(sdk::param_key(e.full_name)));
+    if (!has_state) continue;
+    for (int32_t k = 0; k < opt.num_slots(); ++k) {
+      move_tensor(i, optim_.slot(k).subspan(held_[i].at, held_[i].numel),
+                  read(sdk::optim_key(e.full_name, opt.slot_name(k))));
+    }
+  }
+}
+
+void TensorStrategy::save(const sdk::StateWriter& writer) {
+  if (dp_rank_ != 0 && !writer.all_replicas()) return;
+  const sdk::OptimizerView& opt = env_.optimizer();
+  for (size_t i = 0; i < held_.size(); ++i) {
+    // Each element once: a replicated tensor from the group's first rank.
+    if (!held_[i].split && tp_rank_ != 0 && !writer.all_replicas()) continue;
+    const sdk::FlatEntry& e = flat_.entry(i);
+    const auto write = [&](const std::string& name) {
+      return [&writer, name](const std::vector<int64_t>& shape, const std::vector<int64_t>& offset,
+                             const std::vector<int64_t>& extent, std::span<float> data) {
+        if (offset.empty()) {
+          writer.write(name, shape, 0, data);
+        } else {
+          writer.write_box(name, shape, offset, extent, data);
+        }
+      };
+    };
+    move_tensor(i, held_part(params_, held_[i].at, held_[i].numel),
+                write(sdk::param_key(e.full_name)));
+    for (int32_t k = 0; k < opt.num_slots(); ++k) {
+      move_tensor(i, optim_.slot(k).subspan(held_[i].at, held_[i].numel),
+                  write(sdk::optim_key(e.full_name, opt.slot_name(k))));
+    }
+  }
+}
+
+void TensorStrategy::account(size_t unit) {
+  const auto now = static_cast<int64_t>(contexts_[unit].bytes());
+  int64_t& before = context_bytes_[unit];
+  if (now != before) host_.track_memory(env_.rank(), TESSERA_MEM_ACTIVATIONS, now - before);
+  before = now;
+}
+
+double TensorStrategy::forward_backward(const sdk::StepArgs& args) {
+  const sdk::ModelView& model = env_.model();
+  const int32_t units = model.num_units();
+  if (contexts_.empty()) {
+    context_bytes_.assign(static_cast<size_t>(units), 0);
+    for (int32_t u = 0; u < units; ++u) contexts_.push_back(model.make_context(u));
+  }
+  // No group for one rank: the units run their single-rank arithmetic.
+  const tessera_tp_group* tp = tp_size_ > 1 ? &group_ : nullptr;
+  double loss = 0.0;
+  for (size_t m = 0; m < args.micro_batches.size(); ++m) {
+    tessera_matrix x{};
+    for (int32_t u = 0; u < units; ++u) {
+      const auto k = static_cast<size_t>(u);
+      x = model.forward(u, contexts_[k], param_ptrs_.unit_const(u), args.micro_batches[m], x,
+                        args.loss_scales[m], tp);
+      account(k);
+    }
+    TESSERA_CHECK(x.data != nullptr && x.rows * x.cols == 1, TESSERA_ERR_INTERNAL,
+                  "tensor: the last unit returned a ", x.rows, "x", x.cols,
+                  " output, not the 1x1 loss");
+    loss += static_cast<double>(x.data[0]);
+    tessera_matrix grad{};
+    for (int32_t u = units - 1; u >= 0; --u) {
+      const auto k = static_cast<size_t>(u);
+      grad =
+          model.backward(u, contexts_[k], param_ptrs_.unit_const(u), grad_ptrs_.unit(u), grad, tp);
+      account(k);
+    }
+  }
+  // Every rank of the group computed the whole loss; the host sums the
+  // ranks' losses, so one rank per group reports it.
+  return tp_rank_ == 0 ? loss : 0.0;
+}
+
+double TensorStrategy::sum_squares() {
+  // Shards summed over the tensor group; replicated tensors (the same on
+  // every rank of the group) counted once; the replicas hold the same sums.
+  const std::span<const float> all = grads_.span();
+  double total = sdk::sum_squares(all.subspan(0, static_cast<size_t>(split_total_)));
+  if (tp_rank_ == 0) total += sdk::sum_squares(all.subspan(static_cast<size_t>(split_total_)));
+  if (tp_->size() > 1) tp_->allreduce(std::span<double>(&total, 1));
+  return total;
+}
+
+sdk::StepResult TensorStrategy::step(const sdk::StepArgs& args) {
+  const TensorTraffic units_before = traffic_;
+  const sdk::CommStats tp_before = tp_->stats();
+  const sdk::CommStats dp_before = dp_->stats();
+  sdk::StepResult result = sdk::run_step(
+      args, {&env_.world(), tp_.get(), dp_.get()},
+      {.zero_grads = [&] { grads_.zero(); },
+       .forward_backward = [&] { return forward_backward(args); },
+       .finish =
+           [&] {
+             if (dp_->size() > 1) dp_->allreduce(grads_.span());
+           },
+       .sum_squares = [&] { return sum_squares(); },
+       .update =
+           [&](float factor) {
+             sdk::scale_in_place(grads_.span(), factor);
+             env_.optimizer().step(optim_, 0, params_.span(), grads_.span(), args.step, args.lr);
+           }});
+  const int64_t unit_bytes = traffic_.bytes_sent - units_before.bytes_sent;
+  result.comm_bytes += unit_bytes;
+  result.comm_wait_ns += traffic_.wait_ns - units_before.wait_ns;
+  const int64_t tp_bytes = unit_bytes + tp_->stats().bytes_sent - tp_before.bytes_sent;
+  const int64_t dp_bytes = dp_->stats().bytes_sent - dp_before.bytes_sent;
+  host_.debug("tensor: step ", args.step, " rank ", env_.rank(), ": tensor group sent ", tp_bytes,
+              " bytes (units ", unit_bytes, "), data-parallel group sent ", dp_bytes, " bytes");
+  return result;
+}
+
+}  // namespace tessera::strategies

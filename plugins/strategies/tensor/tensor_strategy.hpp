@@ -1,0 +1,112 @@
+// The `tensor` strategy: tensor parallelism (Megatron-LM). The world is
+// `size` ranks per tensor group times dp data-parallel replicas; rank r is
+// position r % size of tensor group r / size, which is also its data rank.
+// Every parameter the model marks COLUMN or ROW is cut along that dimension
+// (each of its split_blocks separately) and a rank holds only its shard
+// (parameters, gradients and optimizer state); REPLICATED parameters are
+// held whole by every rank. The units compute on the shards and call the
+// tensor group themselves (tessera_tp_group); the strategy runs forward and
+// backward over the micro-batches, sums each rank's gradients over its
+// data-parallel group, clips by the global norm (split tensors summed over
+// the tensor group, replicated ones counted once) and updates. Checkpoints
+// hold whole tensors: every rank writes and reads its shards as N-d boxes.
+// docs/strategies/tensor.md describes it for users.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tensor_options.hpp"
+#include "tessera/sdk/flat_params.hpp"
+#include "tessera/sdk/strategy.hpp"
+#include "tessera/sdk/tracked_buffer.hpp"
+
+namespace tessera::strategies {
+
+// Bytes sent and time blocked by the units' own collectives on one tensor
+// group (counted by the table handed to them).
+struct TensorTraffic {
+  const tessera_backend_api* real = nullptr;
+  sdk::CommView* group = nullptr;
+  int64_t bytes_sent = 0;
+  int64_t wait_ns = 0;
+};
+
+class TensorStrategy final : public sdk::Strategy {
+ public:
+  // Checks the options against the world size (see TensorOptions::read).
+  static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
+
+  // Collective: with size > 1 refuses (invalid argument) a unit without
+  // TESSERA_UNIT_TENSOR_PARALLEL, naming it, and a split dimension size
+  // does not divide, naming the parameter, its shape and the option (the
+  // last unit's COLUMN parameters are kept whole instead, logged); then
+  // splits the world into the tensor and data-parallel groups and
+  // allocates this rank's shards. Rank 0 logs what is split.
+  TensorStrategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env);
+  TensorStrategy(const TensorStrategy&) = delete;
+  TensorStrategy& operator=(const TensorStrategy&) = delete;
+  // Reports the contexts' activation bytes as freed.
+  ~TensorStrategy() override;
+
+  // The ranks of one tensor group share a data rank.
+  [[nodiscard]] tessera_strategy_layout layout() const override;
+  // Reads this rank's shards and whole replicated tensors (parameters and,
+  // when present, optimizer state).
+  void load(const sdk::StateReader& reader) override;
+  // Forward and backward over the micro-batches with the tensor group, the
+  // data-parallel sum, clipping by the global norm, the optimizer. Logs
+  // (debug) the bytes the tensor group and the data-parallel group sent.
+  sdk::StepResult step(const sdk::StepArgs& args) override;
+  // Replica 0's ranks write their shards as boxes, its tensor rank 0 the
+  // replicated tensors (every rank everything it holds when the writer
+  // wants all replicas).
+  void save(const sdk::StateWriter& writer) override;
+
+ private:
+  // How this rank holds one owned parameter.
+  struct Held {
+    bool split = false;
+    int32_t axis = 0;            // the split dimension
+    int32_t blocks = 1;          // equal blocks of it, each split over the group
+    std::vector<int64_t> shape;  // this rank's shard (the whole tensor when not split)
+    uint64_t at = 0;             // first element in the buffers
+    uint64_t numel = 0;
+  };
+
+  void plan(const sdk::ModelView& model);
+  double forward_backward(const sdk::StepArgs& args);
+  void account(size_t unit);
+  [[nodiscard]] double sum_squares();
+  // Reads (`write` false) or writes one tensor of this rank: every block
+  // of a shard as a box, a whole tensor as one flat slice.
+  template <class Io>
+  void move_tensor(size_t entry, std::span<float> local, Io&& io) const;
+
+  sdk::Host host_;
+  sdk::StrategyEnv& env_;
+  TensorOptions options_;
+  int32_t tp_size_;
+  int32_t dp_size_;
+  int32_t tp_rank_;
+  int32_t dp_rank_;
+  sdk::FlatLayout flat_;
+  std::vector<Held> held_;  // per flat entry
+  uint64_t total_ = 0;      // elements held (shards + replicated)
+  uint64_t split_total_ = 0;
+  sdk::TrackedBuffer<float> params_;
+  sdk::TrackedBuffer<float> grads_;
+  sdk::SlotPointers param_ptrs_;
+  sdk::SlotPointers grad_ptrs_;
+  sdk::OptimState optim_;
+  std::unique_ptr<sdk::CommView> tp_;  // this rank's tensor group, rank = position
+  std::unique_ptr<sdk::CommView> dp_;  // this position in every replica
+  TensorTraffic traffic_;
+  tessera_backend_api counting_api_{};
+  tessera_tp_group group_{};
+  std::vector<sdk::UnitContext> contexts_;
+  std::vector<int64_t> context_bytes_;
+};
+
+}  // namespace tessera::strategies

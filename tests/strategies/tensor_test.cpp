@@ -1,0 +1,347 @@
+// The `tensor` strategy on mlp: tensor groups of 2, 3 and 4 ranks, alone
+// and with data-parallel replicas (dp x tp = 4), with the last hidden layer
+// row-split (its output whole) and column-split (its output gathered), the
+// head classes-parallel and replicated, against `none` on one rank: 20
+// AdamW steps with clipping, the final parameters within 1e-5 relative
+// difference and replicas bit-identical. A rank's tracked parameters,
+// gradients and optimizer state are its shards plus the replicated
+// tensors; checkpoints move between tensor and zero3 at other world sizes.
+// Bad options and models are refused with the option, parameter or unit
+// named.
+#include <gtest/gtest.h>
+
+#include <spdlog/sinks/ostream_sink.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "resume_support.hpp"
+#include "run_support.hpp"
+#include "strategy_support.hpp"
+#include "tessera/core/config.hpp"
+#include "tessera/core/logging.hpp"
+#include "tessera/core/plugin_registry.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::test {
+namespace {
+
+constexpr int64_t kTensorBatch = 12;
+
+// An mlp's widths, for the memory formula.
+struct MlpWidths {
+  int64_t input = 16;
+  std::vector<int64_t> hidden;
+  int64_t classes = 5;
+};
+
+// model_toml("mlp"): layer0 column, layer1 row (its output whole), 5
+// classes (the head replicated for tp = 2, 3, 4).
+MlpWidths default_widths() { return {16, {32, 24}, 5}; }
+// Three hidden layers: layer2 column, its output gathered for the head; 6
+// classes (classes-parallel for tp = 2 and 3, replicated for 4).
+MlpWidths wide_widths() { return {16, {24, 12, 24}, 6}; }
+const char* const kWideTable =
+    "name = \"mlp\"\ninput = 16\nhidden = [24, 12, 24]\nclasses = 6\nactivation = \"gelu\"\n";
+
+std::string wide_table_of(bool wide) { return wide ? kWideTable : ""; }
+
+const train::RunResult& none_of(bool wide) {
+  static std::map<bool, train::RunResult> cache;
+  auto it = cache.find(wide);
+  if (it == cache.end()) {
+    RunSpec s;
+    s.model_table = wide_table_of(wide);
+    s.strategy = "none";
+    s.batch = kTensorBatch;
+    it = cache.emplace(wide, run(s)).first;
+  }
+  return it->second;
+}
+
+RunSpec tensor_spec(bool wide, int world, int tp, int64_t micro_batches = 1) {
+  RunSpec s;
+  s.model_table = wide_table_of(wide);
+  s.strategy = "tensor";
+  s.world = world;
+  s.batch = kTensorBatch;
+  s.micro_batches = micro_batches;
+  s.strategy_options = "size = " + std::to_string(tp) + "\n";
+  return s;
+}
+
+// Elements one rank holds: every layer's split tensors / tp plus the
+// replicated ones (row layers' biases; the head when tp does not divide the
+// classes).
+int64_t held_elements(const MlpWidths& m, int tp) {
+  int64_t split = 0;
+  int64_t replicated = 0;
+  int64_t width = m.input;
+  for (size_t i = 0; i < m.hidden.size(); ++i) {
+    const int64_t out = m.hidden[i];
+    split += width * out;
+    (i % 2 == 0 ? split : replicated) += out;
+    width = out;
+  }
+  const int64_t head = width * m.classes + m.classes;
+  (tp > 1 && m.classes % tp == 0 ? split : replicated) += head;
+  return split / tp + replicated;
+}
+
+// Empty when every tensor piece rank `a` wrote holds the bits of the same
+// piece of rank `b` (ranks holding the same shards); otherwise names the
+// first tensor that differs.
+std::string first_piece_difference(const train::CollectedState& a, const train::CollectedState& b) {
+  if (tensor_names(a) != tensor_names(b)) return "the tensor names";
+  for (const auto& [name, tensor] : a.tensors) {
+    const auto& other = b.tensors.at(name).pieces;
+    if (tensor.pieces.size() != other.size()) return name + " (piece count)";
+    for (size_t i = 0; i < other.size(); ++i) {
+      const auto& x = tensor.pieces[i].values;
+      const auto& y = other[i].values;
+      if (tensor.pieces[i].offset != other[i].offset || x.size() != y.size() ||
+          std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) != 0) {
+        return name;
+      }
+    }
+  }
+  return "";
+}
+
+struct TensorCase {
+  bool wide;
+  int tp;
+  int world;
+  int64_t micro = 1;
+};
+
+void PrintTo(const TensorCase& c, std::ostream* os) {
+  *os << (c.wide ? "wide" : "default") << "_tp" << c.tp << "_world" << c.world << "_m" << c.micro;
+}
+
+class TensorEquivalence : public ::testing::TestWithParam<TensorCase> {};
+
+TEST_P(TensorEquivalence, MatchesNoneOnOneRankReplicasAgreeAndHoldTheirShards) {
+  const TensorCase& c = GetParam();
+  const train::RunResult result = run(tensor_spec(c.wide, c.world, c.tp, c.micro));
+  const train::RunResult& ref = none_of(c.wide);
+  ASSERT_EQ(result.last_step, 20);
+  ASSERT_EQ(result.final_state.size(), static_cast<size_t>(c.world));
+  for (int r = c.tp; r < c.world; ++r) {
+    EXPECT_EQ(first_piece_difference(result.final_state[static_cast<size_t>(r)],
+                                     result.final_state[static_cast<size_t>(r % c.tp)]),
+              "")
+        << "rank " << r << " differs from rank " << r % c.tp << " (same place in its group)";
+  }
+  // merged() also refuses replicated tensors that differ between the ranks
+  // of a group.
+  const train::CollectedState all = merged(result);
+  EXPECT_EQ(tensor_names(all), tensor_names(ref.final_state[0]));
+  std::string worst;
+  EXPECT_LE(max_param_rel_diff(all, ref.final_state[0], &worst), kTolerance)
+      << "largest difference in " << worst;
+  EXPECT_NEAR(result.final_loss, ref.final_loss, 1e-4 * std::fabs(ref.final_loss));
+  // Parameters and gradients: 4 bytes per held element; AdamW's two slots.
+  const int64_t held = held_elements(c.wide ? wide_widths() : default_widths(), c.tp);
+  expect_persistent_peaks(result, c.world, {4 * held, 4 * held, 8 * held});
+}
+
+std::string tensor_case_name(const ::testing::TestParamInfo<TensorCase>& info) {
+  const TensorCase& c = info.param;
+  return std::string(c.wide ? "wide" : "default") + "_tp" + std::to_string(c.tp) + "_world" +
+         std::to_string(c.world) + "_m" + std::to_string(c.micro);
+}
+
+INSTANTIATE_TEST_SUITE_P(Mlp, TensorEquivalence,
+                         ::testing::Values(TensorCase{false, 2, 4}, TensorCase{false, 4, 4},
+                                           TensorCase{true, 2, 4}, TensorCase{true, 4, 4},
+                                           TensorCase{true, 3, 3}, TensorCase{true, 2, 2, 2},
+                                           TensorCase{false, 1, 2}),
+                         tensor_case_name);
+
+// The memory formula itself, where the shards make the difference: the
+// wide mlp holds 1170 elements on one rank, 591 per rank of tp = 2 (the
+// head classes-parallel) and 414 per rank of tp = 4 (the head whole).
+TEST(TensorMemory, FormulaOfTheWideMlp) {
+  EXPECT_EQ(held_elements(wide_widths(), 1), 1170);
+  EXPECT_EQ(held_elements(wide_widths(), 2), 591);
+  EXPECT_EQ(held_elements(wide_widths(), 4), 414);
+}
+
+// The bytes rank 0 reports for step `step` of `s` at debug level: the
+// tensor group's, the units' part of it and the data-parallel group's
+// ({-1, -1, -1} if it wrote no such line).
+struct TensorBytes {
+  int64_t tensor = -1;
+  int64_t units = -1;
+  int64_t data_parallel = -1;
+};
+TensorBytes step_bytes(const RunSpec& s, int64_t step, train::RunResult* result) {
+  std::ostringstream text;
+  const std::shared_ptr<spdlog::logger> logger = get_logger("strategy.tensor");
+  const auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text);
+  const spdlog::level::level_enum level = logger->level();
+  logger->sinks().push_back(sink);
+  logger->set_level(spdlog::level::debug);
+  try {
+    *result = run(s);
+  } catch (...) {
+    logger->sinks().pop_back();
+    logger->set_level(level);
+    throw;
+  }
+  logger->sinks().pop_back();
+  logger->set_level(level);
+  // "tensor: step S rank 0: tensor group sent N bytes (units M), data-parallel group sent K bytes"
+  const std::string all = text.str();
+  const std::string prefix = "tensor: step " + std::to_string(step) + " rank 0: tensor group sent ";
+  TensorBytes b;
+  const size_t at = all.find(prefix);
+  if (at == std::string::npos) return b;
+  std::istringstream fields(all.substr(at + prefix.size()));
+  std::string bytes;
+  std::string units;
+  std::string rest;
+  fields >> b.tensor >> bytes >> units >> b.units >> rest;
+  const size_t dp = all.find("data-parallel group sent ", at);
+  if (!fields || units != "(units" || dp == std::string::npos) return TensorBytes{};
+  std::istringstream(all.substr(dp + std::strlen("data-parallel group sent "))) >> b.data_parallel;
+  return b;
+}
+
+// Bytes per step against the analytic count, wide mlp, p = 2 ranks per
+// tensor group, d = 2 replicas, n = 6 rows per rank. An allreduce of b
+// bytes sends 2(p-1)/p b, an allgather into b bytes (p-1)/p b.
+TEST(TensorTraffic, BytesPerStepMatchTheFormula) {
+  const int64_t p = 2;
+  const int64_t d = 2;
+  const int64_t n = kTensorBatch / d;
+  const auto allreduce = [](int64_t group, int64_t b) { return 2 * (group - 1) * b / group; };
+  const auto allgather = [&](int64_t b) { return (p - 1) * b / p; };
+  const int64_t units = allreduce(p, 4 * n * 12)     // layer1 (row): x·w, forward
+                        + allreduce(p, 4 * n * 12)   // layer2 (column): input gradient
+                        + allgather(4 * n * 24)      // layer2 (column, last): its output
+                        + allreduce(p, 8 * n)        // head: row maxima (f64)
+                        + allreduce(p, 16 * n)       // head: sums of exponentials, target logits
+                        + allreduce(p, 4 * n * 24);  // head: input gradient
+  const int64_t tensor = units + allreduce(p, 8);    // the gradient norm (f64)
+  const int64_t data_parallel = allreduce(d, 4 * held_elements(wide_widths(), 2));
+  train::RunResult result;
+  const TensorBytes b = step_bytes(tensor_spec(true, 4, 2), 3, &result);
+  EXPECT_EQ(b.units, units);
+  EXPECT_EQ(b.tensor, tensor);
+  EXPECT_EQ(b.data_parallel, data_parallel);
+  // The step result carries both groups together.
+  ASSERT_EQ(result.logged.size(), 1U);
+  EXPECT_EQ(result.logged[0].comm_bytes, tensor + data_parallel);
+}
+
+// Saves at step 10 under `first` in `format`, continues from there under
+// `second`, and compares with 20 uninterrupted steps of `first`.
+void expect_tensor_continues(const RunSpec& first, const RunSpec& second,
+                             const std::string& format) {
+  Scratch whole;
+  Scratch cut;
+  RunSpec a = first;
+  a.extra_toml = checkpoint_toml(whole.path(), 10, format, false);
+  const train::RunResult uninterrupted = run(a);
+  ASSERT_EQ(uninterrupted.last_step, 20);
+  cut_at(whole.path(), cut.path(), "step-00000010");
+  RunSpec b = second;
+  b.extra_toml = checkpoint_toml(cut.path(), 10, format, true);
+  const train::RunResult resumed = run(b);
+  EXPECT_EQ(resumed.first_step, 11);
+  ASSERT_EQ(resumed.last_step, 20);
+  EXPECT_EQ(tensor_names(merged(resumed)), tensor_names(merged(uninterrupted)));
+  std::string worst;
+  EXPECT_LE(max_param_rel_diff(merged(resumed), merged(uninterrupted), &worst), kTolerance)
+      << "largest difference in " << worst;
+}
+
+RunSpec zero3_spec(bool wide, int world) {
+  RunSpec s = tensor_spec(wide, world, 1);
+  s.strategy = "zero3";
+  s.strategy_options.clear();
+  return s;
+}
+
+TEST(TensorResume, TensorCheckpointContinuesUnderZero3AndBack) {
+  expect_tensor_continues(tensor_spec(true, 4, 2), zero3_spec(true, 3), "full");
+  expect_tensor_continues(zero3_spec(true, 3), tensor_spec(true, 3, 3), "full");
+}
+
+TEST(TensorResume, ShardedCheckpointsMoveBetweenTensorSizesAndZero3) {
+  expect_tensor_continues(tensor_spec(true, 4, 4), zero3_spec(true, 2), "sharded");
+  expect_tensor_continues(zero3_spec(true, 2), tensor_spec(true, 4, 2), "sharded");
+}
+
+// The message of the error run() throws for `s` ("" if it runs).
+std::string tensor_run_error(const RunSpec& s, const PluginRegistry& plugins = registry()) {
+  try {
+    std::ostringstream log;
+    train::RunOptions options;
+    options.out = &log;
+    (void)train::run_training(parse_config(config_toml(s), "tensor_test.toml"), plugins, options);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT) << e.what();
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TensorOptions, SizeMustDivideTheWorld) {
+  const std::string msg = refusal(tensor_spec(false, 3, 2));
+  EXPECT_NE(msg.find("tensor: size = 2 does not divide the world size 3 (world = data-parallel "
+                     "replicas x size)"),
+            std::string::npos)
+      << msg;
+  const std::string negative = refusal(tensor_spec(false, 2, -1));
+  EXPECT_NE(negative.find("tensor: size = -1 must be >= 1"), std::string::npos) << negative;
+}
+
+TEST(TensorOptions, SequenceModeIsNotBuiltYet) {
+  RunSpec s = tensor_spec(false, 2, 2);
+  s.strategy_options += "mode = \"sequence\"\n";
+  const std::string msg = refusal(s);
+  EXPECT_NE(msg.find("tensor: mode = \"sequence\" (sequence parallelism) is not built yet"),
+            std::string::npos)
+      << msg;
+  s = tensor_spec(false, 2, 2);
+  s.strategy_options += "mode = \"ring\"\n";
+  const std::string other = refusal(s);
+  EXPECT_NE(other.find("tensor: mode = \"ring\" is not one of tensor, sequence"), std::string::npos)
+      << other;
+}
+
+TEST(TensorOptions, WidthsTheGroupDoesNotDivideAreRefused) {
+  // mlp's first hidden layer has 32 features: not a multiple of 3.
+  const std::string msg = tensor_run_error(tensor_spec(false, 3, 3));
+  EXPECT_NE(msg.find("tensor: parameter 'layer0.w' [16, 32] is split by column on dimension 1 "
+                     "(32), which size = 3 does not divide"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(TensorOptions, UnitsWithoutTensorParallelismAreRefused) {
+  PluginRegistry plugins;
+  plugins.scan({TESSERA_STRATEGIES_PLUGIN_DIR, TESSERA_STRATEGIES_FIXTURE_DIR});
+  RunSpec s = tensor_spec(false, 2, 2);
+  s.model_table = "name = \"serial_mlp\"\n";
+  const std::string msg = tensor_run_error(s, plugins);
+  EXPECT_NE(msg.find("tensor: unit 'layer0' does not support tensor parallelism (no "
+                     "TESSERA_UNIT_TENSOR_PARALLEL), so size = 2 cannot split it"),
+            std::string::npos)
+      << msg;
+  // With size = 1 the same model trains.
+  s.strategy_options = "size = 1\n";
+  EXPECT_EQ(tensor_run_error(s, plugins), "");
+}
+
+}  // namespace
+}  // namespace tessera::test
