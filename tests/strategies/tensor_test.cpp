@@ -147,6 +147,10 @@ TEST_P(TensorEquivalence, MatchesNoneOnOneRankReplicasAgreeAndHoldTheirShards) {
   EXPECT_LE(max_param_rel_diff(all, ref.final_state[0], &worst), kTolerance)
       << "largest difference in " << worst;
   EXPECT_NEAR(result.final_loss, ref.final_loss, 1e-4 * std::fabs(ref.final_loss));
+  // The global norm: shards summed over the group, replicated tensors once.
+  ASSERT_EQ(result.logged.size(), 1U);
+  ASSERT_EQ(ref.logged.size(), 1U);
+  EXPECT_NEAR(result.logged[0].grad_norm, ref.logged[0].grad_norm, 1e-4 * ref.logged[0].grad_norm);
   // Parameters and gradients: 4 bytes per held element; AdamW's two slots.
   const int64_t held = held_elements(c.wide ? wide_widths() : default_widths(), c.tp);
   expect_persistent_peaks(result, c.world, {4 * held, 4 * held, 8 * held});
@@ -164,6 +168,26 @@ INSTANTIATE_TEST_SUITE_P(Mlp, TensorEquivalence,
                                            TensorCase{true, 3, 3}, TensorCase{true, 2, 2, 2},
                                            TensorCase{false, 1, 2}),
                          tensor_case_name);
+
+// With grad_clip = 0.1 (the norms of these runs are 0.1 to 0.4, so 1.0
+// never clips) every step is clipped: the clip factor uses the global norm.
+TEST(TensorClipping, ClippedStepsMatchNone) {
+  RunSpec tensor = tensor_spec(true, 4, 2);
+  tensor.grad_clip = 0.1;
+  RunSpec none = tensor_spec(true, 1, 1);
+  none.strategy = "none";
+  none.strategy_options.clear();
+  none.grad_clip = 0.1;
+  const train::RunResult a = run(tensor);
+  const train::RunResult b = run(none);
+  std::string worst;
+  EXPECT_LE(max_param_rel_diff(merged(a), b.final_state[0], &worst), kTolerance)
+      << "largest difference in " << worst;
+  ASSERT_EQ(a.logged.size(), 1U);
+  ASSERT_EQ(b.logged.size(), 1U);
+  EXPECT_GT(b.logged[0].grad_norm, 0.1);
+  EXPECT_NEAR(a.logged[0].grad_norm, b.logged[0].grad_norm, 1e-4 * b.logged[0].grad_norm);
+}
 
 // The memory formula itself, where the shards make the difference: the
 // wide mlp holds 1170 elements on one rank, 591 per rank of tp = 2 (the
