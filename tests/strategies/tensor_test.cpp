@@ -169,6 +169,17 @@ INSTANTIATE_TEST_SUITE_P(Mlp, TensorEquivalence,
                                            TensorCase{false, 1, 2}),
                          tensor_case_name);
 
+// Without a group (size = 1) the units run their single-rank arithmetic:
+// on one rank the run is `none`'s, bit for bit, parameters and optimizer
+// state.
+TEST(TensorSizeOne, OneRankIsNoneBitForBit) {
+  for (const bool wide : {false, true}) {
+    const train::RunResult result = run(tensor_spec(wide, 1, 1));
+    EXPECT_EQ(first_bit_difference(result.final_state[0], none_of(wide).final_state[0]), "")
+        << (wide ? "wide" : "default") << " mlp";
+  }
+}
+
 // With grad_clip = 0.1 (the norms of these runs are 0.1 to 0.4, so 1.0
 // never clips) every step is clipped: the clip factor uses the global norm.
 TEST(TensorClipping, ClippedStepsMatchNone) {
