@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "tensor_options.hpp"
@@ -79,8 +80,11 @@ class TensorStrategy final : public sdk::Strategy {
   double forward_backward(const sdk::StepArgs& args);
   void account(size_t unit);
   [[nodiscard]] double sum_squares();
-  // Reads (`write` false) or writes one tensor of this rank: every block
-  // of a shard as a box, a whole tensor as one flat slice.
+  // Hands this rank's part of tensor `entry` (held in `local`) to
+  // io(shape, box_offset, box_extent, values): every block of a shard as
+  // a box (through a dense copy when the block is not contiguous in the
+  // shard), a whole tensor as one call with empty box vectors. io reads
+  // into or writes from the values.
   template <class Io>
   void move_tensor(size_t entry, std::span<float> local, Io&& io) const;
 
