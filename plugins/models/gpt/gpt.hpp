@@ -48,7 +48,9 @@ class GptEmbedding final : public ConventionUnit {
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
-  [[nodiscard]] uint32_t flags() const noexcept override { return TESSERA_UNIT_SPLIT_BACKWARD; }
+  [[nodiscard]] uint32_t flags() const noexcept override {
+    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL;
+  }
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
   void backward_weight(UnitContext& ctx, std::span<const float* const> params,
@@ -86,7 +88,9 @@ class GptBlock final : public ConventionUnit {
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
-  [[nodiscard]] uint32_t flags() const noexcept override { return TESSERA_UNIT_SPLIT_BACKWARD; }
+  [[nodiscard]] uint32_t flags() const noexcept override {
+    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL;
+  }
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
   void backward_weight(UnitContext& ctx, std::span<const float* const> params,
@@ -119,7 +123,9 @@ class GptHead final : public ConventionUnit {
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
-  [[nodiscard]] uint32_t flags() const noexcept override { return TESSERA_UNIT_SPLIT_BACKWARD; }
+  [[nodiscard]] uint32_t flags() const noexcept override {
+    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL;
+  }
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
   void backward_weight(UnitContext& ctx, std::span<const float* const> params,
