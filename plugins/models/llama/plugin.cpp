@@ -24,9 +24,13 @@ constexpr tessera_option_decl kLlamaOptions[] = {
      "not divide kv_heads) instead of kv_heads/tp of them"},
 };
 
-std::unique_ptr<tessera::sdk::model::Model> make_llama(const tessera::sdk::Host& /*host*/,
+std::unique_ptr<tessera::sdk::model::Model> make_llama(const tessera::sdk::Host& host,
                                                        const tessera::sdk::Options& options) {
   const tessera::model::LlamaConfig config = tessera::model::parse_llama_config(options);
+  if (config.kv_replicated) {
+    host.info("kv_replicated: under tensor parallelism every rank keeps all ", config.kv_heads,
+              " key/value heads (wk and wv whole, their gradients summed over the group)");
+  }
   return std::make_unique<tessera::sdk::model::Model>(
       "llama", tessera::model::build_llama_units(config),
       tessera::sdk::model::DataSpec::sequences(config.seq_len, config.vocab));
