@@ -50,7 +50,8 @@ LlamaConfig parse_llama_config(const sdk::Options& options);
 // Token embedding: x[b,t] = wte[token[b,t]]. Param wte [vocab, d] (row:
 // split by vocabulary). Reads the batch's tokens; backward returns no input
 // gradient. Split backward: the input half keeps the output gradient, the
-// weight half scatters it into the table.
+// weight half scatters it into the table. Tensor-parallel: vocab/tp rows of
+// wte per rank, lookups summed over the group.
 class LlamaEmbedding final : public ConventionUnit {
  public:
   LlamaEmbedding(std::string name, const LlamaConfig& config);
@@ -92,6 +93,11 @@ class LlamaEmbedding final : public ConventionUnit {
 // residuals), sums the RMSNorm gain gradients into the context and keeps
 // each projection's output gradient; the weight half adds the seven xᵀ·dy
 // and the stashed gain sums.
+// Tensor-parallel: a rank holds heads/tp query heads, kv_heads/tp key/value
+// heads (all of them with kv_replicated), ffn/tp columns of w_gate and w_up
+// and the matching rows of wo and w_down; one allreduce after each
+// row-parallel product forward, one per column-parallel group backward, and
+// with kv_replicated the sums of dk and dv, all in the input half.
 class LlamaBlock final : public ConventionUnit {
  public:
   LlamaBlock(std::string name, const LlamaConfig& config);
@@ -128,7 +134,8 @@ class LlamaBlock final : public ConventionUnit {
 // over all B·T positions. Params: norm_g [d], w [d, vocab].
 // Split backward: the input half computes the logits' gradient (kept), dx
 // and the RMSNorm gain sum; the weight half adds rmsnorm(x)ᵀ·dlogits into
-// `w` and the gain sum.
+// `w` and the gain sum. Tensor-parallel: vocab/tp columns of w per rank and
+// the cross-entropy combined over the group, as gpt's head.
 class LlamaHead final : public ConventionUnit {
  public:
   LlamaHead(std::string name, const LlamaConfig& config);
