@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "../support/models.hpp"
 #include "gpt.hpp"
@@ -109,6 +110,51 @@ TEST(GptTensorParallel, PluginNamesTheModelUnitAndKey) {
                                          "group size 5"),
               std::string::npos)
         << e.what();
+  }
+}
+
+TEST(GptTensorParallel, BackwardInAnotherGroupSizeIsRefused) {
+  // The block's forward runs in a group of 2; its backward without one.
+  const GptBlock unit("block0", kTpD, kTpHeads, 2, kTpSeq);
+  const Batch batch = gpt_tp_batch();
+  const BatchView view = tessera::test::view_of(batch);
+  const int64_t rows = batch.size * batch.seq_len;
+  std::vector<std::vector<float>> shards;
+  for (const ParamSpec& s : unit.params()) shards.emplace_back(s.numel() / 2, 0.5f);
+  std::vector<const float*> p;
+  p.reserve(shards.size());
+  for (const auto& v : shards) p.push_back(v.data());
+  std::vector<float> x(static_cast<std::size_t>(rows * kTpD), 0.25f);
+  std::vector<std::string> messages(2);
+  testing::run_tp_ranks(2, [&](int rank, const tessera_tp_group& group) {
+    std::vector<std::vector<float>> grads(shards.size());
+    std::vector<float*> g;
+    g.reserve(shards.size());
+    for (std::size_t i = 0; i < shards.size(); ++i) {
+      grads[i].assign(shards[i].size(), 0.0f);
+      g.push_back(grads[i].data());
+    }
+    auto ctx = unit.make_context();
+    ctx->set_tp(&group);
+    UnitInput in;
+    in.batch = &view;
+    in.tp = &group;
+    in.x = {x.data(), rows, kTpD};
+    const ConstView out = unit.forward(*ctx, p, in);
+    const std::vector<float> dy(out.data, out.data + out.rows * out.cols);
+    ctx->set_tp(nullptr);
+    try {
+      (void)unit.backward(*ctx, p, g, {dy.data(), out.rows, out.cols});
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT);
+      messages[static_cast<std::size_t>(rank)] = e.what();
+    }
+  });
+  for (const std::string& m : messages) {
+    EXPECT_NE(m.find("unit 'block0': backward in a tensor-parallel group of 1 ranks after a "
+                     "forward in one of 2"),
+              std::string::npos)
+        << m;
   }
 }
 
