@@ -37,7 +37,9 @@ GptConfig parse_gpt_config(const sdk::Options& options);
 // wte [vocab, d] (row: split by vocabulary), wpe [seq_len, d]. Reads the
 // batch's tokens; a batch may be shorter than seq_len. Backward returns no
 // input gradient. Split backward: the input half keeps the output gradient,
-// the weight half scatters it into the two tables.
+// the weight half scatters it into the two tables. Tensor-parallel: a rank
+// holds vocab/tp rows of wte, looks up zeros for the other tokens and sums
+// the lookups over the group before adding wpe.
 class GptEmbedding final : public ConventionUnit {
  public:
   GptEmbedding(std::string name, int64_t vocab, int64_t d_model, int64_t seq_len);
@@ -48,7 +50,9 @@ class GptEmbedding final : public ConventionUnit {
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
-  [[nodiscard]] uint32_t flags() const noexcept override { return TESSERA_UNIT_SPLIT_BACKWARD; }
+  [[nodiscard]] uint32_t flags() const noexcept override {
+    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL;
+  }
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
   void backward_weight(UnitContext& ctx, std::span<const float* const> params,
@@ -74,6 +78,10 @@ class GptEmbedding final : public ConventionUnit {
 // LayerNorm gain and bias gradients into the context and keeps each
 // linear's output gradient; the weight half adds xᵀ·dy and the bias sums of
 // the four linears and the stashed LayerNorm sums.
+// Tensor-parallel: a rank holds heads/tp heads of q|k|v and the matching
+// rows of attn_proj_w, r·d/tp columns of fc and rows of proj; forward sums
+// each row-parallel product over the group before its bias, backward sums
+// the input gradient of each column-parallel pair (both in the input half).
 class GptBlock final : public ConventionUnit {
  public:
   // `seq_len` sizes the cost estimate (attention grows with it); 1 when 0.
@@ -86,7 +94,9 @@ class GptBlock final : public ConventionUnit {
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
-  [[nodiscard]] uint32_t flags() const noexcept override { return TESSERA_UNIT_SPLIT_BACKWARD; }
+  [[nodiscard]] uint32_t flags() const noexcept override {
+    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL;
+  }
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
   void backward_weight(UnitContext& ctx, std::span<const float* const> params,
@@ -107,6 +117,9 @@ class GptBlock final : public ConventionUnit {
 // Split backward: the input half computes the logits' gradient (kept), dx
 // and the LayerNorm sums; the weight half adds dlogitsᵀ·ln_f(x) into `w`
 // (the embedding's gradient when tied) and the LayerNorm sums.
+// Tensor-parallel: a rank holds vocab/tp rows of w, computes only its slice
+// of the logits and combines the cross-entropy over the group
+// (parallel_xent_forward); backward sums dx's parts over the group.
 class GptHead final : public ConventionUnit {
  public:
   // `tied_to` empty: the head owns `w`; else the qualified embedding table.
@@ -119,7 +132,9 @@ class GptHead final : public ConventionUnit {
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
-  [[nodiscard]] uint32_t flags() const noexcept override { return TESSERA_UNIT_SPLIT_BACKWARD; }
+  [[nodiscard]] uint32_t flags() const noexcept override {
+    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL;
+  }
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
   void backward_weight(UnitContext& ctx, std::span<const float* const> params,

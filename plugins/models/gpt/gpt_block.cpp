@@ -7,6 +7,7 @@
 
 #include "gpt.hpp"
 #include "tessera/models/kernels.hpp"
+#include "tessera/models/tensor_parallel.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::model {
@@ -31,6 +32,7 @@ enum Param : std::size_t {
 struct BlockContext final : UnitContext {
   int64_t batch = -1;
   int64_t seq = 0;
+  int32_t tp_size = 1;           // tensor-parallel group of the forward
   bool input_grad_done = false;  // backward_input ran; backward_weight may follow
   // Saved by forward.
   std::vector<float> x, mean1, rstd1, h1, qkv, probs, attn, x2, mean2, rstd2, h2, u, act, y;
@@ -54,6 +56,29 @@ struct BlockContext final : UnitContext {
 
 void sized(std::vector<float>& v, int64_t count) {
   v.assign(static_cast<std::size_t>(count), 0.0f);
+}
+
+// y = x·w + bias for a row-parallel w: without a group the plain linear;
+// with one, this rank's partial product summed over the group (Megatron's
+// g), then the replicated bias added once.
+void row_parallel_forward(const TpGroup& tp, const float* x, const float* w, const float* bias,
+                          int64_t n, int64_t in, int64_t out, float* y, const char* what) {
+  if (!tp.active()) {
+    kernels::linear_forward(x, w, bias, n, in, out, y);
+    return;
+  }
+  kernels::linear_forward(x, w, nullptr, n, in, out, y);
+  tp.allreduce_sum(y, n * out, what);
+  for (int64_t r = 0; r < n; ++r) kernels::add_into(y + r * out, bias, out);
+}
+
+// The group of a backward call, which must have the forward's size.
+TpGroup backward_group(const BlockContext& c, const std::string& unit) {
+  TpGroup tp(c.tp(), c.host(), unit);
+  TESSERA_CHECK(tp.size() == c.tp_size, TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit,
+                "': backward in a tensor-parallel group of ", tp.size(),
+                " ranks after a forward in one of ", c.tp_size);
+  return tp;
 }
 
 }  // namespace
@@ -118,8 +143,18 @@ ConstView GptBlock::forward(UnitContext& ctx_base, std::span<const float* const>
   TESSERA_CHECK(!input.x.empty() && input.x.rows == n && input.x.cols == d,
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': input is ", input.x.rows, "x",
                 input.x.cols, ", expected ", n, "x", d);
+  // Under tensor parallelism this rank holds heads/tp heads: dl columns of
+  // each of q, k and v, the matching dl rows of the attention projection,
+  // hidden/tp columns of fc and rows of proj. The row-parallel products are
+  // partial sums, added up over the group before their (replicated) bias.
+  const TpGroup tp(input.tp, ctx_base.host(), name_);
+  tp.require_divisible("heads", heads_);
+  const int64_t heads = heads_ / tp.size();
+  const int64_t dl = d / tp.size();
+  const int64_t hidden = hidden_ / tp.size();
   c.batch = bsz;
   c.seq = seq;
+  c.tp_size = tp.size();
   c.input_grad_done = false;
   c.x.assign(input.x.data, input.x.data + n * d);
   sized(c.mean1, n);
@@ -127,21 +162,21 @@ ConstView GptBlock::forward(UnitContext& ctx_base, std::span<const float* const>
   sized(c.h1, n * d);
   kernels::layernorm_forward(c.x.data(), p[kLn1G], p[kLn1B], n, d, c.h1.data(), c.mean1.data(),
                              c.rstd1.data());
-  sized(c.qkv, n * 3 * d);
-  kernels::linear_forward(c.h1.data(), p[kQkvW], p[kQkvB], n, d, 3 * d, c.qkv.data());
+  sized(c.qkv, n * 3 * dl);
+  kernels::linear_forward(c.h1.data(), p[kQkvW], p[kQkvB], n, d, 3 * dl, c.qkv.data());
 
   // Attention per (batch, head): probs = causal softmax(q kᵀ · scale), out = probs v.
   const int64_t dh = d / heads_;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  sized(c.probs, bsz * heads_ * seq * seq);
-  sized(c.attn, n * d);
+  sized(c.probs, bsz * heads * seq * seq);
+  sized(c.attn, n * dl);
   for (int64_t b = 0; b < bsz; ++b) {
-    for (int64_t h = 0; h < heads_; ++h) {
-      const float* q = c.qkv.data() + b * seq * 3 * d + h * dh;
-      const float* k = q + d;
-      const float* v = q + 2 * d;
-      float* pr = c.probs.data() + (b * heads_ + h) * seq * seq;
-      kernels::gemm(false, true, seq, seq, dh, scale, q, 3 * d, k, 3 * d, 0.0f, pr, seq);
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* q = c.qkv.data() + b * seq * 3 * dl + h * dh;
+      const float* k = q + dl;
+      const float* v = q + 2 * dl;
+      float* pr = c.probs.data() + (b * heads + h) * seq * seq;
+      kernels::gemm(false, true, seq, seq, dh, scale, q, 3 * dl, k, 3 * dl, 0.0f, pr, seq);
       for (int64_t i = 0; i < seq; ++i) {
         float* row = pr + i * seq;
         float mx = -std::numeric_limits<float>::infinity();
@@ -155,13 +190,14 @@ ConstView GptBlock::forward(UnitContext& ctx_base, std::span<const float* const>
         for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
         for (int64_t j = i + 1; j < seq; ++j) row[j] = 0.0f;
       }
-      kernels::gemm(false, false, seq, dh, seq, 1.0f, pr, seq, v, 3 * d, 0.0f,
-                    c.attn.data() + b * seq * d + h * dh, d);
+      kernels::gemm(false, false, seq, dh, seq, 1.0f, pr, seq, v, 3 * dl, 0.0f,
+                    c.attn.data() + b * seq * dl + h * dh, dl);
     }
   }
   // Residual around the attention projection.
   sized(c.x2, n * d);
-  kernels::linear_forward(c.attn.data(), p[kAttnProjW], p[kAttnProjB], n, d, d, c.x2.data());
+  row_parallel_forward(tp, c.attn.data(), p[kAttnProjW], p[kAttnProjB], n, dl, d, c.x2.data(),
+                       "the attention projection's output");
   for (int64_t i = 0; i < n * d; ++i) c.x2[i] += c.x[i];
   // MLP with its residual.
   sized(c.mean2, n);
@@ -169,12 +205,13 @@ ConstView GptBlock::forward(UnitContext& ctx_base, std::span<const float* const>
   sized(c.h2, n * d);
   kernels::layernorm_forward(c.x2.data(), p[kLn2G], p[kLn2B], n, d, c.h2.data(), c.mean2.data(),
                              c.rstd2.data());
-  sized(c.u, n * hidden_);
-  sized(c.act, n * hidden_);
-  kernels::linear_forward(c.h2.data(), p[kFcW], p[kFcB], n, d, hidden_, c.u.data());
-  kernels::activation_forward(kernels::Activation::gelu, c.u.data(), n * hidden_, c.act.data());
+  sized(c.u, n * hidden);
+  sized(c.act, n * hidden);
+  kernels::linear_forward(c.h2.data(), p[kFcW], p[kFcB], n, d, hidden, c.u.data());
+  kernels::activation_forward(kernels::Activation::gelu, c.u.data(), n * hidden, c.act.data());
   sized(c.y, n * d);
-  kernels::linear_forward(c.act.data(), p[kProjW], p[kProjB], n, hidden_, d, c.y.data());
+  row_parallel_forward(tp, c.act.data(), p[kProjW], p[kProjB], n, hidden, d, c.y.data(),
+                       "the MLP's output");
   for (int64_t i = 0; i < n * d; ++i) c.y[i] += c.x2[i];
   return {c.y.data(), n, d};
 }
@@ -192,17 +229,24 @@ ConstView GptBlock::backward_input(UnitContext& ctx_base, std::span<const float*
   TESSERA_CHECK(!grad_output.empty() && grad_output.rows == n && grad_output.cols == d,
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': output gradient is ",
                 grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", d);
+  const TpGroup tp = backward_group(c, name_);
+  const int64_t heads = heads_ / tp.size();
+  const int64_t dl = d / tp.size();
+  const int64_t hidden = hidden_ / tp.size();
   // The output gradient belongs to the caller: the weight half reads a copy.
   c.dy.assign(grad_output.data, grad_output.data + n * d);
 
   // MLP branch: y = x2 + proj(gelu(fc(ln2(x2)))).
-  sized(c.dact, n * hidden_);
-  kernels::linear_backward_input(p[kProjW], c.dy.data(), n, hidden_, d, c.dact.data());
-  sized(c.du, n * hidden_);
-  kernels::activation_backward(kernels::Activation::gelu, c.u.data(), c.dact.data(), n * hidden_,
+  sized(c.dact, n * hidden);
+  kernels::linear_backward_input(p[kProjW], c.dy.data(), n, hidden, d, c.dact.data());
+  sized(c.du, n * hidden);
+  kernels::activation_backward(kernels::Activation::gelu, c.u.data(), c.dact.data(), n * hidden,
                                c.du.data());
   sized(c.dh, n * d);
-  kernels::linear_backward_input(p[kFcW], c.du.data(), n, d, hidden_, c.dh.data());
+  kernels::linear_backward_input(p[kFcW], c.du.data(), n, d, hidden, c.dh.data());
+  // fc is column-parallel: each rank has its columns' part of ln2's output
+  // gradient.
+  tp.allreduce_sum(c.dh.data(), n * d, "the MLP's input gradient");
   c.dx2 = c.dy;
   sized(c.dln2_g, d);
   sized(c.dln2_b, d);
@@ -210,27 +254,27 @@ ConstView GptBlock::backward_input(UnitContext& ctx_base, std::span<const float*
                               d, c.dx2.data(), c.dln2_g.data(), c.dln2_b.data());
 
   // Attention branch: x2 = x + proj(attn(qkv(ln1(x)))).
-  sized(c.da, n * d);
-  kernels::linear_backward_input(p[kAttnProjW], c.dx2.data(), n, d, d, c.da.data());
+  sized(c.da, n * dl);
+  kernels::linear_backward_input(p[kAttnProjW], c.dx2.data(), n, dl, d, c.da.data());
   const int64_t dh = d / heads_;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  sized(c.dqkv, n * 3 * d);
+  sized(c.dqkv, n * 3 * dl);
   sized(c.dscores, seq * seq);
   for (int64_t b = 0; b < bsz; ++b) {
-    for (int64_t h = 0; h < heads_; ++h) {
-      const int64_t off = b * seq * 3 * d + h * dh;
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t off = b * seq * 3 * dl + h * dh;
       const float* q = c.qkv.data() + off;
-      const float* k = q + d;
-      const float* v = q + 2 * d;
+      const float* k = q + dl;
+      const float* v = q + 2 * dl;
       float* dq = c.dqkv.data() + off;
-      float* dk = dq + d;
-      float* dv = dq + 2 * d;
-      const float* pr = c.probs.data() + (b * heads_ + h) * seq * seq;
-      const float* dout = c.da.data() + b * seq * d + h * dh;
+      float* dk = dq + dl;
+      float* dv = dq + 2 * dl;
+      const float* pr = c.probs.data() + (b * heads + h) * seq * seq;
+      const float* dout = c.da.data() + b * seq * dl + h * dh;
       float* ds = c.dscores.data();
       // dprobs = dout vᵀ ; dv = probsᵀ dout.
-      kernels::gemm(false, true, seq, seq, dh, 1.0f, dout, d, v, 3 * d, 0.0f, ds, seq);
-      kernels::gemm(true, false, seq, dh, seq, 1.0f, pr, seq, dout, d, 0.0f, dv, 3 * d);
+      kernels::gemm(false, true, seq, seq, dh, 1.0f, dout, dl, v, 3 * dl, 0.0f, ds, seq);
+      kernels::gemm(true, false, seq, dh, seq, 1.0f, pr, seq, dout, dl, 0.0f, dv, 3 * dl);
       // Softmax backward row by row: ds = p ⊙ (dp − Σ dp⊙p); masked entries have p = 0.
       for (int64_t i = 0; i < seq; ++i) {
         const float* prow = pr + i * seq;
@@ -241,11 +285,13 @@ ConstView GptBlock::backward_input(UnitContext& ctx_base, std::span<const float*
         for (int64_t j = 0; j < seq; ++j) drow[j] = prow[j] * (drow[j] - dotf);
       }
       // scores = scale q kᵀ: dq = scale ds k ; dk = scale dsᵀ q.
-      kernels::gemm(false, false, seq, dh, seq, scale, ds, seq, k, 3 * d, 0.0f, dq, 3 * d);
-      kernels::gemm(true, false, seq, dh, seq, scale, ds, seq, q, 3 * d, 0.0f, dk, 3 * d);
+      kernels::gemm(false, false, seq, dh, seq, scale, ds, seq, k, 3 * dl, 0.0f, dq, 3 * dl);
+      kernels::gemm(true, false, seq, dh, seq, scale, ds, seq, q, 3 * dl, 0.0f, dk, 3 * dl);
     }
   }
-  kernels::linear_backward_input(p[kQkvW], c.dqkv.data(), n, d, 3 * d, c.dh.data());
+  kernels::linear_backward_input(p[kQkvW], c.dqkv.data(), n, d, 3 * dl, c.dh.data());
+  // q|k|v is column-parallel: sum the parts of ln1's output gradient.
+  tp.allreduce_sum(c.dh.data(), n * d, "the attention's input gradient");
   c.dx = c.dx2;
   sized(c.dln1_g, d);
   sized(c.dln1_b, d);
@@ -262,15 +308,22 @@ void GptBlock::backward_weight(UnitContext& ctx_base, std::span<const float* con
   auto& c = dynamic_cast<BlockContext&>(ctx_base);
   TESSERA_CHECK(c.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward_weight without backward_input on this context");
+  (void)backward_group(c, name_);
   const int64_t n = c.batch * c.seq;
   const int64_t d = d_;
-  kernels::linear_backward_weight(c.act.data(), c.dy.data(), n, hidden_, d, g[kProjW], g[kProjB]);
-  kernels::linear_backward_weight(c.h2.data(), c.du.data(), n, d, hidden_, g[kFcW], g[kFcB]);
+  // Local to each rank: the shards' gradients from this rank's activations;
+  // the replicated LayerNorm parameters and row-parallel biases get the
+  // same whole gradient on every rank of the group (their inputs and output
+  // gradients are replicated), so nothing is summed over it.
+  const int64_t dl = d / c.tp_size;
+  const int64_t hidden = hidden_ / c.tp_size;
+  kernels::linear_backward_weight(c.act.data(), c.dy.data(), n, hidden, d, g[kProjW], g[kProjB]);
+  kernels::linear_backward_weight(c.h2.data(), c.du.data(), n, d, hidden, g[kFcW], g[kFcB]);
   kernels::add_into(g[kLn2G], c.dln2_g.data(), d);
   kernels::add_into(g[kLn2B], c.dln2_b.data(), d);
-  kernels::linear_backward_weight(c.attn.data(), c.dx2.data(), n, d, d, g[kAttnProjW],
+  kernels::linear_backward_weight(c.attn.data(), c.dx2.data(), n, dl, d, g[kAttnProjW],
                                   g[kAttnProjB]);
-  kernels::linear_backward_weight(c.h1.data(), c.dqkv.data(), n, d, 3 * d, g[kQkvW], g[kQkvB]);
+  kernels::linear_backward_weight(c.h1.data(), c.dqkv.data(), n, d, 3 * dl, g[kQkvW], g[kQkvB]);
   kernels::add_into(g[kLn1G], c.dln1_g.data(), d);
   kernels::add_into(g[kLn1B], c.dln1_b.data(), d);
   c.input_grad_done = false;

@@ -4,6 +4,7 @@
 
 #include "gpt.hpp"
 #include "tessera/models/kernels.hpp"
+#include "tessera/models/tensor_parallel.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::model {
@@ -12,6 +13,9 @@ namespace {
 struct EmbeddingContext final : UnitContext {
   int64_t batch = -1;
   int64_t seq = 0;
+  int32_t tp_size = 1;   // tensor-parallel group of the forward
+  int64_t vocab_lo = 0;  // this rank's rows of wte: [vocab_lo, vocab_lo + vocab_rows)
+  int64_t vocab_rows = 0;
   bool input_grad_done = false;  // backward_input ran; backward_weight may follow
   std::vector<int32_t> tokens;
   std::vector<float> y;
@@ -51,8 +55,16 @@ ConstView GptEmbedding::forward(UnitContext& ctx_base, std::span<const float* co
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': needs a sequence batch with seq_len <= ", seq_len_);
   const int64_t n = batch->size * batch->seq_len;
+  // Vocabulary-parallel under a group: this rank holds rows [lo, lo +
+  // vocab/tp) of wte; a token outside them looks up zeros, and the sum over
+  // the group is the whole lookup. wpe is replicated and added after it.
+  const TpGroup tp(input.tp, ctx_base.host(), name_);
+  tp.require_divisible("vocab", vocab_);
   ctx.batch = batch->size;
   ctx.seq = batch->seq_len;
+  ctx.tp_size = tp.size();
+  ctx.vocab_rows = vocab_ / tp.size();
+  ctx.vocab_lo = ctx.vocab_rows * tp.rank();
   ctx.input_grad_done = false;
   ctx.tokens.assign(batch->tokens.begin(), batch->tokens.end());
   ctx.y.resize(static_cast<std::size_t>(n * d_));
@@ -64,7 +76,21 @@ ConstView GptEmbedding::forward(UnitContext& ctx_base, std::span<const float* co
                   "': token ", tok, " at position ", r, " is outside [0, ", vocab_, ")");
     const int64_t t = r % ctx.seq;
     float* yr = ctx.y.data() + r * d_;
-    for (int64_t j = 0; j < d_; ++j) yr[j] = wte[tok * d_ + j] + wpe[t * d_ + j];
+    if (!tp.active()) {
+      for (int64_t j = 0; j < d_; ++j) yr[j] = wte[tok * d_ + j] + wpe[t * d_ + j];
+      continue;
+    }
+    const int64_t local = tok - ctx.vocab_lo;
+    if (local >= 0 && local < ctx.vocab_rows) {
+      std::copy(wte + local * d_, wte + (local + 1) * d_, yr);
+    } else {
+      std::fill(yr, yr + d_, 0.0f);
+    }
+  }
+  if (tp.active()) {
+    tp.allreduce_sum(ctx.y.data(), n * d_, "the token embeddings");
+    for (int64_t r = 0; r < n; ++r)
+      kernels::add_into(ctx.y.data() + r * d_, wpe + (r % ctx.seq) * d_, d_);
   }
   return {ctx.y.data(), n, d_};
 }
@@ -93,13 +119,23 @@ void GptEmbedding::backward_weight(UnitContext& ctx_base, std::span<const float*
   auto& ctx = dynamic_cast<EmbeddingContext&>(ctx_base);
   TESSERA_CHECK(ctx.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward_weight without backward_input on this context");
+  TESSERA_CHECK(TpGroup(ctx.tp(), ctx.host(), name_).size() == ctx.tp_size,
+                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': backward_weight in a tensor-parallel group of another size than its forward (",
+                ctx.tp_size, " ranks)");
+  // The output gradient is replicated: each rank scatters it into its own
+  // rows of wte, and every rank gets the same whole gradient of wpe.
   const int64_t n = ctx.batch * ctx.seq;
   float* dwte = grads[0];
   float* dwpe = grads[1];
   for (int64_t r = 0; r < n; ++r) {
-    const int64_t tok = ctx.tokens[static_cast<std::size_t>(r)];
+    const int64_t tok = ctx.tokens[static_cast<std::size_t>(r)] - ctx.vocab_lo;
     const int64_t t = r % ctx.seq;
     const float* g = ctx.dy.data() + r * d_;
+    if (tok < 0 || tok >= ctx.vocab_rows) {
+      kernels::add_into(dwpe + t * d_, g, d_);
+      continue;
+    }
     for (int64_t j = 0; j < d_; ++j) {
       dwte[tok * d_ + j] += g[j];
       dwpe[t * d_ + j] += g[j];

@@ -3,6 +3,7 @@
 
 #include "gpt.hpp"
 #include "tessera/models/kernels.hpp"
+#include "tessera/models/tensor_parallel.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::model {
@@ -10,6 +11,9 @@ namespace {
 
 struct GptHeadContext final : UnitContext {
   int64_t rows = -1;
+  int32_t tp_size = 1;   // tensor-parallel group of the forward
+  int64_t vocab_lo = 0;  // this rank's rows of w: [vocab_lo, vocab_lo + vocab_rows)
+  int64_t vocab_rows = 0;
   bool input_grad_done = false;  // backward_input ran; backward_weight may follow
   float scale = 1.0f;
   float loss = 0.0f;
@@ -69,7 +73,16 @@ ConstView GptHead::forward(UnitContext& ctx_base, std::span<const float* const> 
                     static_cast<int64_t>(input.batch->targets.size()) == n,
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': needs a sequence batch with one target per input row (", n, " rows)");
+  // Vocabulary-parallel under a group: this rank's vocab/tp rows of w give
+  // its slice of the logits, and the cross-entropy combines the slices'
+  // maxima, sums and target logits over the group (parallel_xent_forward).
+  // The final LayerNorm is replicated.
+  const TpGroup tp(input.tp, ctx_base.host(), name_);
+  tp.require_divisible("vocab", vocab_);
   c.rows = n;
+  c.tp_size = tp.size();
+  c.vocab_rows = vocab_ / tp.size();
+  c.vocab_lo = c.vocab_rows * tp.rank();
   c.input_grad_done = false;
   c.scale = input.loss_scale;
   c.targets.assign(input.batch->targets.begin(), input.batch->targets.end());
@@ -79,11 +92,12 @@ ConstView GptHead::forward(UnitContext& ctx_base, std::span<const float* const> 
   c.h.resize(static_cast<std::size_t>(n * d_));
   kernels::layernorm_forward(c.x.data(), params[0], params[1], n, d_, c.h.data(), c.mean.data(),
                              c.rstd.data());
-  c.probs.resize(static_cast<std::size_t>(n * vocab_));
-  kernels::gemm(false, true, n, vocab_, d_, 1.0f, c.h.data(), d_, params[2], d_, 0.0f,
-                c.probs.data(), vocab_);
-  const double loss = kernels::softmax_xent_forward(c.probs.data(), c.targets.data(), n, vocab_,
-                                                    c.probs.data(), name_);
+  const int64_t cols = c.vocab_rows;
+  c.probs.resize(static_cast<std::size_t>(n * cols));
+  kernels::gemm(false, true, n, cols, d_, 1.0f, c.h.data(), d_, params[2], d_, 0.0f, c.probs.data(),
+                cols);
+  const double loss = parallel_xent_forward(tp, c.probs.data(), c.targets.data(), n, cols,
+                                            c.vocab_lo, vocab_, c.probs.data(), name_);
   c.loss = static_cast<float>(loss * input.loss_scale);
   return {&c.loss, 1, 1};
 }
@@ -94,15 +108,22 @@ ConstView GptHead::backward_input(UnitContext& ctx_base, std::span<const float* 
   auto& c = dynamic_cast<GptHeadContext&>(ctx_base);
   TESSERA_CHECK(c.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward without a forward on this context");
+  const TpGroup tp(c.tp(), c.host(), name_);
+  TESSERA_CHECK(tp.size() == c.tp_size, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': backward in a tensor-parallel group of ", tp.size(),
+                " ranks after a forward in one of ", c.tp_size);
   const int64_t n = c.rows;
+  const int64_t cols = c.vocab_rows;
   const float g = grad_output.empty() ? 1.0f : grad_output.data[0];
-  c.dlogits.resize(static_cast<std::size_t>(n * vocab_));
-  kernels::softmax_xent_backward(c.probs.data(), c.targets.data(), n, vocab_, c.scale * g,
-                                 c.dlogits.data());
-  // logits = h wᵀ: dh = dlogits w (the weight half adds dlogitsᵀ h into dw).
+  c.dlogits.resize(static_cast<std::size_t>(n * cols));
+  parallel_xent_backward(c.probs.data(), c.targets.data(), n, cols, c.vocab_lo, c.scale * g,
+                         c.dlogits.data());
+  // logits = h wᵀ: dh = dlogits w (the weight half adds dlogitsᵀ h into dw);
+  // under a group each rank's vocabulary slice gives a part of dh.
   c.dh.resize(static_cast<std::size_t>(n * d_));
-  kernels::gemm(false, false, n, d_, vocab_, 1.0f, c.dlogits.data(), vocab_, params[2], d_, 0.0f,
+  kernels::gemm(false, false, n, d_, cols, 1.0f, c.dlogits.data(), cols, params[2], d_, 0.0f,
                 c.dh.data(), d_);
+  tp.allreduce_sum(c.dh.data(), n * d_, "the head's input gradient");
   c.dx.assign(static_cast<std::size_t>(n * d_), 0.0f);
   c.dlnf_g.assign(static_cast<std::size_t>(d_), 0.0f);
   c.dlnf_b.assign(static_cast<std::size_t>(d_), 0.0f);
@@ -119,9 +140,15 @@ void GptHead::backward_weight(UnitContext& ctx_base, std::span<const float* cons
   auto& c = dynamic_cast<GptHeadContext&>(ctx_base);
   TESSERA_CHECK(c.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward_weight without backward_input on this context");
-  // dw += dlogitsᵀ h; when tied, grads[2] is the embedding table's gradient.
-  kernels::gemm(true, false, vocab_, d_, c.rows, 1.0f, c.dlogits.data(), vocab_, c.h.data(), d_,
-                1.0f, grads[2], d_);
+  TESSERA_CHECK(TpGroup(c.tp(), c.host(), name_).size() == c.tp_size, TESSERA_ERR_INVALID_ARGUMENT,
+                "unit '", name_,
+                "': backward_weight in a tensor-parallel group of another size than its forward (",
+                c.tp_size, " ranks)");
+  // dw += dlogitsᵀ h (this rank's rows); when tied, grads[2] is the
+  // embedding table's gradient, split by vocabulary alike. The LayerNorm's
+  // gradients are whole and the same on every rank of a group.
+  kernels::gemm(true, false, c.vocab_rows, d_, c.rows, 1.0f, c.dlogits.data(), c.vocab_rows,
+                c.h.data(), d_, 1.0f, grads[2], d_);
   kernels::add_into(grads[0], c.dlnf_g.data(), d_);
   kernels::add_into(grads[1], c.dlnf_b.data(), d_);
   c.input_grad_done = false;

@@ -25,6 +25,7 @@ LlamaConfig parse_llama_config(const sdk::Options& options) {
   config.ffn = ffn == 0 ? llama_default_ffn(config.d_model) : ffn;
   config.rope_theta = reader.number("rope_theta", 0.0);
   config.norm_eps = reader.number("norm_eps", 0.0);
+  config.kv_replicated = reader.boolean("kv_replicated");
   if (config.d_model % config.heads != 0) {
     reader.fail("heads", detail::concat("(", config.heads, ") must divide key 'd_model' (",
                                         config.d_model, ")"));

@@ -28,6 +28,10 @@ struct LlamaConfig {
   int64_t ffn = 0;  // hidden width of the SwiGLU MLP
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
+  // Tensor parallelism: keep wk and wv whole on every rank of a group
+  // instead of splitting them by key/value heads (for kv_heads the group
+  // size does not divide).
+  bool kv_replicated = false;
 };
 
 // The default SwiGLU width for `d_model`: 8·d_model/3 rounded up to a
@@ -39,14 +43,15 @@ int64_t llama_default_ffn(int64_t d_model) noexcept;
 // `layers` (>= 0), `d_model`, `heads` (must divide d_model with an even
 // quotient, the head dimension RoPE rotates in pairs), `kv_heads` (0:
 // heads; must divide heads), `seq_len`, `ffn` (0: llama_default_ffn),
-// `rope_theta` (> 0), `norm_eps` (> 0). Throws tessera::Error (invalid
+// `rope_theta` (> 0), `norm_eps` (> 0), `kv_replicated`. Throws tessera::Error (invalid
 // argument) naming the key for a bad value.
 LlamaConfig parse_llama_config(const sdk::Options& options);
 
 // Token embedding: x[b,t] = wte[token[b,t]]. Param wte [vocab, d] (row:
 // split by vocabulary). Reads the batch's tokens; backward returns no input
 // gradient. Split backward: the input half keeps the output gradient, the
-// weight half scatters it into the table.
+// weight half scatters it into the table. Tensor-parallel: vocab/tp rows of
+// wte per rank, lookups summed over the group.
 class LlamaEmbedding final : public ConventionUnit {
  public:
   LlamaEmbedding(std::string name, const LlamaConfig& config);
@@ -57,7 +62,9 @@ class LlamaEmbedding final : public ConventionUnit {
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
-  [[nodiscard]] uint32_t flags() const noexcept override { return TESSERA_UNIT_SPLIT_BACKWARD; }
+  [[nodiscard]] uint32_t flags() const noexcept override {
+    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL;
+  }
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
   void backward_weight(UnitContext& ctx, std::span<const float* const> params,
@@ -78,13 +85,19 @@ class LlamaEmbedding final : public ConventionUnit {
 // head h reading key/value head h / (heads / kv_heads); concatenated, then
 // ·wo. mlp: (silu(·w_gate) ⊙ (·w_up))·w_down.
 // Params, in order: attn_norm_g [d]; wq [d, d], wk [d, kv·hd], wv [d, kv·hd]
-// (column: split by heads); wo [d, d] (row); mlp_norm_g [d]; w_gate [d, ffn],
+// (column: split by heads; wk and wv none with kv_replicated); wo [d, d]
+// (row); mlp_norm_g [d]; w_gate [d, ffn],
 // w_up [d, ffn] (column); w_down [ffn, d] (row). hd = d / heads.
 // Split backward: the input half runs every input-gradient product (dx =
 // dy·wᵀ of the seven projections, attention and RoPE, RMSNorms,
 // residuals), sums the RMSNorm gain gradients into the context and keeps
 // each projection's output gradient; the weight half adds the seven xᵀ·dy
 // and the stashed gain sums.
+// Tensor-parallel: a rank holds heads/tp query heads, kv_heads/tp key/value
+// heads (all of them with kv_replicated), ffn/tp columns of w_gate and w_up
+// and the matching rows of wo and w_down; one allreduce after each
+// row-parallel product forward, one per column-parallel group backward, and
+// with kv_replicated the sums of dk and dv, all in the input half.
 class LlamaBlock final : public ConventionUnit {
  public:
   LlamaBlock(std::string name, const LlamaConfig& config);
@@ -95,7 +108,9 @@ class LlamaBlock final : public ConventionUnit {
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
-  [[nodiscard]] uint32_t flags() const noexcept override { return TESSERA_UNIT_SPLIT_BACKWARD; }
+  [[nodiscard]] uint32_t flags() const noexcept override {
+    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL;
+  }
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
   void backward_weight(UnitContext& ctx, std::span<const float* const> params,
@@ -109,6 +124,7 @@ class LlamaBlock final : public ConventionUnit {
   int64_t ffn_;
   int64_t seq_len_;
   float eps_;
+  bool kv_replicated_;
   std::vector<float> cos_;  // [seq_len, head_dim / 2]
   std::vector<float> sin_;
 };
@@ -118,7 +134,8 @@ class LlamaBlock final : public ConventionUnit {
 // over all B·T positions. Params: norm_g [d], w [d, vocab].
 // Split backward: the input half computes the logits' gradient (kept), dx
 // and the RMSNorm gain sum; the weight half adds rmsnorm(x)ᵀ·dlogits into
-// `w` and the gain sum.
+// `w` and the gain sum. Tensor-parallel: vocab/tp columns of w per rank and
+// the cross-entropy combined over the group, as gpt's head.
 class LlamaHead final : public ConventionUnit {
  public:
   LlamaHead(std::string name, const LlamaConfig& config);
@@ -129,7 +146,9 @@ class LlamaHead final : public ConventionUnit {
                     const UnitInput& input) const override;
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
-  [[nodiscard]] uint32_t flags() const noexcept override { return TESSERA_UNIT_SPLIT_BACKWARD; }
+  [[nodiscard]] uint32_t flags() const noexcept override {
+    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL;
+  }
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
   void backward_weight(UnitContext& ctx, std::span<const float* const> params,

@@ -9,6 +9,7 @@
 
 #include "llama.hpp"
 #include "tessera/models/kernels.hpp"
+#include "tessera/models/tensor_parallel.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::model {
@@ -30,6 +31,8 @@ enum LlamaBlockParam : std::size_t {
 struct LlamaBlockContext final : UnitContext {
   int64_t batch = -1;
   int64_t seq = 0;
+  int32_t tp_size = 1;  // tensor-parallel group of the forward
+  int32_t tp_rank = 0;
   bool input_grad_done = false;  // backward_input ran; backward_weight may follow
   // Saved by forward (q and k after the rotation).
   std::vector<float> x, rstd1, h1, q, k, v, probs, attn, x2, rstd2, h2, gate, up, act, y;
@@ -55,6 +58,47 @@ void llama_sized(std::vector<float>& v, int64_t count) {
   v.assign(static_cast<std::size_t>(count), 0.0f);
 }
 
+// What one rank of a tensor-parallel group holds of a block: `heads` query
+// heads (from global head `q_first`), `kv` key/value heads (from `kv_first`;
+// all of them when replicated), ffn/tp columns of gate and up and rows of
+// down. Query head j reads key/value head (q_first + j) / group − kv_first.
+struct LlamaShard {
+  int64_t heads = 0;
+  int64_t q_first = 0;
+  int64_t kv = 0;
+  int64_t kv_first = 0;
+  int64_t ffn = 0;
+};
+
+LlamaShard llama_shard(int64_t heads, int64_t kv_heads, int64_t ffn, bool kv_replicated,
+                       int32_t rank, int32_t size) {
+  LlamaShard s;
+  s.heads = heads / size;
+  s.q_first = s.heads * rank;
+  s.kv = kv_replicated ? kv_heads : kv_heads / size;
+  s.kv_first = kv_replicated ? 0 : s.kv * rank;
+  s.ffn = ffn / size;
+  return s;
+}
+
+// y = x·w for a row-parallel w: this rank's partial product, summed over
+// the group (Megatron's g).
+void llama_row_parallel(const TpGroup& tp, const float* x, const float* w, int64_t n, int64_t in,
+                        int64_t out, float* y, const char* what) {
+  kernels::linear_forward(x, w, nullptr, n, in, out, y);
+  tp.allreduce_sum(y, n * out, what);
+}
+
+// The group of a backward call, which must have the forward's size.
+TpGroup llama_backward_group(const LlamaBlockContext& c, const std::string& unit) {
+  TpGroup tp(c.tp(), c.host(), unit);
+  TESSERA_CHECK(tp.size() == c.tp_size && tp.rank() == c.tp_rank, TESSERA_ERR_INVALID_ARGUMENT,
+                "unit '", unit, "': backward as rank ", tp.rank(),
+                " of a tensor-parallel group of ", tp.size(), " after a forward as rank ",
+                c.tp_rank, " of ", c.tp_size);
+  return tp;
+}
+
 }  // namespace
 
 LlamaBlock::LlamaBlock(std::string name, const LlamaConfig& config)
@@ -65,7 +109,8 @@ LlamaBlock::LlamaBlock(std::string name, const LlamaConfig& config)
       head_dim_(config.heads > 0 ? config.d_model / config.heads : 0),
       ffn_(config.ffn),
       seq_len_(config.seq_len),
-      eps_(static_cast<float>(config.norm_eps)) {
+      eps_(static_cast<float>(config.norm_eps)),
+      kv_replicated_(config.kv_replicated) {
   TESSERA_CHECK(heads_ > 0 && d_ % heads_ == 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': heads ", heads_, " must divide d_model ", d_);
   TESSERA_CHECK(head_dim_ % 2 == 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
@@ -77,11 +122,18 @@ LlamaBlock::LlamaBlock(std::string name, const LlamaConfig& config)
                 "': ffn, seq_len, rope_theta and norm_eps must be positive");
   const int64_t d = d_;
   const int64_t kv = kv_heads_ * head_dim_;
+  // With kv_replicated every rank of a tensor-parallel group holds all
+  // key/value heads (for kv_heads the group size does not divide).
+  const SplitHint kv_split = kv_replicated_ ? SplitHint::none : SplitHint::column;
   specs_ = {
-      {"attn_norm_g", {d}, SplitHint::none, {}},    {"wq", {d, d}, SplitHint::column, {}},
-      {"wk", {d, kv}, SplitHint::column, {}},       {"wv", {d, kv}, SplitHint::column, {}},
-      {"wo", {d, d}, SplitHint::row, {}},           {"mlp_norm_g", {d}, SplitHint::none, {}},
-      {"w_gate", {d, ffn_}, SplitHint::column, {}}, {"w_up", {d, ffn_}, SplitHint::column, {}},
+      {"attn_norm_g", {d}, SplitHint::none, {}},
+      {"wq", {d, d}, SplitHint::column, {}},
+      {"wk", {d, kv}, kv_split, {}},
+      {"wv", {d, kv}, kv_split, {}},
+      {"wo", {d, d}, SplitHint::row, {}},
+      {"mlp_norm_g", {d}, SplitHint::none, {}},
+      {"w_gate", {d, ffn_}, SplitHint::column, {}},
+      {"w_up", {d, ffn_}, SplitHint::column, {}},
       {"w_down", {ffn_, d}, SplitHint::row, {}},
   };
   cos_.resize(static_cast<std::size_t>(seq_len_ * head_dim_ / 2));
@@ -124,39 +176,59 @@ ConstView LlamaBlock::forward(UnitContext& ctx_base, std::span<const float* cons
   const int64_t n = bsz * seq;
   const int64_t d = d_;
   const int64_t hd = head_dim_;
-  const int64_t kvd = kv_heads_ * hd;
   const int64_t group = heads_ / kv_heads_;
   TESSERA_CHECK(!input.x.empty() && input.x.rows == n && input.x.cols == d,
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': input is ", input.x.rows, "x",
                 input.x.cols, ", expected ", n, "x", d);
+  // Under tensor parallelism: q, k, v column-parallel by heads (k and v
+  // whole with kv_replicated), wo row-parallel; gate and up
+  // column-parallel, down row-parallel. The two row-parallel products are
+  // summed over the group.
+  const TpGroup tp(input.tp, ctx_base.host(), name_);
+  tp.require_divisible("heads", heads_);
+  tp.require_divisible("ffn", ffn_);
+  if (!kv_replicated_ && kv_heads_ % tp.size() != 0) {
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                detail::concat("unit '", name_, "': key 'kv_heads' (", kv_heads_,
+                               ") is not divisible by the tensor-parallel group size ", tp.size(),
+                               "; key 'kv_replicated' = true keeps the key/value heads whole on "
+                               "every rank"));
+  }
+  const LlamaShard sh = llama_shard(heads_, kv_heads_, ffn_, kv_replicated_, tp.rank(), tp.size());
+  const int64_t dl = sh.heads * hd;
+  const int64_t kvd = sh.kv * hd;
+  const int64_t ffn = sh.ffn;
   c.batch = bsz;
   c.seq = seq;
+  c.tp_size = tp.size();
+  c.tp_rank = tp.rank();
   c.input_grad_done = false;
   c.x.assign(input.x.data, input.x.data + n * d);
   llama_sized(c.rstd1, n);
   llama_sized(c.h1, n * d);
   kernels::rmsnorm_forward(c.x.data(), p[kLlamaAttnNormG], n, d, eps_, c.h1.data(), c.rstd1.data());
-  llama_sized(c.q, n * d);
+  llama_sized(c.q, n * dl);
   llama_sized(c.k, n * kvd);
   llama_sized(c.v, n * kvd);
-  kernels::linear_forward(c.h1.data(), p[kLlamaWq], nullptr, n, d, d, c.q.data());
+  kernels::linear_forward(c.h1.data(), p[kLlamaWq], nullptr, n, d, dl, c.q.data());
   kernels::linear_forward(c.h1.data(), p[kLlamaWk], nullptr, n, d, kvd, c.k.data());
   kernels::linear_forward(c.h1.data(), p[kLlamaWv], nullptr, n, d, kvd, c.v.data());
-  kernels::rope_apply(c.q.data(), n, seq, heads_, hd, cos_.data(), sin_.data(), false);
-  kernels::rope_apply(c.k.data(), n, seq, kv_heads_, hd, cos_.data(), sin_.data(), false);
+  kernels::rope_apply(c.q.data(), n, seq, sh.heads, hd, cos_.data(), sin_.data(), false);
+  kernels::rope_apply(c.k.data(), n, seq, sh.kv, hd, cos_.data(), sin_.data(), false);
 
   // Attention per (batch, head): probs = causal softmax(q kᵀ · scale), out =
   // probs v, query head h reading key/value head h / group.
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  llama_sized(c.probs, bsz * heads_ * seq * seq);
-  llama_sized(c.attn, n * d);
+  llama_sized(c.probs, bsz * sh.heads * seq * seq);
+  llama_sized(c.attn, n * dl);
   for (int64_t b = 0; b < bsz; ++b) {
-    for (int64_t h = 0; h < heads_; ++h) {
-      const float* q = c.q.data() + b * seq * d + h * hd;
-      const float* k = c.k.data() + b * seq * kvd + (h / group) * hd;
-      const float* v = c.v.data() + b * seq * kvd + (h / group) * hd;
-      float* pr = c.probs.data() + (b * heads_ + h) * seq * seq;
-      kernels::gemm(false, true, seq, seq, hd, scale, q, d, k, kvd, 0.0f, pr, seq);
+    for (int64_t h = 0; h < sh.heads; ++h) {
+      const int64_t kvh = (sh.q_first + h) / group - sh.kv_first;
+      const float* q = c.q.data() + b * seq * dl + h * hd;
+      const float* k = c.k.data() + b * seq * kvd + kvh * hd;
+      const float* v = c.v.data() + b * seq * kvd + kvh * hd;
+      float* pr = c.probs.data() + (b * sh.heads + h) * seq * seq;
+      kernels::gemm(false, true, seq, seq, hd, scale, q, dl, k, kvd, 0.0f, pr, seq);
       for (int64_t i = 0; i < seq; ++i) {
         float* row = pr + i * seq;
         float mx = -std::numeric_limits<float>::infinity();
@@ -171,25 +243,26 @@ ConstView LlamaBlock::forward(UnitContext& ctx_base, std::span<const float* cons
         for (int64_t j = i + 1; j < seq; ++j) row[j] = 0.0f;
       }
       kernels::gemm(false, false, seq, hd, seq, 1.0f, pr, seq, v, kvd, 0.0f,
-                    c.attn.data() + b * seq * d + h * hd, d);
+                    c.attn.data() + b * seq * dl + h * hd, dl);
     }
   }
   // Residual around the output projection.
   llama_sized(c.x2, n * d);
-  kernels::linear_forward(c.attn.data(), p[kLlamaWo], nullptr, n, d, d, c.x2.data());
+  llama_row_parallel(tp, c.attn.data(), p[kLlamaWo], n, dl, d, c.x2.data(),
+                     "the attention's output");
   for (int64_t i = 0; i < n * d; ++i) c.x2[i] += c.x[i];
   // SwiGLU MLP with its residual.
   llama_sized(c.rstd2, n);
   llama_sized(c.h2, n * d);
   kernels::rmsnorm_forward(c.x2.data(), p[kLlamaMlpNormG], n, d, eps_, c.h2.data(), c.rstd2.data());
-  llama_sized(c.gate, n * ffn_);
-  llama_sized(c.up, n * ffn_);
-  llama_sized(c.act, n * ffn_);
-  kernels::linear_forward(c.h2.data(), p[kLlamaWGate], nullptr, n, d, ffn_, c.gate.data());
-  kernels::linear_forward(c.h2.data(), p[kLlamaWUp], nullptr, n, d, ffn_, c.up.data());
-  kernels::swiglu_forward(c.gate.data(), c.up.data(), n * ffn_, c.act.data());
+  llama_sized(c.gate, n * ffn);
+  llama_sized(c.up, n * ffn);
+  llama_sized(c.act, n * ffn);
+  kernels::linear_forward(c.h2.data(), p[kLlamaWGate], nullptr, n, d, ffn, c.gate.data());
+  kernels::linear_forward(c.h2.data(), p[kLlamaWUp], nullptr, n, d, ffn, c.up.data());
+  kernels::swiglu_forward(c.gate.data(), c.up.data(), n * ffn, c.act.data());
   llama_sized(c.y, n * d);
-  kernels::linear_forward(c.act.data(), p[kLlamaWDown], nullptr, n, ffn_, d, c.y.data());
+  llama_row_parallel(tp, c.act.data(), p[kLlamaWDown], n, ffn, d, c.y.data(), "the MLP's output");
   for (int64_t i = 0; i < n * d; ++i) c.y[i] += c.x2[i];
   return {c.y.data(), n, d};
 }
@@ -205,54 +278,61 @@ ConstView LlamaBlock::backward_input(UnitContext& ctx_base, std::span<const floa
   const int64_t n = bsz * seq;
   const int64_t d = d_;
   const int64_t hd = head_dim_;
-  const int64_t kvd = kv_heads_ * hd;
   const int64_t group = heads_ / kv_heads_;
   TESSERA_CHECK(!grad_output.empty() && grad_output.rows == n && grad_output.cols == d,
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': output gradient is ",
                 grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", d);
+  const TpGroup tp = llama_backward_group(c, name_);
+  const LlamaShard sh = llama_shard(heads_, kv_heads_, ffn_, kv_replicated_, tp.rank(), tp.size());
+  const int64_t dl = sh.heads * hd;
+  const int64_t kvd = sh.kv * hd;
+  const int64_t ffn = sh.ffn;
   // The output gradient belongs to the caller: the weight half reads a copy.
   c.dy.assign(grad_output.data, grad_output.data + n * d);
 
   // MLP branch: y = x2 + w_down(silu(w_gate(h2)) ⊙ w_up(h2)), h2 = rmsnorm(x2).
-  llama_sized(c.dact, n * ffn_);
-  kernels::linear_backward_input(p[kLlamaWDown], c.dy.data(), n, ffn_, d, c.dact.data());
-  llama_sized(c.dgate, n * ffn_);
-  llama_sized(c.dup, n * ffn_);
-  kernels::swiglu_backward(c.gate.data(), c.up.data(), c.dact.data(), n * ffn_, c.dgate.data(),
+  llama_sized(c.dact, n * ffn);
+  kernels::linear_backward_input(p[kLlamaWDown], c.dy.data(), n, ffn, d, c.dact.data());
+  llama_sized(c.dgate, n * ffn);
+  llama_sized(c.dup, n * ffn);
+  kernels::swiglu_backward(c.gate.data(), c.up.data(), c.dact.data(), n * ffn, c.dgate.data(),
                            c.dup.data());
   llama_sized(c.dh, n * d);
-  kernels::linear_backward_input(p[kLlamaWGate], c.dgate.data(), n, d, ffn_, c.dh.data());
+  kernels::linear_backward_input(p[kLlamaWGate], c.dgate.data(), n, d, ffn, c.dh.data());
   // The up projection reads the same h2: its input gradient adds to dh.
-  kernels::linear_backward_input(p[kLlamaWUp], c.dup.data(), n, d, ffn_, c.dh.data(), true);
+  kernels::linear_backward_input(p[kLlamaWUp], c.dup.data(), n, d, ffn, c.dh.data(), true);
+  // gate and up are column-parallel: sum the parts of the norm's output
+  // gradient.
+  tp.allreduce_sum(c.dh.data(), n * d, "the MLP's input gradient");
   c.dx2 = c.dy;
   llama_sized(c.dnorm2_g, d);
   kernels::rmsnorm_backward(c.x2.data(), p[kLlamaMlpNormG], c.rstd2.data(), c.dh.data(), n, d,
                             c.dx2.data(), c.dnorm2_g.data());
 
   // Attention branch: x2 = x + wo(attn(rope(wq h1), rope(wk h1), wv h1)), h1 = rmsnorm(x).
-  llama_sized(c.da, n * d);
-  kernels::linear_backward_input(p[kLlamaWo], c.dx2.data(), n, d, d, c.da.data());
+  llama_sized(c.da, n * dl);
+  kernels::linear_backward_input(p[kLlamaWo], c.dx2.data(), n, dl, d, c.da.data());
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  llama_sized(c.dq, n * d);
+  llama_sized(c.dq, n * dl);
   llama_sized(c.dk, n * kvd);  // the heads of a group add into their shared k and v
   llama_sized(c.dv, n * kvd);
   llama_sized(c.dscores, seq * seq);
   for (int64_t b = 0; b < bsz; ++b) {
-    for (int64_t h = 0; h < heads_; ++h) {
-      const int64_t q_off = b * seq * d + h * hd;
-      const int64_t kv_off = b * seq * kvd + (h / group) * hd;
+    for (int64_t h = 0; h < sh.heads; ++h) {
+      const int64_t q_off = b * seq * dl + h * hd;
+      const int64_t kv_off = b * seq * kvd + ((sh.q_first + h) / group - sh.kv_first) * hd;
       const float* q = c.q.data() + q_off;
       const float* k = c.k.data() + kv_off;
       const float* v = c.v.data() + kv_off;
       float* dq = c.dq.data() + q_off;
       float* dk = c.dk.data() + kv_off;
       float* dv = c.dv.data() + kv_off;
-      const float* pr = c.probs.data() + (b * heads_ + h) * seq * seq;
+      const float* pr = c.probs.data() + (b * sh.heads + h) * seq * seq;
       const float* dout = c.da.data() + q_off;
       float* ds = c.dscores.data();
       // dprobs = dout vᵀ ; dv += probsᵀ dout.
-      kernels::gemm(false, true, seq, seq, hd, 1.0f, dout, d, v, kvd, 0.0f, ds, seq);
-      kernels::gemm(true, false, seq, hd, seq, 1.0f, pr, seq, dout, d, 1.0f, dv, kvd);
+      kernels::gemm(false, true, seq, seq, hd, 1.0f, dout, dl, v, kvd, 0.0f, ds, seq);
+      kernels::gemm(true, false, seq, hd, seq, 1.0f, pr, seq, dout, dl, 1.0f, dv, kvd);
       // Softmax backward row by row: ds = p ⊙ (dp − Σ dp⊙p); masked entries have p = 0.
       for (int64_t i = 0; i < seq; ++i) {
         const float* prow = pr + i * seq;
@@ -263,16 +343,25 @@ ConstView LlamaBlock::backward_input(UnitContext& ctx_base, std::span<const floa
         for (int64_t j = 0; j < seq; ++j) drow[j] = prow[j] * (drow[j] - dotf);
       }
       // scores = scale q kᵀ: dq = scale ds k ; dk += scale dsᵀ q.
-      kernels::gemm(false, false, seq, hd, seq, scale, ds, seq, k, kvd, 0.0f, dq, d);
-      kernels::gemm(true, false, seq, hd, seq, scale, ds, seq, q, d, 1.0f, dk, kvd);
+      kernels::gemm(false, false, seq, hd, seq, scale, ds, seq, k, kvd, 0.0f, dq, dl);
+      kernels::gemm(true, false, seq, hd, seq, scale, ds, seq, q, dl, 1.0f, dk, kvd);
     }
   }
   // Back through the rotations (their transposes), then the projections.
-  kernels::rope_apply(c.dq.data(), n, seq, heads_, hd, cos_.data(), sin_.data(), true);
-  kernels::rope_apply(c.dk.data(), n, seq, kv_heads_, hd, cos_.data(), sin_.data(), true);
-  kernels::linear_backward_input(p[kLlamaWq], c.dq.data(), n, d, d, c.dh.data());
+  kernels::rope_apply(c.dq.data(), n, seq, sh.heads, hd, cos_.data(), sin_.data(), true);
+  kernels::rope_apply(c.dk.data(), n, seq, sh.kv, hd, cos_.data(), sin_.data(), true);
+  kernels::linear_backward_input(p[kLlamaWq], c.dq.data(), n, d, dl, c.dh.data());
   kernels::linear_backward_input(p[kLlamaWk], c.dk.data(), n, d, kvd, c.dh.data(), true);
   kernels::linear_backward_input(p[kLlamaWv], c.dv.data(), n, d, kvd, c.dh.data(), true);
+  // q, k and v are column-parallel: sum the parts of the norm's output
+  // gradient. With replicated key/value heads each rank's dk and dv hold
+  // only its query heads' share (their sum over the group is the whole,
+  // which is what dh needs too); the weight half needs the whole: sum them.
+  tp.allreduce_sum(c.dh.data(), n * d, "the attention's input gradient");
+  if (kv_replicated_) {
+    tp.allreduce_sum(c.dk.data(), n * kvd, "the replicated keys' gradient");
+    tp.allreduce_sum(c.dv.data(), n * kvd, "the replicated values' gradient");
+  }
   c.dx = c.dx2;
   llama_sized(c.dnorm1_g, d);
   kernels::rmsnorm_backward(c.x.data(), p[kLlamaAttnNormG], c.rstd1.data(), c.dh.data(), n, d,
@@ -288,15 +377,22 @@ void LlamaBlock::backward_weight(UnitContext& ctx_base, std::span<const float* c
   auto& c = dynamic_cast<LlamaBlockContext&>(ctx_base);
   TESSERA_CHECK(c.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward_weight without backward_input on this context");
+  const TpGroup tp = llama_backward_group(c, name_);
+  const LlamaShard sh = llama_shard(heads_, kv_heads_, ffn_, kv_replicated_, tp.rank(), tp.size());
   const int64_t n = c.batch * c.seq;
   const int64_t d = d_;
-  const int64_t kvd = kv_heads_ * head_dim_;
-  kernels::linear_backward_weight(c.act.data(), c.dy.data(), n, ffn_, d, g[kLlamaWDown], nullptr);
-  kernels::linear_backward_weight(c.h2.data(), c.dgate.data(), n, d, ffn_, g[kLlamaWGate], nullptr);
-  kernels::linear_backward_weight(c.h2.data(), c.dup.data(), n, d, ffn_, g[kLlamaWUp], nullptr);
+  const int64_t dl = sh.heads * head_dim_;
+  const int64_t kvd = sh.kv * head_dim_;
+  const int64_t ffn = sh.ffn;
+  // Local to each rank: the shards' gradients from this rank's activations.
+  // The RMSNorm gains (and replicated wk, wv, whose dk and dv the input half
+  // summed) get the same whole gradient on every rank of the group.
+  kernels::linear_backward_weight(c.act.data(), c.dy.data(), n, ffn, d, g[kLlamaWDown], nullptr);
+  kernels::linear_backward_weight(c.h2.data(), c.dgate.data(), n, d, ffn, g[kLlamaWGate], nullptr);
+  kernels::linear_backward_weight(c.h2.data(), c.dup.data(), n, d, ffn, g[kLlamaWUp], nullptr);
   kernels::add_into(g[kLlamaMlpNormG], c.dnorm2_g.data(), d);
-  kernels::linear_backward_weight(c.attn.data(), c.dx2.data(), n, d, d, g[kLlamaWo], nullptr);
-  kernels::linear_backward_weight(c.h1.data(), c.dq.data(), n, d, d, g[kLlamaWq], nullptr);
+  kernels::linear_backward_weight(c.attn.data(), c.dx2.data(), n, dl, d, g[kLlamaWo], nullptr);
+  kernels::linear_backward_weight(c.h1.data(), c.dq.data(), n, d, dl, g[kLlamaWq], nullptr);
   kernels::linear_backward_weight(c.h1.data(), c.dk.data(), n, d, kvd, g[kLlamaWk], nullptr);
   kernels::linear_backward_weight(c.h1.data(), c.dv.data(), n, d, kvd, g[kLlamaWv], nullptr);
   kernels::add_into(g[kLlamaAttnNormG], c.dnorm1_g.data(), d);

@@ -4,6 +4,7 @@
 
 #include "llama.hpp"
 #include "tessera/models/kernels.hpp"
+#include "tessera/models/tensor_parallel.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::model {
@@ -11,6 +12,9 @@ namespace {
 
 struct LlamaEmbeddingContext final : UnitContext {
   int64_t rows = -1;
+  int32_t tp_size = 1;   // tensor-parallel group of the forward
+  int64_t vocab_lo = 0;  // this rank's rows of wte: [vocab_lo, vocab_lo + vocab_rows)
+  int64_t vocab_rows = 0;
   bool input_grad_done = false;  // backward_input ran; backward_weight may follow
   std::vector<int32_t> tokens;
   std::vector<float> y;
@@ -51,14 +55,28 @@ ConstView LlamaEmbedding::forward(UnitContext& ctx_base, std::span<const float* 
     TESSERA_CHECK(tok >= 0 && tok < vocab_, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                   "': token ", tok, " at position ", r, " is outside [0, ", vocab_, ")");
   }
+  // Vocabulary-parallel under a group: this rank holds rows [lo, lo +
+  // vocab/tp) of wte; a token outside them looks up zeros, and the sum over
+  // the group is the whole lookup.
+  const TpGroup tp(input.tp, ctx_base.host(), name_);
+  tp.require_divisible("vocab", vocab_);
   ctx.rows = n;
+  ctx.tp_size = tp.size();
+  ctx.vocab_rows = vocab_ / tp.size();
+  ctx.vocab_lo = ctx.vocab_rows * tp.rank();
   ctx.input_grad_done = false;
   ctx.tokens.assign(batch->tokens.begin(), batch->tokens.end());
   ctx.y.resize(static_cast<std::size_t>(n * d_));
   for (int64_t r = 0; r < n; ++r) {
-    const float* src = wte + static_cast<int64_t>(ctx.tokens[static_cast<std::size_t>(r)]) * d_;
-    std::copy(src, src + d_, ctx.y.data() + r * d_);
+    const int64_t local = ctx.tokens[static_cast<std::size_t>(r)] - ctx.vocab_lo;
+    float* dst = ctx.y.data() + r * d_;
+    if (local >= 0 && local < ctx.vocab_rows) {
+      std::copy(wte + local * d_, wte + (local + 1) * d_, dst);
+    } else {
+      std::fill(dst, dst + d_, 0.0f);
+    }
   }
+  tp.allreduce_sum(ctx.y.data(), n * d_, "the token embeddings");
   return {ctx.y.data(), n, d_};
 }
 
@@ -87,9 +105,16 @@ void LlamaEmbedding::backward_weight(UnitContext& ctx_base, std::span<const floa
   auto& ctx = dynamic_cast<LlamaEmbeddingContext&>(ctx_base);
   TESSERA_CHECK(ctx.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward_weight without backward_input on this context");
+  TESSERA_CHECK(TpGroup(ctx.tp(), ctx.host(), name_).size() == ctx.tp_size,
+                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': backward_weight in a tensor-parallel group of another size than its forward (",
+                ctx.tp_size, " ranks)");
+  // The output gradient is replicated: each rank scatters it into its own
+  // rows of wte.
   float* dwte = grads[0];
   for (int64_t r = 0; r < ctx.rows; ++r) {
-    const int64_t tok = ctx.tokens[static_cast<std::size_t>(r)];
+    const int64_t tok = ctx.tokens[static_cast<std::size_t>(r)] - ctx.vocab_lo;
+    if (tok < 0 || tok >= ctx.vocab_rows) continue;
     const float* g = ctx.dy.data() + r * d_;
     float* dst = dwte + tok * d_;
     for (int64_t j = 0; j < d_; ++j) dst[j] += g[j];

@@ -4,6 +4,7 @@
 
 #include "llama.hpp"
 #include "tessera/models/kernels.hpp"
+#include "tessera/models/tensor_parallel.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::model {
@@ -11,6 +12,9 @@ namespace {
 
 struct LlamaHeadContext final : UnitContext {
   int64_t rows = -1;
+  int32_t tp_size = 1;   // tensor-parallel group of the forward
+  int64_t vocab_lo = 0;  // this rank's columns of w: [vocab_lo, vocab_lo + vocab_cols)
+  int64_t vocab_cols = 0;
   bool input_grad_done = false;  // backward_input ran; backward_weight may follow
   float scale = 1.0f;
   float loss = 0.0f;
@@ -70,7 +74,16 @@ ConstView LlamaHead::forward(UnitContext& ctx_base, std::span<const float* const
                     static_cast<int64_t>(input.batch->targets.size()) == n,
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': needs a sequence batch with one target per input row (", n, " rows)");
+  // Vocabulary-parallel under a group: this rank's vocab/tp columns of w
+  // give its slice of the logits, and the cross-entropy combines the
+  // slices' maxima, sums and target logits over the group
+  // (parallel_xent_forward). The final RMSNorm is replicated.
+  const TpGroup tp(input.tp, ctx_base.host(), name_);
+  tp.require_divisible("vocab", vocab_);
   c.rows = n;
+  c.tp_size = tp.size();
+  c.vocab_cols = vocab_ / tp.size();
+  c.vocab_lo = c.vocab_cols * tp.rank();
   c.input_grad_done = false;
   c.scale = input.loss_scale;
   c.targets.assign(input.batch->targets.begin(), input.batch->targets.end());
@@ -78,10 +91,11 @@ ConstView LlamaHead::forward(UnitContext& ctx_base, std::span<const float* const
   c.rstd.resize(static_cast<std::size_t>(n));
   c.h.resize(static_cast<std::size_t>(n * d_));
   kernels::rmsnorm_forward(c.x.data(), params[0], n, d_, eps_, c.h.data(), c.rstd.data());
-  c.probs.resize(static_cast<std::size_t>(n * vocab_));
-  kernels::linear_forward(c.h.data(), params[1], nullptr, n, d_, vocab_, c.probs.data());
-  const double loss = kernels::softmax_xent_forward(c.probs.data(), c.targets.data(), n, vocab_,
-                                                    c.probs.data(), name_);
+  const int64_t cols = c.vocab_cols;
+  c.probs.resize(static_cast<std::size_t>(n * cols));
+  kernels::linear_forward(c.h.data(), params[1], nullptr, n, d_, cols, c.probs.data());
+  const double loss = parallel_xent_forward(tp, c.probs.data(), c.targets.data(), n, cols,
+                                            c.vocab_lo, vocab_, c.probs.data(), name_);
   c.loss = static_cast<float>(loss * input.loss_scale);
   return {&c.loss, 1, 1};
 }
@@ -92,14 +106,21 @@ ConstView LlamaHead::backward_input(UnitContext& ctx_base, std::span<const float
   auto& c = dynamic_cast<LlamaHeadContext&>(ctx_base);
   TESSERA_CHECK(c.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward without a forward on this context");
+  const TpGroup tp(c.tp(), c.host(), name_);
+  TESSERA_CHECK(tp.size() == c.tp_size, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': backward in a tensor-parallel group of ", tp.size(),
+                " ranks after a forward in one of ", c.tp_size);
   const int64_t n = c.rows;
+  const int64_t cols = c.vocab_cols;
   const float g = grad_output.empty() ? 1.0f : grad_output.data[0];
-  c.dlogits.resize(static_cast<std::size_t>(n * vocab_));
-  kernels::softmax_xent_backward(c.probs.data(), c.targets.data(), n, vocab_, c.scale * g,
-                                 c.dlogits.data());
-  // logits = h w: dh = dlogits wᵀ (the weight half adds hᵀ dlogits into dw).
+  c.dlogits.resize(static_cast<std::size_t>(n * cols));
+  parallel_xent_backward(c.probs.data(), c.targets.data(), n, cols, c.vocab_lo, c.scale * g,
+                         c.dlogits.data());
+  // logits = h w: dh = dlogits wᵀ (the weight half adds hᵀ dlogits into dw);
+  // under a group each rank's vocabulary slice gives a part of dh.
   c.dh.resize(static_cast<std::size_t>(n * d_));
-  kernels::linear_backward_input(params[1], c.dlogits.data(), n, d_, vocab_, c.dh.data());
+  kernels::linear_backward_input(params[1], c.dlogits.data(), n, d_, cols, c.dh.data());
+  tp.allreduce_sum(c.dh.data(), n * d_, "the head's input gradient");
   c.dx.assign(static_cast<std::size_t>(n * d_), 0.0f);
   c.dnorm_g.assign(static_cast<std::size_t>(d_), 0.0f);
   kernels::rmsnorm_backward(c.x.data(), params[0], c.rstd.data(), c.dh.data(), n, d_, c.dx.data(),
@@ -115,7 +136,13 @@ void LlamaHead::backward_weight(UnitContext& ctx_base, std::span<const float* co
   auto& c = dynamic_cast<LlamaHeadContext&>(ctx_base);
   TESSERA_CHECK(c.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward_weight without backward_input on this context");
-  kernels::linear_backward_weight(c.h.data(), c.dlogits.data(), c.rows, d_, vocab_, grads[1],
+  TESSERA_CHECK(TpGroup(c.tp(), c.host(), name_).size() == c.tp_size, TESSERA_ERR_INVALID_ARGUMENT,
+                "unit '", name_,
+                "': backward_weight in a tensor-parallel group of another size than its forward (",
+                c.tp_size, " ranks)");
+  // This rank's columns of w; the RMSNorm gain's gradient is whole and the
+  // same on every rank of a group.
+  kernels::linear_backward_weight(c.h.data(), c.dlogits.data(), c.rows, d_, c.vocab_cols, grads[1],
                                   nullptr);
   kernels::add_into(grads[0], c.dnorm_g.data(), d_);
   c.input_grad_done = false;

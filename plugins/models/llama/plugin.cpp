@@ -19,11 +19,18 @@ constexpr tessera_option_decl kLlamaOptions[] = {
      "hidden width of the SwiGLU MLP; 0: 8*d_model/3 rounded up to a multiple of 8"},
     {"rope_theta", TESSERA_OPT_FLOAT, "10000.0", "base of the rotary position embedding angles"},
     {"norm_eps", TESSERA_OPT_FLOAT, "1e-5", "epsilon of RMSNorm"},
+    {"kv_replicated", TESSERA_OPT_BOOL, "false",
+     "tensor parallelism: every rank keeps all key/value heads (needed when the group size does "
+     "not divide kv_heads) instead of kv_heads/tp of them"},
 };
 
-std::unique_ptr<tessera::sdk::model::Model> make_llama(const tessera::sdk::Host& /*host*/,
+std::unique_ptr<tessera::sdk::model::Model> make_llama(const tessera::sdk::Host& host,
                                                        const tessera::sdk::Options& options) {
   const tessera::model::LlamaConfig config = tessera::model::parse_llama_config(options);
+  if (config.kv_replicated) {
+    host.info("kv_replicated: under tensor parallelism every rank keeps all ", config.kv_heads,
+              " key/value heads (wk and wv whole, their gradients summed over the group)");
+  }
   return std::make_unique<tessera::sdk::model::Model>(
       "llama", tessera::model::build_llama_units(config),
       tessera::sdk::model::DataSpec::sequences(config.seq_len, config.vocab));

@@ -170,6 +170,27 @@ class UnitContext {
   virtual ~UnitContext() = default;
   // Bytes of memory the context holds (allocated capacity), for accounting.
   [[nodiscard]] virtual std::size_t bytes() const noexcept = 0;
+
+  // The tensor-parallel group of the call running on this context (null:
+  // none, whole parameters) and the host that made it. The adapter sets
+  // both before every forward, backward, backward_input and backward_weight,
+  // so each backward sees the group of its own call (forward also has it as
+  // UnitInput::tp); a caller that runs units directly sets them itself. The
+  // group is copied; its backend table and communicator stay borrowed from
+  // the caller. The host, when known, lets a unit read the message of a
+  // collective that failed (tessera_host_api.last_error).
+  [[nodiscard]] const tessera_tp_group* tp() const noexcept { return has_tp_ ? &tp_ : nullptr; }
+  [[nodiscard]] const tessera_host_api* host() const noexcept { return host_; }
+  void set_tp(const tessera_tp_group* tp, const tessera_host_api* host = nullptr) noexcept {
+    has_tp_ = tp != nullptr;
+    tp_ = has_tp_ ? ::tessera::sdk::detail::copy_versioned(tp) : tessera_tp_group{};
+    host_ = host;
+  }
+
+ private:
+  tessera_tp_group tp_{};
+  bool has_tp_ = false;
+  const tessera_host_api* host_ = nullptr;
 };
 
 // One unit of a model. Units are immutable after construction and may be
@@ -446,6 +467,11 @@ inline void read_call(const ModelHandle& h, const Unit& u, const tessera_unit_ca
     TESSERA_CHECK((u.flags() & TESSERA_UNIT_TENSOR_PARALLEL) != 0, TESSERA_ERR_UNSUPPORTED,
                   "unit '", u.name(), "' does not support tensor parallelism (group of ",
                   c.tp->size, " ranks)");
+    TESSERA_CHECK(c.tp->rank >= 0 && c.tp->rank < c.tp->size && c.tp->backend != nullptr &&
+                      c.tp->comm != nullptr,
+                  TESSERA_ERR_INVALID_ARGUMENT, "tensor-parallel group of ", c.tp->size,
+                  " ranks has rank ", c.tp->rank,
+                  c.tp->backend == nullptr || c.tp->comm == nullptr ? " and no communicator" : "");
   }
   parts.params = {c.params, c.params != nullptr ? n : 0};
   if (with_grads) parts.grads = {c.grads, c.grads != nullptr ? n : 0};
@@ -618,6 +644,7 @@ struct ModelAdapter {
       TESSERA_CHECK(out != nullptr, TESSERA_ERR_INVALID_ARGUMENT, "output is NULL");
       CallParts parts;
       read_call(h, u, call, false, parts);
+      c.ctx->set_tp(parts.input.tp, h.host);
       parts.input.x = to_view(x);
       *out = to_c(u.forward(*c.ctx, parts.params, parts.input));
     });
@@ -632,6 +659,7 @@ struct ModelAdapter {
       TESSERA_CHECK(grad_input != nullptr, TESSERA_ERR_INVALID_ARGUMENT, "output is NULL");
       CallParts parts;
       read_call(h, u, call, true, parts);
+      c.ctx->set_tp(parts.input.tp, h.host);
       *grad_input = to_c(u.backward(*c.ctx, parts.params, parts.grads, to_view(grad_output)));
     });
   }
@@ -646,6 +674,7 @@ struct ModelAdapter {
       TESSERA_CHECK(grad_input != nullptr, TESSERA_ERR_INVALID_ARGUMENT, "output is NULL");
       CallParts parts;
       read_call(h, u, call, false, parts);
+      c.ctx->set_tp(parts.input.tp, h.host);
       *grad_input = to_c(u.backward_input(*c.ctx, parts.params, to_view(grad_output)));
     });
   }
@@ -658,6 +687,7 @@ struct ModelAdapter {
       UnitCtxHandle& c = checked_ctx(h, unit, ctx);
       CallParts parts;
       read_call(h, u, call, true, parts);
+      c.ctx->set_tp(parts.input.tp, h.host);
       u.backward_weight(*c.ctx, parts.params, parts.grads);
     });
   }

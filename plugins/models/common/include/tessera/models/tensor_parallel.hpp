@@ -1,0 +1,68 @@
+// What the in-tree units need for Megatron-style tensor parallelism: the
+// group a call runs in, with the collectives the units call from inside
+// forward and backward, and the size checks of a split.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "tessera/c/host.h"
+#include "tessera/c/model.h"
+
+namespace tessera::model {
+
+// The tensor-parallel group of one unit call. Built from the call's
+// tessera_tp_group: null or a group of one rank is inactive (whole
+// parameters, no communication).
+class TpGroup {
+ public:
+  TpGroup() = default;
+  // `unit` names the caller in error messages; `host` (may be null) gives
+  // a failed collective's own message.
+  TpGroup(const tessera_tp_group* tp, const tessera_host_api* host, std::string_view unit);
+
+  [[nodiscard]] bool active() const noexcept { return size_ > 1; }
+  [[nodiscard]] int32_t rank() const noexcept { return rank_; }
+  [[nodiscard]] int32_t size() const noexcept { return size_; }
+
+  // In-place allreduce of `count` floats over the group (sum or max); a
+  // no-op when inactive. Throws tessera::Error with the collective's status
+  // naming the unit, `what` and the group size when it fails.
+  void allreduce_sum(float* data, int64_t count, std::string_view what) const;
+  void allreduce_max(float* data, int64_t count, std::string_view what) const;
+
+  // Throws tessera::Error (invalid argument) "unit '<unit>': key '<key>'
+  // (<value>) is not divisible by the tensor-parallel group size <size>"
+  // unless it is.
+  void require_divisible(std::string_view key, int64_t value) const;
+
+ private:
+  void allreduce(float* data, int64_t count, tessera_reduce_op op, std::string_view what) const;
+
+  const tessera_backend_api* backend_ = nullptr;
+  tessera_comm* comm_ = nullptr;
+  const tessera_host_api* host_ = nullptr;
+  std::string_view unit_;
+  int32_t rank_ = 0;
+  int32_t size_ = 1;
+};
+
+// Softmax cross-entropy over logits split by vocabulary (the columns of a
+// vocabulary-parallel head): `logits` [n, cols] are this rank's columns
+// [lo, lo + cols) of the whole [n, vocab] logits. The row maxima are
+// combined with one allreduce (max), the sums of exponentials and the
+// target logits with one more (sum of 2n floats); no rank holds whole
+// logits. Writes this rank's probabilities (may alias logits) and returns
+// Σ_rows (logsumexp − logit[target]), the same on every rank. Without a
+// group: kernels::softmax_xent_forward. Throws like it, naming `where` and
+// the row, for a target outside [0, vocab).
+double parallel_xent_forward(const TpGroup& tp, const float* logits, const int32_t* targets,
+                             int64_t n, int64_t cols, int64_t lo, int64_t vocab, float* probs,
+                             std::string_view where);
+
+// dlogits = (probs − onehot(target)) · scale on this rank's columns
+// [lo, lo + cols) (overwritten).
+void parallel_xent_backward(const float* probs, const int32_t* targets, int64_t n, int64_t cols,
+                            int64_t lo, float scale, float* dlogits);
+
+}  // namespace tessera::model

@@ -1,0 +1,119 @@
+// The tensor-parallel group of a unit call (see tensor_parallel.hpp).
+#include "tessera/models/tensor_parallel.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+#include "tessera/models/kernels.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::model {
+
+TpGroup::TpGroup(const tessera_tp_group* tp, const tessera_host_api* host, std::string_view unit)
+    : host_(host), unit_(unit) {
+  if (tp == nullptr || tp->size <= 1) return;
+  TESSERA_CHECK(
+      tp->rank >= 0 && tp->rank < tp->size && tp->backend != nullptr && tp->comm != nullptr,
+      TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit, "': tensor-parallel group of ", tp->size,
+      " ranks has rank ", tp->rank,
+      tp->backend == nullptr || tp->comm == nullptr ? " and no communicator" : "");
+  backend_ = tp->backend;
+  comm_ = tp->comm;
+  rank_ = tp->rank;
+  size_ = tp->size;
+}
+
+void TpGroup::allreduce_sum(float* data, int64_t count, std::string_view what) const {
+  allreduce(data, count, TESSERA_SUM, what);
+}
+
+void TpGroup::allreduce_max(float* data, int64_t count, std::string_view what) const {
+  allreduce(data, count, TESSERA_MAX, what);
+}
+
+void TpGroup::allreduce(float* data, int64_t count, tessera_reduce_op op,
+                        std::string_view what) const {
+  if (!active() || count == 0) return;
+  tessera_coll_args args{};
+  args.struct_size = sizeof args;
+  args.coll = TESSERA_COLL_ALLREDUCE;
+  args.send = tessera_buffer{data, static_cast<uint64_t>(count), TESSERA_F32,
+                             tessera_device{TESSERA_DEVICE_CPU, 0}};
+  args.recv = args.send;
+  args.op = op;
+  args.timeout_ms = 0;  // the communicator's own: a missing rank ends in an error, not a hang
+  const tessera_status status = backend_->post(comm_, &args, nullptr);
+  if (status == TESSERA_OK) return;
+  const char* msg = nullptr;
+  if (host_ != nullptr &&
+      host_->struct_size >= offsetof(tessera_host_api, last_error) + sizeof(void*) &&
+      host_->last_error != nullptr) {
+    msg = host_->last_error(host_->ctx);
+  }
+  throw Error(status, detail::concat("unit '", unit_, "': tensor-parallel allreduce of ", what,
+                                     " (", count, " floats, group of ", size_, " ranks) failed",
+                                     msg != nullptr && *msg != '\0' ? ": " : "",
+                                     msg != nullptr ? msg : ""));
+}
+
+void TpGroup::require_divisible(std::string_view key, int64_t value) const {
+  TESSERA_CHECK(value % size_ == 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit_, "': key '", key,
+                "' (", value, ") is not divisible by the tensor-parallel group size ", size_);
+}
+
+double parallel_xent_forward(const TpGroup& tp, const float* logits, const int32_t* targets,
+                             int64_t n, int64_t cols, int64_t lo, int64_t vocab, float* probs,
+                             std::string_view where) {
+  if (!tp.active()) return kernels::softmax_xent_forward(logits, targets, n, cols, probs, where);
+  for (int64_t r = 0; r < n; ++r) {
+    if (targets[r] < 0 || targets[r] >= vocab) {
+      throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                  detail::concat(where, ": target ", targets[r], " of row ", r, " is outside [0, ",
+                                 vocab, ")"));
+    }
+  }
+  // Row maxima over the whole vocabulary.
+  std::vector<float> mx(static_cast<std::size_t>(n));
+  for (int64_t r = 0; r < n; ++r)
+    mx[r] = *std::max_element(logits + r * cols, logits + (r + 1) * cols);
+  tp.allreduce_max(mx.data(), n, "the logits' row maxima");
+  // Sums of exponentials (first n) and target logits (next n; zero on the
+  // ranks that do not hold the target's column).
+  std::vector<float> sums(static_cast<std::size_t>(2 * n), 0.0f);
+  for (int64_t r = 0; r < n; ++r) {
+    const float* lr = logits + r * cols;
+    float* pr = probs + r * cols;
+    const int64_t t = targets[r] - lo;
+    if (t >= 0 && t < cols) sums[n + r] = lr[t];  // read first: probs may alias logits
+    double sum = 0.0;
+    for (int64_t j = 0; j < cols; ++j) {
+      pr[j] = std::exp(lr[j] - mx[r]);
+      sum += pr[j];
+    }
+    sums[r] = static_cast<float>(sum);
+  }
+  tp.allreduce_sum(sums.data(), 2 * n, "the softmax sums and target logits");
+  double loss = 0.0;
+  for (int64_t r = 0; r < n; ++r) {
+    const auto inv = static_cast<float>(1.0 / static_cast<double>(sums[r]));
+    float* pr = probs + r * cols;
+    for (int64_t j = 0; j < cols; ++j) pr[j] *= inv;
+    loss += std::log(static_cast<double>(sums[r])) + mx[r] - sums[n + r];
+  }
+  return loss;
+}
+
+void parallel_xent_backward(const float* probs, const int32_t* targets, int64_t n, int64_t cols,
+                            int64_t lo, float scale, float* dlogits) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float* pr = probs + r * cols;
+    float* dr = dlogits + r * cols;
+    for (int64_t j = 0; j < cols; ++j) dr[j] = pr[j] * scale;
+    const int64_t t = targets[r] - lo;
+    if (t >= 0 && t < cols) dr[t] -= scale;
+  }
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,481 @@
+// Checks of the in-tree units under tensor parallelism (see tp_check.hpp).
+#include "tp_check.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "../support/models.hpp"
+#include "fd_check.hpp"
+#include "tessera/core/comm.hpp"
+#include "tessera/core/host_api.hpp"
+#include "tessera/core/logging.hpp"
+#include "tessera/core/rank_threads.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::model::testing {
+namespace {
+
+// The tensor as [outer, inner] around the split dimension: `column` splits
+// inner (the last dimension), `row` outer (the first).
+struct SplitGeometry {
+  int64_t outer = 1;  // rows of the 2-D view
+  int64_t inner = 1;  // columns of the 2-D view
+  bool by_rows = false;
+};
+
+SplitGeometry geometry_of(const ParamSpec& spec) {
+  SplitGeometry g;
+  const int64_t n = spec.numel();
+  if (spec.split == SplitHint::row) {
+    g.by_rows = true;
+    g.outer = spec.shape.empty() ? 1 : spec.shape.front();
+    g.inner = g.outer > 0 ? n / g.outer : 0;
+  } else {
+    g.inner = spec.shape.empty() ? 1 : spec.shape.back();
+    g.outer = g.inner > 0 ? n / g.inner : 0;
+  }
+  return g;
+}
+
+// Copies between whole and shard: for each block b and each index i of the
+// rank's part of the split dimension, one element (by columns) or one row.
+template <typename Fn>
+void for_each_shard_index(const ParamSpec& spec, int rank, int size, Fn&& fn) {
+  const SplitGeometry g = geometry_of(spec);
+  const int64_t blocks = spec.split_blocks;
+  const int64_t split = g.by_rows ? g.outer : g.inner;
+  const int64_t block = split / blocks;
+  const int64_t part = block / size;
+  ASSERT_EQ(part * size * blocks, split) << spec.name << " does not split into " << size;
+  if (g.by_rows) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int64_t i = 0; i < part; ++i) {
+        const int64_t whole_row = b * block + rank * part + i;
+        const int64_t shard_row = b * part + i;
+        for (int64_t j = 0; j < g.inner; ++j) fn(whole_row * g.inner + j, shard_row * g.inner + j);
+      }
+    }
+    return;
+  }
+  const int64_t shard_cols = blocks * part;
+  for (int64_t r = 0; r < g.outer; ++r) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int64_t i = 0; i < part; ++i) {
+        fn(r * g.inner + b * block + rank * part + i, r * shard_cols + b * part + i);
+      }
+    }
+  }
+}
+
+bool splits_evenly(const ParamSpec& spec, int size) {
+  const SplitGeometry g = geometry_of(spec);
+  const int64_t split = g.by_rows ? g.outer : g.inner;
+  return split % (static_cast<int64_t>(spec.split_blocks) * size) == 0;
+}
+
+float max_abs_of(std::span<const float> v) {
+  float m = 0.0f;
+  for (const float x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+// Per tensor: max |got − want| ≤ 1e-5 · max |want| (NaN fails).
+void expect_near_rel(std::span<const float> got, std::span<const float> want,
+                     const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  float worst = 0.0f;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const float diff = std::abs(got[i] - want[i]);
+    if (!(diff <= worst)) worst = diff;
+  }
+  EXPECT_LE(worst, 1e-5f * max_abs_of(want)) << what;
+}
+
+std::vector<float> tp_copy(ConstView v) {
+  return v.empty() ? std::vector<float>() : std::vector<float>(v.data, v.data + v.rows * v.cols);
+}
+
+// What one run of a unit produced.
+struct UnitResult {
+  std::vector<float> out;
+  std::vector<float> dx;
+  std::vector<std::vector<float>> grads;
+};
+
+struct UnitCase {
+  BatchView view;
+  int64_t rows = 0;
+  std::vector<float> x;
+  std::vector<float> grad_out;
+  std::vector<std::vector<float>> params;  // whole
+};
+
+UnitCase make_case(const Unit& unit, const Batch& batch, int64_t input_cols, uint64_t seed) {
+  UnitCase c;
+  c.view = tessera::test::view_of(batch);
+  c.rows = batch.size * batch.seq_len;
+  for (const ParamSpec& s : unit.params()) {
+    std::vector<float> p = random_values(s.numel(), 0.4f, seed++);
+    // Norm gains near 1, as after init, keep the normalised values tame.
+    if (s.name.size() > 2 && s.name.substr(s.name.size() - 2) == "_g") {
+      for (float& v : p) v += 1.0f;
+    }
+    c.params.push_back(std::move(p));
+  }
+  if (!unit.is_first()) c.x = random_values(c.rows * input_cols, 1.0f, seed++);
+  return c;
+}
+
+// Forward and backward of `unit` with `params` (whole or this rank's
+// shards) and group `tp` (may be null).
+UnitResult run_unit(const Unit& unit, const UnitCase& c, int64_t input_cols,
+                    const std::vector<std::vector<float>>& params, const tessera_tp_group* tp,
+                    bool split_halves, uint64_t grad_seed) {
+  UnitResult r;
+  std::vector<const float*> p;
+  std::vector<float*> g;
+  p.reserve(params.size());
+  g.reserve(params.size());
+  r.grads.reserve(params.size());
+  for (const auto& v : params) {
+    p.push_back(v.data());
+    r.grads.emplace_back(v.size(), 0.0f);
+    g.push_back(r.grads.back().data());
+  }
+  auto ctx = unit.make_context();
+  ctx->set_tp(tp);
+  UnitInput in;
+  in.batch = &c.view;
+  in.loss_scale = 0.37f;
+  in.tp = tp;
+  if (!unit.is_first()) in.x = {c.x.data(), c.rows, input_cols};
+  const ConstView out = unit.forward(*ctx, p, in);
+  r.out = tp_copy(out);
+  const std::vector<float> grad_out = unit.is_last()
+                                          ? std::vector<float>{0.7f}
+                                          : random_values(out.rows * out.cols, 1.0f, grad_seed);
+  const ConstView dy{grad_out.data(), unit.is_last() ? 1 : out.rows, unit.is_last() ? 1 : out.cols};
+  if (split_halves) {
+    r.dx = tp_copy(unit.backward_input(*ctx, p, dy));
+    unit.backward_weight(*ctx, p, g);
+  } else {
+    r.dx = tp_copy(unit.backward(*ctx, p, g, dy));
+  }
+  return r;
+}
+
+// Aborts every attached communicator when a rank fails.
+class AbortAll {
+ public:
+  void attach(Communicator* comm) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    comms_.push_back(comm);
+  }
+  void detach(Communicator* comm) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    comms_.erase(std::remove(comms_.begin(), comms_.end(), comm), comms_.end());
+  }
+  void abort(const std::string& why) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    for (Communicator* c : comms_) c->abort(why);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<Communicator*> comms_;
+};
+
+}  // namespace
+
+std::vector<float> shard_of(const ParamSpec& spec, std::span<const float> whole, int rank,
+                            int size) {
+  if (spec.split == SplitHint::none || size == 1 || !splits_evenly(spec, size)) {
+    // Undivided also where the split does not divide: the units refuse such
+    // a group before they read a parameter.
+    return {whole.begin(), whole.end()};
+  }
+  std::vector<float> shard(whole.size() / static_cast<std::size_t>(size));
+  for_each_shard_index(spec, rank, size, [&](int64_t w, int64_t s) { shard[s] = whole[w]; });
+  return shard;
+}
+
+void place_shard(const ParamSpec& spec, std::span<const float> shard, std::span<float> whole,
+                 int rank, int size) {
+  if (spec.split == SplitHint::none || size == 1) {
+    std::copy(shard.begin(), shard.end(), whole.begin());
+    return;
+  }
+  for_each_shard_index(spec, rank, size, [&](int64_t w, int64_t s) { whole[w] = shard[s]; });
+}
+
+void run_tp_ranks(int size, const std::function<void(int rank, const tessera_tp_group& tp)>& body) {
+  BackendSettings settings;
+  settings.world_size = size;
+  settings.timeout = std::chrono::milliseconds(20000);
+  const auto backend =
+      open_backend(tessera::test::model_plugins(), "inmemory", nullptr, "test", settings);
+  AbortAll board;
+  run_rank_threads(
+      size,
+      [&](int rank) {
+        const ThreadRankGuard guard(rank);
+        const std::unique_ptr<Communicator> comm = backend->connect(rank);
+        board.attach(comm.get());
+        struct Detach {
+          AbortAll& b;
+          Communicator* c;
+          ~Detach() { b.detach(c); }
+        } const detach{board, comm.get()};
+        tessera_tp_group tp{};
+        tp.struct_size = sizeof tp;
+        tp.rank = rank;
+        tp.size = size;
+        tp.backend = comm->c_api();
+        tp.comm = comm->c_handle();
+        body(rank, tp);
+      },
+      [&](int rank, const std::string& message) {
+        board.abort("rank " + std::to_string(rank) + " failed: " + message);
+      });
+}
+
+void expect_unit_tp_matches(const Unit& unit, const Batch& batch, int64_t input_cols, int tp,
+                            uint64_t seed, bool split_halves) {
+  SCOPED_TRACE("unit '" + unit.name() + "', tp = " + std::to_string(tp) +
+               (split_halves ? ", split halves" : ""));
+  EXPECT_NE(unit.flags() & TESSERA_UNIT_TENSOR_PARALLEL, 0u);
+  const UnitCase c = make_case(unit, batch, input_cols, seed);
+  const uint64_t grad_seed = seed + 1000;
+  const UnitResult want = run_unit(unit, c, input_cols, c.params, nullptr, false, grad_seed);
+  const auto specs = unit.params();
+
+  std::vector<UnitResult> got(static_cast<std::size_t>(tp));
+  run_tp_ranks(tp, [&](int rank, const tessera_tp_group& group) {
+    std::vector<std::vector<float>> shards;
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      shards.push_back(shard_of(specs[i], c.params[i], rank, tp));
+    }
+    got[static_cast<std::size_t>(rank)] =
+        run_unit(unit, c, input_cols, shards, &group, split_halves, grad_seed);
+  });
+
+  for (int rank = 0; rank < tp; ++rank) {
+    const UnitResult& r = got[static_cast<std::size_t>(rank)];
+    const std::string where = "rank " + std::to_string(rank) + ": ";
+    expect_near_rel(r.out, want.out, where + "output");
+    expect_near_rel(r.dx, want.dx, where + "input gradient");
+  }
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const std::string what = "gradient of " + specs[i].name;
+    if (specs[i].split == SplitHint::none) {
+      for (int rank = 0; rank < tp; ++rank) {
+        expect_near_rel(got[static_cast<std::size_t>(rank)].grads[i], want.grads[i],
+                        "rank " + std::to_string(rank) + ": " + what + " (replicated)");
+      }
+      continue;
+    }
+    std::vector<float> whole(want.grads[i].size(), 0.0f);
+    for (int rank = 0; rank < tp; ++rank) {
+      place_shard(specs[i], got[static_cast<std::size_t>(rank)].grads[i], whole, rank, tp);
+    }
+    expect_near_rel(whole, want.grads[i], what + " (reassembled)");
+  }
+}
+
+void expect_model_tp_matches(std::span<const std::unique_ptr<Unit>> units, const Batch& batch,
+                             int tp, uint64_t seed, const tessera::model::Model* plugin) {
+  SCOPED_TRACE("whole model, tp = " + std::to_string(tp) +
+               (plugin != nullptr ? ", ranks through the plugin's table" : ""));
+  if (plugin != nullptr) {
+    ASSERT_EQ(plugin->size(), units.size());
+  }
+  // Owned parameters (whole) and where each slot's storage is.
+  std::vector<std::vector<std::vector<float>>> whole(units.size());
+  std::vector<std::vector<std::pair<std::size_t, std::size_t>>> owner(units.size());
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    const auto specs = units[u]->params();
+    for (std::size_t j = 0; j < specs.size(); ++j) {
+      std::vector<float> p;
+      std::pair<std::size_t, std::size_t> o{u, j};
+      if (specs[j].tied_to.empty()) {
+        p = random_values(specs[j].numel(), 0.4f, seed++);
+        if (specs[j].name.size() > 2 && specs[j].name.substr(specs[j].name.size() - 2) == "_g") {
+          for (float& v : p) v += 1.0f;
+        }
+      } else {
+        const std::string& t = specs[j].tied_to;
+        const std::string unit_name = t.substr(0, t.find('.'));
+        const std::string param_name = t.substr(t.find('.') + 1);
+        for (std::size_t k = 0; k < units.size(); ++k) {
+          if (units[k]->name() != unit_name) continue;
+          for (std::size_t m = 0; m < units[k]->params().size(); ++m) {
+            if (units[k]->params()[m].name == param_name) o = {k, m};
+          }
+        }
+        EXPECT_NE(o.first, u) << "tie of " << specs[j].name << " not found";
+      }
+      whole[u].push_back(std::move(p));
+      owner[u].push_back(o);
+    }
+  }
+  const BatchView view = tessera::test::view_of(batch);
+
+  // One pass over the model with `params` (owned slots; tied ones empty)
+  // and group `group`, by calling the units or `table`'s C functions: the
+  // loss and the owned slots' gradients.
+  const auto run_model = [&](const std::vector<std::vector<std::vector<float>>>& params,
+                             const tessera_tp_group* group, const tessera::model::Model* table,
+                             std::vector<std::vector<std::vector<float>>>& grads) {
+    grads.assign(units.size(), {});
+    for (std::size_t u = 0; u < units.size(); ++u) {
+      for (const auto& p : params[u]) grads[u].emplace_back(p.size(), 0.0f);
+    }
+    const auto slots = [&](std::size_t u, auto& store) {
+      using Ptr = decltype(store[0][0].data());
+      std::vector<Ptr> out;
+      for (std::size_t j = 0; j < owner[u].size(); ++j) {
+        out.push_back(store[owner[u][j].first][owner[u][j].second].data());
+      }
+      return out;
+    };
+    std::vector<std::unique_ptr<UnitContext>> ctx;
+    std::vector<tessera::model::Model::Context> table_ctx;
+    const auto check = [](tessera_status status, const char* what) {
+      throw_if_failed(status, what);  // with the plugin's message
+    };
+    ConstView x;
+    float loss = 0.0f;
+    for (std::size_t u = 0; u < units.size(); ++u) {
+      const std::vector<const float*> p = slots(u, params);
+      if (table != nullptr) {
+        table_ctx.push_back(table->make_context(u));
+        tessera_unit_call call{};
+        call.struct_size = sizeof call;
+        call.loss_scale = 0.5f;
+        call.batch = reinterpret_cast<const tessera_batch*>(&batch);
+        call.params = p.data();
+        call.tp = group;
+        tessera_matrix out{};
+        check(table->api()->forward(table->handle(), static_cast<int32_t>(u),
+                                    table_ctx.back().raw(), &call, {x.data, x.rows, x.cols}, &out),
+              "forward");
+        x = {out.data, out.rows, out.cols};
+      } else {
+        ctx.push_back(units[u]->make_context());
+        ctx.back()->set_tp(group);
+        UnitInput in;
+        in.batch = &view;
+        in.loss_scale = 0.5f;
+        in.tp = group;
+        in.x = x;
+        x = units[u]->forward(*ctx.back(), p, in);
+      }
+      if (units[u]->is_last()) loss = x.data[0];
+    }
+    ConstView dy;
+    for (std::size_t u = units.size(); u-- > 0;) {
+      const std::vector<const float*> p = slots(u, params);
+      const std::vector<float*> g = slots(u, grads);
+      if (table != nullptr) {
+        tessera_unit_call call{};
+        call.struct_size = sizeof call;
+        call.loss_scale = 0.5f;
+        call.params = p.data();
+        call.grads = g.data();
+        call.tp = group;
+        tessera_matrix grad_in{};
+        check(table->api()->backward(table->handle(), static_cast<int32_t>(u), table_ctx[u].raw(),
+                                     &call, {dy.data, dy.rows, dy.cols}, &grad_in),
+              "backward");
+        dy = {grad_in.data, grad_in.rows, grad_in.cols};
+      } else {
+        dy = units[u]->backward(*ctx[u], p, g, dy);
+      }
+    }
+    return loss;
+  };
+
+  std::vector<std::vector<std::vector<float>>> want_grads;
+  const float want_loss = run_model(whole, nullptr, nullptr, want_grads);
+
+  std::vector<float> losses(static_cast<std::size_t>(tp));
+  std::vector<std::vector<std::vector<std::vector<float>>>> got(static_cast<std::size_t>(tp));
+  run_tp_ranks(tp, [&](int rank, const tessera_tp_group& group) {
+    std::vector<std::vector<std::vector<float>>> shards(units.size());
+    for (std::size_t u = 0; u < units.size(); ++u) {
+      const auto specs = units[u]->params();
+      for (std::size_t j = 0; j < specs.size(); ++j) {
+        // A tied slot has no storage of its own: it reads its owner's shard.
+        shards[u].push_back(specs[j].tied_to.empty() ? shard_of(specs[j], whole[u][j], rank, tp)
+                                                     : std::vector<float>());
+      }
+    }
+    const auto r = static_cast<std::size_t>(rank);
+    losses[r] = run_model(shards, &group, plugin, got[r]);
+  });
+
+  for (int rank = 0; rank < tp; ++rank) {
+    EXPECT_NEAR(losses[static_cast<std::size_t>(rank)], want_loss, 1e-5 * std::abs(want_loss))
+        << "rank " << rank << ": loss";
+  }
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    const auto specs = units[u]->params();
+    for (std::size_t j = 0; j < specs.size(); ++j) {
+      if (!specs[j].tied_to.empty()) continue;
+      const std::string what = "gradient of " + units[u]->name() + "." + specs[j].name;
+      if (specs[j].split == SplitHint::none) {
+        for (int rank = 0; rank < tp; ++rank) {
+          expect_near_rel(got[static_cast<std::size_t>(rank)][u][j], want_grads[u][j],
+                          "rank " + std::to_string(rank) + ": " + what + " (replicated)");
+        }
+        continue;
+      }
+      std::vector<float> assembled(want_grads[u][j].size(), 0.0f);
+      for (int rank = 0; rank < tp; ++rank) {
+        place_shard(specs[j], got[static_cast<std::size_t>(rank)][u][j], assembled, rank, tp);
+      }
+      expect_near_rel(assembled, want_grads[u][j], what + " (reassembled)");
+    }
+  }
+}
+
+void expect_tp_one_is_identical(const Unit& unit, const Batch& batch, int64_t input_cols,
+                                uint64_t seed) {
+  SCOPED_TRACE("unit '" + unit.name() + "', a group of one rank");
+  const UnitCase c = make_case(unit, batch, input_cols, seed);
+  const UnitResult want = run_unit(unit, c, input_cols, c.params, nullptr, false, seed + 1000);
+  UnitResult got;
+  run_tp_ranks(1, [&](int /*rank*/, const tessera_tp_group& group) {
+    got = run_unit(unit, c, input_cols, c.params, &group, false, seed + 1000);
+  });
+  EXPECT_EQ(got.out, want.out);
+  EXPECT_EQ(got.dx, want.dx);
+  EXPECT_EQ(got.grads, want.grads);
+}
+
+std::string tp_forward_error(const Unit& unit, const Batch& batch, int64_t input_cols, int tp,
+                             tessera_status status) {
+  const UnitCase c = make_case(unit, batch, input_cols, 7);
+  std::string message;
+  std::mutex mu;
+  run_tp_ranks(tp, [&](int rank, const tessera_tp_group& group) {
+    try {
+      (void)run_unit(unit, c, input_cols, c.params, &group, false, 8);
+      ADD_FAILURE() << "rank " << rank << ": the forward with a group of " << tp
+                    << " ranks was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), status) << e.what();
+      const std::lock_guard<std::mutex> lock(mu);
+      if (rank == 0) message = e.what();
+    }
+  });
+  return message;
+}
+
+}  // namespace tessera::model::testing

@@ -1,0 +1,66 @@
+// Checks of the in-tree units under tensor parallelism: each rank of an
+// in-memory group (threads) runs a unit, or a whole model, on its shards of
+// the parameters, and the outputs, input gradients and reassembled
+// parameter gradients are compared with the whole unit on one rank.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "tessera/c/model.h"
+#include "tessera/core/data/batch.hpp"
+#include "tessera/core/model/model.hpp"
+#include "tessera/models/unit.hpp"
+
+namespace tessera::model::testing {
+
+// This rank's part of `whole` (a parameter of `spec`'s shape) in a group of
+// `size`, as the split hint says: `column` the last dimension, `row` the
+// first, each of `split_blocks` blocks alike; `none` the whole tensor.
+std::vector<float> shard_of(const ParamSpec& spec, std::span<const float> whole, int rank,
+                            int size);
+// Writes `shard` (from shard_of) back into its place in `whole`.
+void place_shard(const ParamSpec& spec, std::span<const float> shard, std::span<float> whole,
+                 int rank, int size);
+
+// Runs body(rank, group) on `size` ranks of a fresh `inmemory` backend, one
+// thread each (20 s timeout per collective; a failing rank aborts the
+// others). Rethrows the first rank's failure.
+void run_tp_ranks(int size, const std::function<void(int rank, const tessera_tp_group& tp)>& body);
+
+// The unit on `batch` (input x of `input_cols` columns, 0 for the first
+// unit) with random whole parameters, x and output gradient from `seed`:
+// forward and backward of the whole unit without a group, against every
+// rank of a group of `tp` on its shards (backward_input then
+// backward_weight when `split_halves`). Expects on every rank the same
+// output (the loss for the last unit) and input gradient, and every
+// parameter's gradient — the shards' reassembled, a replicated one on each
+// rank — within 1e-5 · max |whole| per tensor.
+void expect_unit_tp_matches(const Unit& unit, const Batch& batch, int64_t input_cols, int tp,
+                            uint64_t seed, bool split_halves = false);
+
+// The whole model (ties resolved: a tied slot gets its owner's shard and
+// gradient) on `batch`: forward through every unit, backward from the
+// loss, on every rank of a group of `tp`, against the same on one rank
+// without a group: the loss within 1e-5 relative, every owned parameter's
+// gradient within 1e-5 · max |whole|. With `plugin` (the same model built
+// by its plugin), the ranks call its C table instead of the units, so the
+// adapter hands each call's group to the unit.
+void expect_model_tp_matches(std::span<const std::unique_ptr<Unit>> units, const Batch& batch,
+                             int tp, uint64_t seed, const tessera::model::Model* plugin = nullptr);
+
+// The unit with a group of one rank gives bit for bit what it gives without
+// a group: output, input gradient and every parameter gradient.
+void expect_tp_one_is_identical(const Unit& unit, const Batch& batch, int64_t input_cols,
+                                uint64_t seed);
+
+// The message of the tessera::Error (with `status`) that the forward of
+// `unit` on rank 0 of a group of `tp` throws with whole-sized random
+// buffers; fails the test when no rank throws.
+std::string tp_forward_error(const Unit& unit, const Batch& batch, int64_t input_cols, int tp,
+                             tessera_status status);
+
+}  // namespace tessera::model::testing
