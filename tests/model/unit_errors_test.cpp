@@ -139,6 +139,35 @@ TEST(UnitErrors, HalvesOfBackwardAreUnsupportedWithoutTheSplit) {
   }
 }
 
+TEST(UnitErrors, ATensorParallelGroupIsRefusedByAUnitWithoutTheFlag) {
+  // The C adapter refuses a group of more than one rank for a unit that
+  // does not declare TESSERA_UNIT_TENSOR_PARALLEL, naming it; every in-tree
+  // unit declares it.
+  const WholeBackwardOnly unit;
+  EXPECT_EQ(unit.flags() & TESSERA_UNIT_TENSOR_PARALLEL, 0u);
+  const sdk::model::detail::ModelHandle handle;
+  tessera_tp_group tp{};
+  tp.struct_size = sizeof tp;
+  tp.rank = 0;
+  tp.size = 2;
+  tessera_unit_call call{};
+  call.struct_size = sizeof call;
+  call.tp = &tp;
+  sdk::model::detail::CallParts parts;
+  try {
+    sdk::model::detail::read_call(handle, unit, &call, false, parts);
+    ADD_FAILURE() << "a group of 2 ranks was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), TESSERA_ERR_UNSUPPORTED);
+    EXPECT_NE(std::string(e.what()).find(
+                  "unit 'plain' does not support tensor parallelism (group of 2 ranks)"),
+              std::string::npos)
+        << e.what();
+  }
+  tp.size = 1;  // one rank: whole parameters, accepted
+  EXPECT_NO_THROW(sdk::model::detail::read_call(handle, unit, &call, false, parts));
+}
+
 TEST(UnitErrors, BadTiesAreRefused) {
   std::vector<std::unique_ptr<Unit>> units;
   units.push_back(std::make_unique<GptEmbedding>("embed", 5, 4, 3));

@@ -358,9 +358,9 @@ TEST(ModelTable, UnitErrorsComeBackAsStatusAndLastError) {
   msg = plugin_error();
   EXPECT_NE(msg.find("unit call is NULL"), std::string::npos) << msg;
 
-  // A tensor-parallel group without a communicator, one a unit cannot work
-  // in (an mlp layer), and a weight half without its input half, are
-  // refused naming the unit.
+  // A tensor-parallel group without a communicator and a weight half
+  // without its input half are refused naming the unit (a unit without
+  // the tensor-parallel flag: tests/model/unit_errors_test.cpp).
   tessera_tp_group tp{};
   tp.struct_size = sizeof tp;
   tp.rank = 0;
@@ -373,23 +373,6 @@ TEST(ModelTable, UnitErrorsComeBackAsStatusAndLastError) {
                      "rank 0 and no communicator"),
             std::string::npos)
       << msg;
-  {
-    const auto mlp = test::tiny_mlp();
-    model::ModelParams mlp_params(*mlp);
-    const Batch mlp_batch = batch_for(*mlp, 2, 3);
-    tessera_unit_ctx* layer = nullptr;
-    ASSERT_EQ(mlp->api()->context_create(mlp->handle(), 0, &layer), TESSERA_OK);
-    tessera_unit_call mlp_call =
-        call_of(mlp_params.unit_const(0).data(), nullptr, &mlp_batch, 1.0F);
-    mlp_call.tp = &tp;
-    EXPECT_EQ(mlp->api()->forward(mlp->handle(), 0, layer, &mlp_call, {}, &out),
-              TESSERA_ERR_UNSUPPORTED);
-    msg = plugin_error();
-    EXPECT_NE(msg.find("unit 'layer0' does not support tensor parallelism (group of 2 ranks)"),
-              std::string::npos)
-        << msg;
-    mlp->api()->context_destroy(layer);
-  }
   EXPECT_NE(api->unit_flags(cm, 1) & TESSERA_UNIT_SPLIT_BACKWARD, 0u);  // gpt blocks split
   call = call_of(params.unit_const(1).data(), grads.unit(1).data(), nullptr, 1.0F);
   EXPECT_EQ(api->backward_weight(cm, 1, block, &call), TESSERA_ERR_INVALID_ARGUMENT);
