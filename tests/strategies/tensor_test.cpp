@@ -169,6 +169,81 @@ INSTANTIATE_TEST_SUITE_P(Mlp, TensorEquivalence,
                                            TensorCase{false, 1, 2}),
                          tensor_case_name);
 
+// gpt (head tied to the token embedding) and llama (grouped-query
+// attention: key/value heads split when tp divides kv_heads, whole with
+// kv_replicated) through the strategy: heads, MLP widths and vocabularies
+// split, dp x tp = 4 or tp = 3 alone.
+struct TransformerCase {
+  std::string name;
+  std::string table;
+  int tp;
+  int world;
+};
+
+const train::RunResult& none_of_table(const std::string& table) {
+  static std::map<std::string, train::RunResult> cache;
+  auto it = cache.find(table);
+  if (it == cache.end()) {
+    RunSpec s;
+    s.model = table.find("llama") != std::string::npos ? "llama" : "gpt";
+    s.model_table = table;
+    s.strategy = "none";
+    s.batch = kTensorBatch;
+    it = cache.emplace(table, run(s)).first;
+  }
+  return it->second;
+}
+
+class TensorTransformers : public ::testing::TestWithParam<TransformerCase> {};
+
+TEST_P(TensorTransformers, MatchNoneOnOneRankAndReplicasAgree) {
+  const TransformerCase& c = GetParam();
+  RunSpec s = tensor_spec(false, c.world, c.tp);
+  s.model = c.table.find("llama") != std::string::npos ? "llama" : "gpt";
+  s.model_table = c.table;
+  const train::RunResult result = run(s);
+  const train::RunResult& ref = none_of_table(c.table);
+  ASSERT_EQ(result.last_step, 20);
+  for (int r = c.tp; r < c.world; ++r) {
+    EXPECT_EQ(first_piece_difference(result.final_state[static_cast<size_t>(r)],
+                                     result.final_state[static_cast<size_t>(r % c.tp)]),
+              "")
+        << "rank " << r << " differs from rank " << r % c.tp;
+  }
+  const train::CollectedState all = merged(result);
+  EXPECT_EQ(tensor_names(all), tensor_names(ref.final_state[0]));
+  std::string worst;
+  EXPECT_LE(max_param_rel_diff(all, ref.final_state[0], &worst), kTolerance)
+      << "largest difference in " << worst;
+  EXPECT_NEAR(result.final_loss, ref.final_loss, 1e-4 * std::fabs(ref.final_loss));
+}
+
+const char* const kGpt4Heads =
+    "name = \"gpt\"\nlayers = 2\nd_model = 32\nheads = 4\nseq_len = 16\nvocab = 64\n";
+const char* const kGpt3Heads =
+    "name = \"gpt\"\nlayers = 2\nd_model = 24\nheads = 3\nseq_len = 8\nvocab = 48\n";
+const char* const kLlamaGqa =
+    "name = \"llama\"\nlayers = 2\nd_model = 32\nheads = 4\nkv_heads = 2\nseq_len = 8\n"
+    "vocab = 32\n";
+const char* const kLlamaGqaReplicated =
+    "name = \"llama\"\nlayers = 2\nd_model = 32\nheads = 4\nkv_heads = 2\nkv_replicated = "
+    "true\nseq_len = 8\nvocab = 32\n";
+const char* const kLlamaMha =
+    "name = \"llama\"\nlayers = 2\nd_model = 32\nheads = 4\nkv_heads = 4\nseq_len = 8\n"
+    "vocab = 32\n";
+
+INSTANTIATE_TEST_SUITE_P(Models, TensorTransformers,
+                         ::testing::Values(TransformerCase{"gpt_tp2_dp2", kGpt4Heads, 2, 4},
+                                           TransformerCase{"gpt_tp4", kGpt4Heads, 4, 4},
+                                           TransformerCase{"gpt_tp3", kGpt3Heads, 3, 3},
+                                           TransformerCase{"llama_gqa_tp2_dp2", kLlamaGqa, 2, 4},
+                                           TransformerCase{"llama_gqa_replicated_kv_tp4",
+                                                           kLlamaGqaReplicated, 4, 4},
+                                           TransformerCase{"llama_mha_tp4", kLlamaMha, 4, 4}),
+                         [](const ::testing::TestParamInfo<TransformerCase>& param_info) {
+                           return param_info.param.name;
+                         });
+
 // Without a group (size = 1) the units run their single-rank arithmetic:
 // on one rank the run is `none`'s, bit for bit, parameters and optimizer
 // state.
