@@ -6,7 +6,8 @@
 // under `none` on one in-memory rank, within 1e-5 relative difference per
 // tensor: gpipe, 1f1b with data-parallel replicas and a parameter tied
 // across the first and last stage (gpt), interleaved chunks (llama), zb1 on
-// four stages, and 1f1b on three stages with an uneven unit count.
+// four stages, and 1f1b on three stages with an uneven unit count. The
+// `tensor` strategy the same way, its units' collectives between processes.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -153,6 +154,49 @@ INSTANTIATE_TEST_SUITE_P(
                           // 5 units on 3 stages.
                           PipeCase{"gpt_1f1b_3stages_uneven", kGpt5Units, "1f1b", 3, 3, 3})),
     [](const ::testing::TestParamInfo<std::tuple<Engine, PipeCase>>& p) {
+      return std::string(engine_name(std::get<0>(p.param))) + "_" + std::get<1>(p.param).name;
+    });
+
+// The `tensor` strategy with one process per rank: the units' allreduces
+// (and mlp's allgather) inside forward and backward go through the backend
+// between processes. tp 2 on mlp, gpt with 2 replicas of tp 2 (its
+// vocabulary-parallel embedding and tied head), llama's grouped key/value
+// heads split over tp 2.
+struct TensorCase {
+  std::string name;
+  const char* model_table;
+  int tp;
+  int processes;
+};
+
+void PrintTo(const TensorCase& c, std::ostream* os) { *os << c.name; }
+
+class TensorProcesses : public ::testing::TestWithParam<std::tuple<Engine, TensorCase>> {};
+
+TEST_P(TensorProcesses, MatchesNoneOnOneRank) {
+  const auto& [engine, c] = GetParam();
+  if (const std::string why = engine_unavailable(engine); !why.empty()) GTEST_SKIP() << why;
+  const std::string name = std::string(engine_name(engine)) + "-" + c.name;
+  const TempDir dir("tensor-" + name);
+  const auto config = write_pipe_config(dir.path(), PipeCase{c.name, c.model_table, "", 0, 0, 1});
+  const auto expected =
+      train_to_checkpoint(Engine::kInmemory, 1, "none", "{}", config, dir.path(), "none");
+  const std::string options = "{size = " + std::to_string(c.tp) + "}";
+  const auto actual = train_to_checkpoint(engine, c.processes, "tensor", options, config,
+                                          dir.path(), "tensor-" + name);
+  if (!expected || !actual) return;
+  expect_close(tensors_of_file(*actual), tensors_of_file(*expected),
+               "tensor " + options + " on " + std::to_string(c.processes) + " " +
+                   engine_name(engine) + " processes");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Backends, TensorProcesses,
+    ::testing::Combine(::testing::Values(Engine::kMpi, Engine::kGloo),
+                       ::testing::Values(TensorCase{"mlp_tp2", kMlp3Units, 2, 2},
+                                         TensorCase{"gpt_tp2_2replicas", kGpt4Units, 2, 4},
+                                         TensorCase{"llama_gqa_tp2", kLlama4Units, 2, 2})),
+    [](const ::testing::TestParamInfo<std::tuple<Engine, TensorCase>>& p) {
       return std::string(engine_name(std::get<0>(p.param))) + "_" + std::get<1>(p.param).name;
     });
 
