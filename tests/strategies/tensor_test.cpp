@@ -178,7 +178,22 @@ struct TransformerCase {
   std::string table;
   int tp;
   int world;
+  // gpt with its head tied: d_model, seq_len, vocab, layers, for the
+  // memory formula (0: not checked).
+  int64_t d = 0, seq = 0, vocab = 0, layers = 0;
 };
+
+// Elements one rank of a tied gpt holds under tp: the token embedding (by
+// vocabulary), q|k|v, the attention projection and both MLP matrices (with
+// the column biases) split; the position embedding, the norms and the row
+// projections' biases whole.
+int64_t gpt_held_elements(const TransformerCase& c) {
+  const int64_t d = c.d;
+  const int64_t h = 4 * d;  // mlp_ratio 4
+  const int64_t split = c.vocab * d + c.layers * (3 * d * d + 3 * d + d * d + d * h + h + h * d);
+  const int64_t replicated = c.seq * d + c.layers * 6 * d + 2 * d;
+  return split / c.tp + replicated;
+}
 
 const train::RunResult& none_of_table(const std::string& table) {
   static std::map<std::string, train::RunResult> cache;
@@ -216,6 +231,10 @@ TEST_P(TensorTransformers, MatchNoneOnOneRankAndReplicasAgree) {
   EXPECT_LE(max_param_rel_diff(all, ref.final_state[0], &worst), kTolerance)
       << "largest difference in " << worst;
   EXPECT_NEAR(result.final_loss, ref.final_loss, 1e-4 * std::fabs(ref.final_loss));
+  if (c.d > 0) {
+    const int64_t held = gpt_held_elements(c);
+    expect_persistent_peaks(result, c.world, {4 * held, 4 * held, 8 * held});
+  }
 }
 
 const char* const kGpt4Heads =
@@ -232,17 +251,17 @@ const char* const kLlamaMha =
     "name = \"llama\"\nlayers = 2\nd_model = 32\nheads = 4\nkv_heads = 4\nseq_len = 8\n"
     "vocab = 32\n";
 
-INSTANTIATE_TEST_SUITE_P(Models, TensorTransformers,
-                         ::testing::Values(TransformerCase{"gpt_tp2_dp2", kGpt4Heads, 2, 4},
-                                           TransformerCase{"gpt_tp4", kGpt4Heads, 4, 4},
-                                           TransformerCase{"gpt_tp3", kGpt3Heads, 3, 3},
-                                           TransformerCase{"llama_gqa_tp2_dp2", kLlamaGqa, 2, 4},
-                                           TransformerCase{"llama_gqa_replicated_kv_tp4",
-                                                           kLlamaGqaReplicated, 4, 4},
-                                           TransformerCase{"llama_mha_tp4", kLlamaMha, 4, 4}),
-                         [](const ::testing::TestParamInfo<TransformerCase>& param_info) {
-                           return param_info.param.name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Models, TensorTransformers,
+    ::testing::Values(TransformerCase{"gpt_tp2_dp2", kGpt4Heads, 2, 4, 32, 16, 64, 2},
+                      TransformerCase{"gpt_tp4", kGpt4Heads, 4, 4, 32, 16, 64, 2},
+                      TransformerCase{"gpt_tp3", kGpt3Heads, 3, 3, 24, 8, 48, 2},
+                      TransformerCase{"llama_gqa_tp2_dp2", kLlamaGqa, 2, 4},
+                      TransformerCase{"llama_gqa_replicated_kv_tp4", kLlamaGqaReplicated, 4, 4},
+                      TransformerCase{"llama_mha_tp4", kLlamaMha, 4, 4}),
+    [](const ::testing::TestParamInfo<TransformerCase>& param_info) {
+      return param_info.param.name;
+    });
 
 // Without a group (size = 1) the units run their single-rank arithmetic:
 // on one rank the run is `none`'s, bit for bit, parameters and optimizer
