@@ -79,6 +79,13 @@ bool splits_evenly(const ParamSpec& spec, int size) {
   return split % (static_cast<int64_t>(spec.split_blocks) * size) == 0;
 }
 
+// Whether a rank of a group of `size` holds `spec` whole: not split, a
+// group of one, or a split the group does not divide (a classifier head
+// the tensor strategy keeps replicated).
+bool held_whole(const ParamSpec& spec, int size) {
+  return spec.split == SplitHint::none || size == 1 || !splits_evenly(spec, size);
+}
+
 float max_abs_of(std::span<const float> v) {
   float m = 0.0f;
   for (const float x : v) m = std::max(m, std::abs(x));
@@ -119,7 +126,7 @@ struct UnitCase {
 UnitCase make_case(const Unit& unit, const Batch& batch, int64_t input_cols, uint64_t seed) {
   UnitCase c;
   c.view = tessera::test::view_of(batch);
-  c.rows = batch.size * batch.seq_len;
+  c.rows = batch.is_sequence() ? batch.size * batch.seq_len : batch.size;  // tokens or examples
   for (const ParamSpec& s : unit.params()) {
     std::vector<float> p = random_values(s.numel(), 0.4f, seed++);
     // Norm gains near 1, as after init, keep the normalised values tame.
@@ -195,9 +202,9 @@ class AbortAll {
 
 std::vector<float> shard_of(const ParamSpec& spec, std::span<const float> whole, int rank,
                             int size) {
-  if (spec.split == SplitHint::none || size == 1 || !splits_evenly(spec, size)) {
+  if (held_whole(spec, size)) {
     // Undivided also where the split does not divide: the units refuse such
-    // a group before they read a parameter.
+    // a group before they read a parameter, or (mlp's head) compute whole.
     return {whole.begin(), whole.end()};
   }
   std::vector<float> shard(whole.size() / static_cast<std::size_t>(size));
@@ -207,7 +214,7 @@ std::vector<float> shard_of(const ParamSpec& spec, std::span<const float> whole,
 
 void place_shard(const ParamSpec& spec, std::span<const float> shard, std::span<float> whole,
                  int rank, int size) {
-  if (spec.split == SplitHint::none || size == 1) {
+  if (held_whole(spec, size)) {
     std::copy(shard.begin(), shard.end(), whole.begin());
     return;
   }
@@ -273,7 +280,7 @@ void expect_unit_tp_matches(const Unit& unit, const Batch& batch, int64_t input_
   }
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const std::string what = "gradient of " + specs[i].name;
-    if (specs[i].split == SplitHint::none) {
+    if (held_whole(specs[i], tp)) {
       for (int rank = 0; rank < tp; ++rank) {
         expect_near_rel(got[static_cast<std::size_t>(rank)].grads[i], want.grads[i],
                         "rank " + std::to_string(rank) + ": " + what + " (replicated)");
@@ -429,7 +436,7 @@ void expect_model_tp_matches(std::span<const std::unique_ptr<Unit>> units, const
     for (std::size_t j = 0; j < specs.size(); ++j) {
       if (!specs[j].tied_to.empty()) continue;
       const std::string what = "gradient of " + units[u]->name() + "." + specs[j].name;
-      if (specs[j].split == SplitHint::none) {
+      if (held_whole(specs[j], tp)) {
         for (int rank = 0; rank < tp; ++rank) {
           expect_near_rel(got[static_cast<std::size_t>(rank)][u][j], want_grads[u][j],
                           "rank " + std::to_string(rank) + ": " + what + " (replicated)");

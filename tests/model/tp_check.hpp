@@ -19,7 +19,8 @@ namespace tessera::model::testing {
 
 // This rank's part of `whole` (a parameter of `spec`'s shape) in a group of
 // `size`, as the split hint says: `column` the last dimension, `row` the
-// first, each of `split_blocks` blocks alike; `none` the whole tensor.
+// first, each of `split_blocks` blocks alike; `none`, or a split `size`
+// does not divide, the whole tensor.
 std::vector<float> shard_of(const ParamSpec& spec, std::span<const float> whole, int rank,
                             int size);
 // Writes `shard` (from shard_of) back into its place in `whole`.

@@ -356,8 +356,8 @@ TEST(TensorTraffic, BytesPerStepMatchTheFormula) {
   const int64_t units = allreduce(p, 4 * n * 12)     // layer1 (row): x·w, forward
                         + allreduce(p, 4 * n * 12)   // layer2 (column): input gradient
                         + allgather(4 * n * 24)      // layer2 (column, last): its output
-                        + allreduce(p, 8 * n)        // head: row maxima (f64)
-                        + allreduce(p, 16 * n)       // head: sums of exponentials, target logits
+                        + allreduce(p, 4 * n)        // head: row maxima
+                        + allreduce(p, 8 * n)        // head: sums of exponentials, target logits
                         + allreduce(p, 4 * n * 24);  // head: input gradient
   const int64_t tensor = units + allreduce(p, 8);    // the gradient norm (f64)
   const int64_t data_parallel = allreduce(d, 4 * held_elements(wide_widths(), 2));

@@ -2,11 +2,10 @@
 #include "mlp.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <utility>
 
 #include "tessera/models/param_reader.hpp"
-#include "tessera/sdk/comm_view.hpp"
+#include "tessera/models/tensor_parallel.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::model {
@@ -36,33 +35,21 @@ int64_t take_input(const std::string& unit, bool first, int64_t width, const Uni
   return input.x.rows;
 }
 
-// The group's size, 1 without a group.
-int32_t group_size(const tessera_tp_group* tp) noexcept {
-  return tp != nullptr && tp->size > 1 ? tp->size : 1;
-}
-
-// Runs `args` on the tensor-parallel group, blocking; a failure is thrown
-// with the backend's reason (from the host when it is known).
-void run_on_group(const tessera_host_api* host, const tessera_tp_group* tp, const std::string& unit,
-                  const char* what, tessera_coll_args args) {
-  TESSERA_CHECK(tp->backend != nullptr && tp->comm != nullptr, TESSERA_ERR_INVALID_ARGUMENT,
-                "unit '", unit, "': the tensor-parallel group has no communicator");
-  const std::string where = "unit '" + unit + "': tensor-parallel " + what;
-  sdk::detail::check_host_call(sdk::Host(host), tp->backend->post(tp->comm, &args, nullptr),
-                               where.c_str());
-}
-
-template <typename T>
-void group_allreduce(const tessera_host_api* host, const tessera_tp_group* tp,
-                     const std::string& unit, std::span<T> data, tessera_reduce_op op) {
-  const tessera_buffer b = sdk::CommView::buffer(data);
-  run_on_group(host, tp, unit, "allreduce", sdk::CommView::args(TESSERA_COLL_ALLREDUCE, b, b, op));
+// The group of a backward call (backward, backward_input, backward_weight),
+// which must have the size of the forward's, `forward_size`.
+TpGroup mlp_backward_group(const UnitContext& ctx, int32_t forward_size, const std::string& unit,
+                           const char* call) {
+  TpGroup tp(ctx.tp(), ctx.host(), unit);
+  TESSERA_CHECK(tp.size() == forward_size, TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit,
+                "': ", call, " in a tensor-parallel group of ", tp.size(),
+                " ranks after a forward in one of ", forward_size);
+  return tp;
 }
 
 struct DenseContext final : UnitContext {
   int64_t rows = -1;
-  bool input_grad_done = false;          // backward_input ran; backward_weight may follow
-  const tessera_tp_group* tp = nullptr;  // the forward's group (backward runs on it too)
+  bool input_grad_done = false;  // backward_input ran; backward_weight may follow
+  int32_t tp_size = 1;           // the forward's group size (backward's must match)
   std::vector<float> x, z, y, dz, dx;
   std::vector<float> gathered, out, dy;  // a column layer that gathers its output
   [[nodiscard]] std::size_t bytes() const noexcept override {
@@ -72,18 +59,17 @@ struct DenseContext final : UnitContext {
 
 struct MlpHeadContext final : UnitContext {
   int64_t rows = -1;
-  bool input_grad_done = false;          // backward_input ran; backward_weight may follow
-  const tessera_tp_group* tp = nullptr;  // set when classes-parallel
-  int64_t first_class = 0;               // this rank's first class
-  int64_t local_classes = 0;             // and how many it holds
+  bool input_grad_done = false;  // backward_input ran; backward_weight may follow
+  int32_t tp_size = 1;           // the forward's group size (backward's must match)
+  bool parallel = false;         // classes-parallel in that group
+  int64_t first_class = 0;       // this rank's first class
+  int64_t local_classes = 0;     // and how many it holds
   float scale = 1.0f;
   float loss = 0.0f;
   std::vector<int32_t> targets;
   std::vector<float> x, probs, dlogits, dx;
-  std::vector<double> stats;  // per row: max; then sum of exponentials and target logit
   [[nodiscard]] std::size_t bytes() const noexcept override {
-    return capacity_bytes({&x, &probs, &dlogits, &dx}) + targets.capacity() * sizeof(int32_t) +
-           stats.capacity() * sizeof(double);
+    return capacity_bytes({&x, &probs, &dlogits, &dx}) + targets.capacity() * sizeof(int32_t);
   }
 };
 
@@ -102,14 +88,13 @@ MlpConfig parse_mlp_config(const sdk::Options& options) {
 }
 
 DenseUnit::DenseUnit(std::string name, int64_t in, int64_t out, kernels::Activation act, bool first,
-                     DenseSplit split, bool gather_output, const tessera_host_api* host)
+                     DenseSplit split, bool gather_output)
     : ConventionUnit(std::move(name), first, false),
       in_(in),
       out_(out),
       act_(act),
       split_(split),
-      gather_output_(gather_output && split == DenseSplit::column),
-      host_(host) {
+      gather_output_(gather_output && split == DenseSplit::column) {
   const bool row = split_ == DenseSplit::row;
   specs_.push_back({"w", {in, out}, row ? SplitHint::row : SplitHint::column, {}});
   specs_.push_back({"b", {out}, row ? SplitHint::none : SplitHint::column, {}});
@@ -133,10 +118,11 @@ ConstView DenseUnit::forward(UnitContext& ctx_base, std::span<const float* const
                              const UnitInput& input) const {
   kernels::check_count(name_, "parameter", params.size(), specs_.size());
   auto& ctx = dynamic_cast<DenseContext&>(ctx_base);
-  const int32_t p = group_size(input.tp);
-  ctx.tp = p > 1 ? input.tp : nullptr;
+  const TpGroup tp(input.tp, ctx_base.host(), name_);
+  const int32_t p = tp.size();
+  ctx.tp_size = p;
   ctx.input_grad_done = false;  // a new forward: the old input half no longer applies
-  if (p == 1) {
+  if (!tp.active()) {
     const int64_t n = take_input(name_, is_first(), in_, input, ctx.x);
     ctx.rows = n;
     ctx.z.resize(static_cast<std::size_t>(n * out_));
@@ -154,7 +140,7 @@ ConstView DenseUnit::forward(UnitContext& ctx_base, std::span<const float* const
     ctx.z.resize(static_cast<std::size_t>(n * out_));
     ctx.y.resize(ctx.z.size());
     kernels::linear_forward(ctx.x.data(), params[0], nullptr, n, in, out_, ctx.z.data());
-    group_allreduce(host_, ctx.tp, name_, std::span<float>(ctx.z), TESSERA_SUM);
+    tp.allreduce_sum(ctx.z.data(), n * out_, "the partial products");
     for (int64_t r = 0; r < n; ++r) kernels::add_into(ctx.z.data() + r * out_, params[1], out_);
     kernels::activation_forward(act_, ctx.z.data(), n * out_, ctx.y.data());
     return {ctx.y.data(), n, out_};
@@ -170,10 +156,7 @@ ConstView DenseUnit::forward(UnitContext& ctx_base, std::span<const float* const
   // Block k of the allgather is rank k's [n, out/p]; the whole output puts
   // it at columns [k out/p, (k+1) out/p) of every row.
   ctx.gathered.resize(static_cast<std::size_t>(n * out_));
-  run_on_group(host_, ctx.tp, name_, "allgather",
-               sdk::CommView::args(TESSERA_COLL_ALLGATHER,
-                                   sdk::CommView::buffer(std::span<const float>(ctx.y)),
-                                   sdk::CommView::buffer(std::span<float>(ctx.gathered))));
+  tp.allgather(ctx.y.data(), n * out, ctx.gathered.data(), "the output shards");
   ctx.out.resize(ctx.gathered.size());
   for (int64_t k = 0; k < p; ++k) {
     for (int64_t r = 0; r < n; ++r) {
@@ -190,8 +173,9 @@ ConstView DenseUnit::backward_input(UnitContext& ctx_base, std::span<const float
   auto& ctx = dynamic_cast<DenseContext&>(ctx_base);
   TESSERA_CHECK(ctx.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward without a forward on this context");
+  const TpGroup tp = mlp_backward_group(ctx, ctx.tp_size, name_, "backward");
   const int64_t n = ctx.rows;
-  const int32_t p = group_size(ctx.tp);
+  const int32_t p = tp.size();
   const bool column = split_ == DenseSplit::column;
   // Widths of this rank's z and x.
   const int64_t out = column ? out_ / p : out_;
@@ -205,7 +189,7 @@ ConstView DenseUnit::backward_input(UnitContext& ctx_base, std::span<const float
   if (grad_cols != out) {
     // Gathered output: this rank's columns of the whole gradient.
     ctx.dy.resize(static_cast<std::size_t>(n * out));
-    const int64_t first = static_cast<int64_t>(ctx.tp->rank) * out;
+    const int64_t first = static_cast<int64_t>(tp.rank()) * out;
     for (int64_t r = 0; r < n; ++r) {
       const float* from = grad_output.data + r * out_ + first;
       std::copy(from, from + out, ctx.dy.data() + r * out);
@@ -220,7 +204,7 @@ ConstView DenseUnit::backward_input(UnitContext& ctx_base, std::span<const float
   kernels::gemm(false, true, n, in, out, 1.0f, ctx.dz.data(), out, params[0], out, 0.0f,
                 ctx.dx.data(), in);
   // A column layer's input feeds every rank's shard: its gradient is the sum.
-  if (p > 1 && column) group_allreduce(host_, ctx.tp, name_, std::span<float>(ctx.dx), TESSERA_SUM);
+  if (column) tp.allreduce_sum(ctx.dx.data(), n * in, "the input gradient");
   return {ctx.dx.data(), n, in};
 }
 
@@ -231,7 +215,7 @@ void DenseUnit::backward_weight(UnitContext& ctx_base, std::span<const float* co
   auto& ctx = dynamic_cast<DenseContext&>(ctx_base);
   TESSERA_CHECK(ctx.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward_weight without backward_input on this context");
-  const int32_t p = group_size(ctx.tp);
+  const int32_t p = mlp_backward_group(ctx, ctx.tp_size, name_, "backward_weight").size();
   const bool column = split_ == DenseSplit::column;
   kernels::linear_backward(ctx.x.data(), params[0], ctx.dz.data(), ctx.rows, column ? in_ : in_ / p,
                            column ? out_ / p : out_, grads[0], grads[1], nullptr);
@@ -248,9 +232,8 @@ ConstView DenseUnit::backward(UnitContext& ctx_base, std::span<const float* cons
   return grad_input;
 }
 
-ClassifierHead::ClassifierHead(std::string name, int64_t in, int64_t classes, bool first,
-                               const tessera_host_api* host)
-    : ConventionUnit(std::move(name), first, true), in_(in), classes_(classes), host_(host) {
+ClassifierHead::ClassifierHead(std::string name, int64_t in, int64_t classes, bool first)
+    : ConventionUnit(std::move(name), first, true), in_(in), classes_(classes) {
   specs_.push_back({"w", {in, classes}, SplitHint::column, {}});
   specs_.push_back({"b", {classes}, SplitHint::column, {}});
 }
@@ -282,58 +265,21 @@ ConstView ClassifierHead::forward(UnitContext& ctx_base, std::span<const float* 
   ctx.input_grad_done = false;  // a new forward: the old input half no longer applies
   ctx.scale = input.loss_scale;
   ctx.targets.assign(input.batch->targets.begin(), input.batch->targets.end());
-  const int32_t p = group_size(input.tp);
-  // Classes-parallel when the group divides the classes; otherwise the
-  // caller passed the whole head (replicated) and every rank computes it.
-  const bool parallel = p > 1 && classes_ % p == 0;
-  ctx.tp = parallel ? input.tp : nullptr;
-  ctx.local_classes = parallel ? classes_ / p : classes_;
-  ctx.first_class = parallel ? static_cast<int64_t>(input.tp->rank) * ctx.local_classes : 0;
+  // Classes-parallel when the group divides the classes: the logits of
+  // this rank's classes only, and a parallel cross-entropy over the group
+  // (parallel_xent_forward). Otherwise the caller passed the whole head
+  // (replicated) and every rank computes it without communication.
+  const TpGroup group(input.tp, ctx_base.host(), name_);
+  ctx.tp_size = group.size();
+  ctx.parallel = group.active() && classes_ % group.size() == 0;
+  const TpGroup tp = ctx.parallel ? group : TpGroup();
+  ctx.local_classes = classes_ / tp.size();
+  ctx.first_class = static_cast<int64_t>(tp.rank()) * ctx.local_classes;
   const int64_t c = ctx.local_classes;
   ctx.probs.resize(static_cast<std::size_t>(n * c));
   kernels::linear_forward(ctx.x.data(), params[0], params[1], n, in_, c, ctx.probs.data());
-  if (!parallel) {
-    const double loss = kernels::softmax_xent_forward(ctx.probs.data(), ctx.targets.data(), n,
-                                                      classes_, ctx.probs.data(), name_);
-    ctx.loss = static_cast<float>(loss * input.loss_scale);
-    return {&ctx.loss, 1, 1};
-  }
-  // Parallel cross-entropy: the row maxima, then the sums of exponentials
-  // and the target logits, over the group; this rank keeps its classes only.
-  const auto rows = static_cast<std::size_t>(n);
-  ctx.stats.assign(3 * rows, 0.0);
-  for (int64_t r = 0; r < n; ++r) {
-    const int32_t t = ctx.targets[static_cast<std::size_t>(r)];
-    TESSERA_CHECK(t >= 0 && t < classes_, TESSERA_ERR_INVALID_ARGUMENT, name_, ": target ", t,
-                  " of row ", r, " is outside [0, ", classes_, ")");
-    const float* lr = ctx.probs.data() + r * c;
-    ctx.stats[static_cast<std::size_t>(r)] = *std::max_element(lr, lr + c);
-  }
-  group_allreduce(host_, ctx.tp, name_, std::span<double>(ctx.stats.data(), rows), TESSERA_MAX);
-  for (int64_t r = 0; r < n; ++r) {
-    const auto i = static_cast<std::size_t>(r);
-    const auto mx = static_cast<float>(ctx.stats[i]);
-    float* pr = ctx.probs.data() + r * c;
-    const int64_t t = ctx.targets[i] - ctx.first_class;
-    if (t >= 0 && t < c) ctx.stats[rows + 2 * i + 1] = pr[t];
-    double sum = 0.0;
-    for (int64_t j = 0; j < c; ++j) {
-      pr[j] = std::exp(pr[j] - mx);
-      sum += pr[j];
-    }
-    ctx.stats[rows + 2 * i] = sum;
-  }
-  group_allreduce(host_, ctx.tp, name_, std::span<double>(ctx.stats.data() + rows, 2 * rows),
-                  TESSERA_SUM);
-  double loss = 0.0;
-  for (int64_t r = 0; r < n; ++r) {
-    const auto i = static_cast<std::size_t>(r);
-    const double sum = ctx.stats[rows + 2 * i];
-    const auto inv = static_cast<float>(1.0 / sum);
-    float* pr = ctx.probs.data() + r * c;
-    for (int64_t j = 0; j < c; ++j) pr[j] *= inv;
-    loss += std::log(sum) + ctx.stats[i] - ctx.stats[rows + 2 * i + 1];
-  }
+  const double loss = parallel_xent_forward(tp, ctx.probs.data(), ctx.targets.data(), n, c,
+                                            ctx.first_class, classes_, ctx.probs.data(), name_);
   ctx.loss = static_cast<float>(loss * input.loss_scale);
   return {&ctx.loss, 1, 1};
 }
@@ -345,31 +291,20 @@ ConstView ClassifierHead::backward_input(UnitContext& ctx_base,
   auto& ctx = dynamic_cast<MlpHeadContext&>(ctx_base);
   TESSERA_CHECK(ctx.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward without a forward on this context");
+  const TpGroup group = mlp_backward_group(ctx, ctx.tp_size, name_, "backward");
+  const TpGroup tp = ctx.parallel ? group : TpGroup();
   const int64_t n = ctx.rows;
   const int64_t c = ctx.local_classes;
   const float g = grad_output.empty() ? 1.0f : grad_output.data[0];
   ctx.dlogits.resize(static_cast<std::size_t>(n * c));
-  if (ctx.tp == nullptr) {
-    kernels::softmax_xent_backward(ctx.probs.data(), ctx.targets.data(), n, classes_, ctx.scale * g,
-                                   ctx.dlogits.data());
-  } else {
-    const float scale = ctx.scale * g;
-    for (int64_t r = 0; r < n; ++r) {
-      const float* pr = ctx.probs.data() + r * c;
-      float* dr = ctx.dlogits.data() + r * c;
-      for (int64_t j = 0; j < c; ++j) dr[j] = pr[j] * scale;
-      const int64_t t = ctx.targets[static_cast<std::size_t>(r)] - ctx.first_class;
-      if (t >= 0 && t < c) dr[t] -= scale;
-    }
-  }
+  parallel_xent_backward(ctx.probs.data(), ctx.targets.data(), n, c, ctx.first_class, ctx.scale * g,
+                         ctx.dlogits.data());
   ctx.input_grad_done = true;
   if (is_first()) return {};
   ctx.dx.resize(static_cast<std::size_t>(n * in_));
   kernels::gemm(false, true, n, in_, c, 1.0f, ctx.dlogits.data(), c, params[0], c, 0.0f,
                 ctx.dx.data(), in_);
-  if (ctx.tp != nullptr) {
-    group_allreduce(host_, ctx.tp, name_, std::span<float>(ctx.dx), TESSERA_SUM);
-  }
+  tp.allreduce_sum(ctx.dx.data(), n * in_, "the head's input gradient");
   return {ctx.dx.data(), n, in_};
 }
 
@@ -380,6 +315,7 @@ void ClassifierHead::backward_weight(UnitContext& ctx_base, std::span<const floa
   auto& ctx = dynamic_cast<MlpHeadContext&>(ctx_base);
   TESSERA_CHECK(ctx.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward_weight without backward_input on this context");
+  (void)mlp_backward_group(ctx, ctx.tp_size, name_, "backward_weight");
   kernels::linear_backward(ctx.x.data(), params[0], ctx.dlogits.data(), ctx.rows, in_,
                            ctx.local_classes, grads[0], grads[1], nullptr);
   ctx.input_grad_done = false;
@@ -395,8 +331,7 @@ ConstView ClassifierHead::backward(UnitContext& ctx_base, std::span<const float*
   return grad_input;
 }
 
-std::vector<std::unique_ptr<Unit>> build_mlp_units(const MlpConfig& config,
-                                                   const tessera_host_api* host) {
+std::vector<std::unique_ptr<Unit>> build_mlp_units(const MlpConfig& config) {
   std::vector<std::unique_ptr<Unit>> units;
   int64_t width = config.input;
   const std::size_t k = config.hidden.size();
@@ -404,11 +339,11 @@ std::vector<std::unique_ptr<Unit>> build_mlp_units(const MlpConfig& config,
     const DenseSplit split = i % 2 == 0 ? DenseSplit::column : DenseSplit::row;
     units.push_back(std::make_unique<DenseUnit>("layer" + std::to_string(i), width,
                                                 config.hidden[i], config.activation, i == 0, split,
-                                                i + 1 == k, host));
+                                                i + 1 == k));
     width = config.hidden[i];
   }
   units.push_back(
-      std::make_unique<ClassifierHead>("head", width, config.classes, config.hidden.empty(), host));
+      std::make_unique<ClassifierHead>("head", width, config.classes, config.hidden.empty()));
   return units;
 }
 

@@ -48,14 +48,14 @@ enum class DenseSplit { column, row };
 // whole [B, out] for a unit that needs all features), and its backward
 // allreduces the input gradient; a row layer reads the [B, in/p] shard,
 // allreduces x·w before adding b, and returns its input gradient shard
-// without communication. `host` (may be null) supplies the reason of a
-// failed collective. With no group or a group of 1 the arithmetic is the
-// single-rank one, bit for bit.
+// without communication. The backward halves run in the context's group
+// (UnitContext::tp), which must have the forward's size; the context's host
+// supplies the reason of a failed collective. With no group or a group of 1
+// the arithmetic is the single-rank one, bit for bit.
 class DenseUnit final : public ConventionUnit {
  public:
   DenseUnit(std::string name, int64_t in, int64_t out, kernels::Activation act, bool first,
-            DenseSplit split = DenseSplit::column, bool gather_output = false,
-            const tessera_host_api* host = nullptr);
+            DenseSplit split = DenseSplit::column, bool gather_output = false);
 
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
   [[nodiscard]] UnitCost cost() const override;
@@ -78,7 +78,6 @@ class DenseUnit final : public ConventionUnit {
   kernels::Activation act_;
   DenseSplit split_;
   bool gather_output_;
-  const tessera_host_api* host_;
 };
 
 // logits = x·w + b, loss = Σ_rows cross-entropy(logits, target) × loss_scale:
@@ -89,13 +88,14 @@ class DenseUnit final : public ConventionUnit {
 // rank holds classes/p of the classes (w and b column shards) and computes
 // a parallel cross-entropy: the row maxima (one MAX allreduce) and the sums
 // of exponentials with the target's logit (one SUM allreduce) are combined
-// over the group, so no rank holds all logits; its backward allreduces the
-// input gradient. When p does not divide `classes`, the head is replicated:
-// the caller passes whole w and b and every rank computes the whole head.
+// over the group (parallel_xent_forward), so no rank holds all logits; its
+// backward allreduces the input gradient. When p does not divide
+// `classes`, the head is replicated: the caller passes whole w and b and
+// every rank computes the whole head. As for DenseUnit, the backward halves
+// run in the context's group, which must have the forward's size.
 class ClassifierHead final : public ConventionUnit {
  public:
-  ClassifierHead(std::string name, int64_t in, int64_t classes, bool first,
-                 const tessera_host_api* host = nullptr);
+  ClassifierHead(std::string name, int64_t in, int64_t classes, bool first);
 
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
   [[nodiscard]] UnitCost cost() const override;
@@ -115,14 +115,12 @@ class ClassifierHead final : public ConventionUnit {
  private:
   int64_t in_;
   int64_t classes_;
-  const tessera_host_api* host_;
 };
 
 // The units of an mlp: "layer0".."layer{k-1}" (DenseUnit) then "head".
 // Hidden layers pair up for tensor parallelism: even ones column-split, odd
 // ones row-split; an even last hidden layer gathers its output for the
-// head. `host` (may be null) is handed to the units.
-std::vector<std::unique_ptr<Unit>> build_mlp_units(const MlpConfig& config,
-                                                   const tessera_host_api* host = nullptr);
+// head.
+std::vector<std::unique_ptr<Unit>> build_mlp_units(const MlpConfig& config);
 
 }  // namespace tessera::model

@@ -14,11 +14,11 @@ constexpr tessera_option_decl kMlpOptions[] = {
     {"activation", TESSERA_OPT_STRING, "\"relu\"", "activation of hidden layers: relu | gelu"},
 };
 
-std::unique_ptr<tessera::sdk::model::Model> make_mlp(const tessera::sdk::Host& host,
+std::unique_ptr<tessera::sdk::model::Model> make_mlp(const tessera::sdk::Host& /*host*/,
                                                      const tessera::sdk::Options& options) {
   const tessera::model::MlpConfig config = tessera::model::parse_mlp_config(options);
   return std::make_unique<tessera::sdk::model::Model>(
-      "mlp", tessera::model::build_mlp_units(config, host.raw()),
+      "mlp", tessera::model::build_mlp_units(config),
       tessera::sdk::model::DataSpec::classification(config.input, config.classes));
 }
 

@@ -37,12 +37,34 @@ void TpGroup::allreduce(float* data, int64_t count, tessera_reduce_op op,
                         std::string_view what) const {
   if (!active() || count == 0) return;
   tessera_coll_args args{};
-  args.struct_size = sizeof args;
   args.coll = TESSERA_COLL_ALLREDUCE;
   args.send = tessera_buffer{data, static_cast<uint64_t>(count), TESSERA_F32,
                              tessera_device{TESSERA_DEVICE_CPU, 0}};
   args.recv = args.send;
   args.op = op;
+  run(args, "allreduce", count, what);
+}
+
+void TpGroup::allgather(const float* send, int64_t count, float* recv,
+                        std::string_view what) const {
+  if (!active()) {
+    std::copy(send, send + count, recv);
+    return;
+  }
+  if (count == 0) return;
+  tessera_coll_args args{};
+  args.coll = TESSERA_COLL_ALLGATHER;
+  // The backend only reads send; the C buffer has no const pointer.
+  args.send = tessera_buffer{const_cast<float*>(send), static_cast<uint64_t>(count),  // NOLINT
+                             TESSERA_F32, tessera_device{TESSERA_DEVICE_CPU, 0}};
+  args.recv = tessera_buffer{recv, static_cast<uint64_t>(count) * static_cast<uint64_t>(size_),
+                             TESSERA_F32, tessera_device{TESSERA_DEVICE_CPU, 0}};
+  run(args, "allgather", count, what);
+}
+
+void TpGroup::run(tessera_coll_args& args, const char* coll, int64_t count,
+                  std::string_view what) const {
+  args.struct_size = sizeof args;
   args.timeout_ms = 0;  // the communicator's own: a missing rank ends in an error, not a hang
   const tessera_status status = backend_->post(comm_, &args, nullptr);
   if (status == TESSERA_OK) return;
@@ -52,7 +74,7 @@ void TpGroup::allreduce(float* data, int64_t count, tessera_reduce_op op,
       host_->last_error != nullptr) {
     msg = host_->last_error(host_->ctx);
   }
-  throw Error(status, detail::concat("unit '", unit_, "': tensor-parallel allreduce of ", what,
+  throw Error(status, detail::concat("unit '", unit_, "': tensor-parallel ", coll, " of ", what,
                                      " (", count, " floats, group of ", size_, " ranks) failed",
                                      msg != nullptr && *msg != '\0' ? ": " : "",
                                      msg != nullptr ? msg : ""));

@@ -30,6 +30,10 @@ class TpGroup {
   // naming the unit, `what` and the group size when it fails.
   void allreduce_sum(float* data, int64_t count, std::string_view what) const;
   void allreduce_max(float* data, int64_t count, std::string_view what) const;
+  // Allgather of `count` floats from every rank into `recv` (size() ·
+  // count floats, block k from rank k); inactive, a copy of `send` into
+  // `recv`. Fails like the allreduces.
+  void allgather(const float* send, int64_t count, float* recv, std::string_view what) const;
 
   // Throws tessera::Error (invalid argument) "unit '<unit>': key '<key>'
   // (<value>) is not divisible by the tensor-parallel group size <size>"
@@ -38,6 +42,7 @@ class TpGroup {
 
  private:
   void allreduce(float* data, int64_t count, tessera_reduce_op op, std::string_view what) const;
+  void run(tessera_coll_args& args, const char* coll, int64_t count, std::string_view what) const;
 
   const tessera_backend_api* backend_ = nullptr;
   tessera_comm* comm_ = nullptr;
