@@ -120,7 +120,10 @@ TEST(GptTensorParallel, BackwardInAnotherGroupSizeIsRefused) {
   const BatchView view = tessera::test::view_of(batch);
   const int64_t rows = batch.size * batch.seq_len;
   std::vector<std::vector<float>> shards;
-  for (const ParamSpec& s : unit.params()) shards.emplace_back(s.numel() / 2, 0.5f);
+  // Split tensors as halves, replicated ones (the norms, the row biases) whole.
+  for (const ParamSpec& s : unit.params()) {
+    shards.emplace_back(s.split == SplitHint::none ? s.numel() : s.numel() / 2, 0.5f);
+  }
   std::vector<const float*> p;
   p.reserve(shards.size());
   for (const auto& v : shards) p.push_back(v.data());

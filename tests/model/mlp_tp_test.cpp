@@ -94,7 +94,10 @@ std::vector<std::string> backward_without_group(const Unit& unit, bool whole_bac
   const Batch batch = mlp_tp_batch();
   const BatchView view = tessera::test::view_of(batch);
   std::vector<std::vector<float>> shards;
-  for (const ParamSpec& s : unit.params()) shards.emplace_back(s.numel() / 2, 0.5f);
+  // Split tensors as halves, replicated ones (a row layer's bias) whole.
+  for (const ParamSpec& s : unit.params()) {
+    shards.emplace_back(s.split == SplitHint::none ? s.numel() : s.numel() / 2, 0.5f);
+  }
   std::vector<const float*> p;
   p.reserve(shards.size());
   for (const auto& v : shards) p.push_back(v.data());
