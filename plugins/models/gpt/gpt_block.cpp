@@ -74,11 +74,7 @@ void row_parallel_forward(const TpGroup& tp, const float* x, const float* w, con
 
 // The group of a backward call, which must have the forward's size.
 TpGroup backward_group(const BlockContext& c, const std::string& unit) {
-  TpGroup tp(c.tp(), c.host(), unit);
-  TESSERA_CHECK(tp.size() == c.tp_size, TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit,
-                "': backward in a tensor-parallel group of ", tp.size(),
-                " ranks after a forward in one of ", c.tp_size);
-  return tp;
+  return TpGroup::for_backward(c.tp(), c.host(), unit, c.tp_size, "backward");
 }
 
 }  // namespace

@@ -105,10 +105,7 @@ void LlamaEmbedding::backward_weight(UnitContext& ctx_base, std::span<const floa
   auto& ctx = dynamic_cast<LlamaEmbeddingContext&>(ctx_base);
   TESSERA_CHECK(ctx.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward_weight without backward_input on this context");
-  TESSERA_CHECK(TpGroup(ctx.tp(), ctx.host(), name_).size() == ctx.tp_size,
-                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
-                "': backward_weight in a tensor-parallel group of another size than its forward (",
-                ctx.tp_size, " ranks)");
+  (void)TpGroup::for_backward(ctx.tp(), ctx.host(), name_, ctx.tp_size, "backward_weight");
   // The output gradient is replicated: each rank scatters it into its own
   // rows of wte.
   float* dwte = grads[0];

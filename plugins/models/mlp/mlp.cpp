@@ -35,17 +35,6 @@ int64_t take_input(const std::string& unit, bool first, int64_t width, const Uni
   return input.x.rows;
 }
 
-// The group of a backward call (backward, backward_input, backward_weight),
-// which must have the size of the forward's, `forward_size`.
-TpGroup mlp_backward_group(const UnitContext& ctx, int32_t forward_size, const std::string& unit,
-                           const char* call) {
-  TpGroup tp(ctx.tp(), ctx.host(), unit);
-  TESSERA_CHECK(tp.size() == forward_size, TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit,
-                "': ", call, " in a tensor-parallel group of ", tp.size(),
-                " ranks after a forward in one of ", forward_size);
-  return tp;
-}
-
 struct DenseContext final : UnitContext {
   int64_t rows = -1;
   bool input_grad_done = false;  // backward_input ran; backward_weight may follow
@@ -173,7 +162,7 @@ ConstView DenseUnit::backward_input(UnitContext& ctx_base, std::span<const float
   auto& ctx = dynamic_cast<DenseContext&>(ctx_base);
   TESSERA_CHECK(ctx.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward without a forward on this context");
-  const TpGroup tp = mlp_backward_group(ctx, ctx.tp_size, name_, "backward");
+  const TpGroup tp = TpGroup::for_backward(ctx.tp(), ctx.host(), name_, ctx.tp_size, "backward");
   const int64_t n = ctx.rows;
   const int32_t p = tp.size();
   const bool column = split_ == DenseSplit::column;
@@ -215,7 +204,8 @@ void DenseUnit::backward_weight(UnitContext& ctx_base, std::span<const float* co
   auto& ctx = dynamic_cast<DenseContext&>(ctx_base);
   TESSERA_CHECK(ctx.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward_weight without backward_input on this context");
-  const int32_t p = mlp_backward_group(ctx, ctx.tp_size, name_, "backward_weight").size();
+  const int32_t p =
+      TpGroup::for_backward(ctx.tp(), ctx.host(), name_, ctx.tp_size, "backward_weight").size();
   const bool column = split_ == DenseSplit::column;
   kernels::linear_backward(ctx.x.data(), params[0], ctx.dz.data(), ctx.rows, column ? in_ : in_ / p,
                            column ? out_ / p : out_, grads[0], grads[1], nullptr);
@@ -291,7 +281,7 @@ ConstView ClassifierHead::backward_input(UnitContext& ctx_base,
   auto& ctx = dynamic_cast<MlpHeadContext&>(ctx_base);
   TESSERA_CHECK(ctx.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward without a forward on this context");
-  const TpGroup group = mlp_backward_group(ctx, ctx.tp_size, name_, "backward");
+  const TpGroup group = TpGroup::for_backward(ctx.tp(), ctx.host(), name_, ctx.tp_size, "backward");
   const TpGroup tp = ctx.parallel ? group : TpGroup();
   const int64_t n = ctx.rows;
   const int64_t c = ctx.local_classes;
@@ -315,7 +305,7 @@ void ClassifierHead::backward_weight(UnitContext& ctx_base, std::span<const floa
   auto& ctx = dynamic_cast<MlpHeadContext&>(ctx_base);
   TESSERA_CHECK(ctx.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward_weight without backward_input on this context");
-  (void)mlp_backward_group(ctx, ctx.tp_size, name_, "backward_weight");
+  (void)TpGroup::for_backward(ctx.tp(), ctx.host(), name_, ctx.tp_size, "backward_weight");
   kernels::linear_backward(ctx.x.data(), params[0], ctx.dlogits.data(), ctx.rows, in_,
                            ctx.local_classes, grads[0], grads[1], nullptr);
   ctx.input_grad_done = false;

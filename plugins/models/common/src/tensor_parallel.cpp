@@ -25,6 +25,15 @@ TpGroup::TpGroup(const tessera_tp_group* tp, const tessera_host_api* host, std::
   size_ = tp->size;
 }
 
+TpGroup TpGroup::for_backward(const tessera_tp_group* tp, const tessera_host_api* host,
+                              std::string_view unit, int32_t forward_size, std::string_view call) {
+  TpGroup group(tp, host, unit);
+  TESSERA_CHECK(group.size() == forward_size, TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit,
+                "': ", call, " in a tensor-parallel group of ", group.size(),
+                " ranks after a forward in one of ", forward_size);
+  return group;
+}
+
 void TpGroup::allreduce_sum(float* data, int64_t count, std::string_view what) const {
   allreduce(data, count, TESSERA_SUM, what);
 }

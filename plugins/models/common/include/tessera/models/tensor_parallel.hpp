@@ -21,6 +21,14 @@ class TpGroup {
   // a failed collective's own message.
   TpGroup(const tessera_tp_group* tp, const tessera_host_api* host, std::string_view unit);
 
+  // The group of a backward call (`call`: "backward", "backward_input" or
+  // "backward_weight") of a unit whose forward ran in a group of
+  // `forward_size` ranks. Throws tessera::Error (invalid argument) "unit
+  // '<unit>': <call> in a tensor-parallel group of N ranks after a forward
+  // in one of M" when the sizes differ.
+  static TpGroup for_backward(const tessera_tp_group* tp, const tessera_host_api* host,
+                              std::string_view unit, int32_t forward_size, std::string_view call);
+
   [[nodiscard]] bool active() const noexcept { return size_ > 1; }
   [[nodiscard]] int32_t rank() const noexcept { return rank_; }
   [[nodiscard]] int32_t size() const noexcept { return size_; }
