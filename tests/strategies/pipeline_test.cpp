@@ -248,29 +248,6 @@ TEST(PipelineMemory, ZeroBubbleHoldsNoMoreActivationsThanOneFOneB) {
   EXPECT_LE(zb1 * m, gpipe * 2) << "more than p / m of gpipe's peak";
 }
 
-// Saves at step 10 under `first` in `format` ("full" or "sharded"),
-// continues from there under `second`, and compares with 20 uninterrupted
-// steps of `first`.
-void expect_continues(const RunSpec& first, const RunSpec& second,
-                      const std::string& format = "full") {
-  Scratch whole;
-  Scratch cut;
-  RunSpec a = first;
-  a.extra_toml = checkpoint_toml(whole.path(), 10, format, false);
-  const train::RunResult uninterrupted = run(a);
-  ASSERT_EQ(uninterrupted.last_step, 20);
-  cut_at(whole.path(), cut.path(), "step-00000010");
-  RunSpec b = second;
-  b.extra_toml = checkpoint_toml(cut.path(), 10, format, true);
-  const train::RunResult resumed = run(b);
-  EXPECT_EQ(resumed.first_step, 11);
-  ASSERT_EQ(resumed.last_step, 20);
-  EXPECT_EQ(tensor_names(merged(resumed)), tensor_names(merged(uninterrupted)));
-  std::string worst;
-  EXPECT_LE(max_param_rel_diff(merged(resumed), merged(uninterrupted), &worst), kTolerance)
-      << "largest difference in " << worst;
-}
-
 TEST(PipelineResume, PipelineCheckpointContinuesUnderZero3AtAnotherWorldSize) {
   RunSpec zero3 = pipeline_spec("gpt", 3, "", 3);
   zero3.strategy = "zero3";

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <random>
 
+#include "strategy_support.hpp"
+
 namespace tessera::test {
 
 Scratch::Scratch() {
@@ -62,6 +64,26 @@ void resume_at_other_world(const RunSpec& base, int saved_world, int resumed_wor
   // The new world's pieces together hold every parameter and every
   // optimizer slot again.
   EXPECT_EQ(tensor_names(merged(out->resumed)), tensor_names(merged(out->uninterrupted)));
+}
+
+void expect_continues(const RunSpec& first, const RunSpec& second, const std::string& format) {
+  Scratch whole;
+  Scratch cut;
+  RunSpec a = first;
+  a.extra_toml = checkpoint_toml(whole.path(), 10, format, false);
+  const train::RunResult uninterrupted = run(a);
+  ASSERT_EQ(uninterrupted.last_step, 20);
+  cut_at(whole.path(), cut.path(), "step-00000010");
+  RunSpec b = second;
+  b.extra_toml = checkpoint_toml(cut.path(), 10, format, true);
+  const train::RunResult resumed = run(b);
+  EXPECT_EQ(resumed.first_step, 11);
+  ASSERT_EQ(resumed.last_step, 20);
+  EXPECT_EQ(tensor_names(merged(resumed)), tensor_names(merged(uninterrupted)));
+  std::string worst;
+  EXPECT_LE(max_param_rel_diff(merged(resumed), merged(uninterrupted), &worst),
+            tessera::test::kTolerance)
+      << "largest difference in " << worst;
 }
 
 }  // namespace tessera::test

@@ -60,4 +60,11 @@ void resume_at_other_world(const RunSpec& base, int saved_world, int resumed_wor
                            const std::string& format, const std::filesystem::path& whole,
                            const std::filesystem::path& cut, ResumedRuns* out);
 
+// Saves at step 10 under `first` in `format` ("full" or "sharded"),
+// continues from there under `second`, and expects (gtest) the resumed run
+// to restart at step 11, end at step 20 with the same tensors, and hold the
+// parameters of 20 uninterrupted steps of `first` within kTolerance.
+void expect_continues(const RunSpec& first, const RunSpec& second,
+                      const std::string& format = "full");
+
 }  // namespace tessera::test

@@ -371,28 +371,6 @@ TEST(TensorTraffic, BytesPerStepMatchTheFormula) {
   EXPECT_EQ(result.logged[0].comm_bytes, tensor + data_parallel);
 }
 
-// Saves at step 10 under `first` in `format`, continues from there under
-// `second`, and compares with 20 uninterrupted steps of `first`.
-void expect_tensor_continues(const RunSpec& first, const RunSpec& second,
-                             const std::string& format) {
-  Scratch whole;
-  Scratch cut;
-  RunSpec a = first;
-  a.extra_toml = checkpoint_toml(whole.path(), 10, format, false);
-  const train::RunResult uninterrupted = run(a);
-  ASSERT_EQ(uninterrupted.last_step, 20);
-  cut_at(whole.path(), cut.path(), "step-00000010");
-  RunSpec b = second;
-  b.extra_toml = checkpoint_toml(cut.path(), 10, format, true);
-  const train::RunResult resumed = run(b);
-  EXPECT_EQ(resumed.first_step, 11);
-  ASSERT_EQ(resumed.last_step, 20);
-  EXPECT_EQ(tensor_names(merged(resumed)), tensor_names(merged(uninterrupted)));
-  std::string worst;
-  EXPECT_LE(max_param_rel_diff(merged(resumed), merged(uninterrupted), &worst), kTolerance)
-      << "largest difference in " << worst;
-}
-
 RunSpec zero3_spec(bool wide, int world) {
   RunSpec s = tensor_spec(wide, world, 1);
   s.strategy = "zero3";
@@ -401,13 +379,13 @@ RunSpec zero3_spec(bool wide, int world) {
 }
 
 TEST(TensorResume, TensorCheckpointContinuesUnderZero3AndBack) {
-  expect_tensor_continues(tensor_spec(true, 4, 2), zero3_spec(true, 3), "full");
-  expect_tensor_continues(zero3_spec(true, 3), tensor_spec(true, 3, 3), "full");
+  expect_continues(tensor_spec(true, 4, 2), zero3_spec(true, 3), "full");
+  expect_continues(zero3_spec(true, 3), tensor_spec(true, 3, 3), "full");
 }
 
 TEST(TensorResume, ShardedCheckpointsMoveBetweenTensorSizesAndZero3) {
-  expect_tensor_continues(tensor_spec(true, 4, 4), zero3_spec(true, 2), "sharded");
-  expect_tensor_continues(zero3_spec(true, 2), tensor_spec(true, 4, 2), "sharded");
+  expect_continues(tensor_spec(true, 4, 4), zero3_spec(true, 2), "sharded");
+  expect_continues(zero3_spec(true, 2), tensor_spec(true, 4, 2), "sharded");
 }
 
 // The message of the error run() throws for `s` ("" if it runs).
