@@ -141,9 +141,12 @@ UnitCase make_case(const Unit& unit, const Batch& batch, int64_t input_cols, uin
 
 // Forward and backward of `unit` with `params` (whole or this rank's
 // shards) and group `tp` (may be null).
+// `x` (null: c.x) is the input of a unit that is not first; `slice` (null:
+// none) cuts a rank's rows out of a whole [rows, width] activation.
+using RowSlicer = std::function<std::vector<float>(std::span<const float>, int64_t width)>;
 UnitResult run_unit(const Unit& unit, const UnitCase& c, int64_t input_cols,
                     const std::vector<std::vector<float>>& params, const tessera_tp_group* tp,
-                    bool split_halves, uint64_t grad_seed) {
+                    bool split_halves, uint64_t grad_seed, const RowSlicer& slice = nullptr) {
   UnitResult r;
   std::vector<const float*> p;
   std::vector<float*> g;
@@ -161,12 +164,19 @@ UnitResult run_unit(const Unit& unit, const UnitCase& c, int64_t input_cols,
   in.batch = &c.view;
   in.loss_scale = 0.37f;
   in.tp = tp;
-  if (!unit.is_first()) in.x = {c.x.data(), c.rows, input_cols};
+  const std::vector<float> x = slice != nullptr && !unit.is_first() ? slice(c.x, input_cols) : c.x;
+  if (!unit.is_first()) {
+    in.x = {x.data(), static_cast<int64_t>(x.size()) / std::max<int64_t>(input_cols, 1),
+            input_cols};
+  }
   const ConstView out = unit.forward(*ctx, p, in);
   r.out = tp_copy(out);
-  const std::vector<float> grad_out = unit.is_last()
-                                          ? std::vector<float>{0.7f}
-                                          : random_values(out.rows * out.cols, 1.0f, grad_seed);
+  std::vector<float> grad_out{0.7f};
+  if (!unit.is_last()) {
+    // The whole output's gradient (its rows: c.rows), or this rank's slice.
+    grad_out = random_values(c.rows * out.cols, 1.0f, grad_seed);
+    if (slice != nullptr) grad_out = slice(grad_out, out.cols);
+  }
   const ConstView dy{grad_out.data(), unit.is_last() ? 1 : out.rows, unit.is_last() ? 1 : out.cols};
   if (split_halves) {
     r.dx = tp_copy(unit.backward_input(*ctx, p, dy));
@@ -198,7 +208,51 @@ class AbortAll {
   std::vector<Communicator*> comms_;
 };
 
+// Sums the ranks' gradients of a replicated parameter (sequence
+// parallelism leaves each rank its rows' part).
+std::vector<float> summed(const std::vector<const std::vector<float>*>& parts) {
+  std::vector<float> total(parts.front()->size(), 0.0f);
+  for (const auto* part : parts) {
+    for (std::size_t i = 0; i < total.size(); ++i) total[i] += (*part)[i];
+  }
+  return total;
+}
+
+// Examples and rows per example of sequence parallelism's row split.
+std::pair<int64_t, int64_t> row_groups(const Batch& batch) {
+  return batch.is_sequence() ? std::pair<int64_t, int64_t>{batch.size, batch.seq_len}
+                             : std::pair<int64_t, int64_t>{1, batch.size};
+}
+
 }  // namespace
+
+std::vector<float> row_slice(const Batch& batch, std::span<const float> whole, int64_t width,
+                             int rank, int size) {
+  const auto [examples, rows] = row_groups(batch);
+  const int64_t part = rows / size;
+  std::vector<float> out;
+  out.reserve(static_cast<std::size_t>(examples * part * width));
+  for (int64_t e = 0; e < examples; ++e) {
+    const float* from = whole.data() + (e * rows + rank * part) * width;
+    out.insert(out.end(), from, from + part * width);
+  }
+  return out;
+}
+
+std::vector<float> join_row_slices(const Batch& batch,
+                                   const std::vector<std::vector<float>>& slices, int64_t width) {
+  const auto [examples, rows] = row_groups(batch);
+  const auto size = static_cast<int64_t>(slices.size());
+  const int64_t part = rows / size;
+  std::vector<float> whole(static_cast<std::size_t>(examples * rows * width));
+  for (int64_t k = 0; k < size; ++k) {
+    for (int64_t e = 0; e < examples; ++e) {
+      const float* from = slices[static_cast<std::size_t>(k)].data() + e * part * width;
+      std::copy(from, from + part * width, whole.data() + (e * rows + k * part) * width);
+    }
+  }
+  return whole;
+}
 
 std::vector<float> shard_of(const ParamSpec& spec, std::span<const float> whole, int rank,
                             int size) {
@@ -221,7 +275,8 @@ void place_shard(const ParamSpec& spec, std::span<const float> shard, std::span<
   for_each_shard_index(spec, rank, size, [&](int64_t w, int64_t s) { whole[w] = shard[s]; });
 }
 
-void run_tp_ranks(int size, const std::function<void(int rank, const tessera_tp_group& tp)>& body) {
+void run_tp_ranks(int size, const std::function<void(int rank, const tessera_tp_group& tp)>& body,
+                  uint32_t flags) {
   BackendSettings settings;
   settings.world_size = size;
   settings.timeout = std::chrono::milliseconds(20000);
@@ -243,6 +298,7 @@ void run_tp_ranks(int size, const std::function<void(int rank, const tessera_tp_
         tp.struct_size = sizeof tp;
         tp.rank = rank;
         tp.size = size;
+        tp.flags = flags;
         tp.backend = comm->c_api();
         tp.comm = comm->c_handle();
         body(rank, tp);
@@ -253,33 +309,57 @@ void run_tp_ranks(int size, const std::function<void(int rank, const tessera_tp_
 }
 
 void expect_unit_tp_matches(const Unit& unit, const Batch& batch, int64_t input_cols, int tp,
-                            uint64_t seed, bool split_halves) {
+                            uint64_t seed, bool split_halves, bool sequence) {
   SCOPED_TRACE("unit '" + unit.name() + "', tp = " + std::to_string(tp) +
-               (split_halves ? ", split halves" : ""));
+               (split_halves ? ", split halves" : "") + (sequence ? ", sequence" : ""));
   EXPECT_NE(unit.flags() & TESSERA_UNIT_TENSOR_PARALLEL, 0u);
+  if (sequence) {
+    EXPECT_NE(unit.flags() & TESSERA_UNIT_SEQUENCE_PARALLEL, 0u);
+  }
   const UnitCase c = make_case(unit, batch, input_cols, seed);
   const uint64_t grad_seed = seed + 1000;
   const UnitResult want = run_unit(unit, c, input_cols, c.params, nullptr, false, grad_seed);
   const auto specs = unit.params();
 
   std::vector<UnitResult> got(static_cast<std::size_t>(tp));
-  run_tp_ranks(tp, [&](int rank, const tessera_tp_group& group) {
-    std::vector<std::vector<float>> shards;
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-      shards.push_back(shard_of(specs[i], c.params[i], rank, tp));
-    }
-    got[static_cast<std::size_t>(rank)] =
-        run_unit(unit, c, input_cols, shards, &group, split_halves, grad_seed);
-  });
+  run_tp_ranks(
+      tp,
+      [&](int rank, const tessera_tp_group& group) {
+        std::vector<std::vector<float>> shards;
+        for (std::size_t i = 0; i < specs.size(); ++i) {
+          shards.push_back(shard_of(specs[i], c.params[i], rank, tp));
+        }
+        RowSlicer slice;
+        if (sequence) {
+          slice = [&batch, rank, tp](std::span<const float> whole, int64_t width) {
+            return row_slice(batch, whole, width, rank, tp);
+          };
+        }
+        got[static_cast<std::size_t>(rank)] =
+            run_unit(unit, c, input_cols, shards, &group, split_halves, grad_seed, slice);
+      },
+      sequence ? static_cast<uint32_t>(TESSERA_TP_SEQUENCE) : 0U);
 
   for (int rank = 0; rank < tp; ++rank) {
     const UnitResult& r = got[static_cast<std::size_t>(rank)];
     const std::string where = "rank " + std::to_string(rank) + ": ";
-    expect_near_rel(r.out, want.out, where + "output");
-    expect_near_rel(r.dx, want.dx, where + "input gradient");
+    const auto want_of = [&](const std::vector<float>& whole, int64_t width) {
+      return sequence ? row_slice(batch, whole, width, rank, tp) : whole;
+    };
+    const int64_t out_cols = unit.is_last() ? 1 : static_cast<int64_t>(want.out.size()) / c.rows;
+    expect_near_rel(r.out, unit.is_last() ? want.out : want_of(want.out, out_cols),
+                    where + "output");
+    expect_near_rel(r.dx, unit.is_first() ? want.dx : want_of(want.dx, input_cols),
+                    where + "input gradient");
   }
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const std::string what = "gradient of " + specs[i].name;
+    if (held_whole(specs[i], tp) && sequence) {
+      std::vector<const std::vector<float>*> parts;
+      for (const UnitResult& r : got) parts.push_back(&r.grads[i]);
+      expect_near_rel(summed(parts), want.grads[i], what + " (replicated, summed over ranks)");
+      continue;
+    }
     if (held_whole(specs[i], tp)) {
       for (int rank = 0; rank < tp; ++rank) {
         expect_near_rel(got[static_cast<std::size_t>(rank)].grads[i], want.grads[i],
@@ -296,9 +376,11 @@ void expect_unit_tp_matches(const Unit& unit, const Batch& batch, int64_t input_
 }
 
 void expect_model_tp_matches(std::span<const std::unique_ptr<Unit>> units, const Batch& batch,
-                             int tp, uint64_t seed, const tessera::model::Model* plugin) {
+                             int tp, uint64_t seed, const tessera::model::Model* plugin,
+                             bool sequence) {
   SCOPED_TRACE("whole model, tp = " + std::to_string(tp) +
-               (plugin != nullptr ? ", ranks through the plugin's table" : ""));
+               (plugin != nullptr ? ", ranks through the plugin's table" : "") +
+               (sequence ? ", sequence" : ""));
   if (plugin != nullptr) {
     ASSERT_EQ(plugin->size(), units.size());
   }
@@ -413,19 +495,22 @@ void expect_model_tp_matches(std::span<const std::unique_ptr<Unit>> units, const
 
   std::vector<float> losses(static_cast<std::size_t>(tp));
   std::vector<std::vector<std::vector<std::vector<float>>>> got(static_cast<std::size_t>(tp));
-  run_tp_ranks(tp, [&](int rank, const tessera_tp_group& group) {
-    std::vector<std::vector<std::vector<float>>> shards(units.size());
-    for (std::size_t u = 0; u < units.size(); ++u) {
-      const auto specs = units[u]->params();
-      for (std::size_t j = 0; j < specs.size(); ++j) {
-        // A tied slot has no storage of its own: it reads its owner's shard.
-        shards[u].push_back(specs[j].tied_to.empty() ? shard_of(specs[j], whole[u][j], rank, tp)
-                                                     : std::vector<float>());
-      }
-    }
-    const auto r = static_cast<std::size_t>(rank);
-    losses[r] = run_model(shards, &group, plugin, got[r]);
-  });
+  run_tp_ranks(
+      tp,
+      [&](int rank, const tessera_tp_group& group) {
+        std::vector<std::vector<std::vector<float>>> shards(units.size());
+        for (std::size_t u = 0; u < units.size(); ++u) {
+          const auto specs = units[u]->params();
+          for (std::size_t j = 0; j < specs.size(); ++j) {
+            // A tied slot has no storage of its own: it reads its owner's shard.
+            shards[u].push_back(specs[j].tied_to.empty() ? shard_of(specs[j], whole[u][j], rank, tp)
+                                                         : std::vector<float>());
+          }
+        }
+        const auto r = static_cast<std::size_t>(rank);
+        losses[r] = run_model(shards, &group, plugin, got[r]);
+      },
+      sequence ? static_cast<uint32_t>(TESSERA_TP_SEQUENCE) : 0U);
 
   for (int rank = 0; rank < tp; ++rank) {
     EXPECT_NEAR(losses[static_cast<std::size_t>(rank)], want_loss, 1e-5 * std::abs(want_loss))
@@ -436,6 +521,12 @@ void expect_model_tp_matches(std::span<const std::unique_ptr<Unit>> units, const
     for (std::size_t j = 0; j < specs.size(); ++j) {
       if (!specs[j].tied_to.empty()) continue;
       const std::string what = "gradient of " + units[u]->name() + "." + specs[j].name;
+      if (held_whole(specs[j], tp) && sequence) {
+        std::vector<const std::vector<float>*> parts;
+        for (const auto& r : got) parts.push_back(&r[u][j]);
+        expect_near_rel(summed(parts), want_grads[u][j], what + " (replicated, summed over ranks)");
+        continue;
+      }
       if (held_whole(specs[j], tp)) {
         for (int rank = 0; rank < tp; ++rank) {
           expect_near_rel(got[static_cast<std::size_t>(rank)][u][j], want_grads[u][j],

@@ -29,8 +29,20 @@ void place_shard(const ParamSpec& spec, std::span<const float> shard, std::span<
 
 // Runs body(rank, group) on `size` ranks of a fresh `inmemory` backend, one
 // thread each (20 s timeout per collective; a failing rank aborts the
-// others). Rethrows the first rank's failure.
-void run_tp_ranks(int size, const std::function<void(int rank, const tessera_tp_group& tp)>& body);
+// others), the group's flags set to `flags` (TESSERA_TP_*). Rethrows the
+// first rank's failure.
+void run_tp_ranks(int size, const std::function<void(int rank, const tessera_tp_group& tp)>& body,
+                  uint32_t flags = 0);
+
+// Sequence parallelism's row slices (TESSERA_TP_SEQUENCE) of a [rows,
+// width] activation of `batch` (rows: tokens of a sequence batch, split by
+// position within each example; examples of a feature batch, split in
+// contiguous blocks): rank `rank`'s slice of `whole`, and `whole` put back
+// together from every rank's slice.
+std::vector<float> row_slice(const Batch& batch, std::span<const float> whole, int64_t width,
+                             int rank, int size);
+std::vector<float> join_row_slices(const Batch& batch,
+                                   const std::vector<std::vector<float>>& slices, int64_t width);
 
 // The unit on `batch` (input x of `input_cols` columns, 0 for the first
 // unit) with random whole parameters, x and output gradient from `seed`:
@@ -40,8 +52,14 @@ void run_tp_ranks(int size, const std::function<void(int rank, const tessera_tp_
 // output (the loss for the last unit) and input gradient, and every
 // parameter's gradient — the shards' reassembled, a replicated one on each
 // rank — within 1e-5 · max |whole| per tensor.
+//
+// With `sequence` the group has TESSERA_TP_SEQUENCE: a rank gets its row
+// slice (row_slice) of x and of the output gradient, its output and input
+// gradient are compared with the slices of the whole ones (the last unit's
+// loss whole), and a replicated parameter's gradients summed over the
+// ranks with the whole one.
 void expect_unit_tp_matches(const Unit& unit, const Batch& batch, int64_t input_cols, int tp,
-                            uint64_t seed, bool split_halves = false);
+                            uint64_t seed, bool split_halves = false, bool sequence = false);
 
 // The whole model (ties resolved: a tied slot gets its owner's shard and
 // gradient) on `batch`: forward through every unit, backward from the
@@ -49,9 +67,12 @@ void expect_unit_tp_matches(const Unit& unit, const Batch& batch, int64_t input_
 // without a group: the loss within 1e-5 relative, every owned parameter's
 // gradient within 1e-5 · max |whole|. With `plugin` (the same model built
 // by its plugin), the ranks call its C table instead of the units, so the
-// adapter hands each call's group to the unit.
+// adapter hands each call's group to the unit. With `sequence` the group
+// has TESSERA_TP_SEQUENCE and a replicated parameter's gradients are
+// summed over the ranks before the comparison.
 void expect_model_tp_matches(std::span<const std::unique_ptr<Unit>> units, const Batch& batch,
-                             int tp, uint64_t seed, const tessera::model::Model* plugin = nullptr);
+                             int tp, uint64_t seed, const tessera::model::Model* plugin = nullptr,
+                             bool sequence = false);
 
 // The unit with a group of one rank gives bit for bit what it gives without
 // a group: output, input gradient and every parameter gradient.

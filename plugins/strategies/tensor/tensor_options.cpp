@@ -20,13 +20,9 @@ TensorOptions TensorOptions::read(const sdk::Options& options, int32_t world_siz
                 " does not divide the world size ", world_size,
                 " (world = data-parallel replicas x size)");
   const std::string mode = options.get_string("mode");
-  if (mode == "sequence") {
-    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                "tensor: mode = \"sequence\" (sequence parallelism) is not built yet; use mode = "
-                "\"tensor\"");
-  }
-  TESSERA_CHECK(mode == "tensor", TESSERA_ERR_INVALID_ARGUMENT, "tensor: mode = \"", mode,
-                "\" is not one of tensor, sequence");
+  TESSERA_CHECK(mode == "tensor" || mode == "sequence", TESSERA_ERR_INVALID_ARGUMENT,
+                "tensor: mode = \"", mode, "\" is not one of tensor, sequence");
+  o.sequence = mode == "sequence";
   return o;
 }
 

@@ -16,17 +16,19 @@ inline constexpr tessera_option_decl kTensorOptions[] = {
      "ranks per tensor-parallel group; must divide the world size (world = data-parallel "
      "replicas x size); 0: the whole world"},
     {"mode", TESSERA_OPT_STRING, "tensor",
-     "tensor: Megatron column/row splits with allreduces (sequence parallelism is not built "
-     "yet)"},
+     "tensor: Megatron column/row splits, one allreduce per pair forward and backward; "
+     "sequence: the norm and residual regions also split along the sequence, the allreduces "
+     "become allgather + reduce-scatter"},
 };
 
 struct TensorOptions {
-  int32_t size = 1;  // resolved: >= 1, divides the world
+  int32_t size = 1;       // resolved: >= 1, divides the world
+  bool sequence = false;  // mode = "sequence"
 
   // Reads and checks the options for `world_size` ranks. Throws
   // tessera::Error (invalid argument) naming the option when size is
   // negative or does not divide the world size, or when mode is not
-  // "tensor" ("sequence" is refused as not built yet).
+  // "tensor" or "sequence".
   static TensorOptions read(const sdk::Options& options, int32_t world_size);
 };
 

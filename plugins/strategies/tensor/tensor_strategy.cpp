@@ -110,10 +110,12 @@ TensorStrategy::TensorStrategy(const sdk::Host& host, const sdk::Options& option
   group_.size = tp_size_;
   group_.backend = &counting_api_;
   group_.comm = tp_->raw();
+  group_.flags = options_.sequence ? static_cast<uint32_t>(TESSERA_TP_SEQUENCE) : 0U;
   if (env.rank() == 0) {
     host_.info("tensor: ", tp_size_, " ranks per tensor group x ", dp_size_,
-               " data-parallel replicas, mode tensor; a rank holds ", total_, " of ", flat_.total(),
-               " parameter elements (", split_total_, " in shards)");
+               " data-parallel replicas, mode ", options_.sequence ? "sequence" : "tensor",
+               "; a rank holds ", total_, " of ", flat_.total(), " parameter elements (",
+               split_total_, " in shards)");
   }
 }
 
@@ -132,12 +134,21 @@ void TensorStrategy::plan(const sdk::ModelView& model) {
   const int32_t units = model.num_units();
   if (tp_size_ > 1) {
     for (int32_t u = 0; u < units; ++u) {
-      if ((model.unit_flags(u) & TESSERA_UNIT_TENSOR_PARALLEL) != 0) continue;
-      throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                  detail::concat("tensor: unit '", model.unit_name(u),
-                                 "' does not support tensor parallelism (no "
-                                 "TESSERA_UNIT_TENSOR_PARALLEL), so size = ",
-                                 tp_size_, " cannot split it; use size = 1 or another strategy"));
+      const uint32_t flags = model.unit_flags(u);
+      if ((flags & TESSERA_UNIT_TENSOR_PARALLEL) == 0) {
+        throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                    detail::concat("tensor: unit '", model.unit_name(u),
+                                   "' does not support tensor parallelism (no "
+                                   "TESSERA_UNIT_TENSOR_PARALLEL), so size = ",
+                                   tp_size_, " cannot split it; use size = 1 or another strategy"));
+      }
+      if (options_.sequence && (flags & TESSERA_UNIT_SEQUENCE_PARALLEL) == 0) {
+        throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                    detail::concat("tensor: unit '", model.unit_name(u),
+                                   "' does not support sequence parallelism (no "
+                                   "TESSERA_UNIT_SEQUENCE_PARALLEL), so mode = \"sequence\" "
+                                   "cannot split its rows; use mode = \"tensor\""));
+      }
     }
   }
   // Split tensors first, then the replicated ones: the norm counts the
@@ -360,6 +371,12 @@ sdk::StepResult TensorStrategy::step(const sdk::StepArgs& args) {
        .forward_backward = [&] { return forward_backward(args); },
        .finish =
            [&] {
+             // Under sequence parallelism each rank's replicated gradients
+             // cover its token rows only: their sum over the group is the
+             // whole gradient.
+             if (options_.sequence && tp_->size() > 1) {
+               tp_->allreduce(grads_.span().subspan(static_cast<size_t>(split_total_)));
+             }
              if (dp_->size() > 1) dp_->allreduce(grads_.span());
            },
        .sum_squares = [&] { return sum_squares(); },

@@ -23,6 +23,8 @@ TpGroup::TpGroup(const tessera_tp_group* tp, const tessera_host_api* host, std::
   comm_ = tp->comm;
   rank_ = tp->rank;
   size_ = tp->size;
+  // flags is the 2.0 struct's zero `reserved`: read it from any caller.
+  sequence_ = (tp->flags & TESSERA_TP_SEQUENCE) != 0;
 }
 
 TpGroup TpGroup::for_backward(const tessera_tp_group* tp, const tessera_host_api* host,
@@ -69,6 +71,69 @@ void TpGroup::allgather(const float* send, int64_t count, float* recv,
   args.recv = tessera_buffer{recv, static_cast<uint64_t>(count) * static_cast<uint64_t>(size_),
                              TESSERA_F32, tessera_device{TESSERA_DEVICE_CPU, 0}};
   run(args, "allgather", count, what);
+}
+
+void TpGroup::reduce_scatter_sum(const float* send, int64_t count, float* recv,
+                                 std::string_view what) const {
+  if (!active()) {
+    std::copy(send, send + count, recv);
+    return;
+  }
+  if (count == 0) return;
+  tessera_coll_args args{};
+  args.coll = TESSERA_COLL_REDUCE_SCATTER;
+  args.send = tessera_buffer{const_cast<float*>(send),  // NOLINT: read only, as above
+                             static_cast<uint64_t>(count) * static_cast<uint64_t>(size_),
+                             TESSERA_F32, tessera_device{TESSERA_DEVICE_CPU, 0}};
+  args.recv = tessera_buffer{recv, static_cast<uint64_t>(count), TESSERA_F32,
+                             tessera_device{TESSERA_DEVICE_CPU, 0}};
+  args.op = TESSERA_SUM;
+  run(args, "reduce-scatter", count, what);
+}
+
+void TpGroup::gather_rows(const float* local, int64_t examples, int64_t rows, int64_t width,
+                          float* full, std::string_view what) const {
+  const int64_t slice = rows * width;  // one example's slice
+  if (!active() || examples == 1) {
+    allgather(local, examples * slice, full, what);
+    return;
+  }
+  // The allgather puts rank k's [examples, rows, width] as block k; each
+  // example's slices go side by side.
+  std::vector<float> blocks(static_cast<std::size_t>(size_ * examples * slice));
+  allgather(local, examples * slice, blocks.data(), what);
+  for (int64_t k = 0; k < size_; ++k) {
+    for (int64_t e = 0; e < examples; ++e) {
+      const float* from = blocks.data() + (k * examples + e) * slice;
+      std::copy(from, from + slice, full + (e * size_ + k) * slice);
+    }
+  }
+}
+
+void TpGroup::scatter_rows_sum(const float* full, int64_t examples, int64_t rows, int64_t width,
+                               float* local, std::string_view what) const {
+  const int64_t slice = rows * width;
+  if (!active() || examples == 1) {
+    reduce_scatter_sum(full, examples * slice, local, what);
+    return;
+  }
+  // Block k of the reduce-scatter: every example's slice k.
+  std::vector<float> blocks(static_cast<std::size_t>(size_ * examples * slice));
+  for (int64_t k = 0; k < size_; ++k) {
+    for (int64_t e = 0; e < examples; ++e) {
+      const float* from = full + (e * size_ + k) * slice;
+      std::copy(from, from + slice, blocks.data() + (k * examples + e) * slice);
+    }
+  }
+  reduce_scatter_sum(blocks.data(), examples * slice, local, what);
+}
+
+int64_t TpGroup::local_positions(std::string_view key, int64_t positions) const {
+  if (!sequence_) return positions;
+  TESSERA_CHECK(positions % size_ == 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit_, "': ", key,
+                " (", positions, ") is not divisible by the tensor-parallel group size ", size_,
+                ", which sequence parallelism splits it by");
+  return positions / size_;
 }
 
 void TpGroup::run(tessera_coll_args& args, const char* coll, int64_t count,

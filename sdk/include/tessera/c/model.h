@@ -34,9 +34,12 @@ extern "C" {
  *   2.0  create/destroy from options, data spec, init, per-unit flags and
  *        cost, split declarations with blocks, tensor-parallel groups,
  *        backward split into input and weight halves, host batch accessors
+ *   2.1  sequence parallelism: tessera_tp_group.flags (TESSERA_TP_SEQUENCE)
+ *        and the unit flag TESSERA_UNIT_SEQUENCE_PARALLEL; the field was a
+ *        zero `reserved` before, so 2.0 callers never ask for it
  * A host accepts model 2.x of any minor. */
 #define TESSERA_MODEL_API_MAJOR 2
-#define TESSERA_MODEL_API_MINOR 0
+#define TESSERA_MODEL_API_MINOR 1
 
 typedef struct tessera_model tessera_model;       /* a built model            */
 typedef struct tessera_unit_ctx tessera_unit_ctx; /* one unit, one micro-batch */
@@ -109,7 +112,27 @@ enum {
   /* backward_input and backward_weight work (zero-bubble schedules). */
   TESSERA_UNIT_SPLIT_BACKWARD = 1u << 0,
   /* forward/backward accept a tensor-parallel group of size > 1. */
-  TESSERA_UNIT_TENSOR_PARALLEL = 1u << 1
+  TESSERA_UNIT_TENSOR_PARALLEL = 1u << 1,
+  /* ... and a group with TESSERA_TP_SEQUENCE (model interface 2.1). */
+  TESSERA_UNIT_SEQUENCE_PARALLEL = 1u << 2
+};
+
+/* Bits of tessera_tp_group.flags. */
+enum {
+  /* Sequence parallelism (Korthikanti et al. 2022): outside its column/row
+   * pairs a unit works on this rank's slice of the token rows only, and the
+   * activations passed between units are such slices. For token sequences
+   * ([B, T] batches, activations [B*T, w]) rank r holds positions
+   * [r*T/p, (r+1)*T/p) of every example, ordered by example then position
+   * (a [B*T/p, w] matrix); for feature batches ([B, F], one row per
+   * example) it holds examples [r*B/p, (r+1)*B/p). What a pair's allreduce
+   * did becomes an allgather of the slices before the column-parallel
+   * product and a reduce-scatter of the row-parallel partial sums after it.
+   * A REPLICATED parameter's gradient is then this rank's part (from its
+   * slice); the CALLER sums those over the group. The first unit reads the
+   * whole batch and the last returns the whole loss on every rank, as
+   * without the flag. */
+  TESSERA_TP_SEQUENCE = 1u << 0
 };
 
 /* A tensor-parallel group as a unit sees it: the unit computes on its
@@ -119,7 +142,7 @@ typedef struct tessera_tp_group {
   uint32_t struct_size; /* sizeof(tessera_tp_group) of the caller */
   int32_t rank;         /* in the group, 0 .. size-1              */
   int32_t size;         /* ranks in the group, >= 1               */
-  int32_t reserved;     /* zero                                   */
+  uint32_t flags;       /* TESSERA_TP_* bits (2.1; zero in 2.0)   */
   const tessera_backend_api* backend;
   tessera_comm* comm;
 } tessera_tp_group;

@@ -32,6 +32,9 @@ class TpGroup {
   [[nodiscard]] bool active() const noexcept { return size_ > 1; }
   [[nodiscard]] int32_t rank() const noexcept { return rank_; }
   [[nodiscard]] int32_t size() const noexcept { return size_; }
+  // Sequence parallelism (TESSERA_TP_SEQUENCE): the token rows outside the
+  // column/row pairs are split over the group. False when inactive.
+  [[nodiscard]] bool sequence() const noexcept { return sequence_; }
 
   // In-place allreduce of `count` floats over the group (sum or max); a
   // no-op when inactive. Throws tessera::Error with the collective's status
@@ -42,6 +45,33 @@ class TpGroup {
   // count floats, block k from rank k); inactive, a copy of `send` into
   // `recv`. Fails like the allreduces.
   void allgather(const float* send, int64_t count, float* recv, std::string_view what) const;
+  // Reduce-scatter (sum) of size() · `count` floats in `send` (block k for
+  // rank k): `recv` gets this rank's block summed over the group. Inactive,
+  // a copy. Fails like the allreduces.
+  void reduce_scatter_sum(const float* send, int64_t count, float* recv,
+                          std::string_view what) const;
+
+  // The token rows of sequence parallelism (TESSERA_TP_SEQUENCE): a matrix
+  // of `examples` groups of rows, each group split into size() equal
+  // slices along its rows (positions of a sequence; a feature batch is one
+  // group of its examples), rows `width` floats wide.
+  //
+  // gather_rows: from every rank's slice `local` [examples · rows, width]
+  // (rows per example on this rank) into the whole `full` [examples ·
+  // size() · rows, width], rank k's slice at positions [k · rows, (k+1) ·
+  // rows) of each example. One allgather; inactive, a copy.
+  void gather_rows(const float* local, int64_t examples, int64_t rows, int64_t width, float* full,
+                   std::string_view what) const;
+  // scatter_rows_sum: the reverse: `full` [examples · size() · rows, width]
+  // holds this rank's partial sums of every row; `local` [examples · rows,
+  // width] gets this rank's slice summed over the group. One
+  // reduce-scatter; inactive, a copy.
+  void scatter_rows_sum(const float* full, int64_t examples, int64_t rows, int64_t width,
+                        float* local, std::string_view what) const;
+  // This rank's rows of a sequence of `positions` under sequence
+  // parallelism: positions / size() (throws like require_divisible naming
+  // `key` unless size() divides it); without it, all of them.
+  [[nodiscard]] int64_t local_positions(std::string_view key, int64_t positions) const;
 
   // Throws tessera::Error (invalid argument) "unit '<unit>': key '<key>'
   // (<value>) is not divisible by the tensor-parallel group size <size>"
@@ -58,6 +88,7 @@ class TpGroup {
   std::string_view unit_;
   int32_t rank_ = 0;
   int32_t size_ = 1;
+  bool sequence_ = false;
 };
 
 // Softmax cross-entropy over logits split by vocabulary (the columns of a
