@@ -2,7 +2,10 @@
 // vocabulary (tied and untied), a block split by heads and MLP columns, and
 // whole small models, on 2, 3 and 4 in-memory ranks against the whole units
 // on one rank; a group of one rank changes nothing; sizes that do not
-// divide are refused naming the key and the group size.
+// divide are refused naming the key and the group size. Under sequence
+// parallelism (TESSERA_TP_SEQUENCE) the same on each rank's positions, the
+// replicated gradients summed over the ranks, and a block's saved
+// activations shrink by the formula.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -186,6 +189,121 @@ TEST(GptTensorParallel, SizesThatDoNotDivideAreRefused) {
   EXPECT_NE(tp_forward_error(head, gpt_tp_batch(), kTpD, 5, TESSERA_ERR_INVALID_ARGUMENT)
                 .find("unit 'head': key 'vocab' (12) is not divisible by the tensor-parallel "
                       "group size 5"),
+            std::string::npos);
+}
+
+// Sequence parallelism splits the 12 positions of each example 2, 3 or 4
+// ways.
+constexpr int64_t kSpSeq = 12;
+
+Batch gpt_sp_batch() {
+  Batch batch = Batch::make(2, kSpSeq, 0);
+  for (std::size_t i = 0; i < batch.tokens.size(); ++i) {
+    batch.tokens[i] = static_cast<int32_t>((i * 5 + 3) % kTpVocab);
+    batch.targets[i] = static_cast<int32_t>((i * 7 + 1) % kTpVocab);
+  }
+  return batch;
+}
+
+GptConfig gpt_sp_config(bool tied) {
+  GptConfig config = gpt_tp_config(tied);
+  config.seq_len = kSpSeq;
+  return config;
+}
+
+TEST(GptSequenceParallel, Units) {
+  const GptEmbedding embed("embed", kTpVocab, kTpD, kSpSeq);
+  const GptBlock block("block0", kTpD, kTpHeads, 2, kSpSeq);
+  const GptHead untied("head", kTpVocab, kTpD, "", kSpSeq);
+  const GptHead tied("head", kTpVocab, kTpD, "embed.wte", kSpSeq);
+  for (const int tp : {2, 3, 4}) {
+    for (const bool halves : {false, true}) {
+      expect_unit_tp_matches(embed, gpt_sp_batch(), 0, tp, 301, halves, true);
+      expect_unit_tp_matches(block, gpt_sp_batch(), kTpD, tp, 302, halves, true);
+      expect_unit_tp_matches(untied, gpt_sp_batch(), kTpD, tp, 303, halves, true);
+      expect_unit_tp_matches(tied, gpt_sp_batch(), kTpD, tp, 304, halves, true);
+    }
+  }
+}
+
+TEST(GptSequenceParallel, WholeModelDirectAndThroughThePluginTable) {
+  for (const bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied head" : "untied head");
+    const auto units = build_gpt_units(gpt_sp_config(tied));
+    for (const int tp : {2, 3, 4}) {
+      expect_model_tp_matches(units, gpt_sp_batch(), tp, 305, nullptr, true);
+    }
+    const auto model = tessera::test::build_model(
+        "gpt", std::string("vocab = 12\nlayers = 2\nd_model = 24\nheads = 12\nseq_len = 12\n"
+                           "mlp_ratio = 2\ntied_head = ") +
+                   (tied ? "true" : "false"));
+    for (const int tp : {2, 4}) {
+      expect_model_tp_matches(units, gpt_sp_batch(), tp, 306, model.get(), true);
+    }
+  }
+}
+
+// Bytes a block's context holds after its forward on rank 0 of a group of
+// `tp` with `flags`.
+std::size_t block_bytes_after_forward(int tp, uint32_t flags) {
+  const GptBlock unit("block0", kTpD, kTpHeads, 2, kSpSeq);
+  const Batch batch = gpt_sp_batch();
+  const BatchView view = tessera::test::view_of(batch);
+  const int64_t rows = batch.size * batch.seq_len / ((flags & TESSERA_TP_SEQUENCE) != 0 ? tp : 1);
+  std::vector<std::vector<float>> shards;
+  for (const ParamSpec& s : unit.params()) {
+    shards.emplace_back(s.split == SplitHint::none ? s.numel() : s.numel() / tp, 0.5f);
+  }
+  std::vector<const float*> p;
+  p.reserve(shards.size());
+  for (const auto& v : shards) p.push_back(v.data());
+  const std::vector<float> x(static_cast<std::size_t>(rows * kTpD), 0.25f);
+  std::size_t bytes = 0;
+  testing::run_tp_ranks(
+      tp,
+      [&](int rank, const tessera_tp_group& group) {
+        auto ctx = unit.make_context();
+        ctx->set_tp(&group);
+        UnitInput in;
+        in.batch = &view;
+        in.tp = &group;
+        in.x = {x.data(), rows, kTpD};
+        (void)unit.forward(*ctx, p, in);
+        if (rank == 0) bytes = ctx->bytes();
+      },
+      flags);
+  return bytes;
+}
+
+// A block keeps its input, residual sum and output [N, d] and both
+// LayerNorms' mean and rstd [N] for this rank's N/tp rows under sequence
+// parallelism instead of all N: after forward it holds
+//   (N − N/tp) · (3·d + 4) · 4 bytes
+// less than in tensor mode; everything else (the gathered LayerNorm
+// outputs, q|k|v, attention, the MLP's hidden activations) is the same.
+TEST(GptSequenceParallel, BlockSavesTheSplitRegionsOnItsRowsOnly) {
+  const int64_t n = 2 * kSpSeq;
+  for (const int tp : {2, 3, 4}) {
+    SCOPED_TRACE("tp = " + std::to_string(tp));
+    const std::size_t tensor = block_bytes_after_forward(tp, 0);
+    const std::size_t sequence = block_bytes_after_forward(tp, TESSERA_TP_SEQUENCE);
+    const auto split_region = static_cast<std::size_t>((n - n / tp) * (3 * kTpD + 4) * 4);
+    EXPECT_EQ(tensor - sequence, split_region);
+  }
+}
+
+TEST(GptSequenceParallel, PositionsTheGroupDoesNotDivideAreRefused) {
+  // 5 positions per example do not split 2 ways.
+  const GptBlock block("block0", kTpD, kTpHeads, 2, kTpSeq);
+  EXPECT_NE(tp_forward_error(block, gpt_tp_batch(), kTpD, 2, TESSERA_ERR_INVALID_ARGUMENT,
+                             TESSERA_TP_SEQUENCE)
+                .find("unit 'block0': the batch's seq_len (5) is not divisible by the "
+                      "tensor-parallel group size 2, which sequence parallelism splits it by"),
+            std::string::npos);
+  const GptEmbedding embed("embed", kTpVocab, kTpD, kTpSeq);
+  EXPECT_NE(tp_forward_error(embed, gpt_tp_batch(), 0, 2, TESSERA_ERR_INVALID_ARGUMENT,
+                             TESSERA_TP_SEQUENCE)
+                .find("unit 'embed': the batch's seq_len (5) is not divisible"),
             std::string::npos);
 }
 

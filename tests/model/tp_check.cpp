@@ -558,7 +558,7 @@ void expect_tp_one_is_identical(const Unit& unit, const Batch& batch, int64_t in
 }
 
 std::string tp_forward_error(const Unit& unit, const Batch& batch, int64_t input_cols, int tp,
-                             tessera_status status) {
+                             tessera_status status, uint32_t flags) {
   const UnitCase c = make_case(unit, batch, input_cols, 7);
   std::string message;
   std::mutex mu;
@@ -572,7 +572,7 @@ std::string tp_forward_error(const Unit& unit, const Batch& batch, int64_t input
       const std::lock_guard<std::mutex> lock(mu);
       if (rank == 0) message = e.what();
     }
-  });
+  }, flags);
   return message;
 }
 

@@ -81,8 +81,8 @@ void expect_tp_one_is_identical(const Unit& unit, const Batch& batch, int64_t in
 
 // The message of the tessera::Error (with `status`) that the forward of
 // `unit` on rank 0 of a group of `tp` throws with whole-sized random
-// buffers; fails the test when no rank throws.
+// buffers (the group's flags `flags`); fails the test when no rank throws.
 std::string tp_forward_error(const Unit& unit, const Batch& batch, int64_t input_cols, int tp,
-                             tessera_status status);
+                             tessera_status status, uint32_t flags = 0);
 
 }  // namespace tessera::model::testing

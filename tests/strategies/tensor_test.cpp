@@ -181,7 +181,16 @@ struct TransformerCase {
   // gpt with its head tied: d_model, seq_len, vocab, layers, for the
   // memory formula (0: not checked).
   int64_t d = 0, seq = 0, vocab = 0, layers = 0;
+  bool sequence = false;  // mode = "sequence"
 };
+
+RunSpec transformer_spec(const std::string& table, int world, int tp, bool sequence) {
+  RunSpec s = tensor_spec(false, world, tp);
+  s.model = table.find("llama") != std::string::npos ? "llama" : "gpt";
+  s.model_table = table;
+  if (sequence) s.strategy_options += "mode = \"sequence\"\n";
+  return s;
+}
 
 // Elements one rank of a tied gpt holds under tp: the token embedding (by
 // vocabulary), q|k|v, the attention projection and both MLP matrices (with
@@ -213,10 +222,7 @@ class TensorTransformers : public ::testing::TestWithParam<TransformerCase> {};
 
 TEST_P(TensorTransformers, MatchNoneOnOneRankAndReplicasAgree) {
   const TransformerCase& c = GetParam();
-  RunSpec s = tensor_spec(false, c.world, c.tp);
-  s.model = c.table.find("llama") != std::string::npos ? "llama" : "gpt";
-  s.model_table = c.table;
-  const train::RunResult result = run(s);
+  const train::RunResult result = run(transformer_spec(c.table, c.world, c.tp, c.sequence));
   const train::RunResult& ref = none_of_table(c.table);
   ASSERT_EQ(result.last_step, 20);
   for (int r = c.tp; r < c.world; ++r) {
@@ -241,6 +247,8 @@ const char* const kGpt4Heads =
     "name = \"gpt\"\nlayers = 2\nd_model = 32\nheads = 4\nseq_len = 16\nvocab = 64\n";
 const char* const kGpt3Heads =
     "name = \"gpt\"\nlayers = 2\nd_model = 24\nheads = 3\nseq_len = 8\nvocab = 48\n";
+const char* const kGpt3HeadsSeq12 =
+    "name = \"gpt\"\nlayers = 2\nd_model = 24\nheads = 3\nseq_len = 12\nvocab = 48\n";
 const char* const kLlamaGqa =
     "name = \"llama\"\nlayers = 2\nd_model = 32\nheads = 4\nkv_heads = 2\nseq_len = 8\n"
     "vocab = 32\n";
@@ -256,6 +264,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(TransformerCase{"gpt_tp2_dp2", kGpt4Heads, 2, 4, 32, 16, 64, 2},
                       TransformerCase{"gpt_tp4", kGpt4Heads, 4, 4, 32, 16, 64, 2},
                       TransformerCase{"gpt_tp3", kGpt3Heads, 3, 3, 24, 8, 48, 2},
+                      TransformerCase{"gpt_sequence_tp2_dp2", kGpt4Heads, 2, 4, 32, 16, 64, 2, true},
+                      TransformerCase{"gpt_sequence_tp4", kGpt4Heads, 4, 4, 32, 16, 64, 2, true},
+                      TransformerCase{"gpt_sequence_tp3", kGpt3HeadsSeq12, 3, 3, 24, 12, 48, 2,
+                                      true},
                       TransformerCase{"llama_gqa_tp2_dp2", kLlamaGqa, 2, 4},
                       TransformerCase{"llama_gqa_replicated_kv_tp4", kLlamaGqaReplicated, 4, 4},
                       TransformerCase{"llama_mha_tp4", kLlamaMha, 4, 4}),
@@ -371,6 +383,64 @@ TEST(TensorTraffic, BytesPerStepMatchTheFormula) {
   EXPECT_EQ(result.logged[0].comm_bytes, tensor + data_parallel);
 }
 
+// gpt (kGpt4Heads: L = 2 blocks, d = 32, T = 16, vocabulary 64, head tied)
+// on p = 2 ranks per tensor group x 2 replicas, N = 6 · 16 = 96 token rows
+// per rank, in both modes. Per micro-batch the units send
+//   (4L + 2) · 2(p−1)/p · 4·N·d   +   2(p−1)/p · 4 · 3N
+// bytes: tensor mode has an allreduce of the N x d activations forward and
+// one backward per column/row pair (2 pairs a block), the embedding's
+// lookup forward and the head's input gradient backward; sequence mode
+// replaces each allreduce by an allgather and a reduce-scatter of the same
+// volume ((p−1)/p · 4·N·d each); the vocabulary-parallel cross-entropy
+// allreduces 3 floats a row. Sequence mode adds one allreduce of the
+// replicated tensors' gradients per step (R = T·d + 6·L·d + 2·d elements).
+TEST(TensorTraffic, GptBytesPerStepMatchTheFormulaInBothModes) {
+  const char* const table = kGpt4Heads;
+  const int64_t p = 2;
+  const int64_t l = 2;
+  const int64_t d = 32;
+  const int64_t t = 16;
+  const int64_t n = kTensorBatch / 2 * t;
+  const auto allreduce = [](int64_t group, int64_t b) { return 2 * (group - 1) * b / group; };
+  const int64_t units = (4 * l + 2) * allreduce(p, 4 * n * d) + allreduce(p, 4 * 3 * n);
+  const int64_t replicated = t * d + 6 * l * d + 2 * d;
+  const TransformerCase shape{"gpt", table, 2, 4, d, t, 64, l};
+  const int64_t data_parallel = allreduce(2, 4 * gpt_held_elements(shape));
+  for (const bool sequence : {false, true}) {
+    SCOPED_TRACE(sequence ? "sequence" : "tensor");
+    train::RunResult result;
+    const TensorBytes b = step_bytes(transformer_spec(table, 4, 2, sequence), 3, &result);
+    EXPECT_EQ(b.units, units);
+    EXPECT_EQ(b.tensor,
+              units + allreduce(p, 8) + (sequence ? allreduce(p, 4 * replicated) : 0));
+    EXPECT_EQ(b.data_parallel, data_parallel);
+  }
+}
+
+// The tracked activation peak of gpt (kGpt4Heads, p = 2, one replica, N =
+// 12 · 16 = 192 rows per rank) is lower under sequence parallelism by
+// exactly the rows it does not keep: (N − N/p) rows of
+//   per block: the input, residual sum and output (3d), both LayerNorms'
+//              mean and rstd (4), and the input gradient (d);
+//   embedding: its output (d);  head: its input and input gradient (2d)
+//              and ln_f's mean and rstd (2);
+// 4 bytes each. Everything else (the gathered LayerNorm outputs, q|k|v,
+// attention, the MLP's activations, whole output gradients) is the same.
+TEST(TensorMemory, SequenceModeSavesTheSplitRegions) {
+  const int64_t p = 2;
+  const int64_t l = 2;
+  const int64_t d = 32;
+  const int64_t n = kTensorBatch * 16;
+  const int64_t saved = (n - n / p) * 4 * (l * (4 * d + 4) + d + 2 * d + 2);
+  const train::RunResult tensor = run(transformer_spec(kGpt4Heads, 2, 2, false));
+  const train::RunResult sequence = run(transformer_spec(kGpt4Heads, 2, 2, true));
+  for (size_t r = 0; r < 2; ++r) {
+    const int64_t a = tensor.memory[r].peak[TESSERA_MEM_ACTIVATIONS];
+    const int64_t b = sequence.memory[r].peak[TESSERA_MEM_ACTIVATIONS];
+    EXPECT_EQ(a - b, saved) << "rank " << r << ": tensor " << a << ", sequence " << b;
+  }
+}
+
 RunSpec zero3_spec(bool wide, int world) {
   RunSpec s = tensor_spec(wide, world, 1);
   s.strategy = "zero3";
@@ -412,14 +482,8 @@ TEST(TensorOptions, SizeMustDivideTheWorld) {
   EXPECT_NE(negative.find("tensor: size = -1 must be >= 1"), std::string::npos) << negative;
 }
 
-TEST(TensorOptions, SequenceModeIsNotBuiltYet) {
+TEST(TensorOptions, ModeIsTensorOrSequence) {
   RunSpec s = tensor_spec(false, 2, 2);
-  s.strategy_options += "mode = \"sequence\"\n";
-  const std::string msg = refusal(s);
-  EXPECT_NE(msg.find("tensor: mode = \"sequence\" (sequence parallelism) is not built yet"),
-            std::string::npos)
-      << msg;
-  s = tensor_spec(false, 2, 2);
   s.strategy_options += "mode = \"ring\"\n";
   const std::string other = refusal(s);
   EXPECT_NE(other.find("tensor: mode = \"ring\" is not one of tensor, sequence"), std::string::npos)

@@ -51,7 +51,8 @@ class GptEmbedding final : public ConventionUnit {
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
   [[nodiscard]] uint32_t flags() const noexcept override {
-    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL;
+    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL |
+           TESSERA_UNIT_SEQUENCE_PARALLEL;
   }
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
@@ -95,7 +96,8 @@ class GptBlock final : public ConventionUnit {
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
   [[nodiscard]] uint32_t flags() const noexcept override {
-    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL;
+    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL |
+           TESSERA_UNIT_SEQUENCE_PARALLEL;
   }
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
@@ -133,7 +135,8 @@ class GptHead final : public ConventionUnit {
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
   [[nodiscard]] uint32_t flags() const noexcept override {
-    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL;
+    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL |
+           TESSERA_UNIT_SEQUENCE_PARALLEL;
   }
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;

@@ -32,9 +32,12 @@ enum Param : std::size_t {
 struct BlockContext final : UnitContext {
   int64_t batch = -1;
   int64_t seq = 0;
+  int64_t local_seq = 0;         // positions per example this rank holds (seq/tp in sequence mode)
+  int64_t first_pos = 0;         // the first of them
   int32_t tp_size = 1;           // tensor-parallel group of the forward
   bool input_grad_done = false;  // backward_input ran; backward_weight may follow
-  // Saved by forward.
+  // Saved by forward. Under sequence parallelism x, the statistics, x2 and
+  // y cover this rank's rows only; h1 and h2 are gathered whole.
   std::vector<float> x, mean1, rstd1, h1, qkv, probs, attn, x2, mean2, rstd2, h2, u, act, y;
   // Kept by backward_input for backward_weight: each linear's output
   // gradient (proj: dy, fc: du, attention projection: dx2, qkv: dqkv) and
@@ -58,18 +61,56 @@ void sized(std::vector<float>& v, int64_t count) {
   v.assign(static_cast<std::size_t>(count), 0.0f);
 }
 
-// y = x·w + bias for a row-parallel w: without a group the plain linear;
-// with one, this rank's partial product summed over the group (Megatron's
-// g), then the replicated bias added once.
+// y = x·w + bias for a row-parallel w over the whole rows (bsz examples of
+// seq positions): without a group the plain linear; with one, this rank's
+// partial product summed over the group (Megatron's g: an allreduce, or a
+// reduce-scatter to this rank's `local_seq` positions under sequence
+// parallelism), then the replicated bias added to the rows y holds.
 void row_parallel_forward(const TpGroup& tp, const float* x, const float* w, const float* bias,
-                          int64_t n, int64_t in, int64_t out, float* y, const char* what) {
+                          int64_t bsz, int64_t seq, int64_t local_seq, int64_t in, int64_t out,
+                          float* y, const char* what) {
+  const int64_t n = bsz * seq;
   if (!tp.active()) {
     kernels::linear_forward(x, w, bias, n, in, out, y);
     return;
   }
-  kernels::linear_forward(x, w, nullptr, n, in, out, y);
-  tp.allreduce_sum(y, n * out, what);
-  for (int64_t r = 0; r < n; ++r) kernels::add_into(y + r * out, bias, out);
+  std::vector<float> partial;  // sequence parallelism: all rows, before the scatter
+  float* z = y;
+  if (tp.sequence()) {
+    partial.resize(static_cast<std::size_t>(n * out));
+    z = partial.data();
+  }
+  kernels::linear_forward(x, w, nullptr, n, in, out, z);
+  tp.partial_to_rows(z, bsz, local_seq, out, y, what);
+  for (int64_t r = 0; r < bsz * local_seq; ++r) kernels::add_into(y + r * out, bias, out);
+}
+
+// LayerNorm of this rank's rows of x into `whole` (all rows): under
+// sequence parallelism through a local buffer and a gather, else in place.
+void layernorm_to_whole(const TpGroup& tp, const float* x, const float* g, const float* b,
+                        int64_t bsz, int64_t local_seq, int64_t d, float* whole, float* mean,
+                        float* rstd, const char* what) {
+  const int64_t rows = bsz * local_seq;
+  std::vector<float> local;
+  float* h = whole;
+  if (tp.sequence()) {
+    local.resize(static_cast<std::size_t>(rows * d));
+    h = local.data();
+  }
+  kernels::layernorm_forward(x, g, b, rows, d, h, mean, rstd);
+  tp.rows_to_whole(h, bsz, local_seq, d, whole, what);
+}
+
+// Adds the column sums of this rank's rows of `whole` [bsz · seq, width]
+// (positions [first, first + local_seq) of each example) into dst: a
+// replicated bias's gradient, this rank's part under sequence parallelism.
+void add_row_sums(const float* whole, int64_t bsz, int64_t seq, int64_t first, int64_t local_seq,
+                  int64_t width, float* dst) {
+  for (int64_t b = 0; b < bsz; ++b) {
+    for (int64_t t = first; t < first + local_seq; ++t) {
+      kernels::add_into(dst, whole + (b * seq + t) * width, width);
+    }
+  }
 }
 
 // The group of a backward call, which must have the forward's size.
@@ -136,28 +177,36 @@ ConstView GptBlock::forward(UnitContext& ctx_base, std::span<const float* const>
   const int64_t seq = input.batch->seq_len;
   const int64_t n = bsz * seq;
   const int64_t d = d_;
-  TESSERA_CHECK(!input.x.empty() && input.x.rows == n && input.x.cols == d,
-                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': input is ", input.x.rows, "x",
-                input.x.cols, ", expected ", n, "x", d);
   // Under tensor parallelism this rank holds heads/tp heads: dl columns of
   // each of q, k and v, the matching dl rows of the attention projection,
   // hidden/tp columns of fc and rows of proj. The row-parallel products are
   // partial sums, added up over the group before their (replicated) bias.
+  // Under sequence parallelism x, the LayerNorms and residuals cover this
+  // rank's seq/tp positions of each example (nl rows): the LayerNorm
+  // outputs are gathered whole before q|k|v and fc, and the row-parallel
+  // sums reduce-scattered back to this rank's rows.
   const TpGroup tp(input.tp, ctx_base.host(), name_);
   tp.require_divisible("heads", heads_);
+  const int64_t local_seq = tp.local_positions("the batch's seq_len", seq);
+  const int64_t nl = bsz * local_seq;
+  TESSERA_CHECK(!input.x.empty() && input.x.rows == nl && input.x.cols == d,
+                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': input is ", input.x.rows, "x",
+                input.x.cols, ", expected ", nl, "x", d);
   const int64_t heads = heads_ / tp.size();
   const int64_t dl = d / tp.size();
   const int64_t hidden = hidden_ / tp.size();
   c.batch = bsz;
   c.seq = seq;
+  c.local_seq = local_seq;
+  c.first_pos = tp.first_position(local_seq);
   c.tp_size = tp.size();
   c.input_grad_done = false;
-  c.x.assign(input.x.data, input.x.data + n * d);
-  sized(c.mean1, n);
-  sized(c.rstd1, n);
+  c.x.assign(input.x.data, input.x.data + nl * d);
+  sized(c.mean1, nl);
+  sized(c.rstd1, nl);
   sized(c.h1, n * d);
-  kernels::layernorm_forward(c.x.data(), p[kLn1G], p[kLn1B], n, d, c.h1.data(), c.mean1.data(),
-                             c.rstd1.data());
+  layernorm_to_whole(tp, c.x.data(), p[kLn1G], p[kLn1B], bsz, local_seq, d, c.h1.data(),
+                     c.mean1.data(), c.rstd1.data(), "the first LayerNorm's output");
   sized(c.qkv, n * 3 * dl);
   kernels::linear_forward(c.h1.data(), p[kQkvW], p[kQkvB], n, d, 3 * dl, c.qkv.data());
 
@@ -191,25 +240,25 @@ ConstView GptBlock::forward(UnitContext& ctx_base, std::span<const float* const>
     }
   }
   // Residual around the attention projection.
-  sized(c.x2, n * d);
-  row_parallel_forward(tp, c.attn.data(), p[kAttnProjW], p[kAttnProjB], n, dl, d, c.x2.data(),
-                       "the attention projection's output");
-  for (int64_t i = 0; i < n * d; ++i) c.x2[i] += c.x[i];
+  sized(c.x2, nl * d);
+  row_parallel_forward(tp, c.attn.data(), p[kAttnProjW], p[kAttnProjB], bsz, seq, local_seq, dl, d,
+                       c.x2.data(), "the attention projection's output");
+  for (int64_t i = 0; i < nl * d; ++i) c.x2[i] += c.x[i];
   // MLP with its residual.
-  sized(c.mean2, n);
-  sized(c.rstd2, n);
+  sized(c.mean2, nl);
+  sized(c.rstd2, nl);
   sized(c.h2, n * d);
-  kernels::layernorm_forward(c.x2.data(), p[kLn2G], p[kLn2B], n, d, c.h2.data(), c.mean2.data(),
-                             c.rstd2.data());
+  layernorm_to_whole(tp, c.x2.data(), p[kLn2G], p[kLn2B], bsz, local_seq, d, c.h2.data(),
+                     c.mean2.data(), c.rstd2.data(), "the second LayerNorm's output");
   sized(c.u, n * hidden);
   sized(c.act, n * hidden);
   kernels::linear_forward(c.h2.data(), p[kFcW], p[kFcB], n, d, hidden, c.u.data());
   kernels::activation_forward(kernels::Activation::gelu, c.u.data(), n * hidden, c.act.data());
-  sized(c.y, n * d);
-  row_parallel_forward(tp, c.act.data(), p[kProjW], p[kProjB], n, hidden, d, c.y.data(),
-                       "the MLP's output");
-  for (int64_t i = 0; i < n * d; ++i) c.y[i] += c.x2[i];
-  return {c.y.data(), n, d};
+  sized(c.y, nl * d);
+  row_parallel_forward(tp, c.act.data(), p[kProjW], p[kProjB], bsz, seq, local_seq, hidden, d,
+                       c.y.data(), "the MLP's output");
+  for (int64_t i = 0; i < nl * d; ++i) c.y[i] += c.x2[i];
+  return {c.y.data(), nl, d};
 }
 
 ConstView GptBlock::backward_input(UnitContext& ctx_base, std::span<const float* const> p,
@@ -221,16 +270,25 @@ ConstView GptBlock::backward_input(UnitContext& ctx_base, std::span<const float*
   const int64_t bsz = c.batch;
   const int64_t seq = c.seq;
   const int64_t n = bsz * seq;
+  const int64_t local_seq = c.local_seq;
+  const int64_t nl = bsz * local_seq;
   const int64_t d = d_;
-  TESSERA_CHECK(!grad_output.empty() && grad_output.rows == n && grad_output.cols == d,
+  TESSERA_CHECK(!grad_output.empty() && grad_output.rows == nl && grad_output.cols == d,
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': output gradient is ",
-                grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", d);
+                grad_output.rows, "x", grad_output.cols, ", expected ", nl, "x", d);
   const TpGroup tp = backward_group(c, name_);
   const int64_t heads = heads_ / tp.size();
   const int64_t dl = d / tp.size();
   const int64_t hidden = hidden_ / tp.size();
-  // The output gradient belongs to the caller: the weight half reads a copy.
-  c.dy.assign(grad_output.data, grad_output.data + n * d);
+  // The output gradient belongs to the caller: the weight half reads a copy
+  // (gathered whole under sequence parallelism: proj's input gradient and
+  // weight gradient need every row).
+  sized(c.dy, n * d);
+  tp.rows_to_whole(grad_output.data, bsz, local_seq, d, c.dy.data(), "the block's output gradient");
+  // This rank's rows of ln2's and ln1's output gradients: c.dh itself, or a
+  // local buffer for the reduce-scatter under sequence parallelism.
+  std::vector<float> dh_local;
+  float* dh_rows = nullptr;
 
   // MLP branch: y = x2 + proj(gelu(fc(ln2(x2)))).
   sized(c.dact, n * hidden);
@@ -239,15 +297,25 @@ ConstView GptBlock::backward_input(UnitContext& ctx_base, std::span<const float*
   kernels::activation_backward(kernels::Activation::gelu, c.u.data(), c.dact.data(), n * hidden,
                                c.du.data());
   sized(c.dh, n * d);
+  dh_rows = c.dh.data();
+  if (tp.sequence()) {
+    dh_local.resize(static_cast<std::size_t>(nl * d));
+    dh_rows = dh_local.data();
+  }
   kernels::linear_backward_input(p[kFcW], c.du.data(), n, d, hidden, c.dh.data());
   // fc is column-parallel: each rank has its columns' part of ln2's output
   // gradient.
-  tp.allreduce_sum(c.dh.data(), n * d, "the MLP's input gradient");
-  c.dx2 = c.dy;
+  tp.partial_to_rows(c.dh.data(), bsz, local_seq, d, dh_rows, "the MLP's input gradient");
+  // dx collects this rank's rows of the input gradient: first the residual
+  // path and ln2's part (that is dx2's rows), then ln1's part.
+  c.dx.assign(grad_output.data, grad_output.data + nl * d);
   sized(c.dln2_g, d);
   sized(c.dln2_b, d);
-  kernels::layernorm_backward(c.x2.data(), p[kLn2G], c.mean2.data(), c.rstd2.data(), c.dh.data(), n,
-                              d, c.dx2.data(), c.dln2_g.data(), c.dln2_b.data());
+  kernels::layernorm_backward(c.x2.data(), p[kLn2G], c.mean2.data(), c.rstd2.data(), dh_rows, nl, d,
+                              c.dx.data(), c.dln2_g.data(), c.dln2_b.data());
+  sized(c.dx2, n * d);
+  tp.rows_to_whole(c.dx.data(), bsz, local_seq, d, c.dx2.data(),
+                   "the attention projection's output gradient");
 
   // Attention branch: x2 = x + proj(attn(qkv(ln1(x)))).
   sized(c.da, n * dl);
@@ -287,14 +355,13 @@ ConstView GptBlock::backward_input(UnitContext& ctx_base, std::span<const float*
   }
   kernels::linear_backward_input(p[kQkvW], c.dqkv.data(), n, d, 3 * dl, c.dh.data());
   // q|k|v is column-parallel: sum the parts of ln1's output gradient.
-  tp.allreduce_sum(c.dh.data(), n * d, "the attention's input gradient");
-  c.dx = c.dx2;
+  tp.partial_to_rows(c.dh.data(), bsz, local_seq, d, dh_rows, "the attention's input gradient");
   sized(c.dln1_g, d);
   sized(c.dln1_b, d);
-  kernels::layernorm_backward(c.x.data(), p[kLn1G], c.mean1.data(), c.rstd1.data(), c.dh.data(), n,
-                              d, c.dx.data(), c.dln1_g.data(), c.dln1_b.data());
+  kernels::layernorm_backward(c.x.data(), p[kLn1G], c.mean1.data(), c.rstd1.data(), dh_rows, nl, d,
+                              c.dx.data(), c.dln1_g.data(), c.dln1_b.data());
   c.input_grad_done = true;
-  return {c.dx.data(), n, d};
+  return {c.dx.data(), nl, d};
 }
 
 void GptBlock::backward_weight(UnitContext& ctx_base, std::span<const float* const> p,
@@ -307,18 +374,26 @@ void GptBlock::backward_weight(UnitContext& ctx_base, std::span<const float* con
   (void)backward_group(c, name_);
   const int64_t n = c.batch * c.seq;
   const int64_t d = d_;
-  // Local to each rank: the shards' gradients from this rank's activations;
-  // the replicated LayerNorm parameters and row-parallel biases get the
-  // same whole gradient on every rank of the group (their inputs and output
-  // gradients are replicated), so nothing is summed over it.
+  // Local to each rank: the shards' gradients from this rank's activations.
+  // In tensor mode the replicated LayerNorm parameters and row-parallel
+  // biases get the same whole gradient on every rank of the group (their
+  // inputs and output gradients are replicated), so nothing is summed over
+  // it; under sequence parallelism they get their rows' part (the LayerNorm
+  // sums over this rank's rows, the biases' over its rows of dy and dx2),
+  // which the caller sums over the group.
   const int64_t dl = d / c.tp_size;
   const int64_t hidden = hidden_ / c.tp_size;
-  kernels::linear_backward_weight(c.act.data(), c.dy.data(), n, hidden, d, g[kProjW], g[kProjB]);
+  const bool rows_only = c.local_seq != c.seq;
+  const auto row_parallel_weight = [&](const float* x, const float* dz, int64_t in, float* dw,
+                                       float* db) {
+    kernels::linear_backward_weight(x, dz, n, in, d, dw, rows_only ? nullptr : db);
+    if (rows_only) add_row_sums(dz, c.batch, c.seq, c.first_pos, c.local_seq, d, db);
+  };
+  row_parallel_weight(c.act.data(), c.dy.data(), hidden, g[kProjW], g[kProjB]);
   kernels::linear_backward_weight(c.h2.data(), c.du.data(), n, d, hidden, g[kFcW], g[kFcB]);
   kernels::add_into(g[kLn2G], c.dln2_g.data(), d);
   kernels::add_into(g[kLn2B], c.dln2_b.data(), d);
-  kernels::linear_backward_weight(c.attn.data(), c.dx2.data(), n, dl, d, g[kAttnProjW],
-                                  g[kAttnProjB]);
+  row_parallel_weight(c.attn.data(), c.dx2.data(), dl, g[kAttnProjW], g[kAttnProjB]);
   kernels::linear_backward_weight(c.h1.data(), c.dqkv.data(), n, d, 3 * dl, g[kQkvW], g[kQkvB]);
   kernels::add_into(g[kLn1G], c.dln1_g.data(), d);
   kernels::add_into(g[kLn1B], c.dln1_b.data(), d);

@@ -10,14 +10,18 @@ namespace tessera::model {
 namespace {
 
 struct GptHeadContext final : UnitContext {
-  int64_t rows = -1;
-  int32_t tp_size = 1;   // tensor-parallel group of the forward
+  int64_t rows = -1;       // whole rows (every target)
+  int64_t batch = 0;       // examples
+  int64_t local_seq = 0;   // positions per example of x's rows (seq/tp in sequence mode)
+  int32_t tp_size = 1;     // tensor-parallel group of the forward
   int64_t vocab_lo = 0;  // this rank's rows of w: [vocab_lo, vocab_lo + vocab_rows)
   int64_t vocab_rows = 0;
   bool input_grad_done = false;  // backward_input ran; backward_weight may follow
   float scale = 1.0f;
   float loss = 0.0f;
   std::vector<int32_t> targets;
+  // x and the statistics: this rank's rows under sequence parallelism; h
+  // (ln_f's output) whole.
   std::vector<float> x, mean, rstd, h, probs;
   // Kept by backward_input for the weight half: the logits' gradient and
   // the final LayerNorm's gain and bias gradients, summed over the rows.
@@ -66,32 +70,46 @@ ConstView GptHead::forward(UnitContext& ctx_base, std::span<const float* const> 
                            const UnitInput& input) const {
   kernels::check_count(name_, "parameter", params.size(), specs_.size());
   auto& c = dynamic_cast<GptHeadContext&>(ctx_base);
-  const int64_t n = input.x.rows;
-  TESSERA_CHECK(!input.x.empty() && input.x.cols == d_, TESSERA_ERR_INVALID_ARGUMENT, "unit '",
-                name_, "': input has ", input.x.cols, " columns, expected ", d_);
-  TESSERA_CHECK(input.batch != nullptr && input.batch->is_sequence() &&
-                    static_cast<int64_t>(input.batch->targets.size()) == n,
-                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
-                "': needs a sequence batch with one target per input row (", n, " rows)");
+  TESSERA_CHECK(input.batch != nullptr && input.batch->is_sequence(), TESSERA_ERR_INVALID_ARGUMENT,
+                "unit '", name_, "': needs a sequence batch");
+  const int64_t bsz = input.batch->size;
+  const int64_t n = bsz * input.batch->seq_len;
   // Vocabulary-parallel under a group: this rank's vocab/tp rows of w give
   // its slice of the logits, and the cross-entropy combines the slices'
   // maxima, sums and target logits over the group (parallel_xent_forward).
-  // The final LayerNorm is replicated.
+  // The final LayerNorm is replicated; under sequence parallelism it runs
+  // on this rank's rows, and its output is gathered whole for the logits.
   const TpGroup tp(input.tp, ctx_base.host(), name_);
   tp.require_divisible("vocab", vocab_);
+  const int64_t local_seq = tp.local_positions("the batch's seq_len", input.batch->seq_len);
+  const int64_t nl = bsz * local_seq;
+  TESSERA_CHECK(!input.x.empty() && input.x.cols == d_ && input.x.rows == nl &&
+                    static_cast<int64_t>(input.batch->targets.size()) == n,
+                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': input is ", input.x.rows, "x",
+                input.x.cols, ", expected ", nl, "x", d_, " (one row per target",
+                tp.sequence() ? " of this rank's positions)" : ")");
   c.rows = n;
+  c.batch = bsz;
+  c.local_seq = local_seq;
   c.tp_size = tp.size();
   c.vocab_rows = vocab_ / tp.size();
   c.vocab_lo = c.vocab_rows * tp.rank();
   c.input_grad_done = false;
   c.scale = input.loss_scale;
   c.targets.assign(input.batch->targets.begin(), input.batch->targets.end());
-  c.x.assign(input.x.data, input.x.data + n * d_);
-  c.mean.resize(static_cast<std::size_t>(n));
-  c.rstd.resize(static_cast<std::size_t>(n));
+  c.x.assign(input.x.data, input.x.data + nl * d_);
+  c.mean.resize(static_cast<std::size_t>(nl));
+  c.rstd.resize(static_cast<std::size_t>(nl));
   c.h.resize(static_cast<std::size_t>(n * d_));
-  kernels::layernorm_forward(c.x.data(), params[0], params[1], n, d_, c.h.data(), c.mean.data(),
+  std::vector<float> local;  // sequence parallelism: ln_f's output rows before the gather
+  float* h = c.h.data();
+  if (tp.sequence()) {
+    local.resize(static_cast<std::size_t>(nl * d_));
+    h = local.data();
+  }
+  kernels::layernorm_forward(c.x.data(), params[0], params[1], nl, d_, h, c.mean.data(),
                              c.rstd.data());
+  tp.rows_to_whole(h, bsz, local_seq, d_, c.h.data(), "the final LayerNorm's output");
   const int64_t cols = c.vocab_rows;
   c.probs.resize(static_cast<std::size_t>(n * cols));
   kernels::gemm(false, true, n, cols, d_, 1.0f, c.h.data(), d_, params[2], d_, 0.0f, c.probs.data(),
@@ -120,14 +138,21 @@ ConstView GptHead::backward_input(UnitContext& ctx_base, std::span<const float* 
   c.dh.resize(static_cast<std::size_t>(n * d_));
   kernels::gemm(false, false, n, d_, cols, 1.0f, c.dlogits.data(), cols, params[2], d_, 0.0f,
                 c.dh.data(), d_);
-  tp.allreduce_sum(c.dh.data(), n * d_, "the head's input gradient");
-  c.dx.assign(static_cast<std::size_t>(n * d_), 0.0f);
+  const int64_t nl = c.batch * c.local_seq;
+  std::vector<float> local;  // sequence parallelism: this rank's rows of the sum
+  float* dh = c.dh.data();
+  if (tp.sequence()) {
+    local.resize(static_cast<std::size_t>(nl * d_));
+    dh = local.data();
+  }
+  tp.partial_to_rows(c.dh.data(), c.batch, c.local_seq, d_, dh, "the head's input gradient");
+  c.dx.assign(static_cast<std::size_t>(nl * d_), 0.0f);
   c.dlnf_g.assign(static_cast<std::size_t>(d_), 0.0f);
   c.dlnf_b.assign(static_cast<std::size_t>(d_), 0.0f);
-  kernels::layernorm_backward(c.x.data(), params[0], c.mean.data(), c.rstd.data(), c.dh.data(), n,
-                              d_, c.dx.data(), c.dlnf_g.data(), c.dlnf_b.data());
+  kernels::layernorm_backward(c.x.data(), params[0], c.mean.data(), c.rstd.data(), dh, nl, d_,
+                              c.dx.data(), c.dlnf_g.data(), c.dlnf_b.data());
   c.input_grad_done = true;
-  return {c.dx.data(), n, d_};
+  return {c.dx.data(), nl, d_};
 }
 
 void GptHead::backward_weight(UnitContext& ctx_base, std::span<const float* const> params,
@@ -140,7 +165,8 @@ void GptHead::backward_weight(UnitContext& ctx_base, std::span<const float* cons
   (void)TpGroup::for_backward(c.tp(), c.host(), name_, c.tp_size, "backward_weight");
   // dw += dlogitsᵀ h (this rank's rows); when tied, grads[2] is the
   // embedding table's gradient, split by vocabulary alike. The LayerNorm's
-  // gradients are whole and the same on every rank of a group.
+  // gradients are whole and the same on every rank of a group in tensor
+  // mode, this rank's rows' part under sequence parallelism.
   kernels::gemm(true, false, c.vocab_rows, d_, c.rows, 1.0f, c.dlogits.data(), c.vocab_rows,
                 c.h.data(), d_, 1.0f, grads[2], d_);
   kernels::add_into(grads[0], c.dlnf_g.data(), d_);

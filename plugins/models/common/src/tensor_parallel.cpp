@@ -128,6 +128,26 @@ void TpGroup::scatter_rows_sum(const float* full, int64_t examples, int64_t rows
   reduce_scatter_sum(blocks.data(), examples * slice, local, what);
 }
 
+void TpGroup::rows_to_whole(const float* local, int64_t examples, int64_t rows, int64_t width,
+                            float* whole, std::string_view what) const {
+  if (sequence_) {
+    gather_rows(local, examples, rows, width, whole, what);
+  } else if (local != whole) {
+    std::copy(local, local + examples * rows * width, whole);
+  }
+}
+
+void TpGroup::partial_to_rows(float* partial, int64_t examples, int64_t rows, int64_t width,
+                              float* out, std::string_view what) const {
+  if (sequence_) {
+    scatter_rows_sum(partial, examples, rows, width, out, what);
+    return;
+  }
+  const int64_t count = examples * rows * width;
+  allreduce_sum(partial, count, what);  // a no-op without a group
+  if (out != partial) std::copy(partial, partial + count, out);
+}
+
 int64_t TpGroup::local_positions(std::string_view key, int64_t positions) const {
   if (!sequence_) return positions;
   TESSERA_CHECK(positions % size_ == 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit_, "': ", key,

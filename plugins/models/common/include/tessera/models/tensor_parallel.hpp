@@ -68,6 +68,28 @@ class TpGroup {
   // reduce-scatter; inactive, a copy.
   void scatter_rows_sum(const float* full, int64_t examples, int64_t rows, int64_t width,
                         float* local, std::string_view what) const;
+  // The two conjugate steps around a column/row pair (Megatron's f and g,
+  // in their sequence-parallel form), for `examples` × `rows` of this
+  // rank's rows (rows: positions per example it holds; all of them without
+  // sequence parallelism), `width` floats each:
+  //  * rows_to_whole: what a column-parallel product reads: under sequence
+  //    parallelism gather_rows of `local` into `whole`; otherwise the rows
+  //    are already whole (copied unless local == whole).
+  //  * partial_to_rows: a row-parallel product's partial sums `partial`
+  //    (all rows) become this rank's rows of their sum: scatter_rows_sum
+  //    under sequence parallelism, an in-place allreduce of `partial` in
+  //    tensor mode (then copied unless out == partial), a copy without a
+  //    group.
+  void rows_to_whole(const float* local, int64_t examples, int64_t rows, int64_t width,
+                     float* whole, std::string_view what) const;
+  void partial_to_rows(float* partial, int64_t examples, int64_t rows, int64_t width, float* out,
+                       std::string_view what) const;
+  // The first position of this rank's rows in each example of `positions`
+  // rows: rank · positions under sequence parallelism, else 0.
+  [[nodiscard]] int64_t first_position(int64_t rows) const noexcept {
+    return sequence_ ? rows * rank_ : 0;
+  }
+
   // This rank's rows of a sequence of `positions` under sequence
   // parallelism: positions / size() (throws like require_divisible naming
   // `key` unless size() divides it); without it, all of them.
