@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessera/sdk/host.hpp"
@@ -47,11 +48,21 @@ int64_t llama_default_ffn(int64_t d_model) noexcept;
 // argument) naming the key for a bad value.
 LlamaConfig parse_llama_config(const sdk::Options& options);
 
+// A backward of a unit whose forward ran with sequence parallelism
+// (`forward_sequence`, TESSERA_TP_SEQUENCE) or without must run the same
+// way: throws tessera::Error (invalid argument) naming the unit and `call`
+// when `backward_sequence` differs.
+void llama_check_sequence(bool forward_sequence, bool backward_sequence, const std::string& unit,
+                          std::string_view call);
+
 // Token embedding: x[b,t] = wte[token[b,t]]. Param wte [vocab, d] (row:
 // split by vocabulary). Reads the batch's tokens; backward returns no input
 // gradient. Split backward: the input half keeps the output gradient, the
 // weight half scatters it into the table. Tensor-parallel: vocab/tp rows of
-// wte per rank, lookups summed over the group.
+// wte per rank, lookups summed over the group. Sequence-parallel
+// (TESSERA_TP_SEQUENCE): every rank looks up all tokens and the sum is
+// scattered, the output is this rank's seq/tp positions of each sequence;
+// backward_input gathers the output gradient's rows for the weight half.
 class LlamaEmbedding final : public ConventionUnit {
  public:
   LlamaEmbedding(std::string name, const LlamaConfig& config);
@@ -63,7 +74,8 @@ class LlamaEmbedding final : public ConventionUnit {
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
   [[nodiscard]] uint32_t flags() const noexcept override {
-    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL;
+    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL |
+           TESSERA_UNIT_SEQUENCE_PARALLEL;
   }
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
@@ -98,6 +110,15 @@ class LlamaEmbedding final : public ConventionUnit {
 // and the matching rows of wo and w_down; one allreduce after each
 // row-parallel product forward, one per column-parallel group backward, and
 // with kv_replicated the sums of dk and dv, all in the input half.
+// Sequence-parallel (TESSERA_TP_SEQUENCE): input, output, RMSNorms and
+// residuals on this rank's seq/tp positions of each sequence; each norm's
+// output gathered to all rows before its column products (RoPE and
+// attention see every position), each row-parallel sum scattered back to
+// this rank's rows; backward gathers the output gradient and the
+// attention's output gradient and scatters the two column groups' input
+// gradients, in the input half. The gains' gradients are this rank's
+// rows' part, and with kv_replicated wk's and wv's are its query heads'
+// share (not summed inside the unit): the caller sums them over the group.
 class LlamaBlock final : public ConventionUnit {
  public:
   LlamaBlock(std::string name, const LlamaConfig& config);
@@ -109,7 +130,8 @@ class LlamaBlock final : public ConventionUnit {
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
   [[nodiscard]] uint32_t flags() const noexcept override {
-    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL;
+    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL |
+           TESSERA_UNIT_SEQUENCE_PARALLEL;
   }
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
@@ -136,6 +158,11 @@ class LlamaBlock final : public ConventionUnit {
 // and the RMSNorm gain sum; the weight half adds rmsnorm(x)ᵀ·dlogits into
 // `w` and the gain sum. Tensor-parallel: vocab/tp columns of w per rank and
 // the cross-entropy combined over the group, as gpt's head.
+// Sequence-parallel (TESSERA_TP_SEQUENCE): the input is this rank's seq/tp
+// positions of each sequence; the RMSNorm runs on them and its output is
+// gathered to all rows before the product; the loss is over all rows on
+// every rank; the input gradient is scattered back to this rank's rows and
+// the gain's gradient is their part.
 class LlamaHead final : public ConventionUnit {
  public:
   LlamaHead(std::string name, const LlamaConfig& config);
@@ -147,7 +174,8 @@ class LlamaHead final : public ConventionUnit {
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override;
   [[nodiscard]] uint32_t flags() const noexcept override {
-    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL;
+    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL |
+           TESSERA_UNIT_SEQUENCE_PARALLEL;
   }
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;

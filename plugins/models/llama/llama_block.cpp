@@ -31,10 +31,14 @@ enum LlamaBlockParam : std::size_t {
 struct LlamaBlockContext final : UnitContext {
   int64_t batch = -1;
   int64_t seq = 0;
-  int32_t tp_size = 1;  // tensor-parallel group of the forward
+  int64_t seq_local = 0;  // this rank's positions: seq / tp_size with sequence parallelism
+  int32_t tp_size = 1;    // tensor-parallel group of the forward
   int32_t tp_rank = 0;
+  bool sequence = false;         // the forward ran with sequence parallelism
   bool input_grad_done = false;  // backward_input ran; backward_weight may follow
-  // Saved by forward (q and k after the rotation).
+  // Saved by forward (q and k after the rotation). With sequence
+  // parallelism x, rstd1, x2, rstd2 and y hold this rank's rows only; h1,
+  // h2 and what the column products give are whole rows.
   std::vector<float> x, rstd1, h1, q, k, v, probs, attn, x2, rstd2, h2, gate, up, act, y;
   // Kept by backward_input for backward_weight: each projection's output
   // gradient (w_down: dy, w_gate: dgate, w_up: dup, wo: dx2, wq, wk, wv: dq,
@@ -82,20 +86,59 @@ LlamaShard llama_shard(int64_t heads, int64_t kv_heads, int64_t ffn, bool kv_rep
 }
 
 // y = x·w for a row-parallel w: this rank's partial product, summed over
-// the group (Megatron's g).
+// the group (Megatron's g). With sequence parallelism the partial product
+// of all n = examples · (seq_local · size) rows is transient and `y` gets
+// this rank's rows of the sum (reduce-scatter).
 void llama_row_parallel(const TpGroup& tp, const float* x, const float* w, int64_t n, int64_t in,
-                        int64_t out, float* y, const char* what) {
+                        int64_t out, float* y, int64_t examples, int64_t seq_local,
+                        const char* what) {
+  if (tp.sequence()) {
+    std::vector<float> partial(static_cast<std::size_t>(n * out));
+    kernels::linear_forward(x, w, nullptr, n, in, out, partial.data());
+    tp.scatter_rows_sum(partial.data(), examples, seq_local, out, y, what);
+    return;
+  }
   kernels::linear_forward(x, w, nullptr, n, in, out, y);
   tp.allreduce_sum(y, n * out, what);
 }
 
-// The group of a backward call, which must have the forward's size.
-TpGroup llama_backward_group(const LlamaBlockContext& c, const std::string& unit) {
+// h = rmsnorm(x)·g of the `local` rows of x into `rstd` (local); with
+// sequence parallelism the local rows' h are gathered into the whole rows
+// `h` (Megatron-SP's g), without it local is all of them.
+void llama_norm_gathered(const TpGroup& tp, const float* x, const float* g, int64_t local,
+                         int64_t d, float eps, float* h, float* rstd, int64_t examples,
+                         int64_t seq_local, const char* what) {
+  if (tp.sequence()) {
+    std::vector<float> h_local(static_cast<std::size_t>(local * d));
+    kernels::rmsnorm_forward(x, g, local, d, eps, h_local.data(), rstd);
+    tp.gather_rows(h_local.data(), examples, seq_local, d, h, what);
+    return;
+  }
+  kernels::rmsnorm_forward(x, g, local, d, eps, h, rstd);
+}
+
+// The input gradient of a column-parallel group of products: `partial`
+// (all rows, this rank's part) summed over the group, in place without
+// sequence parallelism, into this rank's rows `local` with it.
+void llama_column_input_sum(const TpGroup& tp, float* partial, int64_t n, int64_t d, float* local,
+                            int64_t examples, int64_t seq_local, const char* what) {
+  if (tp.sequence()) {
+    tp.scatter_rows_sum(partial, examples, seq_local, d, local, what);
+    return;
+  }
+  tp.allreduce_sum(partial, n * d, what);
+}
+
+// The group of a backward call, which must have the forward's size, rank
+// and sequence parallelism.
+TpGroup llama_backward_group(const LlamaBlockContext& c, const std::string& unit,
+                             std::string_view call) {
   TpGroup tp(c.tp(), c.host(), unit);
   TESSERA_CHECK(tp.size() == c.tp_size && tp.rank() == c.tp_rank, TESSERA_ERR_INVALID_ARGUMENT,
                 "unit '", unit, "': backward as rank ", tp.rank(),
                 " of a tensor-parallel group of ", tp.size(), " after a forward as rank ",
                 c.tp_rank, " of ", c.tp_size);
+  llama_check_sequence(c.sequence, tp.sequence(), unit, call);
   return tp;
 }
 
@@ -177,14 +220,20 @@ ConstView LlamaBlock::forward(UnitContext& ctx_base, std::span<const float* cons
   const int64_t d = d_;
   const int64_t hd = head_dim_;
   const int64_t group = heads_ / kv_heads_;
-  TESSERA_CHECK(!input.x.empty() && input.x.rows == n && input.x.cols == d,
-                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': input is ", input.x.rows, "x",
-                input.x.cols, ", expected ", n, "x", d);
   // Under tensor parallelism: q, k, v column-parallel by heads (k and v
   // whole with kv_replicated), wo row-parallel; gate and up
   // column-parallel, down row-parallel. The two row-parallel products are
-  // summed over the group.
+  // summed over the group. With sequence parallelism the input, the
+  // RMSNorms and the residuals work on this rank's seq/tp positions of
+  // each sequence (nl rows); each norm's output is gathered to whole rows
+  // before its column products (RoPE and attention see every position) and
+  // each row-parallel sum is scattered back to this rank's rows.
   const TpGroup tp(input.tp, ctx_base.host(), name_);
+  const int64_t seq_l = tp.local_positions("key 'seq_len'", seq);
+  const int64_t nl = bsz * seq_l;
+  TESSERA_CHECK(!input.x.empty() && input.x.rows == nl && input.x.cols == d,
+                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': input is ", input.x.rows, "x",
+                input.x.cols, ", expected ", nl, "x", d);
   tp.require_divisible("heads", heads_);
   tp.require_divisible("ffn", ffn_);
   if (!kv_replicated_ && kv_heads_ % tp.size() != 0) {
@@ -200,13 +249,16 @@ ConstView LlamaBlock::forward(UnitContext& ctx_base, std::span<const float* cons
   const int64_t ffn = sh.ffn;
   c.batch = bsz;
   c.seq = seq;
+  c.seq_local = seq_l;
   c.tp_size = tp.size();
   c.tp_rank = tp.rank();
+  c.sequence = tp.sequence();
   c.input_grad_done = false;
-  c.x.assign(input.x.data, input.x.data + n * d);
-  llama_sized(c.rstd1, n);
+  c.x.assign(input.x.data, input.x.data + nl * d);
+  llama_sized(c.rstd1, nl);
   llama_sized(c.h1, n * d);
-  kernels::rmsnorm_forward(c.x.data(), p[kLlamaAttnNormG], n, d, eps_, c.h1.data(), c.rstd1.data());
+  llama_norm_gathered(tp, c.x.data(), p[kLlamaAttnNormG], nl, d, eps_, c.h1.data(), c.rstd1.data(),
+                      bsz, seq_l, "the attention's normed input");
   llama_sized(c.q, n * dl);
   llama_sized(c.k, n * kvd);
   llama_sized(c.v, n * kvd);
@@ -247,24 +299,26 @@ ConstView LlamaBlock::forward(UnitContext& ctx_base, std::span<const float* cons
     }
   }
   // Residual around the output projection.
-  llama_sized(c.x2, n * d);
-  llama_row_parallel(tp, c.attn.data(), p[kLlamaWo], n, dl, d, c.x2.data(),
+  llama_sized(c.x2, nl * d);
+  llama_row_parallel(tp, c.attn.data(), p[kLlamaWo], n, dl, d, c.x2.data(), bsz, seq_l,
                      "the attention's output");
-  for (int64_t i = 0; i < n * d; ++i) c.x2[i] += c.x[i];
+  for (int64_t i = 0; i < nl * d; ++i) c.x2[i] += c.x[i];
   // SwiGLU MLP with its residual.
-  llama_sized(c.rstd2, n);
+  llama_sized(c.rstd2, nl);
   llama_sized(c.h2, n * d);
-  kernels::rmsnorm_forward(c.x2.data(), p[kLlamaMlpNormG], n, d, eps_, c.h2.data(), c.rstd2.data());
+  llama_norm_gathered(tp, c.x2.data(), p[kLlamaMlpNormG], nl, d, eps_, c.h2.data(), c.rstd2.data(),
+                      bsz, seq_l, "the MLP's normed input");
   llama_sized(c.gate, n * ffn);
   llama_sized(c.up, n * ffn);
   llama_sized(c.act, n * ffn);
   kernels::linear_forward(c.h2.data(), p[kLlamaWGate], nullptr, n, d, ffn, c.gate.data());
   kernels::linear_forward(c.h2.data(), p[kLlamaWUp], nullptr, n, d, ffn, c.up.data());
   kernels::swiglu_forward(c.gate.data(), c.up.data(), n * ffn, c.act.data());
-  llama_sized(c.y, n * d);
-  llama_row_parallel(tp, c.act.data(), p[kLlamaWDown], n, ffn, d, c.y.data(), "the MLP's output");
-  for (int64_t i = 0; i < n * d; ++i) c.y[i] += c.x2[i];
-  return {c.y.data(), n, d};
+  llama_sized(c.y, nl * d);
+  llama_row_parallel(tp, c.act.data(), p[kLlamaWDown], n, ffn, d, c.y.data(), bsz, seq_l,
+                     "the MLP's output");
+  for (int64_t i = 0; i < nl * d; ++i) c.y[i] += c.x2[i];
+  return {c.y.data(), nl, d};
 }
 
 ConstView LlamaBlock::backward_input(UnitContext& ctx_base, std::span<const float* const> p,
@@ -276,19 +330,35 @@ ConstView LlamaBlock::backward_input(UnitContext& ctx_base, std::span<const floa
   const int64_t bsz = c.batch;
   const int64_t seq = c.seq;
   const int64_t n = bsz * seq;
+  const int64_t seq_l = c.seq_local;
+  const int64_t nl = bsz * seq_l;  // this rank's rows (n without sequence parallelism)
   const int64_t d = d_;
   const int64_t hd = head_dim_;
   const int64_t group = heads_ / kv_heads_;
-  TESSERA_CHECK(!grad_output.empty() && grad_output.rows == n && grad_output.cols == d,
+  TESSERA_CHECK(!grad_output.empty() && grad_output.rows == nl && grad_output.cols == d,
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': output gradient is ",
-                grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", d);
-  const TpGroup tp = llama_backward_group(c, name_);
+                grad_output.rows, "x", grad_output.cols, ", expected ", nl, "x", d);
+  const TpGroup tp = llama_backward_group(c, name_, "backward_input");
   const LlamaShard sh = llama_shard(heads_, kv_heads_, ffn_, kv_replicated_, tp.rank(), tp.size());
   const int64_t dl = sh.heads * hd;
   const int64_t kvd = sh.kv * hd;
   const int64_t ffn = sh.ffn;
-  // The output gradient belongs to the caller: the weight half reads a copy.
-  c.dy.assign(grad_output.data, grad_output.data + n * d);
+  // With sequence parallelism (Megatron-SP's backward) the output
+  // gradient's rows are gathered before the row-parallel products' input
+  // gradients, and the column-parallel groups' partial input gradients
+  // (all rows) are scattered back to this rank's rows; the norms and
+  // residuals run on those.
+  std::vector<float> partial;  // a column group's partial input gradient, all rows
+  float* dh_all = nullptr;     // where the column groups' input gradients go
+  std::vector<float> dx2_local;
+  if (c.sequence) {
+    llama_sized(c.dy, n * d);
+    tp.gather_rows(grad_output.data, bsz, seq_l, d, c.dy.data(), "the block's output gradient");
+    llama_sized(partial, n * d);
+  } else {
+    // The output gradient belongs to the caller: the weight half reads a copy.
+    c.dy.assign(grad_output.data, grad_output.data + n * d);
+  }
 
   // MLP branch: y = x2 + w_down(silu(w_gate(h2)) ⊙ w_up(h2)), h2 = rmsnorm(x2).
   llama_sized(c.dact, n * ffn);
@@ -297,17 +367,29 @@ ConstView LlamaBlock::backward_input(UnitContext& ctx_base, std::span<const floa
   llama_sized(c.dup, n * ffn);
   kernels::swiglu_backward(c.gate.data(), c.up.data(), c.dact.data(), n * ffn, c.dgate.data(),
                            c.dup.data());
-  llama_sized(c.dh, n * d);
-  kernels::linear_backward_input(p[kLlamaWGate], c.dgate.data(), n, d, ffn, c.dh.data());
+  llama_sized(c.dh, nl * d);
+  dh_all = c.sequence ? partial.data() : c.dh.data();
+  kernels::linear_backward_input(p[kLlamaWGate], c.dgate.data(), n, d, ffn, dh_all);
   // The up projection reads the same h2: its input gradient adds to dh.
-  kernels::linear_backward_input(p[kLlamaWUp], c.dup.data(), n, d, ffn, c.dh.data(), true);
+  kernels::linear_backward_input(p[kLlamaWUp], c.dup.data(), n, d, ffn, dh_all, true);
   // gate and up are column-parallel: sum the parts of the norm's output
   // gradient.
-  tp.allreduce_sum(c.dh.data(), n * d, "the MLP's input gradient");
-  c.dx2 = c.dy;
+  llama_column_input_sum(tp, dh_all, n, d, c.dh.data(), bsz, seq_l, "the MLP's input gradient");
   llama_sized(c.dnorm2_g, d);
-  kernels::rmsnorm_backward(c.x2.data(), p[kLlamaMlpNormG], c.rstd2.data(), c.dh.data(), n, d,
-                            c.dx2.data(), c.dnorm2_g.data());
+  if (c.sequence) {
+    // The residual's gradient on this rank's rows; the whole rows (for wo
+    // and the weight half) gathered from every rank's.
+    dx2_local.assign(grad_output.data, grad_output.data + nl * d);
+    kernels::rmsnorm_backward(c.x2.data(), p[kLlamaMlpNormG], c.rstd2.data(), c.dh.data(), nl, d,
+                              dx2_local.data(), c.dnorm2_g.data());
+    llama_sized(c.dx2, n * d);
+    tp.gather_rows(dx2_local.data(), bsz, seq_l, d, c.dx2.data(),
+                   "the attention's output gradient");
+  } else {
+    c.dx2 = c.dy;
+    kernels::rmsnorm_backward(c.x2.data(), p[kLlamaMlpNormG], c.rstd2.data(), c.dh.data(), n, d,
+                              c.dx2.data(), c.dnorm2_g.data());
+  }
 
   // Attention branch: x2 = x + wo(attn(rope(wq h1), rope(wk h1), wv h1)), h1 = rmsnorm(x).
   llama_sized(c.da, n * dl);
@@ -350,24 +432,33 @@ ConstView LlamaBlock::backward_input(UnitContext& ctx_base, std::span<const floa
   // Back through the rotations (their transposes), then the projections.
   kernels::rope_apply(c.dq.data(), n, seq, sh.heads, hd, cos_.data(), sin_.data(), true);
   kernels::rope_apply(c.dk.data(), n, seq, sh.kv, hd, cos_.data(), sin_.data(), true);
-  kernels::linear_backward_input(p[kLlamaWq], c.dq.data(), n, d, dl, c.dh.data());
-  kernels::linear_backward_input(p[kLlamaWk], c.dk.data(), n, d, kvd, c.dh.data(), true);
-  kernels::linear_backward_input(p[kLlamaWv], c.dv.data(), n, d, kvd, c.dh.data(), true);
+  kernels::linear_backward_input(p[kLlamaWq], c.dq.data(), n, d, dl, dh_all);
+  kernels::linear_backward_input(p[kLlamaWk], c.dk.data(), n, d, kvd, dh_all, true);
+  kernels::linear_backward_input(p[kLlamaWv], c.dv.data(), n, d, kvd, dh_all, true);
   // q, k and v are column-parallel: sum the parts of the norm's output
   // gradient. With replicated key/value heads each rank's dk and dv hold
   // only its query heads' share (their sum over the group is the whole,
-  // which is what dh needs too); the weight half needs the whole: sum them.
-  tp.allreduce_sum(c.dh.data(), n * d, "the attention's input gradient");
-  if (kv_replicated_) {
+  // which is what dh needs too). Without sequence parallelism the weight
+  // half needs the whole on every rank: sum them. With it wk and wv are
+  // replicated parameters whose gradient is this rank's part, summed over
+  // the group by the caller: h1 is whole on every rank, so h1ᵀ·(this
+  // rank's share) summed over the group is h1ᵀ·dk, and no sum is needed.
+  llama_column_input_sum(tp, dh_all, n, d, c.dh.data(), bsz, seq_l,
+                         "the attention's input gradient");
+  if (kv_replicated_ && !c.sequence) {
     tp.allreduce_sum(c.dk.data(), n * kvd, "the replicated keys' gradient");
     tp.allreduce_sum(c.dv.data(), n * kvd, "the replicated values' gradient");
   }
-  c.dx = c.dx2;
+  if (c.sequence) {
+    c.dx = std::move(dx2_local);
+  } else {
+    c.dx = c.dx2;
+  }
   llama_sized(c.dnorm1_g, d);
-  kernels::rmsnorm_backward(c.x.data(), p[kLlamaAttnNormG], c.rstd1.data(), c.dh.data(), n, d,
+  kernels::rmsnorm_backward(c.x.data(), p[kLlamaAttnNormG], c.rstd1.data(), c.dh.data(), nl, d,
                             c.dx.data(), c.dnorm1_g.data());
   c.input_grad_done = true;
-  return {c.dx.data(), n, d};
+  return {c.dx.data(), nl, d};
 }
 
 void LlamaBlock::backward_weight(UnitContext& ctx_base, std::span<const float* const> p,
@@ -377,7 +468,7 @@ void LlamaBlock::backward_weight(UnitContext& ctx_base, std::span<const float* c
   auto& c = dynamic_cast<LlamaBlockContext&>(ctx_base);
   TESSERA_CHECK(c.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward_weight without backward_input on this context");
-  const TpGroup tp = llama_backward_group(c, name_);
+  const TpGroup tp = llama_backward_group(c, name_, "backward_weight");
   const LlamaShard sh = llama_shard(heads_, kv_heads_, ffn_, kv_replicated_, tp.rank(), tp.size());
   const int64_t n = c.batch * c.seq;
   const int64_t d = d_;
@@ -386,7 +477,9 @@ void LlamaBlock::backward_weight(UnitContext& ctx_base, std::span<const float* c
   const int64_t ffn = sh.ffn;
   // Local to each rank: the shards' gradients from this rank's activations.
   // The RMSNorm gains (and replicated wk, wv, whose dk and dv the input half
-  // summed) get the same whole gradient on every rank of the group.
+  // summed) get the same whole gradient on every rank of the group; with
+  // sequence parallelism each rank's part instead (the gains from its rows,
+  // wk and wv from its query heads' share), summed by the caller.
   kernels::linear_backward_weight(c.act.data(), c.dy.data(), n, ffn, d, g[kLlamaWDown], nullptr);
   kernels::linear_backward_weight(c.h2.data(), c.dgate.data(), n, d, ffn, g[kLlamaWGate], nullptr);
   kernels::linear_backward_weight(c.h2.data(), c.dup.data(), n, d, ffn, g[kLlamaWUp], nullptr);

@@ -1,6 +1,7 @@
 // The llama's token embedding unit (see llama.hpp).
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "llama.hpp"
 #include "tessera/models/kernels.hpp"
@@ -11,14 +12,18 @@ namespace tessera::model {
 namespace {
 
 struct LlamaEmbeddingContext final : UnitContext {
-  int64_t rows = -1;
-  int32_t tp_size = 1;   // tensor-parallel group of the forward
-  int64_t vocab_lo = 0;  // this rank's rows of wte: [vocab_lo, vocab_lo + vocab_rows)
+  int64_t rows = -1;      // tokens of the batch (all of them, also with sequence parallelism)
+  int64_t examples = 0;   // sequences of the batch
+  int64_t seq_local = 0;  // this rank's positions of each with sequence parallelism
+  bool sequence = false;  // the forward ran with sequence parallelism
+  int32_t tp_size = 1;    // tensor-parallel group of the forward
+  int64_t vocab_lo = 0;   // this rank's rows of wte: [vocab_lo, vocab_lo + vocab_rows)
   int64_t vocab_rows = 0;
   bool input_grad_done = false;  // backward_input ran; backward_weight may follow
   std::vector<int32_t> tokens;
-  std::vector<float> y;
-  std::vector<float> dy;  // the output gradient, kept by backward_input for the weight half
+  std::vector<float> y;  // this rank's rows of the output with sequence parallelism
+  std::vector<float>
+      dy;  // the output gradient (all rows), kept by backward_input for the weight half
   [[nodiscard]] std::size_t bytes() const noexcept override {
     return tokens.capacity() * sizeof(int32_t) + (y.capacity() + dy.capacity()) * sizeof(float);
   }
@@ -58,26 +63,42 @@ ConstView LlamaEmbedding::forward(UnitContext& ctx_base, std::span<const float* 
   // Vocabulary-parallel under a group: this rank holds rows [lo, lo +
   // vocab/tp) of wte; a token outside them looks up zeros, and the sum over
   // the group is the whole lookup.
+  // With sequence parallelism every rank looks up all tokens into a
+  // transient buffer and the sum is scattered: each rank gets its seq/tp
+  // positions of every sequence.
   const TpGroup tp(input.tp, ctx_base.host(), name_);
   tp.require_divisible("vocab", vocab_);
+  const int64_t seq_l = tp.local_positions("key 'seq_len'", batch->seq_len);
+  const int64_t nl = batch->size * seq_l;  // rows of the output (n without sequence parallelism)
   ctx.rows = n;
+  ctx.examples = batch->size;
+  ctx.seq_local = seq_l;
+  ctx.sequence = tp.sequence();
   ctx.tp_size = tp.size();
   ctx.vocab_rows = vocab_ / tp.size();
   ctx.vocab_lo = ctx.vocab_rows * tp.rank();
   ctx.input_grad_done = false;
   ctx.tokens.assign(batch->tokens.begin(), batch->tokens.end());
-  ctx.y.resize(static_cast<std::size_t>(n * d_));
+  ctx.y.resize(static_cast<std::size_t>(nl * d_));
+  std::vector<float> partial;  // all rows' lookups before the scatter
+  if (ctx.sequence) partial.resize(static_cast<std::size_t>(n * d_));
+  float* lookups = ctx.sequence ? partial.data() : ctx.y.data();
   for (int64_t r = 0; r < n; ++r) {
     const int64_t local = ctx.tokens[static_cast<std::size_t>(r)] - ctx.vocab_lo;
-    float* dst = ctx.y.data() + r * d_;
+    float* dst = lookups + r * d_;
     if (local >= 0 && local < ctx.vocab_rows) {
       std::copy(wte + local * d_, wte + (local + 1) * d_, dst);
     } else {
       std::fill(dst, dst + d_, 0.0f);
     }
   }
-  tp.allreduce_sum(ctx.y.data(), n * d_, "the token embeddings");
-  return {ctx.y.data(), n, d_};
+  if (ctx.sequence) {
+    tp.scatter_rows_sum(partial.data(), batch->size, seq_l, d_, ctx.y.data(),
+                        "the token embeddings");
+  } else {
+    tp.allreduce_sum(ctx.y.data(), n * d_, "the token embeddings");
+  }
+  return {ctx.y.data(), nl, d_};
 }
 
 ConstView LlamaEmbedding::backward_input(UnitContext& ctx_base,
@@ -90,10 +111,22 @@ ConstView LlamaEmbedding::backward_input(UnitContext& ctx_base,
   TESSERA_CHECK(ctx.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward without a forward on this context");
   const int64_t n = ctx.rows;
-  TESSERA_CHECK(!grad_output.empty() && grad_output.rows == n && grad_output.cols == d_,
+  const int64_t nl = ctx.examples * ctx.seq_local;  // n without sequence parallelism
+  TESSERA_CHECK(!grad_output.empty() && grad_output.rows == nl && grad_output.cols == d_,
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': output gradient is ",
-                grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", d_);
-  ctx.dy.assign(grad_output.data, grad_output.data + n * d_);
+                grad_output.rows, "x", grad_output.cols, ", expected ", nl, "x", d_);
+  if (ctx.sequence) {
+    // This rank's rows of the gradient, gathered: the weight half scatters
+    // every token into this rank's vocabulary rows.
+    const TpGroup tp =
+        TpGroup::for_backward(ctx.tp(), ctx.host(), name_, ctx.tp_size, "backward_input");
+    llama_check_sequence(ctx.sequence, tp.sequence(), name_, "backward_input");
+    ctx.dy.resize(static_cast<std::size_t>(n * d_));
+    tp.gather_rows(grad_output.data, ctx.examples, ctx.seq_local, d_, ctx.dy.data(),
+                   "the token embeddings' gradient");
+  } else {
+    ctx.dy.assign(grad_output.data, grad_output.data + n * d_);
+  }
   ctx.input_grad_done = true;
   return {};
 }
@@ -105,9 +138,11 @@ void LlamaEmbedding::backward_weight(UnitContext& ctx_base, std::span<const floa
   auto& ctx = dynamic_cast<LlamaEmbeddingContext&>(ctx_base);
   TESSERA_CHECK(ctx.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward_weight without backward_input on this context");
-  (void)TpGroup::for_backward(ctx.tp(), ctx.host(), name_, ctx.tp_size, "backward_weight");
-  // The output gradient is replicated: each rank scatters it into its own
-  // rows of wte.
+  const TpGroup tp =
+      TpGroup::for_backward(ctx.tp(), ctx.host(), name_, ctx.tp_size, "backward_weight");
+  llama_check_sequence(ctx.sequence, tp.sequence(), name_, "backward_weight");
+  // The output gradient is replicated (gathered with sequence
+  // parallelism): each rank scatters it into its own rows of wte.
   float* dwte = grads[0];
   for (int64_t r = 0; r < ctx.rows; ++r) {
     const int64_t tok = ctx.tokens[static_cast<std::size_t>(r)] - ctx.vocab_lo;

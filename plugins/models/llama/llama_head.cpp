@@ -1,6 +1,7 @@
 // The llama's final RMSNorm + output projection + cross-entropy unit (see
 // llama.hpp).
 #include <utility>
+#include <vector>
 
 #include "llama.hpp"
 #include "tessera/models/kernels.hpp"
@@ -11,14 +12,19 @@ namespace tessera::model {
 namespace {
 
 struct LlamaHeadContext final : UnitContext {
-  int64_t rows = -1;
-  int32_t tp_size = 1;   // tensor-parallel group of the forward
-  int64_t vocab_lo = 0;  // this rank's columns of w: [vocab_lo, vocab_lo + vocab_cols)
+  int64_t rows = -1;      // tokens of the batch (all of them, also with sequence parallelism)
+  int64_t examples = 0;   // sequences of the batch
+  int64_t seq_local = 0;  // this rank's positions of each with sequence parallelism
+  bool sequence = false;  // the forward ran with sequence parallelism
+  int32_t tp_size = 1;    // tensor-parallel group of the forward
+  int64_t vocab_lo = 0;   // this rank's columns of w: [vocab_lo, vocab_lo + vocab_cols)
   int64_t vocab_cols = 0;
   bool input_grad_done = false;  // backward_input ran; backward_weight may follow
   float scale = 1.0f;
   float loss = 0.0f;
   std::vector<int32_t> targets;
+  // x and rstd: this rank's rows with sequence parallelism; h and probs
+  // all rows.
   std::vector<float> x, rstd, h, probs;
   // Kept by backward_input for the weight half: the logits' gradient and
   // the final RMSNorm's gain gradient, summed over the rows.
@@ -67,30 +73,44 @@ ConstView LlamaHead::forward(UnitContext& ctx_base, std::span<const float* const
                              const UnitInput& input) const {
   kernels::check_count(name_, "parameter", params.size(), specs_.size());
   auto& c = dynamic_cast<LlamaHeadContext&>(ctx_base);
-  const int64_t n = input.x.rows;
+  const int64_t nl = input.x.rows;  // this rank's rows
   TESSERA_CHECK(!input.x.empty() && input.x.cols == d_, TESSERA_ERR_INVALID_ARGUMENT, "unit '",
                 name_, "': input has ", input.x.cols, " columns, expected ", d_);
-  TESSERA_CHECK(input.batch != nullptr && input.batch->is_sequence() &&
-                    static_cast<int64_t>(input.batch->targets.size()) == n,
-                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
-                "': needs a sequence batch with one target per input row (", n, " rows)");
   // Vocabulary-parallel under a group: this rank's vocab/tp columns of w
   // give its slice of the logits, and the cross-entropy combines the
   // slices' maxima, sums and target logits over the group
-  // (parallel_xent_forward). The final RMSNorm is replicated.
+  // (parallel_xent_forward). The final RMSNorm is replicated. With
+  // sequence parallelism the input is this rank's seq/tp positions of each
+  // sequence: the norm runs on them and its output is gathered to all rows
+  // before the product; the loss is over all rows, on every rank.
   const TpGroup tp(input.tp, ctx_base.host(), name_);
+  const bool sequences = input.batch != nullptr && input.batch->is_sequence();
+  const int64_t seq_l = sequences ? tp.local_positions("key 'seq_len'", input.batch->seq_len) : 0;
+  const int64_t n = tp.sequence() ? nl * tp.size() : nl;  // all rows
+  TESSERA_CHECK(sequences && static_cast<int64_t>(input.batch->targets.size()) == n,
+                TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                "': needs a sequence batch with one target per input row (", n, " rows)");
   tp.require_divisible("vocab", vocab_);
   c.rows = n;
+  c.examples = input.batch->size;
+  c.seq_local = seq_l;
+  c.sequence = tp.sequence();
   c.tp_size = tp.size();
   c.vocab_cols = vocab_ / tp.size();
   c.vocab_lo = c.vocab_cols * tp.rank();
   c.input_grad_done = false;
   c.scale = input.loss_scale;
   c.targets.assign(input.batch->targets.begin(), input.batch->targets.end());
-  c.x.assign(input.x.data, input.x.data + n * d_);
-  c.rstd.resize(static_cast<std::size_t>(n));
+  c.x.assign(input.x.data, input.x.data + nl * d_);
+  c.rstd.resize(static_cast<std::size_t>(nl));
   c.h.resize(static_cast<std::size_t>(n * d_));
-  kernels::rmsnorm_forward(c.x.data(), params[0], n, d_, eps_, c.h.data(), c.rstd.data());
+  if (c.sequence) {
+    std::vector<float> h_local(static_cast<std::size_t>(nl * d_));
+    kernels::rmsnorm_forward(c.x.data(), params[0], nl, d_, eps_, h_local.data(), c.rstd.data());
+    tp.gather_rows(h_local.data(), c.examples, seq_l, d_, c.h.data(), "the head's normed input");
+  } else {
+    kernels::rmsnorm_forward(c.x.data(), params[0], n, d_, eps_, c.h.data(), c.rstd.data());
+  }
   const int64_t cols = c.vocab_cols;
   c.probs.resize(static_cast<std::size_t>(n * cols));
   kernels::linear_forward(c.h.data(), params[1], nullptr, n, d_, cols, c.probs.data());
@@ -107,23 +127,34 @@ ConstView LlamaHead::backward_input(UnitContext& ctx_base, std::span<const float
   TESSERA_CHECK(c.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward without a forward on this context");
   const TpGroup tp = TpGroup::for_backward(c.tp(), c.host(), name_, c.tp_size, "backward");
+  llama_check_sequence(c.sequence, tp.sequence(), name_, "backward_input");
   const int64_t n = c.rows;
+  const int64_t nl = c.examples * c.seq_local;  // this rank's rows (n without sequence parallelism)
   const int64_t cols = c.vocab_cols;
   const float g = grad_output.empty() ? 1.0f : grad_output.data[0];
   c.dlogits.resize(static_cast<std::size_t>(n * cols));
   parallel_xent_backward(c.probs.data(), c.targets.data(), n, cols, c.vocab_lo, c.scale * g,
                          c.dlogits.data());
   // logits = h w: dh = dlogits wᵀ (the weight half adds hᵀ dlogits into dw);
-  // under a group each rank's vocabulary slice gives a part of dh.
-  c.dh.resize(static_cast<std::size_t>(n * d_));
-  kernels::linear_backward_input(params[1], c.dlogits.data(), n, d_, cols, c.dh.data());
-  tp.allreduce_sum(c.dh.data(), n * d_, "the head's input gradient");
-  c.dx.assign(static_cast<std::size_t>(n * d_), 0.0f);
+  // under a group each rank's vocabulary slice gives a part of dh, summed
+  // over the group (scattered to this rank's rows with sequence
+  // parallelism).
+  c.dh.resize(static_cast<std::size_t>(nl * d_));
+  if (c.sequence) {
+    std::vector<float> partial(static_cast<std::size_t>(n * d_));
+    kernels::linear_backward_input(params[1], c.dlogits.data(), n, d_, cols, partial.data());
+    tp.scatter_rows_sum(partial.data(), c.examples, c.seq_local, d_, c.dh.data(),
+                        "the head's input gradient");
+  } else {
+    kernels::linear_backward_input(params[1], c.dlogits.data(), n, d_, cols, c.dh.data());
+    tp.allreduce_sum(c.dh.data(), n * d_, "the head's input gradient");
+  }
+  c.dx.assign(static_cast<std::size_t>(nl * d_), 0.0f);
   c.dnorm_g.assign(static_cast<std::size_t>(d_), 0.0f);
-  kernels::rmsnorm_backward(c.x.data(), params[0], c.rstd.data(), c.dh.data(), n, d_, c.dx.data(),
+  kernels::rmsnorm_backward(c.x.data(), params[0], c.rstd.data(), c.dh.data(), nl, d_, c.dx.data(),
                             c.dnorm_g.data());
   c.input_grad_done = true;
-  return {c.dx.data(), n, d_};
+  return {c.dx.data(), nl, d_};
 }
 
 void LlamaHead::backward_weight(UnitContext& ctx_base, std::span<const float* const> params,
@@ -133,9 +164,11 @@ void LlamaHead::backward_weight(UnitContext& ctx_base, std::span<const float* co
   auto& c = dynamic_cast<LlamaHeadContext&>(ctx_base);
   TESSERA_CHECK(c.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward_weight without backward_input on this context");
-  (void)TpGroup::for_backward(c.tp(), c.host(), name_, c.tp_size, "backward_weight");
-  // This rank's columns of w; the RMSNorm gain's gradient is whole and the
-  // same on every rank of a group.
+  const TpGroup tp = TpGroup::for_backward(c.tp(), c.host(), name_, c.tp_size, "backward_weight");
+  llama_check_sequence(c.sequence, tp.sequence(), name_, "backward_weight");
+  // This rank's columns of w (from all rows); the RMSNorm gain's gradient
+  // is whole and the same on every rank of a group, or with sequence
+  // parallelism this rank's rows' part, summed by the caller.
   kernels::linear_backward_weight(c.h.data(), c.dlogits.data(), c.rows, d_, c.vocab_cols, grads[1],
                                   nullptr);
   kernels::add_into(grads[0], c.dnorm_g.data(), d_);
