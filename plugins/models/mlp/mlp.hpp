@@ -52,6 +52,19 @@ enum class DenseSplit { column, row };
 // (UnitContext::tp), which must have the forward's size; the context's host
 // supplies the reason of a failed collective. With no group or a group of 1
 // the arithmetic is the single-rank one, bit for bit.
+//
+// Under sequence parallelism (TESSERA_TP_SEQUENCE) the examples are split
+// in contiguous blocks of B/p between the pairs: a row layer
+// reduce-scatters its partial products to its [B/p, out] rows, adds b and
+// applies the activation there and returns them; its backward gathers the
+// rows' pre-activation gradients into the whole [B, out] (for w's
+// gradient) and computes b's gradient from its own rows only (this rank's
+// part; the caller sums the parts). A column layer after a row layer
+// gathers its [B/p, in] input rows into the whole input and
+// reduce-scatters its partial input gradient back to them; the first reads
+// the whole batch. A gathering column layer returns its rows [B/p, out] of
+// the whole output, and its backward gathers their gradients. The first
+// layer refuses a batch size p does not divide, naming both.
 class DenseUnit final : public ConventionUnit {
  public:
   DenseUnit(std::string name, int64_t in, int64_t out, kernels::Activation act, bool first,
@@ -65,7 +78,8 @@ class DenseUnit final : public ConventionUnit {
                      std::span<float* const> grads, ConstView grad_output) const override;
   // The split backward: the same gradients, bit for bit, in two calls.
   [[nodiscard]] uint32_t flags() const noexcept override {
-    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL;
+    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL |
+           TESSERA_UNIT_SEQUENCE_PARALLEL;
   }
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
@@ -93,6 +107,15 @@ class DenseUnit final : public ConventionUnit {
 // `classes`, the head is replicated: the caller passes whole w and b and
 // every rank computes the whole head. As for DenseUnit, the backward halves
 // run in the context's group, which must have the forward's size.
+//
+// Under sequence parallelism x is this rank's [B/p, in] rows (a first head
+// reads the whole batch). A classes-parallel head gathers them, computes
+// the parallel cross-entropy of every row and reduce-scatters the partial
+// input gradient back to them. A replicated head computes only its rows:
+// their loss summed over the group (every rank returns the whole loss),
+// their input gradient without communication, and its part of w's and
+// b's gradients (the caller sums the parts). A batch size p does not
+// divide is refused, naming both.
 class ClassifierHead final : public ConventionUnit {
  public:
   ClassifierHead(std::string name, int64_t in, int64_t classes, bool first);
@@ -105,7 +128,8 @@ class ClassifierHead final : public ConventionUnit {
                      std::span<float* const> grads, ConstView grad_output) const override;
   // The split backward: the same gradients, bit for bit, in two calls.
   [[nodiscard]] uint32_t flags() const noexcept override {
-    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL;
+    return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL |
+           TESSERA_UNIT_SEQUENCE_PARALLEL;
   }
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
