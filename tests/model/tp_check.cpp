@@ -562,17 +562,20 @@ std::string tp_forward_error(const Unit& unit, const Batch& batch, int64_t input
   const UnitCase c = make_case(unit, batch, input_cols, 7);
   std::string message;
   std::mutex mu;
-  run_tp_ranks(tp, [&](int rank, const tessera_tp_group& group) {
-    try {
-      (void)run_unit(unit, c, input_cols, c.params, &group, false, 8);
-      ADD_FAILURE() << "rank " << rank << ": the forward with a group of " << tp
-                    << " ranks was accepted";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.status(), status) << e.what();
-      const std::lock_guard<std::mutex> lock(mu);
-      if (rank == 0) message = e.what();
-    }
-  }, flags);
+  run_tp_ranks(
+      tp,
+      [&](int rank, const tessera_tp_group& group) {
+        try {
+          (void)run_unit(unit, c, input_cols, c.params, &group, false, 8);
+          ADD_FAILURE() << "rank " << rank << ": the forward with a group of " << tp
+                        << " ranks was accepted";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.status(), status) << e.what();
+          const std::lock_guard<std::mutex> lock(mu);
+          if (rank == 0) message = e.what();
+        }
+      },
+      flags);
   return message;
 }
 

@@ -3,11 +3,13 @@
 // row-split (its output whole) and column-split (its output gathered), the
 // head classes-parallel and replicated, against `none` on one rank: 20
 // AdamW steps with clipping, the final parameters within 1e-5 relative
-// difference and replicas bit-identical. A rank's tracked parameters,
+// difference and replicas bit-identical; the same for gpt and llama, and
+// all of it again with mode = "sequence". A rank's tracked parameters,
 // gradients and optimizer state are its shards plus the replicated
-// tensors; checkpoints move between tensor and zero3 at other world sizes.
-// Bad options and models are refused with the option, parameter or unit
-// named.
+// tensors; bytes sent per step and (sequence mode) the activations saved
+// match their formulas; checkpoints move between tensor and zero3 at other
+// world sizes. Bad options and models are refused with the option,
+// parameter or unit named.
 #include <gtest/gtest.h>
 
 #include <spdlog/sinks/ostream_sink.h>
@@ -119,17 +121,23 @@ struct TensorCase {
   int tp;
   int world;
   int64_t micro = 1;
+  bool sequence = false;  // mode = "sequence"
 };
 
-void PrintTo(const TensorCase& c, std::ostream* os) {
-  *os << (c.wide ? "wide" : "default") << "_tp" << c.tp << "_world" << c.world << "_m" << c.micro;
+std::string tensor_case_text(const TensorCase& c) {
+  return std::string(c.wide ? "wide" : "default") + (c.sequence ? "_sequence" : "") + "_tp" +
+         std::to_string(c.tp) + "_world" + std::to_string(c.world) + "_m" + std::to_string(c.micro);
 }
+
+void PrintTo(const TensorCase& c, std::ostream* os) { *os << tensor_case_text(c); }
 
 class TensorEquivalence : public ::testing::TestWithParam<TensorCase> {};
 
 TEST_P(TensorEquivalence, MatchesNoneOnOneRankReplicasAgreeAndHoldTheirShards) {
   const TensorCase& c = GetParam();
-  const train::RunResult result = run(tensor_spec(c.wide, c.world, c.tp, c.micro));
+  RunSpec spec = tensor_spec(c.wide, c.world, c.tp, c.micro);
+  if (c.sequence) spec.strategy_options += "mode = \"sequence\"\n";
+  const train::RunResult result = run(spec);
   const train::RunResult& ref = none_of(c.wide);
   ASSERT_EQ(result.last_step, 20);
   ASSERT_EQ(result.final_state.size(), static_cast<size_t>(c.world));
@@ -157,17 +165,18 @@ TEST_P(TensorEquivalence, MatchesNoneOnOneRankReplicasAgreeAndHoldTheirShards) {
 }
 
 std::string tensor_case_name(const ::testing::TestParamInfo<TensorCase>& info) {
-  const TensorCase& c = info.param;
-  return std::string(c.wide ? "wide" : "default") + "_tp" + std::to_string(c.tp) + "_world" +
-         std::to_string(c.world) + "_m" + std::to_string(c.micro);
+  return tensor_case_text(info.param);
 }
 
-INSTANTIATE_TEST_SUITE_P(Mlp, TensorEquivalence,
-                         ::testing::Values(TensorCase{false, 2, 4}, TensorCase{false, 4, 4},
-                                           TensorCase{true, 2, 4}, TensorCase{true, 4, 4},
-                                           TensorCase{true, 3, 3}, TensorCase{true, 2, 2, 2},
-                                           TensorCase{false, 1, 2}),
-                         tensor_case_name);
+INSTANTIATE_TEST_SUITE_P(
+    Mlp, TensorEquivalence,
+    ::testing::Values(TensorCase{false, 2, 4}, TensorCase{false, 4, 4}, TensorCase{true, 2, 4},
+                      TensorCase{true, 4, 4}, TensorCase{true, 3, 3}, TensorCase{true, 2, 2, 2},
+                      TensorCase{false, 1, 2}, TensorCase{false, 2, 4, 1, true},
+                      TensorCase{false, 4, 4, 1, true}, TensorCase{true, 2, 4, 1, true},
+                      TensorCase{true, 4, 4, 1, true}, TensorCase{true, 3, 3, 1, true},
+                      TensorCase{true, 2, 2, 2, true}),
+    tensor_case_name);
 
 // gpt (head tied to the token embedding) and llama (grouped-query
 // attention: key/value heads split when tp divides kv_heads, whole with
@@ -261,16 +270,20 @@ const char* const kLlamaMha =
 
 INSTANTIATE_TEST_SUITE_P(
     Models, TensorTransformers,
-    ::testing::Values(TransformerCase{"gpt_tp2_dp2", kGpt4Heads, 2, 4, 32, 16, 64, 2},
-                      TransformerCase{"gpt_tp4", kGpt4Heads, 4, 4, 32, 16, 64, 2},
-                      TransformerCase{"gpt_tp3", kGpt3Heads, 3, 3, 24, 8, 48, 2},
-                      TransformerCase{"gpt_sequence_tp2_dp2", kGpt4Heads, 2, 4, 32, 16, 64, 2, true},
-                      TransformerCase{"gpt_sequence_tp4", kGpt4Heads, 4, 4, 32, 16, 64, 2, true},
-                      TransformerCase{"gpt_sequence_tp3", kGpt3HeadsSeq12, 3, 3, 24, 12, 48, 2,
-                                      true},
-                      TransformerCase{"llama_gqa_tp2_dp2", kLlamaGqa, 2, 4},
-                      TransformerCase{"llama_gqa_replicated_kv_tp4", kLlamaGqaReplicated, 4, 4},
-                      TransformerCase{"llama_mha_tp4", kLlamaMha, 4, 4}),
+    ::testing::Values(
+        TransformerCase{"gpt_tp2_dp2", kGpt4Heads, 2, 4, 32, 16, 64, 2},
+        TransformerCase{"gpt_tp4", kGpt4Heads, 4, 4, 32, 16, 64, 2},
+        TransformerCase{"gpt_tp3", kGpt3Heads, 3, 3, 24, 8, 48, 2},
+        TransformerCase{"gpt_sequence_tp2_dp2", kGpt4Heads, 2, 4, 32, 16, 64, 2, true},
+        TransformerCase{"gpt_sequence_tp4", kGpt4Heads, 4, 4, 32, 16, 64, 2, true},
+        TransformerCase{"gpt_sequence_tp3", kGpt3HeadsSeq12, 3, 3, 24, 12, 48, 2, true},
+        TransformerCase{"llama_gqa_tp2_dp2", kLlamaGqa, 2, 4},
+        TransformerCase{"llama_gqa_replicated_kv_tp4", kLlamaGqaReplicated, 4, 4},
+        TransformerCase{"llama_mha_tp4", kLlamaMha, 4, 4},
+        TransformerCase{"llama_gqa_sequence_tp2_dp2", kLlamaGqa, 2, 4, 0, 0, 0, 0, true},
+        TransformerCase{"llama_gqa_replicated_kv_sequence_tp4", kLlamaGqaReplicated, 4, 4, 0, 0, 0,
+                        0, true},
+        TransformerCase{"llama_mha_sequence_tp4", kLlamaMha, 4, 4, 0, 0, 0, 0, true}),
     [](const ::testing::TestParamInfo<TransformerCase>& param_info) {
       return param_info.param.name;
     });
@@ -411,8 +424,7 @@ TEST(TensorTraffic, GptBytesPerStepMatchTheFormulaInBothModes) {
     train::RunResult result;
     const TensorBytes b = step_bytes(transformer_spec(table, 4, 2, sequence), 3, &result);
     EXPECT_EQ(b.units, units);
-    EXPECT_EQ(b.tensor,
-              units + allreduce(p, 8) + (sequence ? allreduce(p, 4 * replicated) : 0));
+    EXPECT_EQ(b.tensor, units + allreduce(p, 8) + (sequence ? allreduce(p, 4 * replicated) : 0));
     EXPECT_EQ(b.data_parallel, data_parallel);
   }
 }

@@ -16,7 +16,7 @@ struct EmbeddingContext final : UnitContext {
   int64_t local_seq = 0;  // positions per example of the output's rows (seq/tp in sequence mode)
   int64_t first_pos = 0;  // the first of them
   int32_t tp_size = 1;    // tensor-parallel group of the forward
-  int64_t vocab_lo = 0;  // this rank's rows of wte: [vocab_lo, vocab_lo + vocab_rows)
+  int64_t vocab_lo = 0;   // this rank's rows of wte: [vocab_lo, vocab_lo + vocab_rows)
   int64_t vocab_rows = 0;
   bool input_grad_done = false;  // backward_input ran; backward_weight may follow
   std::vector<int32_t> tokens;

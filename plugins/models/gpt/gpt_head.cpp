@@ -10,11 +10,11 @@ namespace tessera::model {
 namespace {
 
 struct GptHeadContext final : UnitContext {
-  int64_t rows = -1;       // whole rows (every target)
-  int64_t batch = 0;       // examples
-  int64_t local_seq = 0;   // positions per example of x's rows (seq/tp in sequence mode)
-  int32_t tp_size = 1;     // tensor-parallel group of the forward
-  int64_t vocab_lo = 0;  // this rank's rows of w: [vocab_lo, vocab_lo + vocab_rows)
+  int64_t rows = -1;      // whole rows (every target)
+  int64_t batch = 0;      // examples
+  int64_t local_seq = 0;  // positions per example of x's rows (seq/tp in sequence mode)
+  int32_t tp_size = 1;    // tensor-parallel group of the forward
+  int64_t vocab_lo = 0;   // this rank's rows of w: [vocab_lo, vocab_lo + vocab_rows)
   int64_t vocab_rows = 0;
   bool input_grad_done = false;  // backward_input ran; backward_weight may follow
   float scale = 1.0f;
