@@ -3,6 +3,7 @@
 #include "fake_tables.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -151,7 +152,8 @@ struct FakeModelTable {
     return TESSERA_ERR_UNSUPPORTED;
   }
 
-  static constexpr tessera_model_api kApi{sizeof(tessera_model_api),
+  // A model interface 2.0 table: it ends before check_tensor_parallel.
+  static constexpr tessera_model_api kApi{offsetof(tessera_model_api, check_tensor_parallel),
                                           0,
                                           &create,
                                           &destroy,
@@ -169,7 +171,8 @@ struct FakeModelTable {
                                           &forward,
                                           &backward,
                                           &backward_input,
-                                          &backward_weight};
+                                          &backward_weight,
+                                          nullptr};
 };
 
 FakeModel::FakeModel(std::vector<FakeUnit> units) : units_(std::move(units)) {

@@ -502,13 +502,40 @@ TEST(TensorOptions, ModeIsTensorOrSequence) {
       << other;
 }
 
+// Before training, the model names its option and the strategy the group:
+// mlp's first hidden layer has 32 features (not a multiple of 3), 4 gpt
+// heads and 2 llama key/value heads do not split 3 ways, and in sequence
+// mode neither do 8 positions (3 heads and a vocabulary of 48 do).
 TEST(TensorOptions, WidthsTheGroupDoesNotDivideAreRefused) {
-  // mlp's first hidden layer has 32 features: not a multiple of 3.
   const std::string msg = tensor_run_error(tensor_spec(false, 3, 3));
-  EXPECT_NE(msg.find("tensor: parameter 'layer0.w' [16, 32] is split by column on dimension 1 "
-                     "(32), which size = 3 does not divide"),
+  EXPECT_NE(msg.find("tensor: [strategy.options] size = 3, mode = \"tensor\" cannot split the "
+                     "model: tensor-parallel check: model 'mlp': unit 'layer0': key 'hidden[0]' "
+                     "(32) is not divisible by the tensor-parallel group size 3"),
             std::string::npos)
       << msg;
+  EXPECT_EQ(msg.find(".cpp:"), std::string::npos) << msg;
+  const std::string heads = tensor_run_error(transformer_spec(
+      "name = \"gpt\"\nlayers = 1\nd_model = 32\nheads = 4\nseq_len = 6\nvocab = 48\n", 3, 3,
+      false));
+  EXPECT_NE(heads.find("model 'gpt': unit 'block0': key 'heads' (4) is not divisible by the "
+                       "tensor-parallel group size 3"),
+            std::string::npos)
+      << heads;
+  const std::string positions = tensor_run_error(transformer_spec(kGpt3Heads, 3, 3, true));
+  EXPECT_NE(positions.find("tensor: [strategy.options] size = 3, mode = \"sequence\" cannot "
+                           "split the model: tensor-parallel check: model 'gpt': unit 'embed': "
+                           "key 'seq_len' (8) is not divisible by the tensor-parallel group size "
+                           "3, which sequence parallelism splits it by"),
+            std::string::npos)
+      << positions;
+  const std::string kv = tensor_run_error(
+      transformer_spec("name = \"llama\"\nlayers = 1\nd_model = 48\nheads = 6\nkv_heads = 2\n"
+                       "seq_len = 6\nvocab = 30\nffn = 96\n",
+                       3, 3, false));
+  EXPECT_NE(kv.find("model 'llama': unit 'block0': key 'kv_heads' (2) is not divisible by the "
+                    "tensor-parallel group size 3; key 'kv_replicated' = true keeps"),
+            std::string::npos)
+      << kv;
 }
 
 TEST(TensorOptions, UnitsWithoutTensorParallelismAreRefused) {

@@ -4,6 +4,7 @@
 #include "tessera/core/model/model.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <utility>
 
 #include "tessera/core/host_api.hpp"
@@ -40,7 +41,10 @@ const tessera_model_api* model_table(const LoadedPlugin& plugin) {
       "model '" + std::string(plugin.name()) + "' (" + plugin.path().string() + ")";
   TESSERA_CHECK(plugin.kind() == TESSERA_KIND_MODEL, TESSERA_ERR_INVALID_ARGUMENT, who,
                 " is not a model plugin");
-  TESSERA_CHECK(api != nullptr && api->struct_size >= sizeof(tessera_model_api),
+  // A 2.0 table ends at backward_weight; later minors' functions are read
+  // only where struct_size covers them.
+  TESSERA_CHECK(api != nullptr && api->struct_size >=
+                                      offsetof(tessera_model_api, backward_weight) + sizeof(void*),
                 TESSERA_ERR_INVALID_ARGUMENT, who, ": api table is missing or too small");
   return api;
 }

@@ -54,6 +54,7 @@ class GptEmbedding final : public ConventionUnit {
     return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL |
            TESSERA_UNIT_SEQUENCE_PARALLEL;
   }
+  void check_tensor_parallel(int32_t size, uint32_t flags) const override;
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
   void backward_weight(UnitContext& ctx, std::span<const float* const> params,
@@ -99,6 +100,7 @@ class GptBlock final : public ConventionUnit {
     return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL |
            TESSERA_UNIT_SEQUENCE_PARALLEL;
   }
+  void check_tensor_parallel(int32_t size, uint32_t flags) const override;
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
   void backward_weight(UnitContext& ctx, std::span<const float* const> params,
@@ -138,6 +140,7 @@ class GptHead final : public ConventionUnit {
     return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL |
            TESSERA_UNIT_SEQUENCE_PARALLEL;
   }
+  void check_tensor_parallel(int32_t size, uint32_t flags) const override;
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
   void backward_weight(UnitContext& ctx, std::span<const float* const> params,

@@ -167,6 +167,12 @@ std::unique_ptr<UnitContext> GptBlock::make_context() const {
   return std::make_unique<BlockContext>();
 }
 
+void GptBlock::check_tensor_parallel(int32_t size, uint32_t flags) const {
+  // heads/tp heads per rank; d_model and the MLP's r·d_model then split too.
+  const TpGroup tp = TpGroup::for_check(size, flags, name_);
+  tp.require_divisible("heads", heads_);  // the embedding checks seq_len
+}
+
 ConstView GptBlock::forward(UnitContext& ctx_base, std::span<const float* const> p,
                             const UnitInput& input) const {
   kernels::check_count(name_, "parameter", p.size(), kParamCount);

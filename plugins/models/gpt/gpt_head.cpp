@@ -66,6 +66,11 @@ std::unique_ptr<UnitContext> GptHead::make_context() const {
   return std::make_unique<GptHeadContext>();
 }
 
+void GptHead::check_tensor_parallel(int32_t size, uint32_t flags) const {
+  const TpGroup tp = TpGroup::for_check(size, flags, name_);
+  tp.require_divisible("vocab", vocab_);  // the embedding checks seq_len
+}
+
 ConstView GptHead::forward(UnitContext& ctx_base, std::span<const float* const> params,
                            const UnitInput& input) const {
   kernels::check_count(name_, "parameter", params.size(), specs_.size());

@@ -77,6 +77,7 @@ class LlamaEmbedding final : public ConventionUnit {
     return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL |
            TESSERA_UNIT_SEQUENCE_PARALLEL;
   }
+  void check_tensor_parallel(int32_t size, uint32_t flags) const override;
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
   void backward_weight(UnitContext& ctx, std::span<const float* const> params,
@@ -133,6 +134,7 @@ class LlamaBlock final : public ConventionUnit {
     return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL |
            TESSERA_UNIT_SEQUENCE_PARALLEL;
   }
+  void check_tensor_parallel(int32_t size, uint32_t flags) const override;
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
   void backward_weight(UnitContext& ctx, std::span<const float* const> params,
@@ -177,6 +179,7 @@ class LlamaHead final : public ConventionUnit {
     return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL |
            TESSERA_UNIT_SEQUENCE_PARALLEL;
   }
+  void check_tensor_parallel(int32_t size, uint32_t flags) const override;
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
   void backward_weight(UnitContext& ctx, std::span<const float* const> params,

@@ -142,6 +142,21 @@ TpGroup llama_backward_group(const LlamaBlockContext& c, const std::string& unit
   return tp;
 }
 
+// The sizes a group must divide: heads and ffn, and kv_heads unless the
+// key/value heads are replicated.
+void require_block_splits(const TpGroup& tp, const std::string& unit, int64_t heads, int64_t ffn,
+                          int64_t kv_heads, bool kv_replicated) {
+  tp.require_divisible("heads", heads);
+  tp.require_divisible("ffn", ffn);
+  if (!kv_replicated && kv_heads % tp.size() != 0) {
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                detail::concat("unit '", unit, "': key 'kv_heads' (", kv_heads,
+                               ") is not divisible by the tensor-parallel group size ", tp.size(),
+                               "; key 'kv_replicated' = true keeps the key/value heads whole on "
+                               "every rank"));
+  }
+}
+
 }  // namespace
 
 LlamaBlock::LlamaBlock(std::string name, const LlamaConfig& config)
@@ -206,6 +221,12 @@ std::unique_ptr<UnitContext> LlamaBlock::make_context() const {
   return std::make_unique<LlamaBlockContext>();
 }
 
+void LlamaBlock::check_tensor_parallel(int32_t size, uint32_t flags) const {
+  // The embedding checks seq_len.
+  require_block_splits(TpGroup::for_check(size, flags, name_), name_, heads_, ffn_, kv_heads_,
+                       kv_replicated_);
+}
+
 ConstView LlamaBlock::forward(UnitContext& ctx_base, std::span<const float* const> p,
                               const UnitInput& input) const {
   kernels::check_count(name_, "parameter", p.size(), kLlamaBlockParamCount);
@@ -234,15 +255,7 @@ ConstView LlamaBlock::forward(UnitContext& ctx_base, std::span<const float* cons
   TESSERA_CHECK(!input.x.empty() && input.x.rows == nl && input.x.cols == d,
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': input is ", input.x.rows, "x",
                 input.x.cols, ", expected ", nl, "x", d);
-  tp.require_divisible("heads", heads_);
-  tp.require_divisible("ffn", ffn_);
-  if (!kv_replicated_ && kv_heads_ % tp.size() != 0) {
-    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                detail::concat("unit '", name_, "': key 'kv_heads' (", kv_heads_,
-                               ") is not divisible by the tensor-parallel group size ", tp.size(),
-                               "; key 'kv_replicated' = true keeps the key/value heads whole on "
-                               "every rank"));
-  }
+  require_block_splits(tp, name_, heads_, ffn_, kv_heads_, kv_replicated_);
   const LlamaShard sh = llama_shard(heads_, kv_heads_, ffn_, kv_replicated_, tp.rank(), tp.size());
   const int64_t dl = sh.heads * hd;
   const int64_t kvd = sh.kv * hd;

@@ -45,6 +45,12 @@ std::unique_ptr<UnitContext> LlamaEmbedding::make_context() const {
   return std::make_unique<LlamaEmbeddingContext>();
 }
 
+void LlamaEmbedding::check_tensor_parallel(int32_t size, uint32_t flags) const {
+  const TpGroup tp = TpGroup::for_check(size, flags, name_);
+  tp.require_divisible("vocab", vocab_);
+  (void)tp.local_positions("key 'seq_len'", seq_len_);
+}
+
 ConstView LlamaEmbedding::forward(UnitContext& ctx_base, std::span<const float* const> params,
                                   const UnitInput& input) const {
   kernels::check_count(name_, "parameter", params.size(), specs_.size());

@@ -69,6 +69,10 @@ std::unique_ptr<UnitContext> LlamaHead::make_context() const {
   return std::make_unique<LlamaHeadContext>();
 }
 
+void LlamaHead::check_tensor_parallel(int32_t size, uint32_t flags) const {
+  TpGroup::for_check(size, flags, name_).require_divisible("vocab", vocab_);
+}
+
 ConstView LlamaHead::forward(UnitContext& ctx_base, std::span<const float* const> params,
                              const UnitInput& input) const {
   kernels::check_count(name_, "parameter", params.size(), specs_.size());

@@ -118,16 +118,23 @@ MlpConfig parse_mlp_config(const sdk::Options& options) {
 }
 
 DenseUnit::DenseUnit(std::string name, int64_t in, int64_t out, kernels::Activation act, bool first,
-                     DenseSplit split, bool gather_output)
+                     DenseSplit split, bool gather_output, std::string out_key)
     : ConventionUnit(std::move(name), first, false),
       in_(in),
       out_(out),
       act_(act),
       split_(split),
-      gather_output_(gather_output && split == DenseSplit::column) {
+      gather_output_(gather_output && split == DenseSplit::column),
+      out_key_(out_key.empty() ? "out" : std::move(out_key)) {
   const bool row = split_ == DenseSplit::row;
   specs_.push_back({"w", {in, out}, row ? SplitHint::row : SplitHint::column, {}});
   specs_.push_back({"b", {out}, row ? SplitHint::none : SplitHint::column, {}});
+}
+
+void DenseUnit::check_tensor_parallel(int32_t size, uint32_t flags) const {
+  if (split_ == DenseSplit::column) {
+    TpGroup::for_check(size, flags, name_).require_divisible(out_key_, out_);
+  }
 }
 
 UnitCost DenseUnit::cost() const {
@@ -488,7 +495,7 @@ std::vector<std::unique_ptr<Unit>> build_mlp_units(const MlpConfig& config) {
     const DenseSplit split = i % 2 == 0 ? DenseSplit::column : DenseSplit::row;
     units.push_back(std::make_unique<DenseUnit>("layer" + std::to_string(i), width,
                                                 config.hidden[i], config.activation, i == 0, split,
-                                                i + 1 == k));
+                                                i + 1 == k, "hidden[" + std::to_string(i) + "]"));
     width = config.hidden[i];
   }
   units.push_back(

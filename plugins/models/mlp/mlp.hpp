@@ -67,8 +67,11 @@ enum class DenseSplit { column, row };
 // layer refuses a batch size p does not divide, naming both.
 class DenseUnit final : public ConventionUnit {
  public:
+  // `out_key` names the model option that sets `out` in errors (e.g.
+  // "hidden[0]"); empty: "out".
   DenseUnit(std::string name, int64_t in, int64_t out, kernels::Activation act, bool first,
-            DenseSplit split = DenseSplit::column, bool gather_output = false);
+            DenseSplit split = DenseSplit::column, bool gather_output = false,
+            std::string out_key = {});
 
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override;
   [[nodiscard]] UnitCost cost() const override;
@@ -81,6 +84,9 @@ class DenseUnit final : public ConventionUnit {
     return TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL |
            TESSERA_UNIT_SEQUENCE_PARALLEL;
   }
+  // A column layer needs `out` divisible (naming out_key); a row layer's
+  // `in` is its column partner's `out`.
+  void check_tensor_parallel(int32_t size, uint32_t flags) const override;
   ConstView backward_input(UnitContext& ctx, std::span<const float* const> params,
                            ConstView grad_output) const override;
   void backward_weight(UnitContext& ctx, std::span<const float* const> params,
@@ -92,6 +98,7 @@ class DenseUnit final : public ConventionUnit {
   kernels::Activation act_;
   DenseSplit split_;
   bool gather_output_;
+  std::string out_key_;
 };
 
 // logits = x·w + b, loss = Σ_rows cross-entropy(logits, target) × loss_scale:

@@ -110,7 +110,7 @@ TensorStrategy::TensorStrategy(const sdk::Host& host, const sdk::Options& option
   group_.size = tp_size_;
   group_.backend = &counting_api_;
   group_.comm = tp_->raw();
-  group_.flags = options_.sequence ? static_cast<uint32_t>(TESSERA_TP_SEQUENCE) : 0U;
+  group_.flags = group_flags();
   if (env.rank() == 0) {
     host_.info("tensor: ", tp_size_, " ranks per tensor group x ", dp_size_,
                " data-parallel replicas, mode ", options_.sequence ? "sequence" : "tensor",
@@ -149,6 +149,19 @@ void TensorStrategy::plan(const sdk::ModelView& model) {
                                    "TESSERA_UNIT_SEQUENCE_PARALLEL), so mode = \"sequence\" "
                                    "cannot split its rows; use mode = \"tensor\""));
       }
+    }
+  }
+  // The model names the option a group of this size cannot split (heads,
+  // widths, vocabulary; positions under sequence parallelism) before any
+  // parameter is cut.
+  if (tp_size_ > 1) {
+    try {
+      model.check_tensor_parallel(tp_size_, group_flags());
+    } catch (const Error& e) {
+      throw Error(e.status(),
+                  detail::concat("tensor: [strategy.options] size = ", tp_size_, ", mode = \"",
+                                 options_.sequence ? "sequence" : "tensor",
+                                 "\" cannot split the model: ", e.what()));
     }
   }
   // Split tensors first, then the replicated ones: the norm counts the

@@ -77,6 +77,10 @@ class TensorStrategy final : public sdk::Strategy {
   };
 
   void plan(const sdk::ModelView& model);
+  // The TESSERA_TP_* bits of the units' group.
+  [[nodiscard]] uint32_t group_flags() const noexcept {
+    return options_.sequence ? static_cast<uint32_t>(TESSERA_TP_SEQUENCE) : 0U;
+  }
   double forward_backward(const sdk::StepArgs& args);
   void account(size_t unit);
   [[nodiscard]] double sum_squares();

@@ -36,6 +36,13 @@ TpGroup TpGroup::for_backward(const tessera_tp_group* tp, const tessera_host_api
   return group;
 }
 
+TpGroup TpGroup::for_check(int32_t size, uint32_t flags, std::string_view unit) {
+  TpGroup group(nullptr, nullptr, unit);
+  group.size_ = std::max(size, 1);
+  group.sequence_ = group.size_ > 1 && (flags & TESSERA_TP_SEQUENCE) != 0;
+  return group;
+}
+
 void TpGroup::allreduce_sum(float* data, int64_t count, std::string_view what) const {
   allreduce(data, count, TESSERA_SUM, what);
 }

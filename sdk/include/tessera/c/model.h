@@ -35,8 +35,9 @@ extern "C" {
  *        cost, split declarations with blocks, tensor-parallel groups,
  *        backward split into input and weight halves, host batch accessors
  *   2.1  sequence parallelism: tessera_tp_group.flags (TESSERA_TP_SEQUENCE)
- *        and the unit flag TESSERA_UNIT_SEQUENCE_PARALLEL; the field was a
- *        zero `reserved` before, so 2.0 callers never ask for it
+ *        and the unit flag TESSERA_UNIT_SEQUENCE_PARALLEL (the field was a
+ *        zero `reserved` before, so 2.0 callers never ask for it);
+ *        check_tensor_parallel at the end of the table
  * A host accepts model 2.x of any minor. */
 #define TESSERA_MODEL_API_MAJOR 2
 #define TESSERA_MODEL_API_MINOR 1
@@ -231,6 +232,14 @@ typedef struct tessera_model_api {
                                    tessera_matrix* grad_input);
   tessera_status (*backward_weight)(const tessera_model* model, int32_t unit, tessera_unit_ctx* ctx,
                                     const tessera_unit_call* call);
+
+  /* 2.1 (absent from a 2.0 table, see struct_size; may be NULL): whether
+   * the model can run in tensor-parallel groups of `size` ranks with
+   * `flags` (TESSERA_TP_*), asked before training. Fails with
+   * INVALID_ARGUMENT naming the model option (key and value) the group
+   * cannot split, e.g. heads that `size` does not divide. Needs no
+   * communicator. */
+  tessera_status (*check_tensor_parallel)(const tessera_model* model, int32_t size, uint32_t flags);
 } tessera_model_api;
 
 #ifdef __cplusplus

@@ -212,6 +212,11 @@ class Unit {
 
   // TESSERA_UNIT_* bits: what the unit can do beyond forward and backward.
   [[nodiscard]] virtual uint32_t flags() const noexcept { return 0; }
+  // Before training: throws tessera::Error (invalid argument) naming the
+  // model option (key and value) that a tensor-parallel group of `size`
+  // ranks with `flags` (TESSERA_TP_*) cannot split. The default accepts
+  // every group (the unit refuses in forward instead).
+  virtual void check_tensor_parallel(int32_t /*size*/, uint32_t /*flags*/) const {}
   // Estimated cost per example.
   [[nodiscard]] virtual UnitCost cost() const { return {}; }
 
@@ -467,6 +472,10 @@ inline void read_call(const ModelHandle& h, const Unit& u, const tessera_unit_ca
     TESSERA_CHECK((u.flags() & TESSERA_UNIT_TENSOR_PARALLEL) != 0, TESSERA_ERR_UNSUPPORTED,
                   "unit '", u.name(), "' does not support tensor parallelism (group of ",
                   c.tp->size, " ranks)");
+    TESSERA_CHECK((c.tp->flags & TESSERA_TP_SEQUENCE) == 0 ||
+                      (u.flags() & TESSERA_UNIT_SEQUENCE_PARALLEL) != 0,
+                  TESSERA_ERR_UNSUPPORTED, "unit '", u.name(),
+                  "' does not support sequence parallelism (group of ", c.tp->size, " ranks)");
     TESSERA_CHECK(c.tp->rank >= 0 && c.tp->rank < c.tp->size && c.tp->backend != nullptr &&
                       c.tp->comm != nullptr,
                   TESSERA_ERR_INVALID_ARGUMENT, "tensor-parallel group of ", c.tp->size,
@@ -692,6 +701,20 @@ struct ModelAdapter {
     });
   }
 
+  static tessera_status check_tensor_parallel(const tessera_model* model, int32_t size,
+                                              uint32_t flags) noexcept {
+    return ::tessera::sdk::detail::guard(host_of(model), [&] {
+      const ModelHandle& h = as_model(model);
+      try {
+        for (std::size_t u = 0; u < h.model->size(); ++u) {
+          h.model->unit(u).check_tensor_parallel(size, flags);
+        }
+      } catch (const Error& e) {
+        throw Error(e.status(), "model '" + h.model->name() + "': " + e.message());
+      }
+    });
+  }
+
   static constexpr tessera_model_api table() noexcept {
     return tessera_model_api{sizeof(tessera_model_api),
                              0,
@@ -711,7 +734,8 @@ struct ModelAdapter {
                              &forward,
                              &backward,
                              &backward_input,
-                             &backward_weight};
+                             &backward_weight,
+                             &check_tensor_parallel};
   }
 };
 

@@ -169,6 +169,20 @@ class ModelView {
                             "model backward_weight");
   }
 
+  // Before training: throws what the model says a tensor-parallel group of
+  // `size` ranks with `flags` (TESSERA_TP_*) cannot split, naming its
+  // option ("tensor-parallel check: <reason>"). A model without the
+  // check (interface 2.0, or NULL) accepts every group here and refuses in
+  // forward instead.
+  void check_tensor_parallel(int32_t size, uint32_t flags) const {
+    if (api_->struct_size < offsetof(tessera_model_api, check_tensor_parallel) + sizeof(void*) ||
+        api_->check_tensor_parallel == nullptr) {
+      return;
+    }
+    detail::check_host_call(host_, api_->check_tensor_parallel(model_, size, flags),
+                            "tensor-parallel check");
+  }
+
   // Examples in a micro-batch (host accessor, host ABI 1.3).
   [[nodiscard]] int64_t batch_examples(const tessera_batch* batch) const {
     const tessera_host_api* h = host_.raw();

@@ -29,6 +29,11 @@ class TpGroup {
   static TpGroup for_backward(const tessera_tp_group* tp, const tessera_host_api* host,
                               std::string_view unit, int32_t forward_size, std::string_view call);
 
+  // A group of `size` ranks with `flags` (TESSERA_TP_*) and no
+  // communicator, for the checks before training (require_divisible,
+  // local_positions); its collectives must not be called.
+  static TpGroup for_check(int32_t size, uint32_t flags, std::string_view unit);
+
   [[nodiscard]] bool active() const noexcept { return size_ > 1; }
   [[nodiscard]] int32_t rank() const noexcept { return rank_; }
   [[nodiscard]] int32_t size() const noexcept { return size_; }
