@@ -161,12 +161,14 @@ INSTANTIATE_TEST_SUITE_P(
 // (and mlp's allgather) inside forward and backward go through the backend
 // between processes. tp 2 on mlp, gpt with 2 replicas of tp 2 (its
 // vocabulary-parallel embedding and tied head), llama's grouped key/value
-// heads split over tp 2.
+// heads split over tp 2; and the same in sequence mode (allgathers and
+// reduce-scatters of the token rows, the replicated gradients summed).
 struct TensorCase {
   std::string name;
   const char* model_table;
   int tp;
   int processes;
+  bool sequence = false;
 };
 
 void PrintTo(const TensorCase& c, std::ostream* os) { *os << c.name; }
@@ -181,7 +183,8 @@ TEST_P(TensorProcesses, MatchesNoneOnOneRank) {
   const auto config = write_pipe_config(dir.path(), PipeCase{c.name, c.model_table, "", 0, 0, 1});
   const auto expected =
       train_to_checkpoint(Engine::kInmemory, 1, "none", "{}", config, dir.path(), "none");
-  const std::string options = "{size = " + std::to_string(c.tp) + "}";
+  const std::string options =
+      "{size = " + std::to_string(c.tp) + (c.sequence ? ", mode = \"sequence\"}" : "}");
   const auto actual = train_to_checkpoint(engine, c.processes, "tensor", options, config,
                                           dir.path(), "tensor-" + name);
   if (!expected || !actual) return;
@@ -192,10 +195,14 @@ TEST_P(TensorProcesses, MatchesNoneOnOneRank) {
 
 INSTANTIATE_TEST_SUITE_P(
     Backends, TensorProcesses,
-    ::testing::Combine(::testing::Values(Engine::kMpi, Engine::kGloo),
-                       ::testing::Values(TensorCase{"mlp_tp2", kMlp3Units, 2, 2},
-                                         TensorCase{"gpt_tp2_2replicas", kGpt4Units, 2, 4},
-                                         TensorCase{"llama_gqa_tp2", kLlama4Units, 2, 2})),
+    ::testing::Combine(
+        ::testing::Values(Engine::kMpi, Engine::kGloo),
+        ::testing::Values(TensorCase{"mlp_tp2", kMlp3Units, 2, 2},
+                          TensorCase{"gpt_tp2_2replicas", kGpt4Units, 2, 4},
+                          TensorCase{"llama_gqa_tp2", kLlama4Units, 2, 2},
+                          TensorCase{"mlp_sequence_tp2", kMlp3Units, 2, 2, true},
+                          TensorCase{"gpt_sequence_tp2_2replicas", kGpt4Units, 2, 4, true},
+                          TensorCase{"llama_gqa_sequence_tp2", kLlama4Units, 2, 2, true})),
     [](const ::testing::TestParamInfo<std::tuple<Engine, TensorCase>>& p) {
       return std::string(engine_name(std::get<0>(p.param))) + "_" + std::get<1>(p.param).name;
     });
