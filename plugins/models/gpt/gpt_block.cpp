@@ -61,44 +61,28 @@ void sized(std::vector<float>& v, int64_t count) {
   v.assign(static_cast<std::size_t>(count), 0.0f);
 }
 
-// y = x·w + bias for a row-parallel w over the whole rows (bsz examples of
-// seq positions): without a group the plain linear; with one, this rank's
-// partial product summed over the group (Megatron's g: an allreduce, or a
-// reduce-scatter to this rank's `local_seq` positions under sequence
-// parallelism), then the replicated bias added to the rows y holds.
+// y = x·w + bias for a row-parallel w over the whole rows (bsz examples):
+// without a group the plain linear; with one, row_parallel_product to the
+// `local_seq` positions per example this rank holds, then the replicated
+// bias added to those rows.
 void row_parallel_forward(const TpGroup& tp, const float* x, const float* w, const float* bias,
                           int64_t bsz, int64_t seq, int64_t local_seq, int64_t in, int64_t out,
                           float* y, const char* what) {
-  const int64_t n = bsz * seq;
   if (!tp.active()) {
-    kernels::linear_forward(x, w, bias, n, in, out, y);
+    kernels::linear_forward(x, w, bias, bsz * seq, in, out, y);
     return;
   }
-  std::vector<float> partial;  // sequence parallelism: all rows, before the scatter
-  float* z = y;
-  if (tp.sequence()) {
-    partial.resize(static_cast<std::size_t>(n * out));
-    z = partial.data();
-  }
-  kernels::linear_forward(x, w, nullptr, n, in, out, z);
-  tp.partial_to_rows(z, bsz, local_seq, out, y, what);
+  row_parallel_product(tp, x, w, bsz, local_seq, in, out, y, what);
   for (int64_t r = 0; r < bsz * local_seq; ++r) kernels::add_into(y + r * out, bias, out);
 }
 
-// LayerNorm of this rank's rows of x into `whole` (all rows): under
-// sequence parallelism through a local buffer and a gather, else in place.
+// LayerNorm of this rank's rows of x into `whole` (all rows).
 void layernorm_to_whole(const TpGroup& tp, const float* x, const float* g, const float* b,
                         int64_t bsz, int64_t local_seq, int64_t d, float* whole, float* mean,
                         float* rstd, const char* what) {
-  const int64_t rows = bsz * local_seq;
-  std::vector<float> local;
-  float* h = whole;
-  if (tp.sequence()) {
-    local.resize(static_cast<std::size_t>(rows * d));
-    h = local.data();
-  }
-  kernels::layernorm_forward(x, g, b, rows, d, h, mean, rstd);
-  tp.rows_to_whole(h, bsz, local_seq, d, whole, what);
+  norm_rows_to_whole(tp, bsz, local_seq, d, whole, what, [&](float* h) {
+    kernels::layernorm_forward(x, g, b, bsz * local_seq, d, h, mean, rstd);
+  });
 }
 
 // Adds the column sums of this rank's rows of `whole` [bsz · seq, width]

@@ -106,15 +106,11 @@ ConstView GptHead::forward(UnitContext& ctx_base, std::span<const float* const> 
   c.mean.resize(static_cast<std::size_t>(nl));
   c.rstd.resize(static_cast<std::size_t>(nl));
   c.h.resize(static_cast<std::size_t>(n * d_));
-  std::vector<float> local;  // sequence parallelism: ln_f's output rows before the gather
-  float* h = c.h.data();
-  if (tp.sequence()) {
-    local.resize(static_cast<std::size_t>(nl * d_));
-    h = local.data();
-  }
-  kernels::layernorm_forward(c.x.data(), params[0], params[1], nl, d_, h, c.mean.data(),
-                             c.rstd.data());
-  tp.rows_to_whole(h, bsz, local_seq, d_, c.h.data(), "the final LayerNorm's output");
+  norm_rows_to_whole(tp, bsz, local_seq, d_, c.h.data(), "the final LayerNorm's output",
+                     [&](float* h) {
+                       kernels::layernorm_forward(c.x.data(), params[0], params[1], nl, d_, h,
+                                                  c.mean.data(), c.rstd.data());
+                     });
   const int64_t cols = c.vocab_rows;
   c.probs.resize(static_cast<std::size_t>(n * cols));
   kernels::gemm(false, true, n, cols, d_, 1.0f, c.h.data(), d_, params[2], d_, 0.0f, c.probs.data(),

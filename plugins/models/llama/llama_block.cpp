@@ -85,48 +85,13 @@ LlamaShard llama_shard(int64_t heads, int64_t kv_heads, int64_t ffn, bool kv_rep
   return s;
 }
 
-// y = x·w for a row-parallel w: this rank's partial product, summed over
-// the group (Megatron's g). With sequence parallelism the partial product
-// of all n = examples · (seq_local · size) rows is transient and `y` gets
-// this rank's rows of the sum (reduce-scatter).
-void llama_row_parallel(const TpGroup& tp, const float* x, const float* w, int64_t n, int64_t in,
-                        int64_t out, float* y, int64_t examples, int64_t seq_local,
-                        const char* what) {
-  if (tp.sequence()) {
-    std::vector<float> partial(static_cast<std::size_t>(n * out));
-    kernels::linear_forward(x, w, nullptr, n, in, out, partial.data());
-    tp.scatter_rows_sum(partial.data(), examples, seq_local, out, y, what);
-    return;
-  }
-  kernels::linear_forward(x, w, nullptr, n, in, out, y);
-  tp.allreduce_sum(y, n * out, what);
-}
-
-// h = rmsnorm(x)·g of the `local` rows of x into `rstd` (local); with
-// sequence parallelism the local rows' h are gathered into the whole rows
-// `h` (Megatron-SP's g), without it local is all of them.
+// h = rmsnorm(x)·g of this rank's `local` rows of x (rstd: theirs), into
+// the whole rows `h` (see norm_rows_to_whole).
 void llama_norm_gathered(const TpGroup& tp, const float* x, const float* g, int64_t local,
                          int64_t d, float eps, float* h, float* rstd, int64_t examples,
                          int64_t seq_local, const char* what) {
-  if (tp.sequence()) {
-    std::vector<float> h_local(static_cast<std::size_t>(local * d));
-    kernels::rmsnorm_forward(x, g, local, d, eps, h_local.data(), rstd);
-    tp.gather_rows(h_local.data(), examples, seq_local, d, h, what);
-    return;
-  }
-  kernels::rmsnorm_forward(x, g, local, d, eps, h, rstd);
-}
-
-// The input gradient of a column-parallel group of products: `partial`
-// (all rows, this rank's part) summed over the group, in place without
-// sequence parallelism, into this rank's rows `local` with it.
-void llama_column_input_sum(const TpGroup& tp, float* partial, int64_t n, int64_t d, float* local,
-                            int64_t examples, int64_t seq_local, const char* what) {
-  if (tp.sequence()) {
-    tp.scatter_rows_sum(partial, examples, seq_local, d, local, what);
-    return;
-  }
-  tp.allreduce_sum(partial, n * d, what);
+  norm_rows_to_whole(tp, examples, seq_local, d, h, what,
+                     [&](float* out) { kernels::rmsnorm_forward(x, g, local, d, eps, out, rstd); });
 }
 
 // The group of a backward call, which must have the forward's size, rank
@@ -313,8 +278,8 @@ ConstView LlamaBlock::forward(UnitContext& ctx_base, std::span<const float* cons
   }
   // Residual around the output projection.
   llama_sized(c.x2, nl * d);
-  llama_row_parallel(tp, c.attn.data(), p[kLlamaWo], n, dl, d, c.x2.data(), bsz, seq_l,
-                     "the attention's output");
+  row_parallel_product(tp, c.attn.data(), p[kLlamaWo], bsz, seq_l, dl, d, c.x2.data(),
+                       "the attention's output");
   for (int64_t i = 0; i < nl * d; ++i) c.x2[i] += c.x[i];
   // SwiGLU MLP with its residual.
   llama_sized(c.rstd2, nl);
@@ -328,8 +293,8 @@ ConstView LlamaBlock::forward(UnitContext& ctx_base, std::span<const float* cons
   kernels::linear_forward(c.h2.data(), p[kLlamaWUp], nullptr, n, d, ffn, c.up.data());
   kernels::swiglu_forward(c.gate.data(), c.up.data(), n * ffn, c.act.data());
   llama_sized(c.y, nl * d);
-  llama_row_parallel(tp, c.act.data(), p[kLlamaWDown], n, ffn, d, c.y.data(), bsz, seq_l,
-                     "the MLP's output");
+  row_parallel_product(tp, c.act.data(), p[kLlamaWDown], bsz, seq_l, ffn, d, c.y.data(),
+                       "the MLP's output");
   for (int64_t i = 0; i < nl * d; ++i) c.y[i] += c.x2[i];
   return {c.y.data(), nl, d};
 }
@@ -387,7 +352,7 @@ ConstView LlamaBlock::backward_input(UnitContext& ctx_base, std::span<const floa
   kernels::linear_backward_input(p[kLlamaWUp], c.dup.data(), n, d, ffn, dh_all, true);
   // gate and up are column-parallel: sum the parts of the norm's output
   // gradient.
-  llama_column_input_sum(tp, dh_all, n, d, c.dh.data(), bsz, seq_l, "the MLP's input gradient");
+  tp.partial_to_rows(dh_all, bsz, seq_l, d, c.dh.data(), "the MLP's input gradient");
   llama_sized(c.dnorm2_g, d);
   if (c.sequence) {
     // The residual's gradient on this rank's rows; the whole rows (for wo
@@ -456,8 +421,7 @@ ConstView LlamaBlock::backward_input(UnitContext& ctx_base, std::span<const floa
   // replicated parameters whose gradient is this rank's part, summed over
   // the group by the caller: h1 is whole on every rank, so h1ᵀ·(this
   // rank's share) summed over the group is h1ᵀ·dk, and no sum is needed.
-  llama_column_input_sum(tp, dh_all, n, d, c.dh.data(), bsz, seq_l,
-                         "the attention's input gradient");
+  tp.partial_to_rows(dh_all, bsz, seq_l, d, c.dh.data(), "the attention's input gradient");
   if (kv_replicated_ && !c.sequence) {
     tp.allreduce_sum(c.dk.data(), n * kvd, "the replicated keys' gradient");
     tp.allreduce_sum(c.dv.data(), n * kvd, "the replicated values' gradient");

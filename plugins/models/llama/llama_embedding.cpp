@@ -98,12 +98,7 @@ ConstView LlamaEmbedding::forward(UnitContext& ctx_base, std::span<const float* 
       std::fill(dst, dst + d_, 0.0f);
     }
   }
-  if (ctx.sequence) {
-    tp.scatter_rows_sum(partial.data(), batch->size, seq_l, d_, ctx.y.data(),
-                        "the token embeddings");
-  } else {
-    tp.allreduce_sum(ctx.y.data(), n * d_, "the token embeddings");
-  }
+  tp.partial_to_rows(lookups, batch->size, seq_l, d_, ctx.y.data(), "the token embeddings");
   return {ctx.y.data(), nl, d_};
 }
 

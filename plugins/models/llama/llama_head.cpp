@@ -108,13 +108,10 @@ ConstView LlamaHead::forward(UnitContext& ctx_base, std::span<const float* const
   c.x.assign(input.x.data, input.x.data + nl * d_);
   c.rstd.resize(static_cast<std::size_t>(nl));
   c.h.resize(static_cast<std::size_t>(n * d_));
-  if (c.sequence) {
-    std::vector<float> h_local(static_cast<std::size_t>(nl * d_));
-    kernels::rmsnorm_forward(c.x.data(), params[0], nl, d_, eps_, h_local.data(), c.rstd.data());
-    tp.gather_rows(h_local.data(), c.examples, seq_l, d_, c.h.data(), "the head's normed input");
-  } else {
-    kernels::rmsnorm_forward(c.x.data(), params[0], n, d_, eps_, c.h.data(), c.rstd.data());
-  }
+  norm_rows_to_whole(
+      tp, c.examples, seq_l, d_, c.h.data(), "the head's normed input", [&](float* h) {
+        kernels::rmsnorm_forward(c.x.data(), params[0], nl, d_, eps_, h, c.rstd.data());
+      });
   const int64_t cols = c.vocab_cols;
   c.probs.resize(static_cast<std::size_t>(n * cols));
   kernels::linear_forward(c.h.data(), params[1], nullptr, n, d_, cols, c.probs.data());
@@ -144,15 +141,14 @@ ConstView LlamaHead::backward_input(UnitContext& ctx_base, std::span<const float
   // over the group (scattered to this rank's rows with sequence
   // parallelism).
   c.dh.resize(static_cast<std::size_t>(nl * d_));
+  std::vector<float> partial;  // sequence parallelism: all rows, before the scatter
+  float* dh = c.dh.data();
   if (c.sequence) {
-    std::vector<float> partial(static_cast<std::size_t>(n * d_));
-    kernels::linear_backward_input(params[1], c.dlogits.data(), n, d_, cols, partial.data());
-    tp.scatter_rows_sum(partial.data(), c.examples, c.seq_local, d_, c.dh.data(),
-                        "the head's input gradient");
-  } else {
-    kernels::linear_backward_input(params[1], c.dlogits.data(), n, d_, cols, c.dh.data());
-    tp.allreduce_sum(c.dh.data(), n * d_, "the head's input gradient");
+    partial.resize(static_cast<std::size_t>(n * d_));
+    dh = partial.data();
   }
+  kernels::linear_backward_input(params[1], c.dlogits.data(), n, d_, cols, dh);
+  tp.partial_to_rows(dh, c.examples, c.seq_local, d_, c.dh.data(), "the head's input gradient");
   c.dx.assign(static_cast<std::size_t>(nl * d_), 0.0f);
   c.dnorm_g.assign(static_cast<std::size_t>(d_), 0.0f);
   kernels::rmsnorm_backward(c.x.data(), params[0], c.rstd.data(), c.dh.data(), nl, d_, c.dx.data(),

@@ -8,8 +8,11 @@
 // tensor group themselves (tessera_tp_group); the strategy runs forward and
 // backward over the micro-batches, sums each rank's gradients over its
 // data-parallel group, clips by the global norm (split tensors summed over
-// the tensor group, replicated ones counted once) and updates. Checkpoints
-// hold whole tensors: every rank writes and reads its shards as N-d boxes.
+// the tensor group, replicated ones counted once) and updates. In sequence
+// mode (TESSERA_TP_SEQUENCE) the units also split the token rows between
+// their column/row pairs, and the replicated gradients, each rank's part
+// from its rows, are summed over the tensor group first. Checkpoints hold
+// whole tensors: every rank writes and reads its shards as N-d boxes.
 // docs/strategies/tensor.md describes it for users.
 #pragma once
 
@@ -40,9 +43,11 @@ class TensorStrategy final : public sdk::Strategy {
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
 
   // Collective: with size > 1 refuses (invalid argument) a unit without
-  // TESSERA_UNIT_TENSOR_PARALLEL, naming it, and a split dimension size
-  // does not divide, naming the parameter, its shape and the option (the
-  // last unit's COLUMN parameters are kept whole instead, logged); then
+  // TESSERA_UNIT_TENSOR_PARALLEL (in sequence mode also without
+  // TESSERA_UNIT_SEQUENCE_PARALLEL), naming it; what the model's
+  // check_tensor_parallel refuses, with the options; and a split dimension
+  // size does not divide, naming the parameter, its shape and the option
+  // (the last unit's COLUMN parameters are kept whole instead, logged); then
   // splits the world into the tensor and data-parallel groups and
   // allocates this rank's shards. Rank 0 logs what is split.
   TensorStrategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env);

@@ -186,6 +186,19 @@ void TpGroup::require_divisible(std::string_view key, int64_t value) const {
                 "' (", value, ") is not divisible by the tensor-parallel group size ", size_);
 }
 
+void row_parallel_product(const TpGroup& tp, const float* x, const float* w, int64_t examples,
+                          int64_t rows, int64_t in, int64_t out, float* y, std::string_view what) {
+  const int64_t n = examples * rows * (tp.sequence() ? tp.size() : 1);  // x's rows
+  std::vector<float> partial;
+  float* z = y;
+  if (tp.sequence()) {
+    partial.resize(static_cast<std::size_t>(n * out));
+    z = partial.data();
+  }
+  kernels::linear_forward(x, w, nullptr, n, in, out, z);
+  tp.partial_to_rows(z, examples, rows, out, y, what);
+}
+
 double parallel_xent_forward(const TpGroup& tp, const float* logits, const int32_t* targets,
                              int64_t n, int64_t cols, int64_t lo, int64_t vocab, float* probs,
                              std::string_view where) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "tessera/c/host.h"
 #include "tessera/c/model.h"
@@ -117,6 +118,32 @@ class TpGroup {
   int32_t size_ = 1;
   bool sequence_ = false;
 };
+
+// A normalisation whose output feeds column-parallel products:
+// norm(out) writes the normalised rows this rank holds (`examples` ×
+// `rows` of them, `width` wide) to out; under sequence parallelism into a
+// local buffer then gathered whole into `whole` (TpGroup::gather_rows),
+// otherwise straight into `whole`.
+template <typename Norm>
+void norm_rows_to_whole(const TpGroup& tp, int64_t examples, int64_t rows, int64_t width,
+                        float* whole, std::string_view what, Norm&& norm) {
+  if (!tp.sequence()) {
+    norm(whole);
+    return;
+  }
+  std::vector<float> local(static_cast<std::size_t>(examples * rows * width));
+  norm(local.data());
+  tp.gather_rows(local.data(), examples, rows, width, whole, what);
+}
+
+// y = x·w for a row-parallel w (this rank's `in` rows of it) over x's
+// whole rows: without a group the plain product; with one, this rank's
+// partial product summed over the group (Megatron's g): allreduced in
+// place, or under sequence parallelism computed into a transient buffer
+// and reduce-scattered to this rank's `examples` × `rows` rows of y. No
+// bias.
+void row_parallel_product(const TpGroup& tp, const float* x, const float* w, int64_t examples,
+                          int64_t rows, int64_t in, int64_t out, float* y, std::string_view what);
 
 // Softmax cross-entropy over logits split by vocabulary (the columns of a
 // vocabulary-parallel head): `logits` [n, cols] are this rank's columns
