@@ -300,23 +300,33 @@ TEST(TensorSizeOne, OneRankIsNoneBitForBit) {
 }
 
 // With grad_clip = 0.1 (the norms of these runs are 0.1 to 0.4, so 1.0
-// never clips) every step is clipped: the clip factor uses the global norm.
+// never clips) every step is clipped: the clip factor uses the global norm
+// (in sequence mode after the replicated gradients are summed over the
+// group). The wide mlp at tp 2 x dp 2 in both modes, gpt in sequence mode.
 TEST(TensorClipping, ClippedStepsMatchNone) {
-  RunSpec tensor = tensor_spec(true, 4, 2);
-  tensor.grad_clip = 0.1;
-  RunSpec none = tensor_spec(true, 1, 1);
-  none.strategy = "none";
-  none.strategy_options.clear();
-  none.grad_clip = 0.1;
-  const train::RunResult a = run(tensor);
-  const train::RunResult b = run(none);
-  std::string worst;
-  EXPECT_LE(max_param_rel_diff(merged(a), b.final_state[0], &worst), kTolerance)
-      << "largest difference in " << worst;
-  ASSERT_EQ(a.logged.size(), 1U);
-  ASSERT_EQ(b.logged.size(), 1U);
-  EXPECT_GT(b.logged[0].grad_norm, 0.1);
-  EXPECT_NEAR(a.logged[0].grad_norm, b.logged[0].grad_norm, 1e-4 * b.logged[0].grad_norm);
+  const auto expect_clipped_match = [](RunSpec tensor, RunSpec none, const std::string& what) {
+    SCOPED_TRACE(what);
+    tensor.grad_clip = 0.1;
+    none.strategy = "none";
+    none.strategy_options.clear();
+    none.world = 1;
+    none.grad_clip = 0.1;
+    const train::RunResult a = run(tensor);
+    const train::RunResult b = run(none);
+    std::string worst;
+    EXPECT_LE(max_param_rel_diff(merged(a), b.final_state[0], &worst), kTolerance)
+        << "largest difference in " << worst;
+    ASSERT_EQ(a.logged.size(), 1U);
+    ASSERT_EQ(b.logged.size(), 1U);
+    EXPECT_GT(b.logged[0].grad_norm, 0.1);
+    EXPECT_NEAR(a.logged[0].grad_norm, b.logged[0].grad_norm, 1e-4 * b.logged[0].grad_norm);
+  };
+  expect_clipped_match(tensor_spec(true, 4, 2), tensor_spec(true, 1, 1), "mlp, tensor mode");
+  RunSpec sequence = tensor_spec(true, 4, 2);
+  sequence.strategy_options += "mode = \"sequence\"\n";
+  expect_clipped_match(sequence, tensor_spec(true, 1, 1), "mlp, sequence mode");
+  expect_clipped_match(transformer_spec(kGpt4Heads, 4, 2, true),
+                       transformer_spec(kGpt4Heads, 1, 1, false), "gpt, sequence mode");
 }
 
 // The memory formula itself, where the shards make the difference: the
