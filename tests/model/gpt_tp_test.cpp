@@ -292,6 +292,55 @@ TEST(GptSequenceParallel, BlockSavesTheSplitRegionsOnItsRowsOnly) {
   }
 }
 
+// A backward must split the rows as its forward did: forward with sequence
+// parallelism, backward in a group of the same size without it.
+TEST(GptSequenceParallel, BackwardInTheOtherModeIsRefused) {
+  const GptBlock unit("block0", kTpD, kTpHeads, 2, kSpSeq);
+  const Batch batch = gpt_sp_batch();
+  const BatchView view = tessera::test::view_of(batch);
+  const int64_t rows = batch.size * batch.seq_len / 2;
+  std::vector<std::vector<float>> shards;
+  for (const ParamSpec& s : unit.params()) {
+    shards.emplace_back(s.split == SplitHint::none ? s.numel() : s.numel() / 2, 0.5f);
+  }
+  std::vector<const float*> p;
+  std::vector<float*> g;
+  for (auto& v : shards) {
+    p.push_back(v.data());
+    g.push_back(v.data());  // never written: the backward refuses first
+  }
+  const std::vector<float> x(static_cast<std::size_t>(rows * kTpD), 0.25f);
+  std::vector<std::string> messages(2);
+  testing::run_tp_ranks(
+      2,
+      [&](int rank, const tessera_tp_group& group) {
+        auto ctx = unit.make_context();
+        ctx->set_tp(&group);
+        UnitInput in;
+        in.batch = &view;
+        in.tp = &group;
+        in.x = {x.data(), rows, kTpD};
+        const ConstView out = unit.forward(*ctx, p, in);
+        const std::vector<float> dy(out.data, out.data + out.rows * out.cols);
+        tessera_tp_group plain = group;
+        plain.flags = 0;
+        ctx->set_tp(&plain);
+        try {
+          (void)unit.backward(*ctx, p, g, {dy.data(), out.rows, out.cols});
+        } catch (const Error& e) {
+          EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT);
+          messages[static_cast<std::size_t>(rank)] = e.what();
+        }
+      },
+      TESSERA_TP_SEQUENCE);
+  for (const std::string& m : messages) {
+    EXPECT_NE(m.find("unit 'block0': backward without sequence parallelism after a forward with "
+                     "it"),
+              std::string::npos)
+        << m;
+  }
+}
+
 TEST(GptSequenceParallel, PositionsTheGroupDoesNotDivideAreRefused) {
   // 5 positions per example do not split 2 ways.
   const GptBlock block("block0", kTpD, kTpHeads, 2, kTpSeq);

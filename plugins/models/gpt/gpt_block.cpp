@@ -99,7 +99,9 @@ void add_row_sums(const float* whole, int64_t bsz, int64_t seq, int64_t first, i
 
 // The group of a backward call, which must have the forward's size.
 TpGroup backward_group(const BlockContext& c, const std::string& unit) {
-  return TpGroup::for_backward(c.tp(), c.host(), unit, c.tp_size, "backward");
+  TpGroup tp = TpGroup::for_backward(c.tp(), c.host(), unit, c.tp_size, "backward");
+  tp.require_sequence(c.local_seq != c.seq, "backward");
+  return tp;
 }
 
 }  // namespace

@@ -133,6 +133,7 @@ ConstView GptEmbedding::backward_input(UnitContext& ctx_base, std::span<const fl
   // scatters all tokens into its own rows of wte.
   const TpGroup tp =
       TpGroup::for_backward(ctx.tp(), ctx.host(), name_, ctx.tp_size, "backward_input");
+  tp.require_sequence(ctx.local_seq != ctx.seq, "backward_input");
   ctx.dy.resize(static_cast<std::size_t>(n * d_));
   tp.rows_to_whole(grad_output.data, ctx.batch, ctx.local_seq, d_, ctx.dy.data(),
                    "the embeddings' output gradient");
@@ -147,7 +148,8 @@ void GptEmbedding::backward_weight(UnitContext& ctx_base, std::span<const float*
   auto& ctx = dynamic_cast<EmbeddingContext&>(ctx_base);
   TESSERA_CHECK(ctx.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward_weight without backward_input on this context");
-  (void)TpGroup::for_backward(ctx.tp(), ctx.host(), name_, ctx.tp_size, "backward_weight");
+  TpGroup::for_backward(ctx.tp(), ctx.host(), name_, ctx.tp_size, "backward_weight")
+      .require_sequence(ctx.local_seq != ctx.seq, "backward_weight");
   // The output gradient is whole: each rank scatters it into its own rows
   // of wte. wpe gets the rows this rank returned: every row in tensor mode
   // (the same whole gradient on every rank), this rank's positions under

@@ -128,6 +128,7 @@ ConstView GptHead::backward_input(UnitContext& ctx_base, std::span<const float* 
   TESSERA_CHECK(c.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward without a forward on this context");
   const TpGroup tp = TpGroup::for_backward(c.tp(), c.host(), name_, c.tp_size, "backward");
+  tp.require_sequence(c.rows != c.batch * c.local_seq, "backward");
   const int64_t n = c.rows;
   const int64_t cols = c.vocab_rows;
   const float g = grad_output.empty() ? 1.0f : grad_output.data[0];
@@ -163,7 +164,8 @@ void GptHead::backward_weight(UnitContext& ctx_base, std::span<const float* cons
   auto& c = dynamic_cast<GptHeadContext&>(ctx_base);
   TESSERA_CHECK(c.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward_weight without backward_input on this context");
-  (void)TpGroup::for_backward(c.tp(), c.host(), name_, c.tp_size, "backward_weight");
+  TpGroup::for_backward(c.tp(), c.host(), name_, c.tp_size, "backward_weight")
+      .require_sequence(c.rows != c.batch * c.local_seq, "backward_weight");
   // dw += dlogitsᵀ h (this rank's rows); when tied, grads[2] is the
   // embedding table's gradient, split by vocabulary alike. The LayerNorm's
   // gradients are whole and the same on every rank of a group in tensor

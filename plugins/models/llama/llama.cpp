@@ -43,14 +43,6 @@ LlamaConfig parse_llama_config(const sdk::Options& options) {
   return config;
 }
 
-void llama_check_sequence(bool forward_sequence, bool backward_sequence, const std::string& unit,
-                          std::string_view call) {
-  TESSERA_CHECK(forward_sequence == backward_sequence, TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit,
-                "': ", call, (backward_sequence ? " with" : " without"),
-                " sequence parallelism after a forward", (forward_sequence ? " with" : " without"),
-                " it");
-}
-
 std::vector<std::unique_ptr<Unit>> build_llama_units(const LlamaConfig& config) {
   std::vector<std::unique_ptr<Unit>> units;
   units.push_back(std::make_unique<LlamaEmbedding>("embed", config));

@@ -48,13 +48,6 @@ int64_t llama_default_ffn(int64_t d_model) noexcept;
 // argument) naming the key for a bad value.
 LlamaConfig parse_llama_config(const sdk::Options& options);
 
-// A backward of a unit whose forward ran with sequence parallelism
-// (`forward_sequence`, TESSERA_TP_SEQUENCE) or without must run the same
-// way: throws tessera::Error (invalid argument) naming the unit and `call`
-// when `backward_sequence` differs.
-void llama_check_sequence(bool forward_sequence, bool backward_sequence, const std::string& unit,
-                          std::string_view call);
-
 // Token embedding: x[b,t] = wte[token[b,t]]. Param wte [vocab, d] (row:
 // split by vocabulary). Reads the batch's tokens; backward returns no input
 // gradient. Split backward: the input half keeps the output gradient, the

@@ -103,7 +103,7 @@ TpGroup llama_backward_group(const LlamaBlockContext& c, const std::string& unit
                 "unit '", unit, "': backward as rank ", tp.rank(),
                 " of a tensor-parallel group of ", tp.size(), " after a forward as rank ",
                 c.tp_rank, " of ", c.tp_size);
-  llama_check_sequence(c.sequence, tp.sequence(), unit, call);
+  tp.require_sequence(c.sequence, call);
   return tp;
 }
 

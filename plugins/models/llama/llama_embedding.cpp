@@ -121,7 +121,7 @@ ConstView LlamaEmbedding::backward_input(UnitContext& ctx_base,
     // every token into this rank's vocabulary rows.
     const TpGroup tp =
         TpGroup::for_backward(ctx.tp(), ctx.host(), name_, ctx.tp_size, "backward_input");
-    llama_check_sequence(ctx.sequence, tp.sequence(), name_, "backward_input");
+    tp.require_sequence(ctx.sequence, "backward_input");
     ctx.dy.resize(static_cast<std::size_t>(n * d_));
     tp.gather_rows(grad_output.data, ctx.examples, ctx.seq_local, d_, ctx.dy.data(),
                    "the token embeddings' gradient");
@@ -141,7 +141,7 @@ void LlamaEmbedding::backward_weight(UnitContext& ctx_base, std::span<const floa
                 "': backward_weight without backward_input on this context");
   const TpGroup tp =
       TpGroup::for_backward(ctx.tp(), ctx.host(), name_, ctx.tp_size, "backward_weight");
-  llama_check_sequence(ctx.sequence, tp.sequence(), name_, "backward_weight");
+  tp.require_sequence(ctx.sequence, "backward_weight");
   // The output gradient is replicated (gathered with sequence
   // parallelism): each rank scatters it into its own rows of wte.
   float* dwte = grads[0];

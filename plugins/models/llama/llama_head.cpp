@@ -128,7 +128,7 @@ ConstView LlamaHead::backward_input(UnitContext& ctx_base, std::span<const float
   TESSERA_CHECK(c.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward without a forward on this context");
   const TpGroup tp = TpGroup::for_backward(c.tp(), c.host(), name_, c.tp_size, "backward");
-  llama_check_sequence(c.sequence, tp.sequence(), name_, "backward_input");
+  tp.require_sequence(c.sequence, "backward_input");
   const int64_t n = c.rows;
   const int64_t nl = c.examples * c.seq_local;  // this rank's rows (n without sequence parallelism)
   const int64_t cols = c.vocab_cols;
@@ -165,7 +165,7 @@ void LlamaHead::backward_weight(UnitContext& ctx_base, std::span<const float* co
   TESSERA_CHECK(c.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward_weight without backward_input on this context");
   const TpGroup tp = TpGroup::for_backward(c.tp(), c.host(), name_, c.tp_size, "backward_weight");
-  llama_check_sequence(c.sequence, tp.sequence(), name_, "backward_weight");
+  tp.require_sequence(c.sequence, "backward_weight");
   // This rank's columns of w (from all rows); the RMSNorm gain's gradient
   // is whole and the same on every rank of a group, or with sequence
   // parallelism this rank's rows' part, summed by the caller.

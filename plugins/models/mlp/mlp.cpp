@@ -65,15 +65,6 @@ int64_t take_local_batch(const std::string& unit, int64_t width, const UnitInput
   return n;
 }
 
-// A backward's group must split the rows as its forward's did.
-void check_same_mode(const std::string& unit, const TpGroup& tp, bool forward_sequence,
-                     const char* call) {
-  TESSERA_CHECK(tp.sequence() == forward_sequence, TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit,
-                "': ", call, tp.sequence() ? " with" : " without",
-                " sequence parallelism after a forward", forward_sequence ? " with" : " without",
-                " it");
-}
-
 struct DenseContext final : UnitContext {
   int64_t rows = -1;
   bool input_grad_done = false;  // backward_input ran; backward_weight may follow
@@ -247,7 +238,7 @@ ConstView DenseUnit::backward_input(UnitContext& ctx_base, std::span<const float
   TESSERA_CHECK(ctx.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward without a forward on this context");
   const TpGroup tp = TpGroup::for_backward(ctx.tp(), ctx.host(), name_, ctx.tp_size, "backward");
-  check_same_mode(name_, tp, ctx.sequence, "backward");
+  tp.require_sequence(ctx.sequence, "backward");
   const int64_t n = ctx.rows;
   const int32_t p = tp.size();
   const bool column = split_ == DenseSplit::column;
@@ -323,7 +314,7 @@ void DenseUnit::backward_weight(UnitContext& ctx_base, std::span<const float* co
                 "': backward_weight without backward_input on this context");
   const TpGroup tp =
       TpGroup::for_backward(ctx.tp(), ctx.host(), name_, ctx.tp_size, "backward_weight");
-  check_same_mode(name_, tp, ctx.sequence, "backward_weight");
+  tp.require_sequence(ctx.sequence, "backward_weight");
   const int32_t p = tp.size();
   const bool column = split_ == DenseSplit::column;
   if (ctx.sequence && !column) {
@@ -432,7 +423,7 @@ ConstView ClassifierHead::backward_input(UnitContext& ctx_base,
   TESSERA_CHECK(ctx.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward without a forward on this context");
   const TpGroup group = TpGroup::for_backward(ctx.tp(), ctx.host(), name_, ctx.tp_size, "backward");
-  check_same_mode(name_, group, ctx.sequence, "backward");
+  group.require_sequence(ctx.sequence, "backward");
   const TpGroup tp = ctx.parallel ? group : TpGroup();
   const int64_t n = ctx.rows;
   const int64_t c = ctx.local_classes;
@@ -469,7 +460,7 @@ void ClassifierHead::backward_weight(UnitContext& ctx_base, std::span<const floa
                 "': backward_weight without backward_input on this context");
   const TpGroup group =
       TpGroup::for_backward(ctx.tp(), ctx.host(), name_, ctx.tp_size, "backward_weight");
-  check_same_mode(name_, group, ctx.sequence, "backward_weight");
+  group.require_sequence(ctx.sequence, "backward_weight");
   // A replicated head under sequence parallelism: this rank's rows give its
   // part of the gradients (the caller sums the parts over the group).
   kernels::linear_backward(ctx.x.data(), params[0], ctx.dlogits.data(), ctx.rows, in_,

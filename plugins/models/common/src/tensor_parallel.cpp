@@ -181,6 +181,13 @@ void TpGroup::run(tessera_coll_args& args, const char* coll, int64_t count,
                                      msg != nullptr ? msg : ""));
 }
 
+void TpGroup::require_sequence(bool forward_sequence, std::string_view call) const {
+  TESSERA_CHECK(sequence_ == forward_sequence, TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit_,
+                "': ", call, sequence_ ? " with" : " without",
+                " sequence parallelism after a forward", forward_sequence ? " with" : " without",
+                " it");
+}
+
 void TpGroup::require_divisible(std::string_view key, int64_t value) const {
   TESSERA_CHECK(value % size_ == 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit_, "': key '", key,
                 "' (", value, ") is not divisible by the tensor-parallel group size ", size_);

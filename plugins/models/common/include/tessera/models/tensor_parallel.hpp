@@ -101,6 +101,12 @@ class TpGroup {
   // `key` unless size() divides it); without it, all of them.
   [[nodiscard]] int64_t local_positions(std::string_view key, int64_t positions) const;
 
+  // Throws tessera::Error (invalid argument) "unit '<unit>': <call>
+  // with|without sequence parallelism after a forward with|without it"
+  // unless sequence() is `forward_sequence`: a backward must split the rows
+  // as its forward did.
+  void require_sequence(bool forward_sequence, std::string_view call) const;
+
   // Throws tessera::Error (invalid argument) "unit '<unit>': key '<key>'
   // (<value>) is not divisible by the tensor-parallel group size <size>"
   // unless it is.
