@@ -475,6 +475,15 @@ TEST(TensorResume, TensorCheckpointContinuesUnderZero3AndBack) {
   expect_continues(zero3_spec(true, 3), tensor_spec(true, 3, 3), "full");
 }
 
+// A checkpoint does not depend on the mode: gpt in sequence mode resumes
+// in tensor mode at another size, and back.
+TEST(TensorResume, SequenceModeCheckpointsContinueInTensorModeAndBack) {
+  expect_continues(transformer_spec(kGpt4Heads, 4, 2, true),
+                   transformer_spec(kGpt4Heads, 4, 4, false), "sharded");
+  expect_continues(transformer_spec(kGpt4Heads, 4, 4, false),
+                   transformer_spec(kGpt4Heads, 2, 2, true), "full");
+}
+
 TEST(TensorResume, ShardedCheckpointsMoveBetweenTensorSizesAndZero3) {
   expect_continues(tensor_spec(true, 4, 4), zero3_spec(true, 2), "sharded");
   expect_continues(zero3_spec(true, 2), tensor_spec(true, 4, 2), "sharded");
