@@ -51,20 +51,6 @@ tessera_status counting_post(tessera_comm* comm, const tessera_coll_args* args,
   return s;
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i > 0 ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-const char* split_name(tessera_split_kind split) {
-  return split == TESSERA_SPLIT_ROW ? "row" : "column";
-}
-
-std::span<float> held_part(sdk::TrackedBuffer<float>& buffer, uint64_t at, uint64_t count) {
-  return buffer.span().subspan(static_cast<size_t>(at), static_cast<size_t>(count));
-}
-
 }  // namespace
 
 void TensorStrategy::check(const sdk::Host& /*host*/, const sdk::Options& options,
@@ -88,12 +74,12 @@ TensorStrategy::TensorStrategy(const sdk::Host& host, const sdk::Options& option
   plan(model);  // refuses before any collective, so every rank refuses alike
   tp_ = env.world().split(dp_rank_, tp_rank_);
   dp_ = env.world().split(tp_rank_, dp_rank_);
-  params_ = sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_PARAMS, total_);
-  grads_ = sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_GRADS, total_);
-  optim_ = env.optimizer().make_state(total_);
-  for (size_t i = 0; i < held_.size(); ++i) {
-    param_ptrs_.bind_entry(i, params_.data() + held_[i].at);
-    grad_ptrs_.bind_entry(i, grads_.data() + held_[i].at);
+  params_ = sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_PARAMS, shards_.total());
+  grads_ = sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_GRADS, shards_.total());
+  optim_ = env.optimizer().make_state(shards_.total());
+  for (size_t i = 0; i < shards_.entries(); ++i) {
+    param_ptrs_.bind_entry(i, params_.data() + shards_.held(i).at);
+    grad_ptrs_.bind_entry(i, grads_.data() + shards_.held(i).at);
   }
   // The units' collectives go through a table that counts them.
   const tessera_backend_api* real = tp_->api();
@@ -114,8 +100,8 @@ TensorStrategy::TensorStrategy(const sdk::Host& host, const sdk::Options& option
   if (env.rank() == 0) {
     host_.info("tensor: ", tp_size_, " ranks per tensor group x ", dp_size_,
                " data-parallel replicas, mode ", options_.sequence ? "sequence" : "tensor",
-               "; a rank holds ", total_, " of ", flat_.total(), " parameter elements (",
-               split_total_, " in shards)");
+               "; a rank holds ", shards_.total(), " of ", flat_.total(), " parameter elements (",
+               shards_.split_total(), " in shards)");
   }
 }
 
@@ -166,54 +152,15 @@ void TensorStrategy::plan(const sdk::ModelView& model) {
   }
   // Split tensors first, then the replicated ones: the norm counts the
   // second range on one rank of the group only.
-  held_.assign(flat_.entries().size(), Held{});
-  std::vector<bool> whole(held_.size(), true);
-  for (size_t i = 0; i < held_.size(); ++i) {
-    const sdk::FlatEntry& e = flat_.entry(i);
-    const sdk::ParamInfo& info = model.params(e.unit)[static_cast<size_t>(e.param)];
-    Held& h = held_[i];
-    h.shape = e.shape;
-    if (tp_size_ == 1 || info.split == TESSERA_SPLIT_REPLICATED || e.shape.empty()) continue;
-    h.axis = info.split == TESSERA_SPLIT_ROW ? 0 : static_cast<int32_t>(e.shape.size()) - 1;
-    h.blocks = std::max(info.split_blocks, 1);
-    const int64_t dim = e.shape[static_cast<size_t>(h.axis)];
-    if (dim % (static_cast<int64_t>(h.blocks) * tp_size_) != 0) {
-      const bool head = e.unit == units - 1 && info.split == TESSERA_SPLIT_COLUMN;
-      if (head) {
-        if (env_.rank() == 0) {
-          host_.info("tensor: '", e.full_name, "' ", shape_text(e.shape), ": size = ", tp_size_,
-                     " does not divide its last dimension (", dim,
-                     "), so the last unit keeps it whole on every rank (replicated)");
-        }
-        continue;
-      }
-      throw Error(
-          TESSERA_ERR_INVALID_ARGUMENT,
-          detail::concat("tensor: parameter '", e.full_name, "' ", shape_text(e.shape),
-                         " is split by ", split_name(info.split), " on dimension ", h.axis, " (",
-                         dim, h.blocks > 1 ? detail::concat(" in ", h.blocks, " blocks") : "",
-                         "), which size = ", tp_size_,
-                         " does not divide; the model's width there must be a multiple of ",
-                         static_cast<int64_t>(h.blocks) * tp_size_,
-                         " or [strategy.options] size must divide it"));
+  shards_ = sdk::TensorShards(flat_, model, tp_size_, tp_rank_, "tensor");
+  if (env_.rank() == 0) {
+    for (const size_t i : shards_.kept_whole()) {
+      const sdk::FlatEntry& e = flat_.entry(i);
+      host_.info("tensor: '", e.full_name, "' ", sdk::TensorShards::shape_text(e.shape),
+                 ": size = ", tp_size_, " does not divide its last dimension (", e.shape.back(),
+                 "), so the last unit keeps it whole on every rank (replicated)");
     }
-    h.split = true;
-    h.shape[static_cast<size_t>(h.axis)] = dim / tp_size_;
-    whole[i] = false;
   }
-  uint64_t at = 0;
-  for (const bool pass_whole : {false, true}) {
-    for (size_t i = 0; i < held_.size(); ++i) {
-      if (whole[i] != pass_whole) continue;
-      Held& h = held_[i];
-      h.numel = 1;
-      for (const int64_t d : h.shape) h.numel *= static_cast<uint64_t>(d);
-      h.at = at;
-      at += h.numel;
-    }
-    if (!pass_whole) split_total_ = at;
-  }
-  total_ = at;
 }
 
 tessera_strategy_layout TensorStrategy::layout() const {
@@ -224,102 +171,15 @@ tessera_strategy_layout TensorStrategy::layout() const {
   return l;
 }
 
-template <class Io>
-void TensorStrategy::move_tensor(size_t entry, std::span<float> local, Io&& io) const {
-  const Held& h = held_[entry];
-  const sdk::FlatEntry& e = flat_.entry(entry);
-  if (!h.split) {
-    io(e.shape, std::vector<int64_t>(), std::vector<int64_t>(), local);
-    return;
-  }
-  // The shard is `blocks` boxes: block j's part of the split dimension is
-  // [j B + rank B/p, j B + (rank+1) B/p) with B = dim / blocks. In the
-  // shard, block j's part is [j B/p, (j+1) B/p) of the same dimension.
-  const auto axis = static_cast<size_t>(h.axis);
-  const int64_t block = e.shape[axis] / h.blocks;
-  const int64_t part = block / tp_size_;
-  std::vector<int64_t> offset(e.shape.size(), 0);
-  std::vector<int64_t> extent = e.shape;
-  extent[axis] = part;
-  int64_t outer = 1;  // rows before the split dimension
-  for (size_t d = 0; d < axis; ++d) outer *= e.shape[d];
-  int64_t inner = 1;  // elements after it
-  for (size_t d = axis + 1; d < e.shape.size(); ++d) inner *= e.shape[d];
-  std::vector<float> box(static_cast<size_t>(outer * part * inner));
-  for (int32_t j = 0; j < h.blocks; ++j) {
-    offset[axis] = j * block + static_cast<int64_t>(tp_rank_) * part;
-    // Copy the shard's block part in and out of a dense box.
-    const int64_t stride = h.shape[axis] * inner;  // the shard's span of one outer row
-    const auto copy = [&](bool into_box) {
-      for (int64_t o = 0; o < outer; ++o) {
-        float* shard = local.data() + o * stride + j * part * inner;
-        float* dense = box.data() + o * part * inner;
-        if (into_box) {
-          std::copy(shard, shard + part * inner, dense);
-        } else {
-          std::copy(dense, dense + part * inner, shard);
-        }
-      }
-    };
-    if (h.blocks == 1 && outer == 1) {
-      io(e.shape, offset, extent, local);  // contiguous: straight into the shard
-      continue;
-    }
-    copy(true);
-    io(e.shape, offset, extent, std::span<float>(box));
-    copy(false);
-  }
-}
-
 void TensorStrategy::load(const sdk::StateReader& reader) {
-  const sdk::OptimizerView& opt = env_.optimizer();
-  const bool has_state = sdk::has_optimizer_state(reader, flat_, opt);
-  for (size_t i = 0; i < held_.size(); ++i) {
-    const sdk::FlatEntry& e = flat_.entry(i);
-    const auto read = [&](const std::string& name) {
-      return [&reader, name](const std::vector<int64_t>& shape, const std::vector<int64_t>& offset,
-                             const std::vector<int64_t>& extent, std::span<float> out) {
-        if (offset.empty()) {
-          reader.read(name, shape, 0, out);
-        } else {
-          reader.read_box(name, shape, offset, extent, out);
-        }
-      };
-    };
-    move_tensor(i, held_part(params_, held_[i].at, held_[i].numel),
-                read(sdk::param_key(e.full_name)));
-    if (!has_state) continue;
-    for (int32_t k = 0; k < opt.num_slots(); ++k) {
-      move_tensor(i, optim_.slot(k).subspan(held_[i].at, held_[i].numel),
-                  read(sdk::optim_key(e.full_name, opt.slot_name(k))));
-    }
-  }
+  shards_.read(reader, flat_, env_.optimizer(), params_.span(), optim_);
 }
 
 void TensorStrategy::save(const sdk::StateWriter& writer) {
   if (dp_rank_ != 0 && !writer.all_replicas()) return;
-  const sdk::OptimizerView& opt = env_.optimizer();
-  for (size_t i = 0; i < held_.size(); ++i) {
-    // Each element once: a replicated tensor from the group's first rank.
-    if (!held_[i].split && tp_rank_ != 0 && !writer.all_replicas()) continue;
-    const sdk::FlatEntry& e = flat_.entry(i);
-    const auto write = [&](const std::string& name) {
-      return [&writer, name](const std::vector<int64_t>& shape, const std::vector<int64_t>& offset,
-                             const std::vector<int64_t>& extent, std::span<float> data) {
-        if (offset.empty()) {
-          writer.write(name, shape, 0, data);
-        } else {
-          writer.write_box(name, shape, offset, extent, data);
-        }
-      };
-    };
-    move_tensor(i, held_part(params_, held_[i].at, held_[i].numel),
-                write(sdk::param_key(e.full_name)));
-    for (int32_t k = 0; k < opt.num_slots(); ++k) {
-      move_tensor(i, optim_.slot(k).subspan(held_[i].at, held_[i].numel),
-                  write(sdk::optim_key(e.full_name, opt.slot_name(k))));
-    }
-  }
+  // Each element once: a replicated tensor from the group's first rank.
+  shards_.write(writer, flat_, env_.optimizer(), params_.span(), optim_,
+                tp_rank_ == 0 || writer.all_replicas());
 }
 
 void TensorStrategy::account(size_t unit) {
@@ -368,8 +228,9 @@ double TensorStrategy::sum_squares() {
   // Shards summed over the tensor group; replicated tensors (the same on
   // every rank of the group) counted once; the replicas hold the same sums.
   const std::span<const float> all = grads_.span();
-  double total = sdk::sum_squares(all.subspan(0, static_cast<size_t>(split_total_)));
-  if (tp_rank_ == 0) total += sdk::sum_squares(all.subspan(static_cast<size_t>(split_total_)));
+  double total = sdk::sum_squares(all.subspan(0, static_cast<size_t>(shards_.split_total())));
+  if (tp_rank_ == 0)
+    total += sdk::sum_squares(all.subspan(static_cast<size_t>(shards_.split_total())));
   if (tp_->size() > 1) tp_->allreduce(std::span<double>(&total, 1));
   return total;
 }
@@ -388,7 +249,7 @@ sdk::StepResult TensorStrategy::step(const sdk::StepArgs& args) {
              // cover its token rows only: their sum over the group is the
              // whole gradient.
              if (options_.sequence && tp_->size() > 1) {
-               tp_->allreduce(grads_.span().subspan(static_cast<size_t>(split_total_)));
+               tp_->allreduce(grads_.span().subspan(static_cast<size_t>(shards_.split_total())));
              }
              if (dp_->size() > 1) dp_->allreduce(grads_.span());
            },

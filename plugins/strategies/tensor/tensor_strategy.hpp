@@ -24,6 +24,7 @@
 #include "tensor_options.hpp"
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/strategy.hpp"
+#include "tessera/sdk/tensor_shards.hpp"
 #include "tessera/sdk/tracked_buffer.hpp"
 
 namespace tessera::strategies {
@@ -71,16 +72,6 @@ class TensorStrategy final : public sdk::Strategy {
   void save(const sdk::StateWriter& writer) override;
 
  private:
-  // How this rank holds one owned parameter.
-  struct Held {
-    bool split = false;
-    int32_t axis = 0;            // the split dimension
-    int32_t blocks = 1;          // equal blocks of it, each split over the group
-    std::vector<int64_t> shape;  // this rank's shard (the whole tensor when not split)
-    uint64_t at = 0;             // first element in the buffers
-    uint64_t numel = 0;
-  };
-
   void plan(const sdk::ModelView& model);
   // The TESSERA_TP_* bits of the units' group.
   [[nodiscard]] uint32_t group_flags() const noexcept {
@@ -89,13 +80,6 @@ class TensorStrategy final : public sdk::Strategy {
   double forward_backward(const sdk::StepArgs& args);
   void account(size_t unit);
   [[nodiscard]] double sum_squares();
-  // Hands this rank's part of tensor `entry` (held in `local`) to
-  // io(shape, box_offset, box_extent, values): every block of a shard as
-  // a box (through a dense copy when the block is not contiguous in the
-  // shard), a whole tensor as one call with empty box vectors. io reads
-  // into or writes from the values.
-  template <class Io>
-  void move_tensor(size_t entry, std::span<float> local, Io&& io) const;
 
   sdk::Host host_;
   sdk::StrategyEnv& env_;
@@ -105,9 +89,7 @@ class TensorStrategy final : public sdk::Strategy {
   int32_t tp_rank_;
   int32_t dp_rank_;
   sdk::FlatLayout flat_;
-  std::vector<Held> held_;  // per flat entry
-  uint64_t total_ = 0;      // elements held (shards + replicated)
-  uint64_t split_total_ = 0;
+  sdk::TensorShards shards_;  // what this rank holds of each flat entry
   sdk::TrackedBuffer<float> params_;
   sdk::TrackedBuffer<float> grads_;
   sdk::SlotPointers param_ptrs_;
