@@ -182,10 +182,12 @@ PipelineStrategy::PipelineStrategy(const sdk::Host& host, const sdk::Options& op
     : host_(host),
       env_(env),
       options_(PipelineOptions::read(options, env.world_size())),
-      stages_(options_.stages),
-      replicas_(env.world_size() / options_.stages),
-      stage_(env.rank() % options_.stages),
-      replica_(env.rank() / options_.stages),
+      mesh_({{"dp", env.world_size() / options_.stages}, {"pp", options_.stages}}, env.world_size(),
+            env.rank()),
+      stages_(mesh_.size("pp")),
+      replicas_(mesh_.size("dp")),
+      stage_(mesh_.coord("pp")),
+      replica_(mesh_.coord("dp")),
       plan_(make_plan(options_, env.model())),
       flat_(env.model()),
       param_ptrs_(flat_),
@@ -228,8 +230,8 @@ PipelineStrategy::PipelineStrategy(const sdk::Host& host, const sdk::Options& op
 
   // Groups: the stages of one replica (rank in it = stage), one stage over
   // all replicas, and per parameter used on several stages those stages.
-  pipe_ = env.world().split(replica_, stage_);
-  dp_ = env.world().split(stage_, replica_);
+  pipe_ = mesh_.group(env.world(), {"pp"});
+  dp_ = mesh_.group(env.world(), {"dp"});
   for (size_t i = 0; i < flat_.entries().size(); ++i) {
     const sdk::FlatEntry& e = flat_.entry(i);
     std::vector<int32_t> stages;

@@ -24,6 +24,7 @@
 #include "pipeline_options.hpp"
 #include "pipeline_partition.hpp"
 #include "tessera/sdk/flat_params.hpp"
+#include "tessera/sdk/mesh.hpp"
 #include "tessera/sdk/strategy.hpp"
 #include "tessera/sdk/tracked_buffer.hpp"
 
@@ -134,6 +135,7 @@ class PipelineStrategy final : public sdk::Strategy {
   sdk::Host host_;
   sdk::StrategyEnv& env_;
   PipelineOptions options_;
+  sdk::Mesh mesh_;  // dp x pp: a replica's stages are stages_ consecutive ranks
   int32_t stages_;
   int32_t replicas_;
   int32_t stage_;

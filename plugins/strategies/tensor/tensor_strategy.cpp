@@ -63,17 +63,19 @@ TensorStrategy::TensorStrategy(const sdk::Host& host, const sdk::Options& option
     : host_(host),
       env_(env),
       options_(TensorOptions::read(options, env.world_size())),
-      tp_size_(options_.size),
-      dp_size_(env.world_size() / options_.size),
-      tp_rank_(env.rank() % options_.size),
-      dp_rank_(env.rank() / options_.size),
+      mesh_({{"dp", env.world_size() / options_.size}, {"tp", options_.size}}, env.world_size(),
+            env.rank()),
+      tp_size_(mesh_.size("tp")),
+      dp_size_(mesh_.size("dp")),
+      tp_rank_(mesh_.coord("tp")),
+      dp_rank_(mesh_.coord("dp")),
       flat_(env.model()),
       param_ptrs_(flat_),
       grad_ptrs_(flat_) {
   const sdk::ModelView& model = env.model();
   plan(model);  // refuses before any collective, so every rank refuses alike
-  tp_ = env.world().split(dp_rank_, tp_rank_);
-  dp_ = env.world().split(tp_rank_, dp_rank_);
+  tp_ = mesh_.group(env.world(), {"tp"});
+  dp_ = mesh_.group(env.world(), {"dp"});
   params_ = sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_PARAMS, shards_.total());
   grads_ = sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_GRADS, shards_.total());
   optim_ = env.optimizer().make_state(shards_.total());

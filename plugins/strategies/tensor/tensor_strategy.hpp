@@ -23,6 +23,7 @@
 
 #include "tensor_options.hpp"
 #include "tessera/sdk/flat_params.hpp"
+#include "tessera/sdk/mesh.hpp"
 #include "tessera/sdk/strategy.hpp"
 #include "tessera/sdk/tensor_shards.hpp"
 #include "tessera/sdk/tracked_buffer.hpp"
@@ -84,6 +85,7 @@ class TensorStrategy final : public sdk::Strategy {
   sdk::Host host_;
   sdk::StrategyEnv& env_;
   TensorOptions options_;
+  sdk::Mesh mesh_;  // dp x tp: a tensor group is tp_size_ consecutive ranks
   int32_t tp_size_;
   int32_t dp_size_;
   int32_t tp_rank_;
