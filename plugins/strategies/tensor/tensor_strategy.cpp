@@ -2,10 +2,7 @@
 #include "tensor_strategy.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <span>
 #include <string>
 #include <utility>
@@ -15,43 +12,6 @@
 #include "tessera/sdk/step_frame.hpp"
 
 namespace tessera::strategies {
-
-namespace {
-
-// The tensor groups whose units' collectives are counted, by communicator:
-// the table handed to the units has counting_post in place of post, which
-// forwards to the backend and adds the bytes the call sends (by the same
-// count as sdk::CommView) and, for a blocking call, the time it blocked.
-std::mutex& traffic_mutex() {
-  static std::mutex m;
-  return m;
-}
-std::map<const tessera_comm*, TensorTraffic*>& traffic_by_comm() {
-  static std::map<const tessera_comm*, TensorTraffic*> m;
-  return m;
-}
-
-tessera_status counting_post(tessera_comm* comm, const tessera_coll_args* args,
-                             tessera_work** work) {
-  TensorTraffic* t = nullptr;
-  {
-    const std::lock_guard<std::mutex> lock(traffic_mutex());
-    const auto it = traffic_by_comm().find(comm);
-    if (it != traffic_by_comm().end()) t = it->second;
-  }
-  if (t == nullptr) return TESSERA_ERR_INTERNAL;  // only the registered groups get this table
-  const auto t0 = std::chrono::steady_clock::now();
-  const tessera_status s = t->real->post(comm, args, work);
-  if (args != nullptr) t->bytes_sent += t->group->bytes_sent(*args);
-  if (work == nullptr) {
-    t->wait_ns +=
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-            .count();
-  }
-  return s;
-}
-
-}  // namespace
 
 void TensorStrategy::check(const sdk::Host& /*host*/, const sdk::Options& options,
                            int32_t world_size) {
@@ -84,21 +44,7 @@ TensorStrategy::TensorStrategy(const sdk::Host& host, const sdk::Options& option
     grad_ptrs_.bind_entry(i, grads_.data() + shards_.held(i).at);
   }
   // The units' collectives go through a table that counts them.
-  const tessera_backend_api* real = tp_->api();
-  std::memcpy(&counting_api_, real, std::min<size_t>(real->struct_size, sizeof counting_api_));
-  counting_api_.post = &counting_post;
-  traffic_.real = real;
-  traffic_.group = tp_.get();
-  {
-    const std::lock_guard<std::mutex> lock(traffic_mutex());
-    traffic_by_comm()[tp_->raw()] = &traffic_;
-  }
-  group_.struct_size = sizeof group_;
-  group_.rank = tp_rank_;
-  group_.size = tp_size_;
-  group_.backend = &counting_api_;
-  group_.comm = tp_->raw();
-  group_.flags = group_flags();
+  group_ = std::make_unique<sdk::TensorGroup>(*tp_, group_flags());
   if (env.rank() == 0) {
     host_.info("tensor: ", tp_size_, " ranks per tensor group x ", dp_size_,
                " data-parallel replicas, mode ", options_.sequence ? "sequence" : "tensor",
@@ -108,10 +54,6 @@ TensorStrategy::TensorStrategy(const sdk::Host& host, const sdk::Options& option
 }
 
 TensorStrategy::~TensorStrategy() {
-  {
-    const std::lock_guard<std::mutex> lock(traffic_mutex());
-    if (tp_ != nullptr) traffic_by_comm().erase(tp_->raw());
-  }
   int64_t held = 0;
   for (const int64_t b : context_bytes_) held += b;
   contexts_.clear();
@@ -119,39 +61,7 @@ TensorStrategy::~TensorStrategy() {
 }
 
 void TensorStrategy::plan(const sdk::ModelView& model) {
-  const int32_t units = model.num_units();
-  if (tp_size_ > 1) {
-    for (int32_t u = 0; u < units; ++u) {
-      const uint32_t flags = model.unit_flags(u);
-      if ((flags & TESSERA_UNIT_TENSOR_PARALLEL) == 0) {
-        throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                    detail::concat("tensor: unit '", model.unit_name(u),
-                                   "' does not support tensor parallelism (no "
-                                   "TESSERA_UNIT_TENSOR_PARALLEL), so size = ",
-                                   tp_size_, " cannot split it; use size = 1 or another strategy"));
-      }
-      if (options_.sequence && (flags & TESSERA_UNIT_SEQUENCE_PARALLEL) == 0) {
-        throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                    detail::concat("tensor: unit '", model.unit_name(u),
-                                   "' does not support sequence parallelism (no "
-                                   "TESSERA_UNIT_SEQUENCE_PARALLEL), so mode = \"sequence\" "
-                                   "cannot split its rows; use mode = \"tensor\""));
-      }
-    }
-  }
-  // The model names the option a group of this size cannot split (heads,
-  // widths, vocabulary; positions under sequence parallelism) before any
-  // parameter is cut.
-  if (tp_size_ > 1) {
-    try {
-      model.check_tensor_parallel(tp_size_, group_flags());
-    } catch (const Error& e) {
-      throw Error(e.status(),
-                  detail::concat("tensor: [strategy.options] size = ", tp_size_, ", mode = \"",
-                                 options_.sequence ? "sequence" : "tensor",
-                                 "\" cannot split the model: ", e.what()));
-    }
-  }
+  sdk::require_tensor_parallel(model, tp_size_, group_flags(), "tensor", "size");
   // Split tensors first, then the replicated ones: the norm counts the
   // second range on one rank of the group only.
   shards_ = sdk::TensorShards(flat_, model, tp_size_, tp_rank_, "tensor");
@@ -199,7 +109,7 @@ double TensorStrategy::forward_backward(const sdk::StepArgs& args) {
     for (int32_t u = 0; u < units; ++u) contexts_.push_back(model.make_context(u));
   }
   // No group for one rank: the units run their single-rank arithmetic.
-  const tessera_tp_group* tp = tp_size_ > 1 ? &group_ : nullptr;
+  const tessera_tp_group* tp = group_->get();
   double loss = 0.0;
   for (size_t m = 0; m < args.micro_batches.size(); ++m) {
     tessera_matrix x{};
@@ -238,7 +148,8 @@ double TensorStrategy::sum_squares() {
 }
 
 sdk::StepResult TensorStrategy::step(const sdk::StepArgs& args) {
-  const TensorTraffic units_before = traffic_;
+  const int64_t units_bytes_before = group_->bytes_sent();
+  const int64_t units_wait_before = group_->wait_ns();
   const sdk::CommStats tp_before = tp_->stats();
   const sdk::CommStats dp_before = dp_->stats();
   sdk::StepResult result = sdk::run_step(
@@ -261,9 +172,9 @@ sdk::StepResult TensorStrategy::step(const sdk::StepArgs& args) {
              sdk::scale_in_place(grads_.span(), factor);
              env_.optimizer().step(optim_, 0, params_.span(), grads_.span(), args.step, args.lr);
            }});
-  const int64_t unit_bytes = traffic_.bytes_sent - units_before.bytes_sent;
+  const int64_t unit_bytes = group_->bytes_sent() - units_bytes_before;
   result.comm_bytes += unit_bytes;
-  result.comm_wait_ns += traffic_.wait_ns - units_before.wait_ns;
+  result.comm_wait_ns += group_->wait_ns() - units_wait_before;
   const int64_t tp_bytes = unit_bytes + tp_->stats().bytes_sent - tp_before.bytes_sent;
   const int64_t dp_bytes = dp_->stats().bytes_sent - dp_before.bytes_sent;
   host_.debug("tensor: step ", args.step, " rank ", env_.rank(), ": tensor group sent ", tp_bytes,

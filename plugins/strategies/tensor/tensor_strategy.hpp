@@ -25,19 +25,11 @@
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/mesh.hpp"
 #include "tessera/sdk/strategy.hpp"
+#include "tessera/sdk/tensor_group.hpp"
 #include "tessera/sdk/tensor_shards.hpp"
 #include "tessera/sdk/tracked_buffer.hpp"
 
 namespace tessera::strategies {
-
-// Bytes sent and time blocked by the units' own collectives on one tensor
-// group (counted by the table handed to them).
-struct TensorTraffic {
-  const tessera_backend_api* real = nullptr;
-  sdk::CommView* group = nullptr;
-  int64_t bytes_sent = 0;
-  int64_t wait_ns = 0;
-};
 
 class TensorStrategy final : public sdk::Strategy {
  public:
@@ -97,11 +89,9 @@ class TensorStrategy final : public sdk::Strategy {
   sdk::SlotPointers param_ptrs_;
   sdk::SlotPointers grad_ptrs_;
   sdk::OptimState optim_;
-  std::unique_ptr<sdk::CommView> tp_;  // this rank's tensor group, rank = position
-  std::unique_ptr<sdk::CommView> dp_;  // this position in every replica
-  TensorTraffic traffic_;
-  tessera_backend_api counting_api_{};
-  tessera_tp_group group_{};
+  std::unique_ptr<sdk::CommView> tp_;        // this rank's tensor group, rank = position
+  std::unique_ptr<sdk::CommView> dp_;        // this position in every replica
+  std::unique_ptr<sdk::TensorGroup> group_;  // the units' group over tp_, counted
   std::vector<sdk::UnitContext> contexts_;
   std::vector<int64_t> context_bytes_;
 };

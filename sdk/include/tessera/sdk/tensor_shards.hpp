@@ -31,6 +31,49 @@
 
 namespace tessera::sdk {
 
+// Before any parameter is cut, with a group of `size` > 1 ranks and
+// TESSERA_TP_* `flags`: refuses (invalid argument) a unit without
+// TESSERA_UNIT_TENSOR_PARALLEL ("<who>: unit 'layer0' does not support
+// tensor parallelism (no TESSERA_UNIT_TENSOR_PARALLEL), so <option> = 2
+// cannot split it; ..."), under TESSERA_TP_SEQUENCE one without
+// TESSERA_UNIT_SEQUENCE_PARALLEL, and what the model's own check refuses
+// (ModelView::check_tensor_parallel, naming its key), prefixed with
+// "<who>: [strategy.options] <option> = N, mode = "..." cannot split the
+// model: ".
+inline void require_tensor_parallel(const ModelView& model, int32_t size, uint32_t flags,
+                                    std::string_view who, std::string_view option) {
+  if (size <= 1) return;
+  const bool sequence = (flags & TESSERA_TP_SEQUENCE) != 0;
+  for (int32_t u = 0; u < model.num_units(); ++u) {
+    const uint32_t unit_flags = model.unit_flags(u);
+    if ((unit_flags & TESSERA_UNIT_TENSOR_PARALLEL) == 0) {
+      throw Error(
+          TESSERA_ERR_INVALID_ARGUMENT,
+          ::tessera::detail::concat(
+              who, ": unit '", model.unit_name(u),
+              "' does not support tensor parallelism (no TESSERA_UNIT_TENSOR_PARALLEL), "
+              "so ",
+              option, " = ", size, " cannot split it; use ", option, " = 1 or another strategy"));
+    }
+    if (sequence && (unit_flags & TESSERA_UNIT_SEQUENCE_PARALLEL) == 0) {
+      throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                  ::tessera::detail::concat(
+                      who, ": unit '", model.unit_name(u),
+                      "' does not support sequence parallelism (no "
+                      "TESSERA_UNIT_SEQUENCE_PARALLEL), so mode = \"sequence\" cannot split its "
+                      "rows; use mode = \"tensor\""));
+    }
+  }
+  try {
+    model.check_tensor_parallel(size, flags);
+  } catch (const Error& e) {
+    throw Error(e.status(),
+                ::tessera::detail::concat(who, ": [strategy.options] ", option, " = ", size,
+                                          ", mode = \"", sequence ? "sequence" : "tensor",
+                                          "\" cannot split the model: ", e.what()));
+  }
+}
+
 namespace detail {
 // The io of TensorShards::move that reads tensor `name` (a whole tensor or
 // a box of it) from `reader`, and the one that writes it.
