@@ -41,6 +41,12 @@ struct PipelineOptions {
   int32_t virtual_stages = 1;  // model chunks per rank: >= 2 under interleaved, else 1
   bool explicit_partition = false;
   std::vector<int64_t> boundaries;  // explicit: first unit of chunks 1 .. chunks()-1
+  // Set by the strategies that combine the pipeline with other axes
+  // (`hybrid`): ranks per tensor-parallel group inside every stage, its
+  // sequence mode, and the name its messages start with.
+  int32_t tp = 1;
+  bool sequence = false;
+  const char* who = "pipeline";
 
   // Reads and checks the options for `world_size` ranks. Throws
   // tessera::Error (invalid argument) naming the option when stages is

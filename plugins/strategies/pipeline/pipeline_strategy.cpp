@@ -12,6 +12,7 @@
 #include "tessera/sdk/clip.hpp"
 #include "tessera/sdk/flat_state.hpp"
 #include "tessera/sdk/step_frame.hpp"
+#include "tessera/sdk/tensor_shards.hpp"
 
 namespace tessera::strategies {
 
@@ -182,16 +183,22 @@ PipelineStrategy::PipelineStrategy(const sdk::Host& host, const sdk::Options& op
     : host_(host),
       env_(env),
       options_(PipelineOptions::read(options, env.world_size())),
-      mesh_({{"dp", env.world_size() / options_.stages}, {"pp", options_.stages}}, env.world_size(),
-            env.rank()),
+      mesh_({{"dp", env.world_size() / (options_.stages * options_.tp)},
+             {"pp", options_.stages},
+             {"tp", options_.tp}},
+            env.world_size(), env.rank()),
       stages_(mesh_.size("pp")),
       replicas_(mesh_.size("dp")),
       stage_(mesh_.coord("pp")),
       replica_(mesh_.coord("dp")),
+      tp_rank_(mesh_.coord("tp")),
       plan_(make_plan(options_, env.model())),
       flat_(env.model()),
       param_ptrs_(flat_),
       grad_ptrs_(flat_) {
+  // With a tensor axis, the units must split and the model must accept the
+  // group before any parameter is cut (naming its key and the option).
+  sdk::require_tensor_parallel(env.model(), options_.tp, group_flags(), options_.who, "tp");
   for (int32_t c = stage_; c < plan_.stages(); c += stages_) {
     Chunk chunk;
     chunk.index = c;
@@ -199,32 +206,54 @@ PipelineStrategy::PipelineStrategy(const sdk::Host& host, const sdk::Options& op
     chunk.end_unit = plan_.end(c);
     chunk.own = {flat_.unit_range(chunk.first_unit).begin,
                  flat_.unit_range(chunk.end_unit - 1).end};
-    chunk.at = total_;
-    total_ += chunk.own.size();
     chunks_.push_back(std::move(chunk));
   }
-  own_total_ = total_;
+  // The held buffers: this stage's own tensors in model order (so each
+  // unit's are contiguous, for its data-parallel sum), then the copies of
+  // tied tensors owned by other stages; each a tensor-parallel shard or
+  // whole (sdk::TensorShards).
+  std::vector<size_t> order;
+  for (size_t i = 0; i < flat_.entries().size(); ++i) {
+    if (owns_unit(flat_.entry(i).unit)) order.push_back(i);
+  }
+  own_count_ = order.size();
   for (size_t i = 0; i < flat_.entries().size(); ++i) {
     const sdk::FlatEntry& e = flat_.entry(i);
-    const bool owned = owns_unit(e.unit);
     const bool used =
         std::any_of(e.users.begin(), e.users.end(), [&](int32_t u) { return owns_unit(u); });
-    if (!owned && used) {
+    if (!owns_unit(e.unit) && used) {
       foreign_.push_back(i);
-      foreign_at_.push_back(total_);
-      total_ += e.numel;
+      order.push_back(i);
+    }
+  }
+  shards_ = sdk::TensorShards(flat_, env.model(), options_.tp, tp_rank_, options_.who, {}, order);
+  own_total_ = foreign_.empty() ? shards_.total() : shards_.held(foreign_.front()).at;
+  total_ = shards_.total();
+  // Each unit's held range (its own tensors, contiguous).
+  unit_held_.assign(static_cast<size_t>(env.model().num_units()), sdk::FlatRange{});
+  for (size_t k = 0; k < own_count_; ++k) {
+    const sdk::TensorShards::Held& h = shards_.held(order[k]);
+    sdk::FlatRange& r = unit_held_[static_cast<size_t>(flat_.entry(order[k]).unit)];
+    if (r.empty()) r.begin = h.at;
+    r.end = h.at + h.numel;
+  }
+  for (Chunk& chunk : chunks_) {
+    chunk.at = unit_held_[static_cast<size_t>(chunk.first_unit)].begin;
+    for (int32_t u = chunk.first_unit; u < chunk.end_unit; ++u) {
+      const sdk::FlatRange& r = unit_held_[static_cast<size_t>(u)];
+      if (!r.empty()) {
+        chunk.at = std::min(chunk.at, r.begin);
+        break;
+      }
     }
   }
   params_ =
       sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_PARAMS, static_cast<size_t>(total_));
   grads_ =
       sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_GRADS, static_cast<size_t>(total_));
-  for (size_t i = 0; i < flat_.entries().size(); ++i) {
-    const bool owned = owns_unit(flat_.entry(i).unit);
-    const bool foreign = std::find(foreign_.begin(), foreign_.end(), i) != foreign_.end();
-    if (!owned && !foreign) continue;
-    param_ptrs_.bind_entry(i, params_.data() + offset_of(i));
-    grad_ptrs_.bind_entry(i, grads_.data() + offset_of(i));
+  for (const size_t i : order) {
+    param_ptrs_.bind_entry(i, params_.data() + shards_.held(i).at);
+    grad_ptrs_.bind_entry(i, grads_.data() + shards_.held(i).at);
   }
   optim_ = env.optimizer().make_state(total_);
 
@@ -232,6 +261,11 @@ PipelineStrategy::PipelineStrategy(const sdk::Host& host, const sdk::Options& op
   // all replicas, and per parameter used on several stages those stages.
   pipe_ = mesh_.group(env.world(), {"pp"});
   dp_ = mesh_.group(env.world(), {"dp"});
+  if (options_.tp > 1) {
+    tp_ = mesh_.group(env.world(), {"tp"});
+    norm_group_ = mesh_.group(env.world(), {"pp", "tp"});
+    group_ = std::make_unique<sdk::TensorGroup>(*tp_, group_flags());
+  }
   for (size_t i = 0; i < flat_.entries().size(); ++i) {
     const sdk::FlatEntry& e = flat_.entry(i);
     std::vector<int32_t> stages;
@@ -334,16 +368,10 @@ tessera_strategy_layout PipelineStrategy::layout() const {
 }
 
 uint64_t PipelineStrategy::offset_of(size_t entry) const {
-  const auto it = std::find(foreign_.begin(), foreign_.end(), entry);
-  if (it != foreign_.end()) return foreign_at_[static_cast<size_t>(it - foreign_.begin())];
-  const sdk::FlatEntry& e = flat_.entry(entry);
-  for (const Chunk& chunk : chunks_) {
-    if (e.offset >= chunk.own.begin && e.offset < chunk.own.end) {
-      return chunk.at + (e.offset - chunk.own.begin);
-    }
-  }
-  throw Error(TESSERA_ERR_INTERNAL, detail::concat("pipeline: parameter ", e.full_name,
-                                                   " is not held by stage ", stage_));
+  const sdk::TensorShards::Held& h = shards_.held(entry);
+  TESSERA_CHECK(h.held, TESSERA_ERR_INTERNAL, "pipeline: parameter ", flat_.entry(entry).full_name,
+                " is not held by stage ", stage_);
+  return h.at;
 }
 
 void PipelineStrategy::log_plan(const sdk::ModelView& model) const {
@@ -375,39 +403,17 @@ void PipelineStrategy::log_plan(const sdk::ModelView& model) const {
 }
 
 void PipelineStrategy::load(const sdk::StateReader& reader) {
-  const sdk::OptimizerView& opt = env_.optimizer();
-  for (const Chunk& c : chunks_) {
-    sdk::read_params(reader, flat_, c.own, part(params_, c.at, c.own.size()));
-  }
-  for (size_t k = 0; k < foreign_.size(); ++k) {
-    const sdk::FlatEntry& e = flat_.entry(foreign_[k]);
-    sdk::read_params(reader, flat_, e.range(), part(params_, foreign_at_[k], e.numel));
-  }
-  bool has_state = true;
-  for (const Chunk& c : chunks_) {
-    has_state = sdk::read_optimizer_state(reader, flat_, opt, optim_, c.own, c.at) && has_state;
-  }
-  if (has_state) {
-    for (size_t k = 0; k < foreign_.size(); ++k) {
-      const sdk::FlatEntry& e = flat_.entry(foreign_[k]);
-      (void)sdk::read_optimizer_state(reader, flat_, opt, optim_, e.range(), foreign_at_[k]);
-    }
-  }
+  // Own tensors and tied copies alike, shards as boxes of the whole tensors.
+  shards_.read(reader, flat_, env_.optimizer(), params_.span(), optim_);
 }
 
 void PipelineStrategy::save(const sdk::StateWriter& writer) {
   if (replica_ != 0 && !writer.all_replicas()) return;
-  const sdk::OptimizerView& opt = env_.optimizer();
-  for (const Chunk& c : chunks_) {
-    sdk::write_params(writer, flat_, c.own, part(params_, c.at, c.own.size()));
-    sdk::write_optimizer_state(writer, flat_, opt, optim_, c.own, c.at);
-  }
-  if (!writer.all_replicas()) return;
-  for (size_t k = 0; k < foreign_.size(); ++k) {
-    const sdk::FlatEntry& e = flat_.entry(foreign_[k]);
-    sdk::write_params(writer, flat_, e.range(), part(params_, foreign_at_[k], e.numel));
-    sdk::write_optimizer_state(writer, flat_, opt, optim_, e.range(), foreign_at_[k]);
-  }
+  // Replica 0 writes its stage's own tensors (a replicated one from tensor
+  // rank 0); every rank everything it holds when the writer wants all.
+  const bool all = writer.all_replicas();
+  shards_.write(writer, flat_, env_.optimizer(), params_.span(), optim_, tp_rank_ == 0 || all,
+                [&](size_t entry) { return all || owns_unit(flat_.entry(entry).unit); });
 }
 
 sdk::StepResult PipelineStrategy::step(const sdk::StepArgs& args) {
@@ -434,9 +440,14 @@ sdk::StepResult PipelineStrategy::step(const sdk::StepArgs& args) {
     tied_before.comm_wait_ns += t.comm->stats().wait_ns;
     tied_before.comm_bytes += t.comm->stats().bytes_sent;
   }
+  const int64_t units_bytes = group_ != nullptr ? group_->bytes_sent() : 0;
+  const int64_t units_wait = group_ != nullptr ? group_->wait_ns() : 0;
+  const sdk::CommStats pipe_before = pipe_->stats();
+  const sdk::CommStats dp_before = dp_->stats();
+  const sdk::CommStats tp_before = tp_ != nullptr ? tp_->stats() : sdk::CommStats{};
   std::array<double, 2> spans{};
   sdk::StepResult result = sdk::run_step(
-      args, {&env_.world(), pipe_.get(), dp_.get()},
+      args, {&env_.world(), pipe_.get(), dp_.get(), tp_.get(), norm_group_.get()},
       {.zero_grads = [&] { grads_.zero(); },
        .forward_backward = [&] { return run_schedule(args); },
        .finish =
@@ -457,6 +468,17 @@ sdk::StepResult PipelineStrategy::step(const sdk::StepArgs& args) {
   }
   result.comm_wait_ns -= tied_before.comm_wait_ns;
   result.comm_bytes -= tied_before.comm_bytes;
+  if (group_ != nullptr) {
+    // The units' own collectives in the tensor group, and the bytes per
+    // axis (the tied groups and the norm's are counted with the pipeline).
+    const int64_t units = group_->bytes_sent() - units_bytes;
+    result.comm_bytes += units;
+    result.comm_wait_ns += group_->wait_ns() - units_wait;
+    host_.debug(options_.who, ": step ", args.step, " rank ", env_.rank(), ": tp group sent ",
+                units + tp_->stats().bytes_sent - tp_before.bytes_sent, " bytes (units ", units,
+                "), pp group ", pipe_->stats().bytes_sent - pipe_before.bytes_sent,
+                " bytes, dp group ", dp_->stats().bytes_sent - dp_before.bytes_sent, " bytes");
+  }
   result.bubble = idle_share(busy_ns_, spans[0]);
   result.bubble_cpu = idle_share(cpu_ns_, spans[1]);
   char line[160];
@@ -494,15 +516,11 @@ void PipelineStrategy::unit_done(int32_t unit) {
   if (dp_->size() <= 1) return;
   for (const int32_t u : completes_[static_cast<size_t>(unit)]) {
     if (--users_left_[static_cast<size_t>(u)] != 0) continue;
-    const sdk::FlatRange range = flat_.unit_range(u);
+    TESSERA_CHECK(owns_unit(u), TESSERA_ERR_INTERNAL, "pipeline: unit ", u, " is not on stage ",
+                  stage_);
+    const sdk::FlatRange range = unit_held_[static_cast<size_t>(u)];
     if (range.empty()) continue;
-    const auto chunk = std::find_if(chunks_.begin(), chunks_.end(), [&](const Chunk& c) {
-      return u >= c.first_unit && u < c.end_unit;
-    });
-    TESSERA_CHECK(chunk != chunks_.end(), TESSERA_ERR_INTERNAL, "pipeline: unit ", u,
-                  " is not on stage ", stage_);
-    dp_sums_.push_back(dp_->start_allreduce(
-        part(grads_, chunk->at + (range.begin - chunk->own.begin), range.size())));
+    dp_sums_.push_back(dp_->start_allreduce(part(grads_, range.begin, range.size())));
   }
 }
 
@@ -574,7 +592,8 @@ void PipelineStrategy::forward(const sdk::StepArgs& args, Chunk& chunk, int32_t 
   compute([&] {
     for (int32_t u = chunk.first_unit; u < chunk.end_unit; ++u) {
       const auto k = static_cast<size_t>(u - chunk.first_unit);
-      x = env_.model().forward(u, slot.contexts[k], param_ptrs_.unit_const(u), batch, x, scale);
+      x = env_.model().forward(u, slot.contexts[k], param_ptrs_.unit_const(u), batch, x, scale,
+                               units_group());
       account(slot, k);
     }
   });
@@ -582,7 +601,9 @@ void PipelineStrategy::forward(const sdk::StepArgs& args, Chunk& chunk, int32_t 
     TESSERA_CHECK(x.data != nullptr && x.rows * x.cols == 1, TESSERA_ERR_INTERNAL,
                   "pipeline: the last unit returned a ", x.rows, "x", x.cols,
                   " output, not the 1x1 loss");
-    loss += static_cast<double>(x.data[0]);
+    // Every rank of a tensor group computed the whole loss; the host sums
+    // the ranks' losses, so tensor rank 0 reports it.
+    if (tp_rank_ == 0) loss += static_cast<double>(x.data[0]);
     return;
   }
   const int32_t next = (stage_ + 1) % stages_;
@@ -616,10 +637,10 @@ void PipelineStrategy::backward(Chunk& chunk, int32_t micro) {
   for (int32_t u = chunk.end_unit - 1; u >= chunk.first_unit; --u) {
     const auto k = static_cast<size_t>(u - chunk.first_unit);
     compute([&] {
-      grad = split
-                 ? env_.model().backward_input(u, slot.contexts[k], param_ptrs_.unit_const(u), grad)
-                 : env_.model().backward(u, slot.contexts[k], param_ptrs_.unit_const(u),
-                                         grad_ptrs_.unit(u), grad);
+      grad = split ? env_.model().backward_input(u, slot.contexts[k], param_ptrs_.unit_const(u),
+                                                 grad, units_group())
+                   : env_.model().backward(u, slot.contexts[k], param_ptrs_.unit_const(u),
+                                           grad_ptrs_.unit(u), grad, units_group());
       account(slot, k);
     });
     if (!split && last) unit_done(u);
@@ -645,7 +666,7 @@ void PipelineStrategy::backward_weight(Chunk& chunk, int32_t micro) {
     const auto k = static_cast<size_t>(u - chunk.first_unit);
     compute([&] {
       env_.model().backward_weight(u, slot.contexts[k], param_ptrs_.unit_const(u),
-                                   grad_ptrs_.unit(u));
+                                   grad_ptrs_.unit(u), units_group());
       account(slot, k);
     });
     if (last) unit_done(u);
@@ -684,17 +705,36 @@ void PipelineStrategy::reduce_grads() {
     }
     if (total_ > own_total_) dp_->allreduce(part(grads_, own_total_, total_ - own_total_));
   }
+  // Under sequence parallelism each tensor rank's replicated gradients
+  // cover its token rows: their sum over the tensor group is the whole.
+  if (options_.sequence && tp_ != nullptr) {
+    for (size_t i = 0; i < shards_.entries(); ++i) {
+      const sdk::TensorShards::Held& h = shards_.held(i);
+      if (h.held && !h.split) tp_->allreduce(part(grads_, h.at, h.numel));
+    }
+  }
   for (TiedGroup& t : tied_) {
-    const sdk::FlatEntry& e = flat_.entry(t.entry);
-    t.comm->allreduce(part(grads_, offset_of(t.entry), e.numel));
+    t.comm->allreduce(part(grads_, offset_of(t.entry), shards_.held(t.entry).numel));
   }
 }
 
 double PipelineStrategy::sum_squares() {
   // Each element once: this stage's own gradients (tied copies are counted
   // by their owner), summed over the stages; replicas hold the same sums.
-  double total = sdk::sum_squares(part(grads_, 0, own_total_));
-  if (pipe_->size() > 1) pipe_->allreduce(std::span<double>(&total, 1));
+  if (tp_ == nullptr) {
+    double total = sdk::sum_squares(part(grads_, 0, own_total_));
+    if (pipe_->size() > 1) pipe_->allreduce(std::span<double>(&total, 1));
+    return total;
+  }
+  // With a tensor axis: shards summed over the tensor group, replicated
+  // tensors (the same on its every rank) counted on tensor rank 0.
+  double total = 0.0;
+  for (size_t i = 0; i < shards_.entries(); ++i) {
+    const sdk::TensorShards::Held& h = shards_.held(i);
+    if (!h.held || !owns_unit(flat_.entry(i).unit) || (!h.split && tp_rank_ != 0)) continue;
+    total += sdk::sum_squares(part(grads_, h.at, h.numel));
+  }
+  norm_group_->allreduce(std::span<double>(&total, 1));
   return total;
 }
 

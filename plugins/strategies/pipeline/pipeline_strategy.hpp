@@ -26,6 +26,8 @@
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/mesh.hpp"
 #include "tessera/sdk/strategy.hpp"
+#include "tessera/sdk/tensor_group.hpp"
+#include "tessera/sdk/tensor_shards.hpp"
 #include "tessera/sdk/tracked_buffer.hpp"
 
 namespace tessera::strategies {
@@ -98,6 +100,13 @@ class PipelineStrategy final : public sdk::Strategy {
   };
 
   [[nodiscard]] uint64_t offset_of(size_t entry) const;
+  // The units' tensor-parallel group (null without a tensor axis).
+  [[nodiscard]] const tessera_tp_group* units_group() const noexcept {
+    return group_ != nullptr ? group_->get() : nullptr;
+  }
+  [[nodiscard]] uint32_t group_flags() const noexcept {
+    return options_.sequence ? static_cast<uint32_t>(TESSERA_TP_SEQUENCE) : 0U;
+  }
   [[nodiscard]] bool owns_unit(int32_t unit) const;
   double run_schedule(const sdk::StepArgs& args);
   void forward(const sdk::StepArgs& args, Chunk& chunk, int32_t micro, double& loss);
@@ -135,18 +144,24 @@ class PipelineStrategy final : public sdk::Strategy {
   sdk::Host host_;
   sdk::StrategyEnv& env_;
   PipelineOptions options_;
-  sdk::Mesh mesh_;  // dp x pp: a replica's stages are stages_ consecutive ranks
+  // dp x pp x tp (tp innermost; of size 1 for the pipeline strategy): a
+  // tensor group is consecutive ranks, a replica's stages x tensor ranks
+  // too.
+  sdk::Mesh mesh_;
   int32_t stages_;
   int32_t replicas_;
   int32_t stage_;
   int32_t replica_;
+  int32_t tp_rank_;
   StagePlan plan_;
   sdk::FlatLayout flat_;
-  std::deque<Chunk> chunks_;          // this stage's chunks, in model order
-  uint64_t own_total_ = 0;            // elements of its own parameters (buffer front)
-  std::vector<size_t> foreign_;       // entries owned elsewhere, used here (tied)
-  std::vector<uint64_t> foreign_at_;  // their offsets in the buffers
-  uint64_t total_ = 0;                // own + foreign elements
+  std::deque<Chunk> chunks_;               // this stage's chunks, in model order
+  sdk::TensorShards shards_;               // what it holds of each entry, and where
+  std::vector<sdk::FlatRange> unit_held_;  // per unit, its own tensors in the buffers
+  size_t own_count_ = 0;                   // own entries (held first)
+  uint64_t own_total_ = 0;                 // elements of its own parameters (buffer front)
+  std::vector<size_t> foreign_;            // entries owned elsewhere, used here (tied)
+  uint64_t total_ = 0;                     // own + foreign elements
   sdk::TrackedBuffer<float> params_;
   sdk::TrackedBuffer<float> grads_;
   sdk::SlotPointers param_ptrs_;
@@ -154,6 +169,12 @@ class PipelineStrategy final : public sdk::Strategy {
   sdk::OptimState optim_;
   std::unique_ptr<sdk::CommView> pipe_;  // the stages of this replica, rank = stage
   std::unique_ptr<sdk::CommView> dp_;    // this stage in every replica
+  // With a tensor axis (options_.tp > 1): this rank's tensor group, the
+  // stages x tensor ranks of its replica (for the norm), and the units'
+  // counted group over tp_.
+  std::unique_ptr<sdk::CommView> tp_;
+  std::unique_ptr<sdk::CommView> norm_group_;
+  std::unique_ptr<sdk::TensorGroup> group_;
   std::vector<TiedGroup> tied_;
   // Per unit of this stage, the units of this stage whose gradient passes
   // must finish before its gradients are complete (its parameters' users),

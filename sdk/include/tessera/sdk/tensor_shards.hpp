@@ -117,14 +117,18 @@ class TensorShards {
   TensorShards() = default;
 
   // Plans the entries of `flat` that `holds(entry)` selects (all when it
-  // is empty) for rank `rank` of a group of `size`. A split dimension that
+  // is empty) for rank `rank` of a group of `size`, the shards first in
+  // the held buffers; or, with a non-empty `order`, exactly the entries it
+  // lists, in its order (a pipeline stage keeps each unit's tensors
+  // together). A split dimension that
   // `size` (times the parameter's split_blocks) does not divide is an
   // invalid argument "<who>: parameter '<name>' [shape] is split by column
   // on dimension 1 (32), which size = 3 does not divide; ..." — except the
   // last unit's COLUMN parameters (a classifier head), which are then held
   // whole (kept_whole() lists them, for the caller to log).
   TensorShards(const FlatLayout& flat, const ModelView& model, int32_t size, int32_t rank,
-               std::string_view who, const std::function<bool(size_t entry)>& holds = {})
+               std::string_view who, const std::function<bool(size_t entry)>& holds = {},
+               const std::vector<size_t>& order = {})
       : size_(size), rank_(rank) {
     const int32_t units = model.num_units();
     held_.assign(flat.entries().size(), Held{});
@@ -132,7 +136,8 @@ class TensorShards {
     for (size_t i = 0; i < held_.size(); ++i) {
       const FlatEntry& e = flat.entry(i);
       Held& h = held_[i];
-      h.held = !holds || holds(i);
+      h.held = order.empty() ? (!holds || holds(i))
+                             : std::find(order.begin(), order.end(), i) != order.end();
       h.shape = e.shape;
       if (!h.held) continue;
       const ParamInfo& info = model.params(e.unit)[static_cast<size_t>(e.param)];
@@ -160,6 +165,18 @@ class TensorShards {
       whole[i] = false;
     }
     uint64_t at = 0;
+    if (!order.empty()) {
+      for (const size_t i : order) {
+        Held& h = held_.at(i);
+        h.numel = 1;
+        for (const int64_t d : h.shape) h.numel *= static_cast<uint64_t>(d);
+        h.at = at;
+        at += h.numel;
+      }
+      split_total_ = 0;  // no split-first range
+      total_ = at;
+      return;
+    }
     for (const bool pass_whole : {false, true}) {
       for (size_t i = 0; i < held_.size(); ++i) {
         Held& h = held_[i];
@@ -176,8 +193,9 @@ class TensorShards {
 
   [[nodiscard]] const Held& held(size_t entry) const { return held_.at(entry); }
   [[nodiscard]] size_t entries() const noexcept { return held_.size(); }
-  // Elements held: the shards occupy [0, split_total()), the replicated
-  // tensors [split_total(), total()).
+  // Elements held; without an `order`, the shards occupy [0,
+  // split_total()) and the replicated tensors [split_total(), total())
+  // (with one, split_total() is 0).
   [[nodiscard]] uint64_t total() const noexcept { return total_; }
   [[nodiscard]] uint64_t split_total() const noexcept { return split_total_; }
   // Last-unit COLUMN entries the group does not divide, held whole.
@@ -253,14 +271,16 @@ class TensorShards {
     }
   }
 
-  // Writes every held entry's part of `params` and `optim`'s slots; the
-  // replicated (whole) entries only when `with_whole` (one rank of a group
-  // writes them, or every rank when the writer wants all replicas).
+  // Writes every held entry's part of `params` and `optim`'s slots (only
+  // the entries `which` selects, when given); the replicated (whole)
+  // entries only when `with_whole` (one rank of a group writes them, or
+  // every rank when the writer wants all replicas).
   void write(const StateWriter& writer, const FlatLayout& flat, const OptimizerView& opt,
-             std::span<float> params, OptimState& optim, bool with_whole) const {
+             std::span<float> params, OptimState& optim, bool with_whole,
+             const std::function<bool(size_t entry)>& which = {}) const {
     for (size_t i = 0; i < held_.size(); ++i) {
       const Held& h = held_[i];
-      if (!h.held || (!h.split && !with_whole)) continue;
+      if (!h.held || (!h.split && !with_whole) || (which && !which(i))) continue;
       const FlatEntry& e = flat.entry(i);
       move(flat, i, params.subspan(h.at, h.numel),
            detail::shard_writer_io(writer, param_key(e.full_name)));
