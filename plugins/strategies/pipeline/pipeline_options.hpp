@@ -57,6 +57,10 @@ struct PipelineOptions {
   // balanced or explicit, or when boundaries is not chunks()-1 increasing
   // unit indices >= 1 (or is given with balanced).
   static PipelineOptions read(const sdk::Options& options, int32_t world_size);
+  // The keys after `stages` (schedule, virtual_stages, partition,
+  // boundaries) into `o` for o.stages, checked as read() does, the
+  // messages starting with o.who.
+  static void read_schedule(const sdk::Options& options, PipelineOptions& o);
 
   // The schedule's ideal bubble fraction, the share of a stage's step spent
   // idle with equal forward and backward times per stage and no transfer

@@ -180,9 +180,13 @@ void PipelineStrategy::check(const sdk::Host& /*host*/, const sdk::Options& opti
 
 PipelineStrategy::PipelineStrategy(const sdk::Host& host, const sdk::Options& options,
                                    sdk::StrategyEnv& env)
+    : PipelineStrategy(host, PipelineOptions::read(options, env.world_size()), env) {}
+
+PipelineStrategy::PipelineStrategy(const sdk::Host& host, PipelineOptions options,
+                                   sdk::StrategyEnv& env)
     : host_(host),
       env_(env),
-      options_(PipelineOptions::read(options, env.world_size())),
+      options_(std::move(options)),
       mesh_({{"dp", env.world_size() / (options_.stages * options_.tp)},
              {"pp", options_.stages},
              {"tp", options_.tp}},
@@ -381,6 +385,12 @@ void PipelineStrategy::log_plan(const sdk::ModelView& model) const {
     const tessera_unit_cost c = model.unit_cost(u);
     cost.push_back(c.forward_flops + c.backward_flops);
     total += cost.back();
+  }
+  if (std::string(options_.who) != "pipeline") {
+    host_.info(options_.who, ": mesh ", mesh_.describe(), ", mode ",
+               options_.sequence ? "sequence" : "tensor");
+    for (const char* axis : {"tp", "pp", "dp"})
+      host_.info(options_.who, ": ", mesh_.describe_groups({axis}));
   }
   host_.info("pipeline: ", stages_, " stages x ", replicas_, " data-parallel replicas, schedule ",
              options_.schedule_name(), ", partition ",

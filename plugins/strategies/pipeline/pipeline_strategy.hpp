@@ -44,6 +44,10 @@ class PipelineStrategy final : public sdk::Strategy {
   // allocates this stage's parameters, gradients and optimizer state. Rank
   // 0 logs every stage's units and share of the cost.
   PipelineStrategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env);
+  // The same from options already read (the `hybrid` strategy's, with a
+  // tensor axis: options.tp ranks per tensor group inside every stage;
+  // the world is data-parallel replicas x stages x tp, tp innermost).
+  PipelineStrategy(const sdk::Host& host, PipelineOptions options, sdk::StrategyEnv& env);
   PipelineStrategy(const PipelineStrategy&) = delete;
   PipelineStrategy& operator=(const PipelineStrategy&) = delete;
   // Reports the contexts' activation bytes as freed.
