@@ -122,31 +122,17 @@ TEST(GptTensorParallel, BackwardInAnotherGroupSizeIsRefused) {
   const Batch batch = gpt_tp_batch();
   const BatchView view = tessera::test::view_of(batch);
   const int64_t rows = batch.size * batch.seq_len;
-  std::vector<std::vector<float>> shards;
   // Split tensors as halves, replicated ones (the norms, the row biases) whole.
-  for (const ParamSpec& s : unit.params()) {
-    shards.emplace_back(s.split == SplitHint::none ? s.numel() : s.numel() / 2, 0.5f);
-  }
-  std::vector<const float*> p;
-  p.reserve(shards.size());
-  for (const auto& v : shards) p.push_back(v.data());
+  const testing::ConstantParams params = testing::constant_params(unit, 2, 0.5f);
+  const std::vector<const float*>& p = params.ptrs;
   std::vector<float> x(static_cast<std::size_t>(rows * kTpD), 0.25f);
   std::vector<std::string> messages(2);
   testing::run_tp_ranks(2, [&](int rank, const tessera_tp_group& group) {
-    std::vector<std::vector<float>> grads(shards.size());
+    testing::ConstantParams grads = testing::constant_params(unit, 2, 0.0f);
     std::vector<float*> g;
-    g.reserve(shards.size());
-    for (std::size_t i = 0; i < shards.size(); ++i) {
-      grads[i].assign(shards[i].size(), 0.0f);
-      g.push_back(grads[i].data());
-    }
+    for (auto& v : grads.values) g.push_back(v.data());
     auto ctx = unit.make_context();
-    ctx->set_tp(&group);
-    UnitInput in;
-    in.batch = &view;
-    in.tp = &group;
-    in.x = {x.data(), rows, kTpD};
-    const ConstView out = unit.forward(*ctx, p, in);
+    const ConstView out = testing::forward_in_group(unit, *ctx, p, view, group, x, rows);
     const std::vector<float> dy(out.data, out.data + out.rows * out.cols);
     ctx->set_tp(nullptr);
     try {
@@ -250,25 +236,14 @@ std::size_t block_bytes_after_forward(int tp, uint32_t flags) {
   const Batch batch = gpt_sp_batch();
   const BatchView view = tessera::test::view_of(batch);
   const int64_t rows = batch.size * batch.seq_len / ((flags & TESSERA_TP_SEQUENCE) != 0 ? tp : 1);
-  std::vector<std::vector<float>> shards;
-  for (const ParamSpec& s : unit.params()) {
-    shards.emplace_back(s.split == SplitHint::none ? s.numel() : s.numel() / tp, 0.5f);
-  }
-  std::vector<const float*> p;
-  p.reserve(shards.size());
-  for (const auto& v : shards) p.push_back(v.data());
+  const testing::ConstantParams params = testing::constant_params(unit, tp, 0.5f);
   const std::vector<float> x(static_cast<std::size_t>(rows * kTpD), 0.25f);
   std::size_t bytes = 0;
   testing::run_tp_ranks(
       tp,
       [&](int rank, const tessera_tp_group& group) {
         auto ctx = unit.make_context();
-        ctx->set_tp(&group);
-        UnitInput in;
-        in.batch = &view;
-        in.tp = &group;
-        in.x = {x.data(), rows, kTpD};
-        (void)unit.forward(*ctx, p, in);
+        (void)testing::forward_in_group(unit, *ctx, params.ptrs, view, group, x, rows);
         if (rank == 0) bytes = ctx->bytes();
       },
       flags);
@@ -299,28 +274,17 @@ TEST(GptSequenceParallel, BackwardInTheOtherModeIsRefused) {
   const Batch batch = gpt_sp_batch();
   const BatchView view = tessera::test::view_of(batch);
   const int64_t rows = batch.size * batch.seq_len / 2;
-  std::vector<std::vector<float>> shards;
-  for (const ParamSpec& s : unit.params()) {
-    shards.emplace_back(s.split == SplitHint::none ? s.numel() : s.numel() / 2, 0.5f);
-  }
-  std::vector<const float*> p;
+  testing::ConstantParams params = testing::constant_params(unit, 2, 0.5f);
+  const std::vector<const float*>& p = params.ptrs;
   std::vector<float*> g;
-  for (auto& v : shards) {
-    p.push_back(v.data());
-    g.push_back(v.data());  // never written: the backward refuses first
-  }
+  for (auto& v : params.values) g.push_back(v.data());  // never written: the backward refuses
   const std::vector<float> x(static_cast<std::size_t>(rows * kTpD), 0.25f);
   std::vector<std::string> messages(2);
   testing::run_tp_ranks(
       2,
       [&](int rank, const tessera_tp_group& group) {
         auto ctx = unit.make_context();
-        ctx->set_tp(&group);
-        UnitInput in;
-        in.batch = &view;
-        in.tp = &group;
-        in.x = {x.data(), rows, kTpD};
-        const ConstView out = unit.forward(*ctx, p, in);
+        const ConstView out = testing::forward_in_group(unit, *ctx, p, view, group, x, rows);
         const std::vector<float> dy(out.data, out.data + out.rows * out.cols);
         tessera_tp_group plain = group;
         plain.flags = 0;

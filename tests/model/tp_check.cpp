@@ -254,6 +254,26 @@ std::vector<float> join_row_slices(const Batch& batch,
   return whole;
 }
 
+ConstantParams constant_params(const Unit& unit, int size, float value) {
+  ConstantParams c;
+  for (const ParamSpec& s : unit.params()) {
+    c.values.emplace_back(held_whole(s, size) ? s.numel() : s.numel() / size, value);
+  }
+  for (const auto& v : c.values) c.ptrs.push_back(v.data());
+  return c;
+}
+
+ConstView forward_in_group(const Unit& unit, UnitContext& ctx, std::span<const float* const> params,
+                           const BatchView& batch, const tessera_tp_group& group,
+                           std::span<const float> x, int64_t rows) {
+  ctx.set_tp(&group);
+  UnitInput in;
+  in.batch = &batch;
+  in.tp = &group;
+  if (!x.empty()) in.x = {x.data(), rows, static_cast<int64_t>(x.size()) / rows};
+  return unit.forward(ctx, params, in);
+}
+
 std::vector<float> shard_of(const ParamSpec& spec, std::span<const float> whole, int rank,
                             int size) {
   if (held_whole(spec, size)) {

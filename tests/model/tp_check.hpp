@@ -44,6 +44,21 @@ std::vector<float> row_slice(const Batch& batch, std::span<const float> whole, i
 std::vector<float> join_row_slices(const Batch& batch,
                                    const std::vector<std::vector<float>>& slices, int64_t width);
 
+// Parameters of `unit` for a rank of a group of `size` with every value
+// `value`: a split tensor's shard (1/size of it), a replicated one whole;
+// and pointers to them.
+struct ConstantParams {
+  std::vector<std::vector<float>> values;
+  std::vector<const float*> ptrs;
+};
+ConstantParams constant_params(const Unit& unit, int size, float value);
+
+// unit.forward on `ctx` in `group` (set on the context too) with `params`
+// and x = `rows` rows of `x` (`x` empty: the first unit, no input).
+ConstView forward_in_group(const Unit& unit, UnitContext& ctx, std::span<const float* const> params,
+                           const BatchView& batch, const tessera_tp_group& group,
+                           std::span<const float> x, int64_t rows);
+
 // The unit on `batch` (input x of `input_cols` columns, 0 for the first
 // unit) with random whole parameters, x and output gradient from `seed`:
 // forward and backward of the whole unit without a group, against every

@@ -65,37 +65,30 @@ void TpGroup::allreduce(float* data, int64_t count, tessera_reduce_op op,
 
 void TpGroup::allgather(const float* send, int64_t count, float* recv,
                         std::string_view what) const {
-  if (!active()) {
-    std::copy(send, send + count, recv);
-    return;
-  }
-  if (count == 0) return;
-  tessera_coll_args args{};
-  args.coll = TESSERA_COLL_ALLGATHER;
-  // The backend only reads send; the C buffer has no const pointer.
-  args.send = tessera_buffer{const_cast<float*>(send), static_cast<uint64_t>(count),  // NOLINT
-                             TESSERA_F32, tessera_device{TESSERA_DEVICE_CPU, 0}};
-  args.recv = tessera_buffer{recv, static_cast<uint64_t>(count) * static_cast<uint64_t>(size_),
-                             TESSERA_F32, tessera_device{TESSERA_DEVICE_CPU, 0}};
-  run(args, "allgather", count, what);
+  spread(TESSERA_COLL_ALLGATHER, send, count, count * size_, recv, count, what);
 }
 
 void TpGroup::reduce_scatter_sum(const float* send, int64_t count, float* recv,
                                  std::string_view what) const {
+  spread(TESSERA_COLL_REDUCE_SCATTER, send, count * size_, count, recv, count, what);
+}
+
+void TpGroup::spread(tessera_coll_type coll, const float* send, int64_t send_count,
+                     int64_t recv_count, float* recv, int64_t count, std::string_view what) const {
   if (!active()) {
     std::copy(send, send + count, recv);
     return;
   }
   if (count == 0) return;
   tessera_coll_args args{};
-  args.coll = TESSERA_COLL_REDUCE_SCATTER;
-  args.send = tessera_buffer{const_cast<float*>(send),  // NOLINT: read only, as above
-                             static_cast<uint64_t>(count) * static_cast<uint64_t>(size_),
+  args.coll = coll;
+  // The backend only reads send; the C buffer has no const pointer.
+  args.send = tessera_buffer{const_cast<float*>(send), static_cast<uint64_t>(send_count),  // NOLINT
                              TESSERA_F32, tessera_device{TESSERA_DEVICE_CPU, 0}};
-  args.recv = tessera_buffer{recv, static_cast<uint64_t>(count), TESSERA_F32,
+  args.recv = tessera_buffer{recv, static_cast<uint64_t>(recv_count), TESSERA_F32,
                              tessera_device{TESSERA_DEVICE_CPU, 0}};
   args.op = TESSERA_SUM;
-  run(args, "reduce-scatter", count, what);
+  run(args, coll == TESSERA_COLL_ALLGATHER ? "allgather" : "reduce-scatter", count, what);
 }
 
 void TpGroup::gather_rows(const float* local, int64_t examples, int64_t rows, int64_t width,

@@ -115,6 +115,10 @@ class TpGroup {
  private:
   void allreduce(float* data, int64_t count, tessera_reduce_op op, std::string_view what) const;
   void run(tessera_coll_args& args, const char* coll, int64_t count, std::string_view what) const;
+  // An allgather or reduce-scatter of send_count floats into recv_count
+  // (`count`: this rank's block); a copy of `count` floats when inactive.
+  void spread(tessera_coll_type coll, const float* send, int64_t send_count, int64_t recv_count,
+              float* recv, int64_t count, std::string_view what) const;
 
   const tessera_backend_api* backend_ = nullptr;
   tessera_comm* comm_ = nullptr;
