@@ -46,6 +46,10 @@ struct PipelineOptions {
   // sequence mode, and the name its messages start with.
   int32_t tp = 1;
   bool sequence = false;
+  // The optimizer state sharded over the data-parallel replicas (ZeRO-1
+  // over the data axis): each replica updates its slice of the held
+  // parameters, then the replicas allgather them.
+  bool shard_optimizer = false;
   const char* who = "pipeline";
 
   // Reads and checks the options for `world_size` ranks. Throws

@@ -251,15 +251,24 @@ PipelineStrategy::PipelineStrategy(const sdk::Host& host, PipelineOptions option
       }
     }
   }
-  params_ =
-      sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_PARAMS, static_cast<size_t>(total_));
+  // With the optimizer state sharded over the replicas, replica r updates
+  // the held elements [r·slice, (r+1)·slice) (the buffers padded to
+  // replicas x slice for the allgather).
+  slice_ = total_;
+  if (options_.shard_optimizer && replicas_ > 1) {
+    slice_ = (total_ + static_cast<uint64_t>(replicas_) - 1) / static_cast<uint64_t>(replicas_);
+  }
+  slice_at_ = slice_ == total_ ? 0 : slice_ * static_cast<uint64_t>(replica_);
+  params_ = sdk::TrackedBuffer<float>(
+      host, env.rank(), TESSERA_MEM_PARAMS,
+      static_cast<size_t>(slice_ == total_ ? total_ : slice_ * static_cast<uint64_t>(replicas_)));
   grads_ =
       sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_GRADS, static_cast<size_t>(total_));
   for (const size_t i : order) {
     param_ptrs_.bind_entry(i, params_.data() + shards_.held(i).at);
     grad_ptrs_.bind_entry(i, grads_.data() + shards_.held(i).at);
   }
-  optim_ = env.optimizer().make_state(total_);
+  optim_ = env.optimizer().make_state(slice_);
 
   // Groups: the stages of one replica (rank in it = stage), one stage over
   // all replicas, and per parameter used on several stages those stages.
@@ -414,16 +423,64 @@ void PipelineStrategy::log_plan(const sdk::ModelView& model) const {
 
 void PipelineStrategy::load(const sdk::StateReader& reader) {
   // Own tensors and tied copies alike, shards as boxes of the whole tensors.
-  shards_.read(reader, flat_, env_.optimizer(), params_.span(), optim_);
+  if (slice_ == total_) {
+    shards_.read(reader, flat_, env_.optimizer(), params_.span(), optim_);
+    return;
+  }
+  shards_.read_params(reader, flat_, params_.span());
+  if (!sdk::has_optimizer_state(reader, flat_, env_.optimizer())) return;
+  for_each_optimizer_piece(
+      {}, [&](const std::string& name, const std::vector<int64_t>& shape, uint64_t whole,
+              std::span<float> values) { reader.read(name, shape, whole, values); });
+}
+
+template <class Fn>
+void PipelineStrategy::for_each_optimizer_piece(const std::function<bool(size_t)>& which, Fn&& fn) {
+  // The pieces of this replica's slice [slice_at_, slice_at_ + slice_) of
+  // the held buffer, tensor by tensor, as element ranges of the whole
+  // tensors; each optimizer slot's values at the same place of its state.
+  const sdk::OptimizerView& opt = env_.optimizer();
+  const uint64_t hi = std::min(total_, slice_at_ + slice_);
+  for (size_t i = 0; i < shards_.entries(); ++i) {
+    const sdk::TensorShards::Held& h = shards_.held(i);
+    if (!h.held || (which && !which(i))) continue;
+    const uint64_t lo = std::max(h.at, slice_at_);
+    const uint64_t end = std::min(h.at + h.numel, hi);
+    if (lo >= end) continue;
+    const sdk::FlatEntry& e = flat_.entry(i);
+    shards_.for_each_piece(flat_, i, lo - h.at, end - h.at,
+                           [&](uint64_t whole, uint64_t local, uint64_t count) {
+                             const uint64_t at = h.at + local - slice_at_;
+                             for (int32_t k = 0; k < opt.num_slots(); ++k) {
+                               fn(sdk::optim_key(e.full_name, opt.slot_name(k)), e.shape, whole,
+                                  optim_.slot(k).subspan(at, count));
+                             }
+                           });
+  }
 }
 
 void PipelineStrategy::save(const sdk::StateWriter& writer) {
-  if (replica_ != 0 && !writer.all_replicas()) return;
   // Replica 0 writes its stage's own tensors (a replicated one from tensor
   // rank 0); every rank everything it holds when the writer wants all.
   const bool all = writer.all_replicas();
-  shards_.write(writer, flat_, env_.optimizer(), params_.span(), optim_, tp_rank_ == 0 || all,
-                [&](size_t entry) { return all || owns_unit(flat_.entry(entry).unit); });
+  const auto own = [&](size_t entry) { return all || owns_unit(flat_.entry(entry).unit); };
+  if (slice_ == total_) {
+    if (replica_ != 0 && !all) return;
+    shards_.write(writer, flat_, env_.optimizer(), params_.span(), optim_, tp_rank_ == 0 || all,
+                  own);
+    return;
+  }
+  // The optimizer state sharded over the replicas: replica 0 writes the
+  // parameters, every replica its slice of the optimizer state (of a
+  // replicated tensor, from tensor rank 0).
+  if (replica_ == 0 || all)
+    shards_.write_params(writer, flat_, params_.span(), tp_rank_ == 0 || all, own);
+  for_each_optimizer_piece(
+      [&](size_t entry) {
+        return own(entry) && (all || tp_rank_ == 0 || shards_.held(entry).split);
+      },
+      [&](const std::string& name, const std::vector<int64_t>& shape, uint64_t whole,
+          std::span<float> values) { writer.write(name, shape, whole, values); });
 }
 
 sdk::StepResult PipelineStrategy::step(const sdk::StepArgs& args) {
@@ -470,7 +527,17 @@ sdk::StepResult PipelineStrategy::step(const sdk::StepArgs& args) {
        .update =
            [&](float factor) {
              sdk::scale_in_place(grads_.span(), factor);
-             env_.optimizer().step(optim_, 0, params_.span(), grads_.span(), args.step, args.lr);
+             if (slice_ == total_) {
+               env_.optimizer().step(optim_, 0, params_.span(), grads_.span(), args.step, args.lr);
+               return;
+             }
+             // This replica's slice, then every replica's into every rank.
+             const uint64_t n = std::min(slice_, total_ - std::min(total_, slice_at_));
+             env_.optimizer().step(optim_, 0, part(params_, slice_at_, n),
+                                   part(grads_, slice_at_, n), args.step, args.lr);
+             const std::vector<float> mine(params_.data() + slice_at_,
+                                           params_.data() + slice_at_ + slice_);
+             dp_->allgather(std::span<const float>(mine), params_.span());
            }});
   for (TiedGroup& t : tied_) {
     result.comm_wait_ns += t.comm->stats().wait_ns;

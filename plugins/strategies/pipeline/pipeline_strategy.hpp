@@ -18,6 +18,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -104,6 +105,11 @@ class PipelineStrategy final : public sdk::Strategy {
   };
 
   [[nodiscard]] uint64_t offset_of(size_t entry) const;
+  // With the optimizer state sharded over the replicas: fn(key, shape,
+  // whole_offset, values) for each piece of this replica's slice of every
+  // held entry `which` selects (all when empty), per optimizer slot.
+  template <class Fn>
+  void for_each_optimizer_piece(const std::function<bool(size_t)>& which, Fn&& fn);
   // The units' tensor-parallel group (null without a tensor axis).
   [[nodiscard]] const tessera_tp_group* units_group() const noexcept {
     return group_ != nullptr ? group_->get() : nullptr;
@@ -166,6 +172,10 @@ class PipelineStrategy final : public sdk::Strategy {
   uint64_t own_total_ = 0;                 // elements of its own parameters (buffer front)
   std::vector<size_t> foreign_;            // entries owned elsewhere, used here (tied)
   uint64_t total_ = 0;                     // own + foreign elements
+  // The held elements this replica updates (all of them unless the
+  // optimizer state is sharded over the replicas) and where they start.
+  uint64_t slice_ = 0;
+  uint64_t slice_at_ = 0;
   sdk::TrackedBuffer<float> params_;
   sdk::TrackedBuffer<float> grads_;
   sdk::SlotPointers param_ptrs_;

@@ -253,21 +253,69 @@ class TensorShards {
     }
   }
 
+  // Calls fn(whole_offset, local_offset, count) for the pieces of this
+  // rank's elements [local_begin, local_end) of `entry` (offsets into its
+  // held storage), each contiguous in the held storage and in the whole
+  // row-major tensor (whole_offset: its first element there): a shard's
+  // block parts are contiguous runs of the whole tensor, so a flat range
+  // of a shard (a further cut, e.g. over data-parallel ranks) is a run of
+  // plain element ranges of the whole tensor for a checkpoint.
+  template <class Fn>
+  void for_each_piece(const FlatLayout& flat, size_t entry, uint64_t local_begin,
+                      uint64_t local_end, Fn&& fn) const {
+    const Held& h = held_.at(entry);
+    if (local_begin >= local_end) return;
+    if (!h.split) {
+      fn(local_begin, local_begin, local_end - local_begin);
+      return;
+    }
+    const FlatEntry& e = flat.entry(entry);
+    const auto axis = static_cast<size_t>(h.axis);
+    const auto block = static_cast<uint64_t>(e.shape[axis] / h.blocks);
+    const uint64_t part = block / static_cast<uint64_t>(size_);
+    uint64_t outer = 1;
+    for (size_t d = 0; d < axis; ++d) outer *= static_cast<uint64_t>(e.shape[d]);
+    uint64_t inner = 1;
+    for (size_t d = axis + 1; d < e.shape.size(); ++d) inner *= static_cast<uint64_t>(e.shape[d]);
+    const uint64_t run = part * inner;  // one block part of one outer row
+    const auto blocks = static_cast<uint64_t>(h.blocks);
+    for (uint64_t o = 0; o < outer; ++o) {
+      for (uint64_t j = 0; j < blocks; ++j) {
+        const uint64_t local = (o * blocks + j) * run;
+        const uint64_t lo = std::max(local, local_begin);
+        const uint64_t hi = std::min(local + run, local_end);
+        if (lo >= hi) continue;
+        const uint64_t whole = (o * static_cast<uint64_t>(e.shape[axis]) + j * block +
+                                static_cast<uint64_t>(rank_) * part) *
+                                   inner +
+                               (lo - local);
+        fn(whole, lo, hi - lo);
+      }
+    }
+  }
+
   // Reads every held entry's part into `params` (laid out as planned) and,
   // when the checkpoint has the optimizer's state, into `optim`'s slots.
   void read(const StateReader& reader, const FlatLayout& flat, const OptimizerView& opt,
             std::span<float> params, OptimState& optim) const {
-    const bool has_state = has_optimizer_state(reader, flat, opt);
+    read_params(reader, flat, params);
+    if (!has_optimizer_state(reader, flat, opt)) return;
     for (size_t i = 0; i < held_.size(); ++i) {
       if (!held_[i].held) continue;
       const FlatEntry& e = flat.entry(i);
-      move(flat, i, params.subspan(held_[i].at, held_[i].numel),
-           detail::shard_reader_io(reader, param_key(e.full_name)));
-      if (!has_state) continue;
       for (int32_t k = 0; k < opt.num_slots(); ++k) {
         move(flat, i, optim.slot(k).subspan(held_[i].at, held_[i].numel),
              detail::shard_reader_io(reader, optim_key(e.full_name, opt.slot_name(k))));
       }
+    }
+  }
+  // The parameters only.
+  void read_params(const StateReader& reader, const FlatLayout& flat,
+                   std::span<float> params) const {
+    for (size_t i = 0; i < held_.size(); ++i) {
+      if (!held_[i].held) continue;
+      move(flat, i, params.subspan(held_[i].at, held_[i].numel),
+           detail::shard_reader_io(reader, param_key(flat.entry(i).full_name)));
     }
   }
 
@@ -278,16 +326,25 @@ class TensorShards {
   void write(const StateWriter& writer, const FlatLayout& flat, const OptimizerView& opt,
              std::span<float> params, OptimState& optim, bool with_whole,
              const std::function<bool(size_t entry)>& which = {}) const {
+    write_params(writer, flat, params, with_whole, which);
     for (size_t i = 0; i < held_.size(); ++i) {
       const Held& h = held_[i];
       if (!h.held || (!h.split && !with_whole) || (which && !which(i))) continue;
       const FlatEntry& e = flat.entry(i);
-      move(flat, i, params.subspan(h.at, h.numel),
-           detail::shard_writer_io(writer, param_key(e.full_name)));
       for (int32_t k = 0; k < opt.num_slots(); ++k) {
         move(flat, i, optim.slot(k).subspan(h.at, h.numel),
              detail::shard_writer_io(writer, optim_key(e.full_name, opt.slot_name(k))));
       }
+    }
+  }
+  // The parameters only.
+  void write_params(const StateWriter& writer, const FlatLayout& flat, std::span<float> params,
+                    bool with_whole, const std::function<bool(size_t entry)>& which = {}) const {
+    for (size_t i = 0; i < held_.size(); ++i) {
+      const Held& h = held_[i];
+      if (!h.held || (!h.split && !with_whole) || (which && !which(i))) continue;
+      move(flat, i, params.subspan(h.at, h.numel),
+           detail::shard_writer_io(writer, param_key(flat.entry(i).full_name)));
     }
   }
 
