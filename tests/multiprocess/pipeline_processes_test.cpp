@@ -7,7 +7,8 @@
 // tensor: gpipe, 1f1b with data-parallel replicas and a parameter tied
 // across the first and last stage (gpt), interleaved chunks (llama), zb1 on
 // four stages, and 1f1b on three stages with an uneven unit count. The
-// `tensor` strategy the same way, its units' collectives between processes.
+// `tensor` strategy the same way, its units' collectives between processes,
+// and the `hybrid` strategy's meshes (dp x tp x pp) the same way.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -204,6 +205,49 @@ INSTANTIATE_TEST_SUITE_P(
                           TensorCase{"gpt_sequence_tp2_2replicas", kGpt4Units, 2, 4, true},
                           TensorCase{"llama_gqa_sequence_tp2", kLlama4Units, 2, 2, true})),
     [](const ::testing::TestParamInfo<std::tuple<Engine, TensorCase>>& p) {
+      return std::string(engine_name(std::get<0>(p.param))) + "_" + std::get<1>(p.param).name;
+    });
+
+// The `hybrid` strategy with one process per rank: gpt on a dp x tp x pp
+// mesh of 4 processes, 2 replicas of tp 2 on one stage and tp 2 inside each
+// of 2 stages (activations between the stages, the tied embedding's
+// gradient summed across them, the units' collectives inside each stage).
+struct HybridCase {
+  std::string name;
+  int dp;
+  int tp;
+  int pp;
+};
+
+void PrintTo(const HybridCase& c, std::ostream* os) { *os << c.name; }
+
+class HybridProcesses : public ::testing::TestWithParam<std::tuple<Engine, HybridCase>> {};
+
+TEST_P(HybridProcesses, MatchesNoneOnOneRank) {
+  const auto& [engine, c] = GetParam();
+  if (const std::string why = engine_unavailable(engine); !why.empty()) GTEST_SKIP() << why;
+  const std::string name = std::string(engine_name(engine)) + "-" + c.name;
+  const TempDir dir("hybrid-" + name);
+  const auto config = write_pipe_config(dir.path(), PipeCase{c.name, kGpt4Units, "", 0, 0, 2});
+  const auto expected =
+      train_to_checkpoint(Engine::kInmemory, 1, "none", "{}", config, dir.path(), "none");
+  const std::string options = "{dp = " + std::to_string(c.dp) + ", tp = " + std::to_string(c.tp) +
+                              ", pp = " + std::to_string(c.pp) + "}";
+  const int processes = c.dp * c.tp * c.pp;
+  const auto actual = train_to_checkpoint(engine, processes, "hybrid", options, config, dir.path(),
+                                          "hybrid-" + name);
+  if (!expected || !actual) return;
+  expect_close(tensors_of_file(*actual), tensors_of_file(*expected),
+               "hybrid " + options + " on " + std::to_string(processes) + " " +
+                   engine_name(engine) + " processes");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Backends, HybridProcesses,
+    ::testing::Combine(::testing::Values(Engine::kMpi, Engine::kGloo),
+                       ::testing::Values(HybridCase{"gpt_dp2_tp2_pp1", 2, 2, 1},
+                                         HybridCase{"gpt_dp1_tp2_pp2", 1, 2, 2})),
+    [](const ::testing::TestParamInfo<std::tuple<Engine, HybridCase>>& p) {
       return std::string(engine_name(std::get<0>(p.param))) + "_" + std::get<1>(p.param).name;
     });
 

@@ -20,7 +20,6 @@
 #include "resume_support.hpp"
 #include "run_support.hpp"
 #include "strategy_support.hpp"
-#include "tessera/sdk/error.hpp"
 
 namespace tessera::test {
 namespace {
@@ -89,17 +88,6 @@ RunSpec pipeline_spec(const std::string& model, int world, const std::string& op
   s.micro_batches = micro_batches;
   s.strategy_options = options;
   return s;
-}
-
-// The message of the error run() throws for `s` ("" if it runs).
-std::string run_error(const RunSpec& s) {
-  try {
-    (void)run(s);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT) << e.what();
-    return e.what();
-  }
-  return "";
 }
 
 struct PipeCase {

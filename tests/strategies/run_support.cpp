@@ -130,4 +130,21 @@ std::string first_bit_difference(const train::CollectedState& a, const train::Co
   return {};
 }
 
+std::string first_piece_difference(const train::CollectedState& a, const train::CollectedState& b) {
+  if (tensor_names(a) != tensor_names(b)) return "the tensor names";
+  for (const auto& [name, tensor] : a.tensors) {
+    const auto& other = b.tensors.at(name).pieces;
+    if (tensor.pieces.size() != other.size()) return name + " (piece count)";
+    for (size_t i = 0; i < other.size(); ++i) {
+      const auto& x = tensor.pieces[i].values;
+      const auto& y = other[i].values;
+      if (tensor.pieces[i].offset != other[i].offset || x.size() != y.size() ||
+          std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) != 0) {
+        return name;
+      }
+    }
+  }
+  return "";
+}
+
 }  // namespace tessera::test

@@ -74,4 +74,9 @@ double max_param_rel_diff(const train::CollectedState& state,
 // holds the same bits; otherwise names the first that differs.
 std::string first_bit_difference(const train::CollectedState& a, const train::CollectedState& b);
 
+// Empty when every tensor piece of `a` holds the bits of the same piece of
+// `b` (ranks holding the same shards, e.g. one place in a tensor group of
+// two replicas); otherwise names the first tensor that differs.
+std::string first_piece_difference(const train::CollectedState& a, const train::CollectedState& b);
+
 }  // namespace tessera::test

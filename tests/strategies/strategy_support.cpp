@@ -69,6 +69,19 @@ std::string refusal(const RunSpec& s) {
   return "";
 }
 
+std::string run_error(const RunSpec& s, const PluginRegistry& plugins) {
+  try {
+    std::ostringstream log;
+    train::RunOptions options;
+    options.out = &log;
+    (void)train::run_training(parse_config(config_toml(s), "bad.toml"), plugins, options);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT) << e.what();
+    return e.what();
+  }
+  return "";
+}
+
 std::map<std::string, int64_t> unit_params(const train::CollectedState& state) {
   std::map<std::string, int64_t> per_unit;
   for (const std::string& name : param_names(state)) {
@@ -126,14 +139,22 @@ int64_t sharded_step_bytes(const std::map<std::string, int64_t>& psi,
 
 void expect_persistent_peaks(const train::RunResult& result, int world,
                              const PersistentBytes& expected, const std::string& where) {
-  ASSERT_EQ(result.memory.size(), static_cast<size_t>(world)) << where;
+  expect_persistent_peaks(
+      result, std::vector<PersistentBytes>(static_cast<size_t>(world), expected), where);
+}
+
+void expect_persistent_peaks(const train::RunResult& result,
+                             const std::vector<PersistentBytes>& expected,
+                             const std::string& where) {
+  ASSERT_EQ(result.memory.size(), expected.size()) << where;
   for (size_t r = 0; r < result.memory.size(); ++r) {
     const auto& peak = result.memory[r].peak;
-    EXPECT_EQ(peak[TESSERA_MEM_PARAMS], expected.params) << where << " rank " << r;
-    EXPECT_EQ(peak[TESSERA_MEM_GRADS], expected.grads) << where << " rank " << r;
-    EXPECT_EQ(peak[TESSERA_MEM_OPTIMIZER], expected.optimizer) << where << " rank " << r;
+    const PersistentBytes& e = expected[r];
+    EXPECT_EQ(peak[TESSERA_MEM_PARAMS], e.params) << where << " rank " << r;
+    EXPECT_EQ(peak[TESSERA_MEM_GRADS], e.grads) << where << " rank " << r;
+    EXPECT_EQ(peak[TESSERA_MEM_OPTIMIZER], e.optimizer) << where << " rank " << r;
     EXPECT_EQ(peak[TESSERA_MEM_PARAMS] + peak[TESSERA_MEM_GRADS] + peak[TESSERA_MEM_OPTIMIZER],
-              expected.params + expected.grads + expected.optimizer)
+              e.params + e.grads + e.optimizer)
         << where << " rank " << r;
   }
 }

@@ -40,6 +40,11 @@ void expect_params_identical(const train::RunResult& result);
 // (file:line of a .cpp or .hpp).
 std::string refusal(const RunSpec& s);
 
+// The message of the error training `s` with `plugins` throws ("" if it
+// runs), for what is refused once the run starts; expects it to carry
+// TESSERA_ERR_INVALID_ARGUMENT.
+std::string run_error(const RunSpec& s, const PluginRegistry& plugins = registry());
+
 // Ψ_u of every model unit by name, summed from the parameter tensors
 // "<unit>.<param>" of a one-rank state (unit names hold no dot).
 std::map<std::string, int64_t> unit_params(const train::CollectedState& state);
@@ -95,6 +100,11 @@ struct PersistentBytes {
 // their sum); `where` prefixes the failure messages.
 void expect_persistent_peaks(const train::RunResult& result, int world,
                              const PersistentBytes& expected, const std::string& where = "");
+// The same with the peaks of each rank (ranks that hold different parts of
+// the model, e.g. pipeline stages): `expected[r]` for rank r.
+void expect_persistent_peaks(const train::RunResult& result,
+                             const std::vector<PersistentBytes>& expected,
+                             const std::string& where = "");
 
 // The allgathers and reduce-scatters rank 0's fsdp strategy reports in its
 // debug line for step `step` of a run of `s` (the strategy's logger is

@@ -26,7 +26,6 @@
 #include "resume_support.hpp"
 #include "run_support.hpp"
 #include "strategy_support.hpp"
-#include "tessera/core/config.hpp"
 #include "tessera/core/logging.hpp"
 #include "tessera/core/plugin_registry.hpp"
 #include "tessera/sdk/error.hpp"
@@ -94,26 +93,6 @@ int64_t held_elements(const MlpWidths& m, int tp) {
   const int64_t head = width * m.classes + m.classes;
   (tp > 1 && m.classes % tp == 0 ? split : replicated) += head;
   return split / tp + replicated;
-}
-
-// Empty when every tensor piece rank `a` wrote holds the bits of the same
-// piece of rank `b` (ranks holding the same shards); otherwise names the
-// first tensor that differs.
-std::string first_piece_difference(const train::CollectedState& a, const train::CollectedState& b) {
-  if (tensor_names(a) != tensor_names(b)) return "the tensor names";
-  for (const auto& [name, tensor] : a.tensors) {
-    const auto& other = b.tensors.at(name).pieces;
-    if (tensor.pieces.size() != other.size()) return name + " (piece count)";
-    for (size_t i = 0; i < other.size(); ++i) {
-      const auto& x = tensor.pieces[i].values;
-      const auto& y = other[i].values;
-      if (tensor.pieces[i].offset != other[i].offset || x.size() != y.size() ||
-          std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) != 0) {
-        return name;
-      }
-    }
-  }
-  return "";
 }
 
 struct TensorCase {
@@ -489,20 +468,6 @@ TEST(TensorResume, ShardedCheckpointsMoveBetweenTensorSizesAndZero3) {
   expect_continues(zero3_spec(true, 2), tensor_spec(true, 4, 2), "sharded");
 }
 
-// The message of the error run() throws for `s` ("" if it runs).
-std::string tensor_run_error(const RunSpec& s, const PluginRegistry& plugins = registry()) {
-  try {
-    std::ostringstream log;
-    train::RunOptions options;
-    options.out = &log;
-    (void)train::run_training(parse_config(config_toml(s), "tensor_test.toml"), plugins, options);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT) << e.what();
-    return e.what();
-  }
-  return "";
-}
-
 TEST(TensorOptions, SizeMustDivideTheWorld) {
   const std::string msg = refusal(tensor_spec(false, 3, 2));
   EXPECT_NE(msg.find("tensor: size = 2 does not divide the world size 3 (world = data-parallel "
@@ -526,28 +491,28 @@ TEST(TensorOptions, ModeIsTensorOrSequence) {
 // heads and 2 llama key/value heads do not split 3 ways, and in sequence
 // mode neither do 8 positions (3 heads and a vocabulary of 48 do).
 TEST(TensorOptions, WidthsTheGroupDoesNotDivideAreRefused) {
-  const std::string msg = tensor_run_error(tensor_spec(false, 3, 3));
+  const std::string msg = run_error(tensor_spec(false, 3, 3));
   EXPECT_NE(msg.find("tensor: [strategy.options] size = 3, mode = \"tensor\" cannot split the "
                      "model: tensor-parallel check: model 'mlp': unit 'layer0': key 'hidden[0]' "
                      "(32) is not divisible by the tensor-parallel group size 3"),
             std::string::npos)
       << msg;
   EXPECT_EQ(msg.find(".cpp:"), std::string::npos) << msg;
-  const std::string heads = tensor_run_error(transformer_spec(
+  const std::string heads = run_error(transformer_spec(
       "name = \"gpt\"\nlayers = 1\nd_model = 32\nheads = 4\nseq_len = 6\nvocab = 48\n", 3, 3,
       false));
   EXPECT_NE(heads.find("model 'gpt': unit 'block0': key 'heads' (4) is not divisible by the "
                        "tensor-parallel group size 3"),
             std::string::npos)
       << heads;
-  const std::string positions = tensor_run_error(transformer_spec(kGpt3Heads, 3, 3, true));
+  const std::string positions = run_error(transformer_spec(kGpt3Heads, 3, 3, true));
   EXPECT_NE(positions.find("tensor: [strategy.options] size = 3, mode = \"sequence\" cannot "
                            "split the model: tensor-parallel check: model 'gpt': unit 'embed': "
                            "key 'seq_len' (8) is not divisible by the tensor-parallel group size "
                            "3, which sequence parallelism splits it by"),
             std::string::npos)
       << positions;
-  const std::string kv = tensor_run_error(
+  const std::string kv = run_error(
       transformer_spec("name = \"llama\"\nlayers = 1\nd_model = 48\nheads = 6\nkv_heads = 2\n"
                        "seq_len = 6\nvocab = 30\nffn = 96\n",
                        3, 3, false));
@@ -562,14 +527,14 @@ TEST(TensorOptions, UnitsWithoutTensorParallelismAreRefused) {
   plugins.scan({TESSERA_STRATEGIES_PLUGIN_DIR, TESSERA_STRATEGIES_FIXTURE_DIR});
   RunSpec s = tensor_spec(false, 2, 2);
   s.model_table = "name = \"serial_mlp\"\n";
-  const std::string msg = tensor_run_error(s, plugins);
+  const std::string msg = run_error(s, plugins);
   EXPECT_NE(msg.find("tensor: unit 'layer0' does not support tensor parallelism (no "
                      "TESSERA_UNIT_TENSOR_PARALLEL), so size = 2 cannot split it"),
             std::string::npos)
       << msg;
   // With size = 1 the same model trains.
   s.strategy_options = "size = 1\n";
-  EXPECT_EQ(tensor_run_error(s, plugins), "");
+  EXPECT_EQ(run_error(s, plugins), "");
 }
 
 }  // namespace

@@ -25,6 +25,7 @@ HybridOptions HybridOptions::read(const sdk::Options& options, int32_t world_siz
   HybridOptions o;
   o.dp = static_cast<int32_t>(replicas);
   o.pipeline.who = "hybrid";
+  o.pipeline.stages_key = "pp";
   o.pipeline.stages = static_cast<int32_t>(pp);
   o.pipeline.tp = static_cast<int32_t>(tp);
   PipelineOptions::read_schedule(options, o.pipeline);

@@ -43,7 +43,8 @@ struct PipelineOptions {
   std::vector<int64_t> boundaries;  // explicit: first unit of chunks 1 .. chunks()-1
   // Set by the strategies that combine the pipeline with other axes
   // (`hybrid`): ranks per tensor-parallel group inside every stage, its
-  // sequence mode, and the name its messages start with.
+  // sequence mode, the name its messages start with and the key its
+  // stage count is read from.
   int32_t tp = 1;
   bool sequence = false;
   // The optimizer state sharded over the data-parallel replicas (ZeRO-1
@@ -51,6 +52,7 @@ struct PipelineOptions {
   // parameters, then the replicas allgather them.
   bool shard_optimizer = false;
   const char* who = "pipeline";
+  const char* stages_key = "stages";
 
   // Reads and checks the options for `world_size` ranks. Throws
   // tessera::Error (invalid argument) naming the option when stages is

@@ -32,10 +32,16 @@ int32_t tag(int32_t kind, int32_t boundary) { return kind + kTagKinds * boundary
 StagePlan make_plan(const PipelineOptions& options, const sdk::ModelView& model) {
   if (options.virtual_stages > 1 && options.chunks() > model.num_units()) {
     throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                detail::concat("pipeline: stages x virtual_stages = ", options.stages, " x ",
-                               options.virtual_stages, " = ", options.chunks(),
-                               " model chunks is more than the model's ", model.num_units(),
-                               " units (every chunk needs at least one unit)"));
+                detail::concat(options.who, ": ", options.stages_key, " x virtual_stages = ",
+                               options.stages, " x ", options.virtual_stages, " = ",
+                               options.chunks(), " model chunks is more than the model's ",
+                               model.num_units(), " units (every chunk needs at least one unit)"));
+  }
+  if (options.stages > model.num_units()) {
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                detail::concat(options.who, ": ", options.stages_key, " = ", options.stages,
+                               " is more than the model's ", model.num_units(),
+                               " units (every stage needs at least one unit)"));
   }
   if (options.explicit_partition) return explicit_plan(options.boundaries, model.num_units());
   std::vector<double> cost;
@@ -312,7 +318,8 @@ PipelineStrategy::PipelineStrategy(const sdk::Host& host, PipelineOptions option
       if ((model.unit_flags(u) & TESSERA_UNIT_SPLIT_BACKWARD) == 0) {
         throw Error(
             TESSERA_ERR_INVALID_ARGUMENT,
-            detail::concat("pipeline: schedule = \"zb1\" needs every unit to split its "
+            detail::concat(options_.who,
+                           ": schedule = \"zb1\" needs every unit to split its "
                            "backward into input and weight halves, but unit ",
                            u, " (", model.unit_name(u), ") cannot; use schedule = \"1f1b\""));
       }
@@ -487,16 +494,17 @@ sdk::StepResult PipelineStrategy::step(const sdk::StepArgs& args) {
   const auto micro = static_cast<int32_t>(args.micro_batches.size());
   if (options_.schedule == PipelineSchedule::kOneFOneB && micro < stages_) {
     throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                detail::concat("pipeline: schedule = \"1f1b\" needs data.micro_batches >= stages (",
-                               stages_, "), but a step has ", micro,
+                detail::concat(options_.who, ": schedule = \"1f1b\" needs data.micro_batches >= ",
+                               options_.stages_key, " (", stages_, "), but a step has ", micro,
                                " micro-batches; raise data.micro_batches or use schedule = "
                                "\"gpipe\""));
   }
   if (options_.schedule == PipelineSchedule::kInterleaved && micro % stages_ != 0) {
     throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                detail::concat("pipeline: schedule = \"interleaved\" needs data.micro_batches to "
-                               "be a multiple of stages (",
-                               stages_,
+                detail::concat(options_.who,
+                               ": schedule = \"interleaved\" needs data.micro_batches to "
+                               "be a multiple of ",
+                               options_.stages_key, " (", stages_,
                                "), as Megatron-LM's interleaved schedule does, but a "
                                "step has ",
                                micro, " micro-batches"));
