@@ -28,7 +28,7 @@ HybridOptions HybridOptions::read(const sdk::Options& options, int32_t world_siz
   o.pipeline.stages_key = "pp";
   o.pipeline.stages = static_cast<int32_t>(pp);
   o.pipeline.tp = static_cast<int32_t>(tp);
-  PipelineOptions::read_schedule(options, o.pipeline);
+  sdk::PipelineOptions::read_schedule(options, o.pipeline);
   const std::string mode = options.get_string("mode");
   TESSERA_CHECK(mode == "tensor" || mode == "sequence", TESSERA_ERR_INVALID_ARGUMENT,
                 "hybrid: mode = \"", mode, "\" is not one of tensor, sequence");

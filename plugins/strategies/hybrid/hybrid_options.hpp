@@ -4,10 +4,10 @@
 
 #include <cstdint>
 
-#include "pipeline_options.hpp"
 #include "tessera/c/common.h"
 #include "tessera/c/plugin.h"
 #include "tessera/sdk/host.hpp"
+#include "tessera/sdk/pipeline_plan.hpp"
 
 namespace tessera::strategies {
 
@@ -37,7 +37,7 @@ inline constexpr tessera_option_decl kHybridOptions[] = {
 
 struct HybridOptions {
   int32_t dp = 1;
-  PipelineOptions pipeline;  // stages = pp, tp, sequence, the schedule
+  sdk::PipelineOptions pipeline;  // stages = pp, tp, sequence, the schedule
 
   // Reads and checks the options for `world_size` ranks. Throws
   // tessera::Error (invalid argument) naming the options when an axis is

@@ -1,7 +1,7 @@
-// Registration of the `hybrid` strategy plugin: the pipeline engine with a
-// tensor axis in every stage and data-parallel replicas of the whole.
+// Registration of the `hybrid` strategy plugin: the SDK's pipeline engine
+// with a tensor axis in every stage and data-parallel replicas of the whole.
 #include "hybrid_options.hpp"
-#include "pipeline_strategy.hpp"
+#include "tessera/sdk/pipeline_engine.hpp"
 
 namespace tessera::strategies {
 
@@ -20,7 +20,7 @@ class HybridStrategy final : public sdk::Strategy {
   void save(const sdk::StateWriter& writer) override { engine_.save(writer); }
 
  private:
-  PipelineStrategy engine_;
+  sdk::PipelineEngine engine_;
 };
 
 }  // namespace tessera::strategies

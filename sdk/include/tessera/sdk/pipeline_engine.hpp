@@ -1,47 +1,76 @@
-// The `pipeline` strategy (see pipeline_strategy.hpp).
-#include "pipeline_strategy.hpp"
+// PipelineEngine, the `pipeline` strategy's engine (and, with a tensor
+// axis, the `hybrid` strategy's): pipeline parallelism. The model's units are
+// split into `stages` x `virtual_stages` contiguous chunks (one per stage,
+// or v per stage under the interleaved schedule: chunk c runs on stage
+// c % stages); rank r is stage r % stages of data-parallel replica
+// r / stages. A stage holds only its chunks' parameters, gradients and
+// optimizer state (plus a copy of a tied parameter owned by another stage,
+// e.g. gpt's embedding on the head's stage), streams the step's
+// micro-batches through its chunks on a GPipe, 1F1B, interleaved 1F1B or
+// zero-bubble H1 (split backward) schedule, and exchanges activations and
+// their gradients with the neighbouring stages by point-to-point sends and
+// receives. Each unit's gradients are summed over the stage's replicas as
+// soon as its last backward of the step is done (overlapping the rest of
+// the cool-down), tied gradients between the stages that share them once
+// the pipeline drains, and the update clips by the global norm over all
+// stages. docs/strategies/pipeline.md describes it for users.
+#pragma once
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <ctime>
+#include <deque>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "tessera/sdk/clip.hpp"
+#include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/flat_state.hpp"
+#include "tessera/sdk/mesh.hpp"
+#include "tessera/sdk/pipeline_plan.hpp"
 #include "tessera/sdk/step_frame.hpp"
+#include "tessera/sdk/strategy.hpp"
+#include "tessera/sdk/tensor_group.hpp"
 #include "tessera/sdk/tensor_shards.hpp"
+#include "tessera/sdk/tracked_buffer.hpp"
 
-namespace tessera::strategies {
+namespace tessera::sdk {
 
-namespace {
+namespace pipeline_detail {
 
 // Message kinds between neighbouring chunks; the tag is the kind plus 4 x
 // the boundary (the index of the receiving chunk of the activations), and
 // each tag carries its messages in micro-batch order.
-constexpr int32_t kTagShape = 0;  // [rows, cols, sender's schedule clock] of the activations
-constexpr int32_t kTagActivations = 1;
-constexpr int32_t kTagGradients = 2;
-constexpr int32_t kTagGradientClock = 3;  // the sender's schedule clock with the gradients
-constexpr int32_t kTagKinds = 4;
+inline constexpr int32_t kTagShape = 0;  // [rows, cols, sender's schedule clock] of the activations
+inline constexpr int32_t kTagActivations = 1;
+inline constexpr int32_t kTagGradients = 2;
+inline constexpr int32_t kTagGradientClock = 3;  // the sender's schedule clock with the gradients
+inline constexpr int32_t kTagKinds = 4;
 
-int32_t tag(int32_t kind, int32_t boundary) { return kind + kTagKinds * boundary; }
+inline int32_t tag(int32_t kind, int32_t boundary) { return kind + kTagKinds * boundary; }
 
-StagePlan make_plan(const PipelineOptions& options, const sdk::ModelView& model) {
+inline StagePlan make_plan(const PipelineOptions& options, const sdk::ModelView& model) {
   if (options.virtual_stages > 1 && options.chunks() > model.num_units()) {
     throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                detail::concat(options.who, ": ", options.stages_key, " x virtual_stages = ",
-                               options.stages, " x ", options.virtual_stages, " = ",
-                               options.chunks(), " model chunks is more than the model's ",
-                               model.num_units(), " units (every chunk needs at least one unit)"));
+                ::tessera::detail::concat(
+                    options.who, ": ", options.stages_key, " x virtual_stages = ", options.stages,
+                    " x ", options.virtual_stages, " = ", options.chunks(),
+                    " model chunks is more than the model's ", model.num_units(),
+                    " units (every chunk needs at least one unit)"));
   }
   if (options.stages > model.num_units()) {
-    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                detail::concat(options.who, ": ", options.stages_key, " = ", options.stages,
-                               " is more than the model's ", model.num_units(),
-                               " units (every stage needs at least one unit)"));
+    throw Error(
+        TESSERA_ERR_INVALID_ARGUMENT,
+        ::tessera::detail::concat(options.who, ": ", options.stages_key, " = ", options.stages,
+                                  " is more than the model's ", model.num_units(),
+                                  " units (every stage needs at least one unit)"));
   }
   if (options.explicit_partition) return explicit_plan(options.boundaries, model.num_units());
   std::vector<double> cost;
@@ -69,7 +98,7 @@ struct PipeWork {
 // fill the slots 1F1B leaves idle, and for m >= p every stage finishes
 // within 3m + p - 1 slots, the bubble of (p-1)/(3m+p-1), holding at most
 // p micro-batches' contexts. The order of `stage` is returned.
-std::vector<PipeWork> zero_bubble_order(int32_t p, int32_t m, int32_t stage) {
+inline std::vector<PipeWork> zero_bubble_order(int32_t p, int32_t m, int32_t stage) {
   const auto n = static_cast<size_t>(p);
   std::vector<int32_t> fwd(n, 0);
   std::vector<int32_t> bwd(n, 0);
@@ -114,7 +143,7 @@ std::vector<PipeWork> zero_bubble_order(int32_t p, int32_t m, int32_t stage) {
 }
 
 // The order in which stage `stage` runs its work for `m` micro-batches.
-std::vector<PipeWork> work_order(const PipelineOptions& o, int32_t stage, int32_t m) {
+inline std::vector<PipeWork> work_order(const PipelineOptions& o, int32_t stage, int32_t m) {
   const int32_t p = o.stages;
   const int32_t v = o.virtual_stages;
   std::vector<PipeWork> order;
@@ -153,11 +182,11 @@ std::vector<PipeWork> work_order(const PipelineOptions& o, int32_t stage, int32_
   return order;
 }
 
-std::span<float> part(sdk::TrackedBuffer<float>& buffer, uint64_t offset, uint64_t count) {
+inline std::span<float> part(sdk::TrackedBuffer<float>& buffer, uint64_t offset, uint64_t count) {
   return buffer.span().subspan(static_cast<size_t>(offset), static_cast<size_t>(count));
 }
 
-int64_t now_ns() {
+inline int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -165,31 +194,205 @@ int64_t now_ns() {
 
 // CPU time of the calling thread: what a unit's compute costs whatever
 // else shares the processor.
-int64_t thread_cpu_ns() {
+inline int64_t thread_cpu_ns() {
   timespec t{};
   if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0) return now_ns();
   return static_cast<int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
 }
 
 // 1 - busy / span in [0, 1]; 0 without a span.
-double idle_share(int64_t busy, double span) {
+inline double idle_share(int64_t busy, double span) {
   if (span <= 0.0) return 0.0;
   return std::clamp(1.0 - static_cast<double>(busy) / span, 0.0, 1.0);
 }
 
-}  // namespace
+}  // namespace pipeline_detail
 
-void PipelineStrategy::check(const sdk::Host& /*host*/, const sdk::Options& options,
-                             int32_t world_size) {
+class PipelineEngine final : public sdk::Strategy {
+ public:
+  // Checks the options against the world size (see PipelineOptions::read).
+  static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
+
+  // Collective: plans the stages (more stages than units, a boundary out
+  // of range, or zb1 with a unit that cannot split its backward is an
+  // invalid argument naming the option or the unit), splits the world
+  // into the pipeline, data-parallel and tied-parameter groups, and
+  // allocates this stage's parameters, gradients and optimizer state. Rank
+  // 0 logs every stage's units and share of the cost.
+  PipelineEngine(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env);
+  // The same from options already read (the `hybrid` strategy's, with a
+  // tensor axis: options.tp ranks per tensor group inside every stage;
+  // the world is data-parallel replicas x stages x tp, tp innermost).
+  PipelineEngine(const sdk::Host& host, PipelineOptions options, sdk::StrategyEnv& env);
+  PipelineEngine(const PipelineEngine&) = delete;
+  PipelineEngine& operator=(const PipelineEngine&) = delete;
+  // Reports the contexts' activation bytes as freed.
+  ~PipelineEngine() override;
+
+  // Stages of one replica share a data rank (they train on the same examples).
+  [[nodiscard]] tessera_strategy_layout layout() const override;
+  // Reads this stage's parameters (and tied copies) and optimizer state.
+  void load(const sdk::StateReader& reader) override;
+  // Runs the schedule over the micro-batches, then reduces, clips and
+  // updates. 1f1b with fewer micro-batches than stages, or interleaved with
+  // micro-batches not a multiple of stages, is an invalid argument naming
+  // data.micro_batches, raised before any compute.
+  sdk::StepResult step(const sdk::StepArgs& args) override;
+  // Replica 0 writes its stage's own tensors (every rank everything it
+  // holds, tied copies included, when the writer wants all replicas).
+  void save(const sdk::StateWriter& writer) override;
+
+ private:
+  // A micro-batch in flight: its units' contexts and its messages.
+  struct Slot {
+    std::vector<sdk::UnitContext> contexts;  // one per unit of the stage
+    std::vector<int64_t> context_bytes;      // reported as ACTIVATIONS, per context
+    std::vector<float> input;                // activations received from the previous stage
+    std::array<int64_t, 2> input_shape{};
+    std::vector<float> grad;             // gradient received from the next stage
+    int64_t grad_clock = 0;              // the next stage's schedule clock when it sent it
+    std::array<int64_t, 3> out_shape{};  // rows, cols, clock: sent ahead of the activations
+    int64_t sent_clock = 0;              // sent with the input gradient
+    sdk::PendingOp grad_recv;
+    sdk::PendingOp grad_clock_recv;
+    std::vector<sdk::PendingOp> sends;
+  };
+  // One model chunk of this stage: its units, their micro-batch slots, and
+  // the shapes of its inputs, received ahead.
+  struct Chunk {
+    int32_t index = 0;  // global chunk index (its stage: index % stages)
+    int32_t first_unit = 0;
+    int32_t end_unit = 0;
+    sdk::FlatRange own;  // flat range of its parameters
+    uint64_t at = 0;     // where they start in the buffers
+    // Made on demand, kept between steps; a deque, so that a slot added
+    // mid-step leaves the others (and their pending messages) in place.
+    std::deque<Slot> slots;
+    std::vector<int32_t> slot_of;     // per micro-batch of the step: its slot, or -1
+    std::vector<int32_t> free_slots;  // slots no micro-batch holds
+    std::vector<int64_t> shapes;      // rows, cols, clock per micro-batch
+    std::vector<sdk::PendingOp> shape_recvs;
+  };
+  // A parameter used by several stages and the group that sums its gradient.
+  struct TiedGroup {
+    size_t entry = 0;
+    std::unique_ptr<sdk::CommView> comm;
+  };
+
+  [[nodiscard]] uint64_t offset_of(size_t entry) const;
+  // With the optimizer state sharded over the replicas: fn(key, shape,
+  // whole_offset, values) for each piece of this replica's slice of every
+  // held entry `which` selects (all when empty), per optimizer slot.
+  template <class Fn>
+  void for_each_optimizer_piece(const std::function<bool(size_t)>& which, Fn&& fn);
+  // The units' tensor-parallel group (null without a tensor axis).
+  [[nodiscard]] const tessera_tp_group* units_group() const noexcept {
+    return group_ != nullptr ? group_->get() : nullptr;
+  }
+  [[nodiscard]] uint32_t group_flags() const noexcept {
+    return options_.sequence ? static_cast<uint32_t>(TESSERA_TP_SEQUENCE) : 0U;
+  }
+  [[nodiscard]] bool owns_unit(int32_t unit) const;
+  double run_schedule(const sdk::StepArgs& args);
+  void forward(const sdk::StepArgs& args, Chunk& chunk, int32_t micro, double& loss);
+  // The whole backward, or under zb1 its input half.
+  void backward(Chunk& chunk, int32_t micro);
+  // zb1: the weight half of a backward.
+  void backward_weight(Chunk& chunk, int32_t micro);
+  void wait_sends(Slot& slot);
+  // Runs the units' compute `work`: its wall time counts as busy, and its
+  // thread CPU time as busy on the schedule clock, which it advances.
+  template <class Work>
+  void compute(Work&& work);
+  // Work that needed a message sent at `sender_clock` starts no earlier.
+  void arrive(int64_t sender_clock) noexcept;
+  // After the last gradient pass of `unit` in the step: starts the
+  // replicas' sum of every unit whose gradients are now complete.
+  void unit_done(int32_t unit);
+  // Reports the change of context `unit` of `slot` to the host (ACTIVATIONS).
+  void account(Slot& slot, size_t unit);
+  void add_slot(Chunk& chunk);
+  // A free slot of `chunk` for `micro` (a new one when none is free), and
+  // the slot `micro` holds; release hands it back after the last half of
+  // the micro-batch's backward.
+  Slot& take_slot(Chunk& chunk, int32_t micro);
+  Slot& slot_of(Chunk& chunk, int32_t micro);
+  static void release_slot(Chunk& chunk, int32_t micro);
+  void drop_pending() noexcept;
+  void reduce_grads();
+  // After the schedule: the longest wall span and schedule clock over the
+  // pipeline's stages (collective over the pipeline).
+  std::array<double, 2> longest_spans();
+  [[nodiscard]] double sum_squares();
+  void log_plan(const sdk::ModelView& model) const;
+
+  sdk::Host host_;
+  sdk::StrategyEnv& env_;
+  PipelineOptions options_;
+  // dp x pp x tp (tp innermost; of size 1 for the pipeline strategy): a
+  // tensor group is consecutive ranks, a replica's stages x tensor ranks
+  // too.
+  sdk::Mesh mesh_;
+  int32_t stages_;
+  int32_t replicas_;
+  int32_t stage_;
+  int32_t replica_;
+  int32_t tp_rank_;
+  StagePlan plan_;
+  sdk::FlatLayout flat_;
+  std::deque<Chunk> chunks_;               // this stage's chunks, in model order
+  sdk::TensorShards shards_;               // what it holds of each entry, and where
+  std::vector<sdk::FlatRange> unit_held_;  // per unit, its own tensors in the buffers
+  size_t own_count_ = 0;                   // own entries (held first)
+  uint64_t own_total_ = 0;                 // elements of its own parameters (buffer front)
+  std::vector<size_t> foreign_;            // entries owned elsewhere, used here (tied)
+  uint64_t total_ = 0;                     // own + foreign elements
+  // The held elements this replica updates (all of them unless the
+  // optimizer state is sharded over the replicas) and where they start.
+  uint64_t slice_ = 0;
+  uint64_t slice_at_ = 0;
+  sdk::TrackedBuffer<float> params_;
+  sdk::TrackedBuffer<float> grads_;
+  sdk::SlotPointers param_ptrs_;
+  sdk::SlotPointers grad_ptrs_;
+  sdk::OptimState optim_;
+  std::unique_ptr<sdk::CommView> pipe_;  // the stages of this replica, rank = stage
+  std::unique_ptr<sdk::CommView> dp_;    // this stage in every replica
+  // With a tensor axis (options_.tp > 1): this rank's tensor group, the
+  // stages x tensor ranks of its replica (for the norm), and the units'
+  // counted group over tp_.
+  std::unique_ptr<sdk::CommView> tp_;
+  std::unique_ptr<sdk::CommView> norm_group_;
+  std::unique_ptr<sdk::TensorGroup> group_;
+  std::vector<TiedGroup> tied_;
+  // Per unit of this stage, the units of this stage whose gradient passes
+  // must finish before its gradients are complete (its parameters' users),
+  // and per unit the units it completes; per step, how many are left.
+  std::vector<int32_t> users_left_init_;
+  std::vector<std::vector<int32_t>> completes_;
+  std::vector<int32_t> users_left_;
+  std::vector<sdk::PendingOp> dp_sums_;  // the replicas' sums in flight
+  // The last schedule: wall time of the units' compute, its thread CPU
+  // time, this stage's schedule clock (CPU time plus waits for messages
+  // sent later on their senders' clocks), and the wall time from its start
+  // to its last send.
+  int64_t busy_ns_ = 0;
+  int64_t cpu_ns_ = 0;
+  int64_t clock_ns_ = 0;
+  int64_t span_ns_ = 0;
+};
+
+inline void PipelineEngine::check(const sdk::Host& /*host*/, const sdk::Options& options,
+                                  int32_t world_size) {
   (void)PipelineOptions::read(options, world_size);
 }
 
-PipelineStrategy::PipelineStrategy(const sdk::Host& host, const sdk::Options& options,
-                                   sdk::StrategyEnv& env)
-    : PipelineStrategy(host, PipelineOptions::read(options, env.world_size()), env) {}
+inline PipelineEngine::PipelineEngine(const sdk::Host& host, const sdk::Options& options,
+                                      sdk::StrategyEnv& env)
+    : PipelineEngine(host, PipelineOptions::read(options, env.world_size()), env) {}
 
-PipelineStrategy::PipelineStrategy(const sdk::Host& host, PipelineOptions options,
-                                   sdk::StrategyEnv& env)
+inline PipelineEngine::PipelineEngine(const sdk::Host& host, PipelineOptions options,
+                                      sdk::StrategyEnv& env)
     : host_(host),
       env_(env),
       options_(std::move(options)),
@@ -202,7 +405,7 @@ PipelineStrategy::PipelineStrategy(const sdk::Host& host, PipelineOptions option
       stage_(mesh_.coord("pp")),
       replica_(mesh_.coord("dp")),
       tp_rank_(mesh_.coord("tp")),
-      plan_(make_plan(options_, env.model())),
+      plan_(pipeline_detail::make_plan(options_, env.model())),
       flat_(env.model()),
       param_ptrs_(flat_),
       grad_ptrs_(flat_) {
@@ -316,19 +519,19 @@ PipelineStrategy::PipelineStrategy(const sdk::Host& host, PipelineOptions option
     const sdk::ModelView& model = env.model();
     for (int32_t u = 0; u < model.num_units(); ++u) {
       if ((model.unit_flags(u) & TESSERA_UNIT_SPLIT_BACKWARD) == 0) {
-        throw Error(
-            TESSERA_ERR_INVALID_ARGUMENT,
-            detail::concat(options_.who,
-                           ": schedule = \"zb1\" needs every unit to split its "
-                           "backward into input and weight halves, but unit ",
-                           u, " (", model.unit_name(u), ") cannot; use schedule = \"1f1b\""));
+        throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                    ::tessera::detail::concat(options_.who,
+                                              ": schedule = \"zb1\" needs every unit to split its "
+                                              "backward into input and weight halves, but unit ",
+                                              u, " (", model.unit_name(u),
+                                              ") cannot; use schedule = \"1f1b\""));
       }
     }
   }
   if (env.rank() == 0) log_plan(env.model());
 }
 
-PipelineStrategy::~PipelineStrategy() {
+inline PipelineEngine::~PipelineEngine() {
   drop_pending();
   int64_t held = 0;
   for (const Chunk& chunk : chunks_) {
@@ -339,11 +542,11 @@ PipelineStrategy::~PipelineStrategy() {
   if (held != 0) host_.track_memory(env_.rank(), TESSERA_MEM_ACTIVATIONS, -held);
 }
 
-bool PipelineStrategy::owns_unit(int32_t unit) const {
+inline bool PipelineEngine::owns_unit(int32_t unit) const {
   return plan_.stage_of(unit) % stages_ == stage_;
 }
 
-void PipelineStrategy::add_slot(Chunk& chunk) {
+inline void PipelineEngine::add_slot(Chunk& chunk) {
   Slot s;
   for (int32_t u = chunk.first_unit; u < chunk.end_unit; ++u) {
     s.contexts.push_back(env_.model().make_context(u));
@@ -352,7 +555,7 @@ void PipelineStrategy::add_slot(Chunk& chunk) {
   chunk.slots.push_back(std::move(s));
 }
 
-PipelineStrategy::Slot& PipelineStrategy::take_slot(Chunk& chunk, int32_t micro) {
+inline PipelineEngine::Slot& PipelineEngine::take_slot(Chunk& chunk, int32_t micro) {
   if (chunk.free_slots.empty()) {
     add_slot(chunk);
     chunk.free_slots.push_back(static_cast<int32_t>(chunk.slots.size()) - 1);
@@ -363,23 +566,23 @@ PipelineStrategy::Slot& PipelineStrategy::take_slot(Chunk& chunk, int32_t micro)
   return chunk.slots[static_cast<size_t>(index)];
 }
 
-PipelineStrategy::Slot& PipelineStrategy::slot_of(Chunk& chunk, int32_t micro) {
+inline PipelineEngine::Slot& PipelineEngine::slot_of(Chunk& chunk, int32_t micro) {
   return chunk.slots[static_cast<size_t>(chunk.slot_of[static_cast<size_t>(micro)])];
 }
 
-void PipelineStrategy::release_slot(Chunk& chunk, int32_t micro) {
+inline void PipelineEngine::release_slot(Chunk& chunk, int32_t micro) {
   chunk.free_slots.push_back(chunk.slot_of[static_cast<size_t>(micro)]);
   chunk.slot_of[static_cast<size_t>(micro)] = -1;
 }
 
-void PipelineStrategy::account(Slot& slot, size_t unit) {
+inline void PipelineEngine::account(Slot& slot, size_t unit) {
   const auto now = static_cast<int64_t>(slot.contexts[unit].bytes());
   int64_t& before = slot.context_bytes[unit];
   if (now != before) host_.track_memory(env_.rank(), TESSERA_MEM_ACTIVATIONS, now - before);
   before = now;
 }
 
-tessera_strategy_layout PipelineStrategy::layout() const {
+inline tessera_strategy_layout PipelineEngine::layout() const {
   tessera_strategy_layout l{};
   l.struct_size = sizeof l;
   l.data_rank = replica_;
@@ -387,14 +590,14 @@ tessera_strategy_layout PipelineStrategy::layout() const {
   return l;
 }
 
-uint64_t PipelineStrategy::offset_of(size_t entry) const {
+inline uint64_t PipelineEngine::offset_of(size_t entry) const {
   const sdk::TensorShards::Held& h = shards_.held(entry);
   TESSERA_CHECK(h.held, TESSERA_ERR_INTERNAL, "pipeline: parameter ", flat_.entry(entry).full_name,
                 " is not held by stage ", stage_);
   return h.at;
 }
 
-void PipelineStrategy::log_plan(const sdk::ModelView& model) const {
+inline void PipelineEngine::log_plan(const sdk::ModelView& model) const {
   std::vector<double> cost;
   double total = 0.0;
   for (int32_t u = 0; u < model.num_units(); ++u) {
@@ -421,14 +624,15 @@ void PipelineStrategy::log_plan(const sdk::ModelView& model) const {
     }
     char share[32];
     std::snprintf(share, sizeof share, "%.1f%%", total > 0.0 ? 100.0 * c / total : 0.0);
-    const std::string chunk =
-        options_.virtual_stages > 1 ? detail::concat(" chunk ", s / stages_) : std::string();
+    const std::string chunk = options_.virtual_stages > 1
+                                  ? ::tessera::detail::concat(" chunk ", s / stages_)
+                                  : std::string();
     host_.info("pipeline: stage ", s % stages_, chunk, " owns units ", plan_.begin(s), "..",
                plan_.end(s) - 1, " (", names, "), ", share, " of the cost");
   }
 }
 
-void PipelineStrategy::load(const sdk::StateReader& reader) {
+inline void PipelineEngine::load(const sdk::StateReader& reader) {
   // Own tensors and tied copies alike, shards as boxes of the whole tensors.
   if (slice_ == total_) {
     shards_.read(reader, flat_, env_.optimizer(), params_.span(), optim_);
@@ -442,7 +646,7 @@ void PipelineStrategy::load(const sdk::StateReader& reader) {
 }
 
 template <class Fn>
-void PipelineStrategy::for_each_optimizer_piece(const std::function<bool(size_t)>& which, Fn&& fn) {
+void PipelineEngine::for_each_optimizer_piece(const std::function<bool(size_t)>& which, Fn&& fn) {
   // The pieces of this replica's slice [slice_at_, slice_at_ + slice_) of
   // the held buffer, tensor by tensor, as element ranges of the whole
   // tensors; each optimizer slot's values at the same place of its state.
@@ -466,7 +670,7 @@ void PipelineStrategy::for_each_optimizer_piece(const std::function<bool(size_t)
   }
 }
 
-void PipelineStrategy::save(const sdk::StateWriter& writer) {
+inline void PipelineEngine::save(const sdk::StateWriter& writer) {
   // Replica 0 writes its stage's own tensors (a replicated one from tensor
   // rank 0); every rank everything it holds when the writer wants all.
   const bool all = writer.all_replicas();
@@ -490,24 +694,26 @@ void PipelineStrategy::save(const sdk::StateWriter& writer) {
           std::span<float> values) { writer.write(name, shape, whole, values); });
 }
 
-sdk::StepResult PipelineStrategy::step(const sdk::StepArgs& args) {
+inline sdk::StepResult PipelineEngine::step(const sdk::StepArgs& args) {
   const auto micro = static_cast<int32_t>(args.micro_batches.size());
   if (options_.schedule == PipelineSchedule::kOneFOneB && micro < stages_) {
     throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                detail::concat(options_.who, ": schedule = \"1f1b\" needs data.micro_batches >= ",
-                               options_.stages_key, " (", stages_, "), but a step has ", micro,
-                               " micro-batches; raise data.micro_batches or use schedule = "
-                               "\"gpipe\""));
+                ::tessera::detail::concat(
+                    options_.who, ": schedule = \"1f1b\" needs data.micro_batches >= ",
+                    options_.stages_key, " (", stages_, "), but a step has ", micro,
+                    " micro-batches; raise data.micro_batches or use schedule = "
+                    "\"gpipe\""));
   }
   if (options_.schedule == PipelineSchedule::kInterleaved && micro % stages_ != 0) {
-    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                detail::concat(options_.who,
-                               ": schedule = \"interleaved\" needs data.micro_batches to "
-                               "be a multiple of ",
-                               options_.stages_key, " (", stages_,
-                               "), as Megatron-LM's interleaved schedule does, but a "
-                               "step has ",
-                               micro, " micro-batches"));
+    throw Error(
+        TESSERA_ERR_INVALID_ARGUMENT,
+        ::tessera::detail::concat(options_.who,
+                                  ": schedule = \"interleaved\" needs data.micro_batches to "
+                                  "be a multiple of ",
+                                  options_.stages_key, " (", stages_,
+                                  "), as Megatron-LM's interleaved schedule does, but a "
+                                  "step has ",
+                                  micro, " micro-batches"));
   }
   // run_step meters the fixed communicators; the tied groups are added here.
   sdk::StepResult tied_before;
@@ -541,8 +747,8 @@ sdk::StepResult PipelineStrategy::step(const sdk::StepArgs& args) {
              }
              // This replica's slice, then every replica's into every rank.
              const uint64_t n = std::min(slice_, total_ - std::min(total_, slice_at_));
-             env_.optimizer().step(optim_, 0, part(params_, slice_at_, n),
-                                   part(grads_, slice_at_, n), args.step, args.lr);
+             env_.optimizer().step(optim_, 0, pipeline_detail::part(params_, slice_at_, n),
+                                   pipeline_detail::part(grads_, slice_at_, n), args.step, args.lr);
              const std::vector<float> mine(params_.data() + slice_at_,
                                            params_.data() + slice_at_ + slice_);
              dp_->allgather(std::span<const float>(mine), params_.span());
@@ -564,8 +770,8 @@ sdk::StepResult PipelineStrategy::step(const sdk::StepArgs& args) {
                 "), pp group ", pipe_->stats().bytes_sent - pipe_before.bytes_sent,
                 " bytes, dp group ", dp_->stats().bytes_sent - dp_before.bytes_sent, " bytes");
   }
-  result.bubble = idle_share(busy_ns_, spans[0]);
-  result.bubble_cpu = idle_share(cpu_ns_, spans[1]);
+  result.bubble = pipeline_detail::idle_share(busy_ns_, spans[0]);
+  result.bubble_cpu = pipeline_detail::idle_share(cpu_ns_, spans[1]);
   char line[160];
   std::snprintf(
       line, sizeof line, "wall %.2f of %.2f ms busy, CPU clock %.2f of %.2f ms busy (ends at %.2f)",
@@ -577,27 +783,27 @@ sdk::StepResult PipelineStrategy::step(const sdk::StepArgs& args) {
 }
 
 template <class Work>
-void PipelineStrategy::compute(Work&& work) {
-  const int64_t wall = now_ns();
-  const int64_t cpu = thread_cpu_ns();
+void PipelineEngine::compute(Work&& work) {
+  const int64_t wall = pipeline_detail::now_ns();
+  const int64_t cpu = pipeline_detail::thread_cpu_ns();
   std::forward<Work>(work)();
-  const int64_t used = thread_cpu_ns() - cpu;
-  busy_ns_ += now_ns() - wall;
+  const int64_t used = pipeline_detail::thread_cpu_ns() - cpu;
+  busy_ns_ += pipeline_detail::now_ns() - wall;
   cpu_ns_ += used;
   clock_ns_ += used;
 }
 
-void PipelineStrategy::arrive(int64_t sender_clock) noexcept {
+inline void PipelineEngine::arrive(int64_t sender_clock) noexcept {
   clock_ns_ = std::max(clock_ns_, sender_clock);
 }
 
-std::array<double, 2> PipelineStrategy::longest_spans() {
+inline std::array<double, 2> PipelineEngine::longest_spans() {
   std::array<double, 2> spans{static_cast<double>(span_ns_), static_cast<double>(clock_ns_)};
   if (pipe_->size() > 1) pipe_->allreduce(std::span<double>(spans), TESSERA_MAX);
   return spans;
 }
 
-void PipelineStrategy::unit_done(int32_t unit) {
+inline void PipelineEngine::unit_done(int32_t unit) {
   if (dp_->size() <= 1) return;
   for (const int32_t u : completes_[static_cast<size_t>(unit)]) {
     if (--users_left_[static_cast<size_t>(u)] != 0) continue;
@@ -605,13 +811,14 @@ void PipelineStrategy::unit_done(int32_t unit) {
                   stage_);
     const sdk::FlatRange range = unit_held_[static_cast<size_t>(u)];
     if (range.empty()) continue;
-    dp_sums_.push_back(dp_->start_allreduce(part(grads_, range.begin, range.size())));
+    dp_sums_.push_back(
+        dp_->start_allreduce(pipeline_detail::part(grads_, range.begin, range.size())));
   }
 }
 
-double PipelineStrategy::run_schedule(const sdk::StepArgs& args) {
+inline double PipelineEngine::run_schedule(const sdk::StepArgs& args) {
   const auto m = static_cast<int32_t>(args.micro_batches.size());
-  const int64_t start = now_ns();
+  const int64_t start = pipeline_detail::now_ns();
   busy_ns_ = 0;
   cpu_ns_ = 0;
   clock_ns_ = 0;
@@ -634,11 +841,11 @@ double PipelineStrategy::run_schedule(const sdk::StepArgs& args) {
     for (int32_t i = 0; i < m; ++i) {
       chunk.shape_recvs.push_back(
           pipe_->start_recv(std::span<int64_t>(chunk.shapes).subspan(3 * static_cast<size_t>(i), 3),
-                            from, tag(kTagShape, chunk.index)));
+                            from, pipeline_detail::tag(pipeline_detail::kTagShape, chunk.index)));
     }
   }
   double loss = 0.0;
-  for (const PipeWork& w : work_order(options_, stage_, m)) {
+  for (const pipeline_detail::PipeWork& w : pipeline_detail::work_order(options_, stage_, m)) {
     Chunk& chunk = chunks_[static_cast<size_t>(w.chunk)];
     if (w.forward) {
       forward(args, chunk, w.micro, loss);
@@ -651,12 +858,12 @@ double PipelineStrategy::run_schedule(const sdk::StepArgs& args) {
   for (Chunk& chunk : chunks_) {
     for (Slot& s : chunk.slots) wait_sends(s);
   }
-  span_ns_ = now_ns() - start;
+  span_ns_ = pipeline_detail::now_ns() - start;
   return loss;
 }
 
-void PipelineStrategy::forward(const sdk::StepArgs& args, Chunk& chunk, int32_t micro,
-                               double& loss) {
+inline void PipelineEngine::forward(const sdk::StepArgs& args, Chunk& chunk, int32_t micro,
+                                    double& loss) {
   Slot& slot = take_slot(chunk, micro);
   tessera_matrix x{};
   wait_sends(slot);  // the contexts' last outputs have left
@@ -667,7 +874,7 @@ void PipelineStrategy::forward(const sdk::StepArgs& args, Chunk& chunk, int32_t 
     const int64_t cols = shape[1];
     slot.input.resize(static_cast<size_t>(rows * cols));
     pipe_->recv(std::span<float>(slot.input), (stage_ + stages_ - 1) % stages_,
-                tag(kTagActivations, chunk.index));
+                pipeline_detail::tag(pipeline_detail::kTagActivations, chunk.index));
     arrive(shape[2]);
     slot.input_shape = {rows, cols};
     x = tessera_matrix{slot.input.data(), rows, cols};
@@ -696,18 +903,22 @@ void PipelineStrategy::forward(const sdk::StepArgs& args, Chunk& chunk, int32_t 
   slot.out_shape = {x.rows, x.cols, clock_ns_};
   const auto n = static_cast<size_t>(x.rows * x.cols);
   slot.sends.push_back(
-      pipe_->start_send(std::span<const int64_t>(slot.out_shape), next, tag(kTagShape, boundary)));
+      pipe_->start_send(std::span<const int64_t>(slot.out_shape), next,
+                        pipeline_detail::tag(pipeline_detail::kTagShape, boundary)));
   slot.sends.push_back(
-      pipe_->start_send(std::span<const float>(x.data, n), next, tag(kTagActivations, boundary)));
+      pipe_->start_send(std::span<const float>(x.data, n), next,
+                        pipeline_detail::tag(pipeline_detail::kTagActivations, boundary)));
   // The gradient of these activations, received ahead of the backward.
   slot.grad.resize(n);
   slot.grad_recv =
-      pipe_->start_recv(std::span<float>(slot.grad), next, tag(kTagGradients, boundary));
-  slot.grad_clock_recv = pipe_->start_recv(std::span<int64_t>(&slot.grad_clock, 1), next,
-                                           tag(kTagGradientClock, boundary));
+      pipe_->start_recv(std::span<float>(slot.grad), next,
+                        pipeline_detail::tag(pipeline_detail::kTagGradients, boundary));
+  slot.grad_clock_recv =
+      pipe_->start_recv(std::span<int64_t>(&slot.grad_clock, 1), next,
+                        pipeline_detail::tag(pipeline_detail::kTagGradientClock, boundary));
 }
 
-void PipelineStrategy::backward(Chunk& chunk, int32_t micro) {
+inline void PipelineEngine::backward(Chunk& chunk, int32_t micro) {
   Slot& slot = slot_of(chunk, micro);
   tessera_matrix grad{};
   wait_sends(slot);  // the forward's output has left before the context changes
@@ -734,15 +945,17 @@ void PipelineStrategy::backward(Chunk& chunk, int32_t micro) {
     const auto n = static_cast<size_t>(grad.rows * grad.cols);
     const int32_t previous = (stage_ + stages_ - 1) % stages_;
     slot.sent_clock = clock_ns_;
-    slot.sends.push_back(pipe_->start_send(std::span<const float>(grad.data, n), previous,
-                                           tag(kTagGradients, chunk.index)));
-    slot.sends.push_back(pipe_->start_send(std::span<const int64_t>(&slot.sent_clock, 1), previous,
-                                           tag(kTagGradientClock, chunk.index)));
+    slot.sends.push_back(
+        pipe_->start_send(std::span<const float>(grad.data, n), previous,
+                          pipeline_detail::tag(pipeline_detail::kTagGradients, chunk.index)));
+    slot.sends.push_back(
+        pipe_->start_send(std::span<const int64_t>(&slot.sent_clock, 1), previous,
+                          pipeline_detail::tag(pipeline_detail::kTagGradientClock, chunk.index)));
   }
   if (!split) release_slot(chunk, micro);  // zb1: after the weight half
 }
 
-void PipelineStrategy::backward_weight(Chunk& chunk, int32_t micro) {
+inline void PipelineEngine::backward_weight(Chunk& chunk, int32_t micro) {
   Slot& slot = slot_of(chunk, micro);
   // The input gradient sent from the contexts has left before they change.
   wait_sends(slot);
@@ -759,12 +972,12 @@ void PipelineStrategy::backward_weight(Chunk& chunk, int32_t micro) {
   release_slot(chunk, micro);
 }
 
-void PipelineStrategy::wait_sends(Slot& slot) {
+inline void PipelineEngine::wait_sends(Slot& slot) {
   for (sdk::PendingOp& op : slot.sends) op.wait(host_);
   slot.sends.clear();
 }
 
-void PipelineStrategy::drop_pending() noexcept {
+inline void PipelineEngine::drop_pending() noexcept {
   // Destroying a pending operation waits for it (and drops its error).
   for (Chunk& chunk : chunks_) {
     for (Slot& s : chunk.slots) {
@@ -777,7 +990,7 @@ void PipelineStrategy::drop_pending() noexcept {
   dp_sums_.clear();
 }
 
-void PipelineStrategy::reduce_grads() {
+inline void PipelineEngine::reduce_grads() {
   if (dp_->size() > 1) {
     // Every own unit's sum started after its last gradient pass; the tied
     // copies of other stages' parameters are summed here.
@@ -788,26 +1001,28 @@ void PipelineStrategy::reduce_grads() {
                     TESSERA_ERR_INTERNAL, "pipeline: unit ", u,
                     "'s gradients were not summed over the replicas");
     }
-    if (total_ > own_total_) dp_->allreduce(part(grads_, own_total_, total_ - own_total_));
+    if (total_ > own_total_)
+      dp_->allreduce(pipeline_detail::part(grads_, own_total_, total_ - own_total_));
   }
   // Under sequence parallelism each tensor rank's replicated gradients
   // cover its token rows: their sum over the tensor group is the whole.
   if (options_.sequence && tp_ != nullptr) {
     for (size_t i = 0; i < shards_.entries(); ++i) {
       const sdk::TensorShards::Held& h = shards_.held(i);
-      if (h.held && !h.split) tp_->allreduce(part(grads_, h.at, h.numel));
+      if (h.held && !h.split) tp_->allreduce(pipeline_detail::part(grads_, h.at, h.numel));
     }
   }
   for (TiedGroup& t : tied_) {
-    t.comm->allreduce(part(grads_, offset_of(t.entry), shards_.held(t.entry).numel));
+    t.comm->allreduce(
+        pipeline_detail::part(grads_, offset_of(t.entry), shards_.held(t.entry).numel));
   }
 }
 
-double PipelineStrategy::sum_squares() {
+inline double PipelineEngine::sum_squares() {
   // Each element once: this stage's own gradients (tied copies are counted
   // by their owner), summed over the stages; replicas hold the same sums.
   if (tp_ == nullptr) {
-    double total = sdk::sum_squares(part(grads_, 0, own_total_));
+    double total = sdk::sum_squares(pipeline_detail::part(grads_, 0, own_total_));
     if (pipe_->size() > 1) pipe_->allreduce(std::span<double>(&total, 1));
     return total;
   }
@@ -817,10 +1032,10 @@ double PipelineStrategy::sum_squares() {
   for (size_t i = 0; i < shards_.entries(); ++i) {
     const sdk::TensorShards::Held& h = shards_.held(i);
     if (!h.held || !owns_unit(flat_.entry(i).unit) || (!h.split && tp_rank_ != 0)) continue;
-    total += sdk::sum_squares(part(grads_, h.at, h.numel));
+    total += sdk::sum_squares(pipeline_detail::part(grads_, h.at, h.numel));
   }
   norm_group_->allreduce(std::span<double>(&total, 1));
   return total;
 }
 
-}  // namespace tessera::strategies
+}  // namespace tessera::sdk
