@@ -4,7 +4,8 @@
 // 2x2x1, 1x2x2, 2x1x2 and 2x2x2, in tensor and sequence mode, under 1f1b,
 // gpipe and zb1, against `none` on one rank: 20 AdamW steps, the final
 // parameters within 1e-5 relative difference, replicas bit-identical, one
-// run clipped, the optimizer state sharded over the data axis (zero1). A
+// run clipped, the optimizer state (zero1) and gradients (zero2) sharded
+// over the data axis. A
 // rank's tracked parameters, gradients and optimizer state are its stage's
 // tensors (split ones / tp, replicated whole) plus the tied copy of a
 // tensor another stage owns (the optimizer's / dp with zero1). Checkpoints move from 2x2x2
@@ -66,14 +67,14 @@ struct HybridCase {
   std::string schedule = "1f1b";
   bool sequence = false;
   double grad_clip = 1.0;
-  bool zero1 = false;  // dp_shard = "zero1"
+  std::string dp_shard = "none";
 };
 
 std::string hybrid_case_text(const HybridCase& c) {
   return c.model + "_dp" + std::to_string(c.mesh.dp) + "_tp" + std::to_string(c.mesh.tp) + "_pp" +
          std::to_string(c.mesh.pp) + "_" + c.schedule + "_m" + std::to_string(c.micro) +
          (c.sequence ? "_sequence" : "") + (c.grad_clip < 1.0 ? "_clipped" : "") +
-         (c.zero1 ? "_zero1" : "");
+         (c.dp_shard != "none" ? "_" + c.dp_shard : "");
 }
 
 void PrintTo(const HybridCase& c, std::ostream* os) { *os << hybrid_case_text(c); }
@@ -84,7 +85,7 @@ TEST_P(HybridEquivalence, MatchesNoneOnOneRankAndReplicasAgree) {
   const HybridCase& c = GetParam();
   std::string options = "schedule = \"" + c.schedule + "\"\n";
   if (c.sequence) options += "mode = \"sequence\"\n";
-  if (c.zero1) options += "dp_shard = \"zero1\"\n";
+  options += "dp_shard = \"" + c.dp_shard + "\"\n";
   RunSpec s = hybrid_spec(c.model, c.mesh, c.micro, options);
   s.grad_clip = c.grad_clip;
   const train::RunResult result = run(s);
@@ -93,11 +94,11 @@ TEST_P(HybridEquivalence, MatchesNoneOnOneRankAndReplicasAgree) {
   ASSERT_EQ(result.last_step, 20);
   ASSERT_EQ(result.final_state.size(), static_cast<size_t>(world));
   // Rank r and rank r mod (tp x pp) hold the same place of the mesh in
-  // another replica. (With zero1 each replica writes its own slices of the
+  // another replica. (With zero1/2 each replica writes its own slices of the
   // optimizer state, so their pieces differ by design; merged() below
   // still refuses pieces of one tensor that disagree.)
   const int replica = c.mesh.tp * c.mesh.pp;
-  for (int r = c.zero1 ? world : replica; r < world; ++r) {
+  for (int r = c.dp_shard != "none" ? world : replica; r < world; ++r) {
     EXPECT_EQ(first_piece_difference(result.final_state[static_cast<size_t>(r)],
                                      result.final_state[static_cast<size_t>(r % replica)]),
               "")
@@ -138,15 +139,20 @@ std::vector<HybridCase> mesh_matrix() {
       c.sequence = true;
       cases.push_back(c);
     }
-    // The optimizer state sharded over the data axis.
-    for (const bool sequence : {false, true}) {
-      HybridCase c{model, HybridMesh{2, 2, 2}};
-      c.sequence = sequence;
-      c.zero1 = true;
-      cases.push_back(c);
+    // The optimizer state (zero1), and the gradients too (zero2), sharded
+    // over the data axis.
+    for (const char* shard : {"zero1", "zero2"}) {
+      for (const bool sequence : {false, true}) {
+        HybridCase c{model, HybridMesh{2, 2, 2}};
+        c.sequence = sequence;
+        c.dp_shard = shard;
+        cases.push_back(c);
+      }
     }
   }
-  cases.push_back(HybridCase{"gpt", HybridMesh{4, 2, 1}, 1, "1f1b", false, 0.1, true});
+  for (const char* shard : {"zero1", "zero2"}) {
+    cases.push_back(HybridCase{"gpt", HybridMesh{4, 2, 1}, 1, "1f1b", false, 0.1, shard});
+  }
   return cases;
 }
 
@@ -215,20 +221,39 @@ TEST(HybridMemory, RanksHoldTheirStagesShardsAndTheTiedCopy) {
 
 // With dp_shard = "zero1" replica r keeps the optimizer state of the held
 // elements [r S, (r+1) S), S = ceil(n / dp), and the parameter buffer is
-// padded to dp S for the allgather; gradients stay whole.
-TEST(HybridMemory, ZeroOneShardsTheOptimizerStateOverTheDataAxis) {
+// padded to dp S for the allgather; with "zero2" the gradient buffer too,
+// for the reduce-scatter (it still holds every element: the micro-batches
+// accumulate into it during the backward).
+TEST(HybridMemory, ZeroOneAndTwoShardTheOptimizerStateOverTheDataAxis) {
   const HybridMesh m{2, 2, 2};
-  const RunSpec s = hybrid_spec(
-      "gpt", m, 2, "partition = \"explicit\"\nboundaries = [2]\ndp_shard = \"zero1\"\n");
-  const train::RunResult result = run(s);
-  const GptStages held = gpt_stage_elements(m.tp);
-  std::vector<PersistentBytes> expected;
-  for (int r = 0; r < m.world(); ++r) {
-    const int64_t n = (r / m.tp) % m.pp == 0 ? held.stage0 : held.stage1;
-    const int64_t slice = (n + m.dp - 1) / m.dp;
-    expected.push_back({4 * m.dp * slice, 4 * n, 8 * slice});
+  for (const bool zero2 : {false, true}) {
+    const RunSpec s = hybrid_spec("gpt", m, 2,
+                                  std::string("partition = \"explicit\"\nboundaries = [2]\n") +
+                                      "dp_shard = \"" + (zero2 ? "zero2" : "zero1") + "\"\n");
+    const train::RunResult result = run(s);
+    const GptStages held = gpt_stage_elements(m.tp);
+    std::vector<PersistentBytes> expected;
+    for (int r = 0; r < m.world(); ++r) {
+      const int64_t n = (r / m.tp) % m.pp == 0 ? held.stage0 : held.stage1;
+      const int64_t slice = (n + m.dp - 1) / m.dp;
+      expected.push_back({4 * m.dp * slice, zero2 ? 4 * m.dp * slice : 4 * n, 8 * slice});
+    }
+    expect_persistent_peaks(result, expected, zero2 ? "2x2x2 zero2" : "2x2x2 zero1");
   }
-  expect_persistent_peaks(result, expected, "2x2x2 zero1");
+}
+
+// zero2 sends a reduce-scatter of the held gradients where zero1 sends an
+// allreduce: per step and rank, (dp-1)/dp of the padded buffer less.
+TEST(HybridTraffic, ZeroTwoSendsLessThanZeroOne) {
+  const HybridMesh m{2, 2, 2};
+  const auto sent = [&](const char* shard) {
+    const train::RunResult r =
+        run(hybrid_spec("gpt", m, 2, std::string("dp_shard = \"") + shard + "\"\n"));
+    return r.logged.at(0).comm_bytes;
+  };
+  const int64_t zero1 = sent("zero1");
+  const int64_t zero2 = sent("zero2");
+  EXPECT_LT(zero2, zero1);
 }
 
 // The chain: 2x2x2 on 8 ranks to step 7, ddp on 3 ranks to step 14, 1x2x2
@@ -275,6 +300,8 @@ TEST(HybridResume, ZeroOneOptimizerSlicesMoveBetweenMeshes) {
                    hybrid_spec("gpt", HybridMesh{1, 2, 2}, 2), "full");
   expect_continues(hybrid_spec("gpt", HybridMesh{1, 2, 2}, 2),
                    hybrid_spec("gpt", HybridMesh{4, 1, 1}, 1, zero1), "sharded");
+  expect_continues(hybrid_spec("gpt", HybridMesh{2, 2, 2}, 2, "dp_shard = \"zero2\"\n"),
+                   hybrid_spec("gpt", HybridMesh{2, 1, 2}, 2, "dp_shard = \"zero2\"\n"), "sharded");
 }
 
 TEST(HybridOptions, TheMeshMustBeTheWorld) {
@@ -314,13 +341,7 @@ TEST(HybridOptions, OneFOneBNeedsAMicroBatchPerStage) {
       << msg;
 }
 
-TEST(HybridOptions, ZeroTwoIsNotBuilt) {
-  const std::string msg =
-      refusal(hybrid_spec("gpt", HybridMesh{2, 2, 1}, 2, "dp_shard = \"zero2\"\n"));
-  EXPECT_NE(msg.find("hybrid: dp_shard = \"zero2\" (gradients sharded over the data axis too) is "
-                     "not built yet; use dp_shard = \"zero1\" or \"none\""),
-            std::string::npos)
-      << msg;
+TEST(HybridOptions, DataAxisShardingIsNoneZeroOneOrZeroTwo) {
   const std::string other =
       refusal(hybrid_spec("gpt", HybridMesh{2, 2, 1}, 2, "dp_shard = \"zero3\"\n"));
   EXPECT_NE(other.find("hybrid: dp_shard = \"zero3\" is not one of none, zero1, zero2"),

@@ -34,14 +34,11 @@ HybridOptions HybridOptions::read(const sdk::Options& options, int32_t world_siz
                 "hybrid: mode = \"", mode, "\" is not one of tensor, sequence");
   o.pipeline.sequence = mode == "sequence";
   const std::string shard = options.get_string("dp_shard");
-  if (shard == "zero2") {
-    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                "hybrid: dp_shard = \"zero2\" (gradients sharded over the data axis too) is not "
-                "built yet; use dp_shard = \"zero1\" or \"none\"");
-  }
-  TESSERA_CHECK(shard == "none" || shard == "zero1", TESSERA_ERR_INVALID_ARGUMENT,
-                "hybrid: dp_shard = \"", shard, "\" is not one of none, zero1, zero2");
-  o.pipeline.shard_optimizer = shard == "zero1";
+  TESSERA_CHECK(shard == "none" || shard == "zero1" || shard == "zero2",
+                TESSERA_ERR_INVALID_ARGUMENT, "hybrid: dp_shard = \"", shard,
+                "\" is not one of none, zero1, zero2");
+  o.pipeline.shard_optimizer = shard != "none";
+  o.pipeline.shard_gradients = shard == "zero2";
   return o;
 }
 

@@ -31,8 +31,8 @@ inline constexpr tessera_option_decl kHybridOptions[] = {
      "the tensor axis as the tensor strategy's: tensor (allreduces) or sequence (norm and "
      "residual regions split along the sequence too)"},
     {"dp_shard", TESSERA_OPT_STRING, "none",
-     "state sharded over the data axis: none (replicated) or zero1 (the optimizer state; "
-     "zero2, the gradients too, is not built yet)"},
+     "state sharded over the data axis: none (replicated), zero1 (the optimizer state) or "
+     "zero2 (the optimizer state, and the gradients reduce-scattered instead of allreduced)"},
 };
 
 struct HybridOptions {
@@ -43,7 +43,7 @@ struct HybridOptions {
   // tessera::Error (invalid argument) naming the options when an axis is
   // < 1 (dp < 0), when dp x tp x pp is not the world size, for the
   // schedule's keys as the pipeline strategy does, and for an unknown mode
-  // or dp_shard (zero2 is refused as not built yet).
+  // or dp_shard.
   static HybridOptions read(const sdk::Options& options, int32_t world_size);
 };
 

@@ -289,6 +289,11 @@ class PipelineEngine final : public sdk::Strategy {
   [[nodiscard]] const tessera_tp_group* units_group() const noexcept {
     return group_ != nullptr ? group_->get() : nullptr;
   }
+  // The gradients reduce-scattered over the replicas (ZeRO-2 on the data
+  // axis).
+  [[nodiscard]] bool sharded_grads() const noexcept {
+    return options_.shard_gradients && slice_ != total_;
+  }
   [[nodiscard]] uint32_t group_flags() const noexcept {
     return options_.sequence ? static_cast<uint32_t>(TESSERA_TP_SEQUENCE) : 0U;
   }
@@ -471,8 +476,9 @@ inline PipelineEngine::PipelineEngine(const sdk::Host& host, PipelineOptions opt
   params_ = sdk::TrackedBuffer<float>(
       host, env.rank(), TESSERA_MEM_PARAMS,
       static_cast<size_t>(slice_ == total_ ? total_ : slice_ * static_cast<uint64_t>(replicas_)));
-  grads_ =
-      sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_GRADS, static_cast<size_t>(total_));
+  grads_ = sdk::TrackedBuffer<float>(
+      host, env.rank(), TESSERA_MEM_GRADS,
+      static_cast<size_t>(sharded_grads() ? slice_ * static_cast<uint64_t>(replicas_) : total_));
   for (const size_t i : order) {
     param_ptrs_.bind_entry(i, params_.data() + shards_.held(i).at);
     grad_ptrs_.bind_entry(i, grads_.data() + shards_.held(i).at);
@@ -804,7 +810,7 @@ inline std::array<double, 2> PipelineEngine::longest_spans() {
 }
 
 inline void PipelineEngine::unit_done(int32_t unit) {
-  if (dp_->size() <= 1) return;
+  if (dp_->size() <= 1 || sharded_grads()) return;  // sharded: one reduce-scatter at the end
   for (const int32_t u : completes_[static_cast<size_t>(unit)]) {
     if (--users_left_[static_cast<size_t>(u)] != 0) continue;
     TESSERA_CHECK(owns_unit(u), TESSERA_ERR_INTERNAL, "pipeline: unit ", u, " is not on stage ",
@@ -991,7 +997,7 @@ inline void PipelineEngine::drop_pending() noexcept {
 }
 
 inline void PipelineEngine::reduce_grads() {
-  if (dp_->size() > 1) {
+  if (dp_->size() > 1 && !sharded_grads()) {
     // Every own unit's sum started after its last gradient pass; the tied
     // copies of other stages' parameters are summed here.
     for (sdk::PendingOp& op : dp_sums_) op.wait(host_);
@@ -1016,11 +1022,33 @@ inline void PipelineEngine::reduce_grads() {
     t.comm->allreduce(
         pipeline_detail::part(grads_, offset_of(t.entry), shards_.held(t.entry).numel));
   }
+  if (sharded_grads()) {
+    // Every replica's sum of the slice it updates (the buffer is padded to
+    // replicas x slice, the padding zero).
+    std::vector<float> mine(static_cast<size_t>(slice_));
+    dp_->reduce_scatter(std::span<const float>(grads_.span()), std::span<float>(mine));
+    std::copy(mine.begin(), mine.end(), grads_.data() + slice_at_);
+  }
 }
 
 inline double PipelineEngine::sum_squares() {
   // Each element once: this stage's own gradients (tied copies are counted
   // by their owner), summed over the stages; replicas hold the same sums.
+  if (sharded_grads()) {
+    // Only this replica's slice is summed: its own tensors' elements in it
+    // (a replicated one's on tensor rank 0), over the whole world.
+    double total = 0.0;
+    const uint64_t hi = std::min(total_, slice_at_ + slice_);
+    for (size_t i = 0; i < shards_.entries(); ++i) {
+      const sdk::TensorShards::Held& h = shards_.held(i);
+      if (!h.held || !owns_unit(flat_.entry(i).unit) || (!h.split && tp_rank_ != 0)) continue;
+      const uint64_t lo = std::max(h.at, slice_at_);
+      const uint64_t end = std::min(h.at + h.numel, hi);
+      if (lo < end) total += sdk::sum_squares(pipeline_detail::part(grads_, lo, end - lo));
+    }
+    env_.world().allreduce(std::span<double>(&total, 1));
+    return total;
+  }
   if (tp_ == nullptr) {
     double total = sdk::sum_squares(pipeline_detail::part(grads_, 0, own_total_));
     if (pipe_->size() > 1) pipe_->allreduce(std::span<double>(&total, 1));

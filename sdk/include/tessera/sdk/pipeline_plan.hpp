@@ -35,6 +35,12 @@ struct PipelineOptions {
   // over the data axis): each replica updates its slice of the held
   // parameters, then the replicas allgather them.
   bool shard_optimizer = false;
+  // ... and the gradients (ZeRO-2 over the data axis, needs
+  // shard_optimizer): the replicas reduce-scatter the held gradients once
+  // the pipeline drains instead of allreducing each unit's, and each
+  // updates from its slice (the accumulation over the micro-batches still
+  // needs the whole buffer during the backward).
+  bool shard_gradients = false;
   const char* who = "pipeline";
   const char* stages_key = "stages";
 
