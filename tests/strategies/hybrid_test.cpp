@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -240,6 +241,39 @@ TEST(HybridMemory, ZeroOneAndTwoShardTheOptimizerStateOverTheDataAxis) {
     }
     expect_persistent_peaks(result, expected, zero2 ? "2x2x2 zero2" : "2x2x2 zero1");
   }
+}
+
+// Rank 0's bytes per axis in step 3 of gpt on 2x2x2 (stages embed block0 |
+// block1 head), from its debug line "hybrid: step 3 rank 0: tp group sent
+// N bytes (units M), pp group K bytes, dp group L bytes". Per micro-batch
+// (2 of them; 3 examples x 16 positions = 48 token rows of width 32 on a
+// replica), with the ring volumes of sdk::CommView (an allreduce of b
+// bytes over 2 ranks sends b):
+//   tp: the units' allreduces of 4·48·32 bytes: the embedding's lookup and
+//       block0's two pairs forward and backward, 5 of them;
+//   pp: the activations to stage 1 and their shape message (3 int64), plus
+//       once per step the allreduce (max) of 2 doubles for the bubble;
+//   dp: each unit's gradients once, 4·n0 bytes for stage 0's n0 elements.
+TEST(HybridTraffic, BytesPerAxisMatchTheFormula) {
+  const RunSpec s =
+      hybrid_spec("gpt", HybridMesh{2, 2, 2}, 2, "partition = \"explicit\"\nboundaries = [2]\n");
+  const std::string log = debug_log_of(s, "strategy.hybrid");
+  const std::string prefix = "hybrid: step 3 rank 0: tp group sent ";
+  const size_t at = log.find(prefix);
+  ASSERT_NE(at, std::string::npos) << log.substr(0, 2000);
+  int64_t tp = -1;
+  int64_t units = -1;
+  int64_t pp = -1;
+  int64_t dp = -1;
+  std::string w[8];
+  std::istringstream fields(log.substr(at + prefix.size()));
+  fields >> tp >> w[0] >> w[1] >> units >> w[2] >> w[3] >> w[4] >> pp >> w[5] >> w[6] >> w[7] >> dp;
+  ASSERT_TRUE(fields) << log.substr(at, 200);
+  const int64_t activations = 4 * 48 * 32;
+  EXPECT_EQ(units, 2 * 5 * activations);
+  EXPECT_EQ(tp, units);
+  EXPECT_EQ(pp, 2 * (activations + 3 * 8) + 16);
+  EXPECT_EQ(dp, 4 * gpt_stage_elements(2).stage0);
 }
 
 // zero2 sends a reduce-scatter of the held gradients where zero1 sends an

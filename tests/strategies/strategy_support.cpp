@@ -159,15 +159,17 @@ void expect_persistent_peaks(const train::RunResult& result,
   }
 }
 
-Collectives step_collectives(const RunSpec& s, int64_t step) {
+std::string debug_log_of(const RunSpec& s, const std::string& logger_name,
+                         train::RunResult* result) {
   std::ostringstream text;
-  const std::shared_ptr<spdlog::logger> logger = get_logger("strategy.fsdp");
+  const std::shared_ptr<spdlog::logger> logger = get_logger(logger_name);
   const auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text);
   const spdlog::level::level_enum level = logger->level();
   logger->sinks().push_back(sink);
   logger->set_level(spdlog::level::debug);
   try {
-    (void)run(s);
+    train::RunResult r = run(s);
+    if (result != nullptr) *result = std::move(r);
   } catch (...) {
     logger->sinks().pop_back();
     logger->set_level(level);
@@ -175,9 +177,13 @@ Collectives step_collectives(const RunSpec& s, int64_t step) {
   }
   logger->sinks().pop_back();
   logger->set_level(level);
+  return text.str();
+}
+
+Collectives step_collectives(const RunSpec& s, int64_t step) {
+  const std::string all = debug_log_of(s, "strategy.fsdp");
   // "fsdp: step S: A allgathers and R reduce-scatters ..." (no std::regex:
   // g++ 12 warns inside <regex> under the sanitizers).
-  const std::string all = text.str();
   const std::string prefix = "fsdp: step " + std::to_string(step) + ": ";
   Collectives c;
   const size_t at = all.find(prefix);

@@ -106,6 +106,12 @@ void expect_persistent_peaks(const train::RunResult& result,
                              const std::vector<PersistentBytes>& expected,
                              const std::string& where = "");
 
+// Runs `s` with logger `logger` (e.g. "strategy.tensor") captured at debug
+// level, and returns what it wrote; the run's result into *result when
+// given. The logger's level and sinks are restored, also when run() throws.
+std::string debug_log_of(const RunSpec& s, const std::string& logger,
+                         train::RunResult* result = nullptr);
+
 // The allgathers and reduce-scatters rank 0's fsdp strategy reports in its
 // debug line for step `step` of a run of `s` (the strategy's logger is
 // captured at debug level during the run); {-1, -1} if it wrote none.

@@ -12,8 +12,6 @@
 // parameter or unit named.
 #include <gtest/gtest.h>
 
-#include <spdlog/sinks/ostream_sink.h>
-
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -26,7 +24,6 @@
 #include "resume_support.hpp"
 #include "run_support.hpp"
 #include "strategy_support.hpp"
-#include "tessera/core/logging.hpp"
 #include "tessera/core/plugin_registry.hpp"
 #include "tessera/sdk/error.hpp"
 
@@ -326,23 +323,8 @@ struct TensorBytes {
   int64_t data_parallel = -1;
 };
 TensorBytes step_bytes(const RunSpec& s, int64_t step, train::RunResult* result) {
-  std::ostringstream text;
-  const std::shared_ptr<spdlog::logger> logger = get_logger("strategy.tensor");
-  const auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text);
-  const spdlog::level::level_enum level = logger->level();
-  logger->sinks().push_back(sink);
-  logger->set_level(spdlog::level::debug);
-  try {
-    *result = run(s);
-  } catch (...) {
-    logger->sinks().pop_back();
-    logger->set_level(level);
-    throw;
-  }
-  logger->sinks().pop_back();
-  logger->set_level(level);
+  const std::string all = debug_log_of(s, "strategy.tensor", result);
   // "tensor: step S rank 0: tensor group sent N bytes (units M), data-parallel group sent K bytes"
-  const std::string all = text.str();
   const std::string prefix = "tensor: step " + std::to_string(step) + " rank 0: tensor group sent ";
   TensorBytes b;
   const size_t at = all.find(prefix);
