@@ -160,15 +160,17 @@ std::vector<HybridCase> mesh_matrix() {
 INSTANTIATE_TEST_SUITE_P(Meshes, HybridEquivalence, ::testing::ValuesIn(mesh_matrix()),
                          hybrid_case_name);
 
-// The other schedules on 1x2x2, and 2x2x2 clipped at every step (the
-// reference norms exceed 0.1).
-INSTANTIATE_TEST_SUITE_P(Schedules, HybridEquivalence,
-                         ::testing::Values(HybridCase{"gpt", HybridMesh{1, 2, 2}, 4, "zb1"},
-                                           HybridCase{"gpt", HybridMesh{1, 2, 2}, 2, "gpipe"},
-                                           HybridCase{"llama", HybridMesh{1, 2, 2}, 4, "zb1"},
-                                           HybridCase{"gpt", HybridMesh{2, 2, 2}, 2, "1f1b", false,
-                                                      0.1}),
-                         hybrid_case_name);
+// The other schedules on 1x2x2 (interleaved: 2 chunks per stage, one unit
+// each, in sequence mode), and 2x2x2 clipped at every step (the reference
+// norms exceed 0.1).
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, HybridEquivalence,
+    ::testing::Values(HybridCase{"gpt", HybridMesh{1, 2, 2}, 4, "zb1"},
+                      HybridCase{"gpt", HybridMesh{1, 2, 2}, 2, "gpipe"},
+                      HybridCase{"llama", HybridMesh{1, 2, 2}, 4, "zb1"},
+                      HybridCase{"gpt", HybridMesh{1, 2, 2}, 2, "interleaved", true},
+                      HybridCase{"gpt", HybridMesh{2, 2, 2}, 2, "1f1b", false, 0.1}),
+    hybrid_case_name);
 
 // Elements of the default gpt (run_support's model_toml: d_model 32,
 // seq_len 16, vocabulary 64, 2 blocks, MLP width 4 d) on 2 stages split
