@@ -2,8 +2,10 @@
 // axis, the `hybrid` strategy's): pipeline parallelism. The model's units are
 // split into `stages` x `virtual_stages` contiguous chunks (one per stage,
 // or v per stage under the interleaved schedule: chunk c runs on stage
-// c % stages); rank r is stage r % stages of data-parallel replica
-// r / stages. A stage holds only its chunks' parameters, gradients and
+// c % stages). The ranks form a replicas x stages x tp mesh (sdk::Mesh, tp
+// innermost; tp = 1 for the `pipeline` strategy): rank r is tensor rank
+// r % tp of stage (r / tp) % stages of data-parallel replica
+// r / (tp x stages). A stage holds only its chunks' parameters, gradients and
 // optimizer state (plus a copy of a tied parameter owned by another stage,
 // e.g. gpt's embedding on the head's stage), streams the step's
 // micro-batches through its chunks on a GPipe, 1F1B, interleaved 1F1B or
@@ -13,7 +15,11 @@
 // soon as its last backward of the step is done (overlapping the rest of
 // the cool-down), tied gradients between the stages that share them once
 // the pipeline drains, and the update clips by the global norm over all
-// stages. docs/strategies/pipeline.md describes it for users.
+// stages. With tp > 1 every stage is a tensor-parallel group: its tensors
+// are held as shards (sdk::TensorShards) and every unit call gets the
+// group (sdk::TensorGroup); shard_optimizer / shard_gradients cut the
+// optimizer state (and reduce-scatter the gradients) over the replicas.
+// docs/strategies/pipeline.md and hybrid.md describe it for users.
 #pragma once
 
 #include <algorithm>
