@@ -78,7 +78,9 @@ inline StagePlan make_plan(const PipelineOptions& options, const sdk::ModelView&
                                   " is more than the model's ", model.num_units(),
                                   " units (every stage needs at least one unit)"));
   }
-  if (options.explicit_partition) return explicit_plan(options.boundaries, model.num_units());
+  if (options.explicit_partition) {
+    return explicit_plan(options.boundaries, model.num_units(), options.who);
+  }
   std::vector<double> cost;
   for (int32_t u = 0; u < model.num_units(); ++u) {
     const tessera_unit_cost c = model.unit_cost(u);
@@ -623,8 +625,8 @@ inline void PipelineEngine::log_plan(const sdk::ModelView& model) const {
     for (const char* axis : {"tp", "pp", "dp"})
       host_.info(options_.who, ": ", mesh_.describe_groups({axis}));
   }
-  host_.info("pipeline: ", stages_, " stages x ", replicas_, " data-parallel replicas, schedule ",
-             options_.schedule_name(), ", partition ",
+  host_.info(options_.who, ": ", stages_, " stages x ", replicas_,
+             " data-parallel replicas, schedule ", options_.schedule_name(), ", partition ",
              options_.explicit_partition ? "explicit" : "balanced");
   for (int32_t s = 0; s < plan_.stages(); ++s) {
     std::string names;
@@ -639,7 +641,7 @@ inline void PipelineEngine::log_plan(const sdk::ModelView& model) const {
     const std::string chunk = options_.virtual_stages > 1
                                   ? ::tessera::detail::concat(" chunk ", s / stages_)
                                   : std::string();
-    host_.info("pipeline: stage ", s % stages_, chunk, " owns units ", plan_.begin(s), "..",
+    host_.info(options_.who, ": stage ", s % stages_, chunk, " owns units ", plan_.begin(s), "..",
                plan_.end(s) - 1, " (", names, "), ", share, " of the cost");
   }
 }
@@ -789,7 +791,8 @@ inline sdk::StepResult PipelineEngine::step(const sdk::StepArgs& args) {
       line, sizeof line, "wall %.2f of %.2f ms busy, CPU clock %.2f of %.2f ms busy (ends at %.2f)",
       static_cast<double>(busy_ns_) * 1e-6, spans[0] * 1e-6, static_cast<double>(cpu_ns_) * 1e-6,
       spans[1] * 1e-6, static_cast<double>(clock_ns_) * 1e-6);
-  host_.debug("pipeline: step ", args.step, " stage ", stage_, " replica ", replica_, ": ", line);
+  host_.debug(options_.who, ": step ", args.step, " stage ", stage_, " replica ", replica_, ": ",
+              line);
   result.bubble_formula = options_.bubble_formula(micro);
   return result;
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessera/sdk/error.hpp"
@@ -105,7 +106,8 @@ StagePlan balanced_plan(const std::vector<double>& cost, int32_t stages);
 // Stages from `boundaries` (the first unit of stages 1 .. n-1, increasing).
 // Throws tessera::Error (invalid argument) naming the option when there are
 // more stages than units or a boundary is not below the number of units.
-StagePlan explicit_plan(const std::vector<int64_t>& boundaries, int32_t units);
+StagePlan explicit_plan(const std::vector<int64_t>& boundaries, int32_t units,
+                        std::string_view who = "pipeline");
 
 inline PipelineOptions PipelineOptions::read(const sdk::Options& options, int32_t world_size) {
   PipelineOptions o;
@@ -260,7 +262,8 @@ inline StagePlan balanced_plan(const std::vector<double>& cost, int32_t stages) 
   return plan;
 }
 
-inline StagePlan explicit_plan(const std::vector<int64_t>& boundaries, int32_t units) {
+inline StagePlan explicit_plan(const std::vector<int64_t>& boundaries, int32_t units,
+                               std::string_view who) {
   const auto stages = static_cast<int32_t>(boundaries.size()) + 1;
   pipeline_detail::check_stage_count(stages, units);
   StagePlan plan;
@@ -268,7 +271,7 @@ inline StagePlan explicit_plan(const std::vector<int64_t>& boundaries, int32_t u
   for (size_t i = 0; i < boundaries.size(); ++i) {
     if (boundaries[i] >= units) {
       throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                  ::tessera::detail::concat("pipeline: boundaries entry ", i, " is ", boundaries[i],
+                  ::tessera::detail::concat(who, ": boundaries entry ", i, " is ", boundaries[i],
                                             ", out of range: the model has ", units,
                                             " units (0 .. ", units - 1, ")"));
     }
