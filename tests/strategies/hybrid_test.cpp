@@ -95,27 +95,13 @@ TEST_P(HybridEquivalence, MatchesNoneOnOneRankAndReplicasAgree) {
   ASSERT_EQ(result.last_step, 20);
   ASSERT_EQ(result.final_state.size(), static_cast<size_t>(world));
   // Rank r and rank r mod (tp x pp) hold the same place of the mesh in
-  // another replica. (With zero1/2 each replica writes its own slices of the
-  // optimizer state, so their pieces differ by design; merged() below
-  // still refuses pieces of one tensor that disagree.)
+  // another replica; the global norm sums shards over the tensor group and
+  // the stages, tied and replicated tensors once. (With zero1/2 each
+  // replica writes its own slices of the optimizer state, so their pieces
+  // differ by design: no rank is compared, and merged() still refuses
+  // pieces of one tensor that disagree.)
   const int replica = c.mesh.tp * c.mesh.pp;
-  for (int r = c.dp_shard != "none" ? world : replica; r < world; ++r) {
-    EXPECT_EQ(first_piece_difference(result.final_state[static_cast<size_t>(r)],
-                                     result.final_state[static_cast<size_t>(r % replica)]),
-              "")
-        << "rank " << r << " differs from rank " << r % replica << " (same stage and tp rank)";
-  }
-  const train::CollectedState all = merged(result);
-  EXPECT_EQ(tensor_names(all), tensor_names(ref.final_state[0]));
-  std::string worst;
-  EXPECT_LE(max_param_rel_diff(all, ref.final_state[0], &worst), kTolerance)
-      << "largest difference in " << worst;
-  EXPECT_NEAR(result.final_loss, ref.final_loss, 1e-4 * std::fabs(ref.final_loss));
-  // The global norm: shards summed over the tensor group, stages summed,
-  // tied and replicated tensors once.
-  ASSERT_EQ(result.logged.size(), 1U);
-  ASSERT_EQ(ref.logged.size(), 1U);
-  EXPECT_NEAR(result.logged[0].grad_norm, ref.logged[0].grad_norm, 1e-4 * ref.logged[0].grad_norm);
+  expect_matches_reference(result, ref, c.dp_shard != "none" ? world : replica);
   if (c.grad_clip < 1.0) {
     EXPECT_GT(ref.logged[0].grad_norm, c.grad_clip) << "the reference run does not clip";
   }
@@ -295,31 +281,12 @@ TEST(HybridTraffic, ZeroTwoSendsLessThanZeroOne) {
 // The chain: 2x2x2 on 8 ranks to step 7, ddp on 3 ranks to step 14, 1x2x2
 // on 4 ranks to step 20, against 20 uninterrupted steps of the first.
 TEST(HybridResume, HybridThenDdpThenAnotherMeshContinuesTheRun) {
-  Scratch whole;
-  Scratch cut;
-  Scratch cut_again;
-  RunSpec first = hybrid_spec("gpt", HybridMesh{2, 2, 2}, 2);
-  first.extra_toml = checkpoint_toml(whole.path(), 7, "full", false);
-  const train::RunResult uninterrupted = run(first);
-  ASSERT_EQ(uninterrupted.last_step, 20);
-  cut_at(whole.path(), cut.path(), "step-00000007");
+  const RunSpec first = hybrid_spec("gpt", HybridMesh{2, 2, 2}, 2);
   RunSpec ddp = hybrid_reference(first);
   ddp.strategy = "ddp";
   ddp.world = 3;
   ddp.micro_batches = 2;
-  ddp.extra_toml = checkpoint_toml(cut.path(), 7, "full", true);
-  const train::RunResult middle = run(ddp);
-  EXPECT_EQ(middle.first_step, 8);
-  ASSERT_EQ(middle.last_step, 20);
-  cut_at(cut.path(), cut_again.path(), "step-00000014");
-  RunSpec last = hybrid_spec("gpt", HybridMesh{1, 2, 2}, 2);
-  last.extra_toml = checkpoint_toml(cut_again.path(), 7, "full", true);
-  const train::RunResult resumed = run(last);
-  EXPECT_EQ(resumed.first_step, 15);
-  ASSERT_EQ(resumed.last_step, 20);
-  std::string worst;
-  EXPECT_LE(max_param_rel_diff(merged(resumed), merged(uninterrupted), &worst), kTolerance)
-      << "largest difference in " << worst;
+  expect_chain_continues(first, ddp, hybrid_spec("gpt", HybridMesh{1, 2, 2}, 2));
 }
 
 // Sharded checkpoints (each rank its shards as boxes) between meshes.

@@ -86,4 +86,32 @@ void expect_continues(const RunSpec& first, const RunSpec& second, const std::st
       << "largest difference in " << worst;
 }
 
+void expect_chain_continues(const RunSpec& first, const RunSpec& second, const RunSpec& third) {
+  Scratch whole;
+  Scratch cut;
+  Scratch cut_again;
+  RunSpec a = first;
+  a.extra_toml = checkpoint_toml(whole.path(), 7, "full", false);
+  const train::RunResult uninterrupted = run(a);
+  ASSERT_EQ(uninterrupted.last_step, 20);
+  cut_at(whole.path(), cut.path(), "step-00000007");
+  // Every leg lasts 20 steps (the learning-rate schedule depends on it);
+  // the next starts from the cut at step 14.
+  RunSpec b = second;
+  b.extra_toml = checkpoint_toml(cut.path(), 7, "full", true);
+  const train::RunResult middle = run(b);
+  EXPECT_EQ(middle.first_step, 8);
+  ASSERT_EQ(middle.last_step, 20);
+  cut_at(cut.path(), cut_again.path(), "step-00000014");
+  RunSpec c = third;
+  c.extra_toml = checkpoint_toml(cut_again.path(), 7, "full", true);
+  const train::RunResult resumed = run(c);
+  EXPECT_EQ(resumed.first_step, 15);
+  ASSERT_EQ(resumed.last_step, 20);
+  std::string worst;
+  EXPECT_LE(max_param_rel_diff(merged(resumed), merged(uninterrupted), &worst),
+            tessera::test::kTolerance)
+      << "largest difference in " << worst;
+}
+
 }  // namespace tessera::test

@@ -67,4 +67,11 @@ void resume_at_other_world(const RunSpec& base, int saved_world, int resumed_wor
 void expect_continues(const RunSpec& first, const RunSpec& second,
                       const std::string& format = "full");
 
+// The chain of three legs: 20 steps of `first` with a full checkpoint
+// every 7 steps, `second` resumed from its step 7 (its own checkpoint at
+// step 14), `third` resumed from that; expects (gtest) the legs to restart
+// at steps 8 and 15 and end at 20, and the last to hold the parameters of
+// 20 uninterrupted steps of `first` within kTolerance.
+void expect_chain_continues(const RunSpec& first, const RunSpec& second, const RunSpec& third);
+
 }  // namespace tessera::test

@@ -5,6 +5,7 @@
 
 #include <spdlog/sinks/ostream_sink.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <sstream>
@@ -157,6 +158,27 @@ void expect_persistent_peaks(const train::RunResult& result,
               e.params + e.grads + e.optimizer)
         << where << " rank " << r;
   }
+}
+
+void expect_matches_reference(const train::RunResult& result, const train::RunResult& ref,
+                              int stride) {
+  const auto world = static_cast<int>(result.final_state.size());
+  for (int r = stride; r < world; ++r) {
+    EXPECT_EQ(first_piece_difference(result.final_state[static_cast<size_t>(r)],
+                                     result.final_state[static_cast<size_t>(r % stride)]),
+              "")
+        << "rank " << r << " differs from rank " << r % stride << " (same place, other replica)";
+  }
+  // merged() also refuses pieces of one tensor that differ between ranks.
+  const train::CollectedState all = merged(result);
+  EXPECT_EQ(tensor_names(all), tensor_names(ref.final_state[0]));
+  std::string worst;
+  EXPECT_LE(max_param_rel_diff(all, ref.final_state[0], &worst), kTolerance)
+      << "largest difference in " << worst;
+  EXPECT_NEAR(result.final_loss, ref.final_loss, 1e-4 * std::fabs(ref.final_loss));
+  ASSERT_EQ(result.logged.size(), 1U);
+  ASSERT_EQ(ref.logged.size(), 1U);
+  EXPECT_NEAR(result.logged[0].grad_norm, ref.logged[0].grad_norm, 1e-4 * ref.logged[0].grad_norm);
 }
 
 std::string debug_log_of(const RunSpec& s, const std::string& logger_name,

@@ -106,6 +106,15 @@ void expect_persistent_peaks(const train::RunResult& result,
                              const std::vector<PersistentBytes>& expected,
                              const std::string& where = "");
 
+// A run against `ref` (`none` on one rank) of a strategy whose rank r holds
+// what rank r % `stride` holds (the same place in another data-parallel
+// replica): those ranks' pieces bit-identical (no rank compared when
+// stride >= the world), the merged state's tensors those of `ref` and
+// within kTolerance of them, the final loss within 1e-4 relative, and the
+// logged global gradient norm within 1e-4 relative.
+void expect_matches_reference(const train::RunResult& result, const train::RunResult& ref,
+                              int stride);
+
 // Runs `s` with logger `logger` (e.g. "strategy.tensor") captured at debug
 // level, and returns what it wrote; the run's result into *result when
 // given. The logger's level and sinks are restored, also when run() throws.

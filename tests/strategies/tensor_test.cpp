@@ -117,24 +117,9 @@ TEST_P(TensorEquivalence, MatchesNoneOnOneRankReplicasAgreeAndHoldTheirShards) {
   const train::RunResult& ref = none_of(c.wide);
   ASSERT_EQ(result.last_step, 20);
   ASSERT_EQ(result.final_state.size(), static_cast<size_t>(c.world));
-  for (int r = c.tp; r < c.world; ++r) {
-    EXPECT_EQ(first_piece_difference(result.final_state[static_cast<size_t>(r)],
-                                     result.final_state[static_cast<size_t>(r % c.tp)]),
-              "")
-        << "rank " << r << " differs from rank " << r % c.tp << " (same place in its group)";
-  }
-  // merged() also refuses replicated tensors that differ between the ranks
-  // of a group.
-  const train::CollectedState all = merged(result);
-  EXPECT_EQ(tensor_names(all), tensor_names(ref.final_state[0]));
-  std::string worst;
-  EXPECT_LE(max_param_rel_diff(all, ref.final_state[0], &worst), kTolerance)
-      << "largest difference in " << worst;
-  EXPECT_NEAR(result.final_loss, ref.final_loss, 1e-4 * std::fabs(ref.final_loss));
-  // The global norm: shards summed over the group, replicated tensors once.
-  ASSERT_EQ(result.logged.size(), 1U);
-  ASSERT_EQ(ref.logged.size(), 1U);
-  EXPECT_NEAR(result.logged[0].grad_norm, ref.logged[0].grad_norm, 1e-4 * ref.logged[0].grad_norm);
+  // Replicas bit-identical; the global norm: shards summed over the group,
+  // replicated tensors once.
+  expect_matches_reference(result, ref, c.tp);
   // Parameters and gradients: 4 bytes per held element; AdamW's two slots.
   const int64_t held = held_elements(c.wide ? wide_widths() : default_widths(), c.tp);
   expect_persistent_peaks(result, c.world, {4 * held, 4 * held, 8 * held});
@@ -210,18 +195,7 @@ TEST_P(TensorTransformers, MatchNoneOnOneRankAndReplicasAgree) {
   const train::RunResult result = run(transformer_spec(c.table, c.world, c.tp, c.sequence));
   const train::RunResult& ref = none_of_table(c.table);
   ASSERT_EQ(result.last_step, 20);
-  for (int r = c.tp; r < c.world; ++r) {
-    EXPECT_EQ(first_piece_difference(result.final_state[static_cast<size_t>(r)],
-                                     result.final_state[static_cast<size_t>(r % c.tp)]),
-              "")
-        << "rank " << r << " differs from rank " << r % c.tp;
-  }
-  const train::CollectedState all = merged(result);
-  EXPECT_EQ(tensor_names(all), tensor_names(ref.final_state[0]));
-  std::string worst;
-  EXPECT_LE(max_param_rel_diff(all, ref.final_state[0], &worst), kTolerance)
-      << "largest difference in " << worst;
-  EXPECT_NEAR(result.final_loss, ref.final_loss, 1e-4 * std::fabs(ref.final_loss));
+  expect_matches_reference(result, ref, c.tp);
   if (c.d > 0) {
     const int64_t held = gpt_held_elements(c);
     expect_persistent_peaks(result, c.world, {4 * held, 4 * held, 8 * held});
