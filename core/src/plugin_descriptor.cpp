@@ -11,6 +11,7 @@
 
 #include "tessera/c/backend.h"
 #include "tessera/c/model.h"
+#include "tessera/c/selector.h"
 #include "tessera/c/strategy.h"
 #include "tessera/sdk/dtype.hpp"
 
@@ -131,6 +132,13 @@ std::string check_model_functions(const void* table) {
   return first_missing("model", slots);
 }
 
+// The functions of selector interface 1.0 (all required).
+std::string check_selector_functions(const void* table) {
+  const auto& api = *static_cast<const tessera_selector_api*>(table);
+  const Slot slots[] = {{"select", api.select != nullptr}};
+  return first_missing("selector", slots);
+}
+
 // What this host supports of one plugin kind's interface: the major it
 // speaks (any minor of it), the smallest table it can use and the check of
 // that table's required functions. major 0: no interface for the kind yet.
@@ -151,6 +159,9 @@ KindInterface kind_interface(tessera_plugin_kind kind) noexcept {
     case TESSERA_KIND_MODEL:
       return {TESSERA_MODEL_API_MAJOR, offsetof(tessera_model_api, backward_weight) + sizeof(void*),
               &check_model_functions};
+    case TESSERA_KIND_SELECTOR:
+      return {TESSERA_SELECTOR_API_MAJOR, offsetof(tessera_selector_api, select) + sizeof(void*),
+              &check_selector_functions};
     default:
       return {0, sizeof(uint32_t), nullptr};
   }

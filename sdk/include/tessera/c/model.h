@@ -38,9 +38,11 @@ extern "C" {
  *        and the unit flag TESSERA_UNIT_SEQUENCE_PARALLEL (the field was a
  *        zero `reserved` before, so 2.0 callers never ask for it);
  *        check_tensor_parallel at the end of the table
+ *   2.2  tessera_unit_cost ends with output_bytes, split_activation_bytes
+ *        and sequence_activation_bytes (for strategy selection)
  * A host accepts model 2.x of any minor. */
 #define TESSERA_MODEL_API_MAJOR 2
-#define TESSERA_MODEL_API_MINOR 1
+#define TESSERA_MODEL_API_MINOR 2
 
 typedef struct tessera_model tessera_model;       /* a built model            */
 typedef struct tessera_unit_ctx tessera_unit_ctx; /* one unit, one micro-batch */
@@ -106,6 +108,20 @@ typedef struct tessera_unit_cost {
   double backward_flops;   /* per example, input and weight halves together */
   double activation_bytes; /* kept in the context for backward, per example */
   int64_t params;          /* elements of the unit's own (untied) parameters */
+  /* ---- 2.2: filled only when the caller's struct_size covers them (a
+   * 2.0/2.1 model leaves the caller's zeros) ---- */
+  /* Bytes per example of the forward output, the activation the next unit
+   * reads (what a pipeline sends between stages); 0 for the last unit. */
+  double output_bytes;
+  /* Of activation_bytes, the bytes per example that a tensor-parallel group
+   * of p ranks divides among its ranks in both modes (each rank holds 1/p:
+   * the column/row pairs' inner activations, per-head attention). */
+  double split_activation_bytes;
+  /* Of activation_bytes, the bytes per example divided among the group only
+   * in sequence mode (TESSERA_TP_SEQUENCE: the token rows outside the
+   * pairs) and whole on every rank in tensor mode. The rest of
+   * activation_bytes is whole on every rank of the group in both modes. */
+  double sequence_activation_bytes;
 } tessera_unit_cost;
 
 /* Bits of unit_flags: what a unit can do beyond forward and backward. */

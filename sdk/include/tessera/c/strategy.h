@@ -38,9 +38,10 @@ extern "C" {
  *   2.0      model interface 2 in the environment; descriptor ABI 1.3
  *   2.1      tessera_step_result ends with bubble and bubble_formula
  *   2.2      tessera_step_result ends with bubble_cpu
+ *   2.3      estimate at the end of the table (strategy selection)
  * A host accepts strategy 2.x of any minor. */
 #define TESSERA_STRATEGY_API_MAJOR 2
-#define TESSERA_STRATEGY_API_MINOR 2
+#define TESSERA_STRATEGY_API_MINOR 3
 
 typedef struct tessera_strategy tessera_strategy;
 
@@ -251,6 +252,89 @@ typedef struct tessera_step_result {
   double bubble_cpu;
 } tessera_step_result;
 
+/* ---------------------------------------------------------------------------
+ * Estimates (strategy 2.3), for strategy selection: what a strategy would
+ * need and send per rank for a model it is given only as a description, so
+ * a selector can compare strategies without building any of them.
+ * ------------------------------------------------------------------------- */
+
+/* One unit of a model description: tessera_unit_cost, the unit's flags and
+ * how its parameters split. Per-example values are for one example (a
+ * whole sequence for sequence models). */
+typedef struct tessera_unit_desc {
+  uint32_t struct_size;             /* sizeof(tessera_unit_desc) of the host */
+  uint32_t flags;                   /* TESSERA_UNIT_* of the unit             */
+  const char* name;                 /* the unit's name ("block0")             */
+  int64_t params;                   /* elements of the unit's own (untied) parameters          */
+  int64_t split_params;             /* of those, in tensors split COLUMN or ROW (the rest whole) */
+  int64_t tied_params;              /* elements of tied slots: another unit's parameters it uses  */
+  int32_t num_tensors;              /* the unit's own (untied) parameter tensors                  */
+  int32_t reserved;                 /* zero                                                       */
+  double forward_flops;             /* per example (tessera_unit_cost)               */
+  double backward_flops;            /* per example                                    */
+  double activation_bytes;          /* per example, kept for backward                 */
+  double output_bytes;              /* per example, the forward output; 0 if unknown  */
+  double split_activation_bytes;    /* per example (model 2.2; 0 from older models)   */
+  double sequence_activation_bytes; /* per example (model 2.2; 0 from older models)   */
+} tessera_unit_desc;
+
+/* A model and the batch it trains on, as strategies estimate it. */
+typedef struct tessera_model_desc {
+  uint32_t struct_size; /* sizeof(tessera_model_desc) of the host */
+  int32_t num_units;
+  const tessera_unit_desc* units; /* num_units, in model order */
+  const char* name;               /* the model plugin's name, or a label */
+  int64_t seq_len;                /* tokens per example; 0 for feature models */
+  int64_t global_batch;           /* examples per step, all data-parallel ranks */
+  int64_t micro_batches;          /* per data-parallel rank and step, >= 1      */
+  int32_t optimizer_slots;        /* f32 state values per parameter (adam 2)    */
+  int32_t reserved;               /* zero                                       */
+  /* The built model, when there is one (NULL for a description alone):
+   * a strategy may ask it what a description cannot say, e.g.
+   * check_tensor_parallel. */
+  const tessera_model_api* model_api;
+  const tessera_model* model;
+} tessera_model_desc;
+
+typedef struct tessera_estimate_args {
+  uint32_t struct_size;
+  int32_t world_size;     /* ranks in the world                        */
+  int32_t ranks_per_node; /* ranks sharing a node (1 .. world_size)    */
+  int32_t reserved;       /* zero                                      */
+  const tessera_model_desc* model;
+} tessera_estimate_args;
+
+/* Traffic of one communication axis (a group kind of the strategy: "data",
+ * "pipeline", "tensor"), per rank and step. */
+#define TESSERA_ESTIMATE_MAX_AXES 4
+typedef struct tessera_axis_traffic {
+  const char* name;   /* static string; NULL for an unused entry            */
+  int32_t group_size; /* ranks in one group of this axis                    */
+  int32_t reserved;   /* zero                                               */
+  int64_t bytes;      /* bytes one rank sends per step, by algorithm volume */
+  int64_t messages;   /* collective calls (or sends) per step, for latency  */
+} tessera_axis_traffic;
+
+typedef struct tessera_estimate {
+  uint32_t struct_size; /* sizeof(tessera_estimate) of the caller */
+  int32_t data_size;    /* data-parallel degree the strategy would report */
+  /* Peak bytes per rank by TESSERA_MEM_* category (the largest rank's), as
+   * the host's memory tracking would count them. */
+  int64_t memory[TESSERA_MEM_CATEGORY_COUNT];
+  /* Peak of the sum over categories on the largest rank (<= the sum of the
+   * peaks, since e.g. activations and communication staging need not peak
+   * together). */
+  int64_t memory_total;
+  int32_t num_axes; /* entries used in `axes` */
+  int32_t reserved;
+  tessera_axis_traffic axes[TESSERA_ESTIMATE_MAX_AXES];
+  /* Forward and backward FLOPs per step of the busiest rank. */
+  double compute_flops;
+  /* Idle share of the step by the schedule's formula (pipelines), else 0:
+   * the step takes compute / (1 - bubble). */
+  double bubble;
+} tessera_estimate;
+
 typedef struct tessera_strategy_api {
   uint32_t struct_size;
   uint32_t flags; /* zero */
@@ -287,6 +371,17 @@ typedef struct tessera_strategy_api {
    * (all it holds when writer->flags has TESSERA_STATE_ALL_REPLICAS);
    * writer->step says after which step. */
   tessera_status (*save)(tessera_strategy* strategy, const tessera_state_writer* writer);
+
+  /* ---- strategy 2.3: absent from older tables (see struct_size); may be
+   * NULL, and a strategy without it takes no part in selection ---- */
+  /* Fills *out (whose struct_size the caller set) with what this strategy
+   * would hold and send per rank, with these options, on args->world_size
+   * ranks, for the model description. Needs no communicator and allocates
+   * nothing that the host tracks. Fails with INVALID_ARGUMENT (message for
+   * the user, as `check`'s) when the strategy cannot run that model on that
+   * world with these options, e.g. stages more than units. */
+  tessera_status (*estimate)(const tessera_host_api* host, const tessera_options* opts,
+                             const tessera_estimate_args* args, tessera_estimate* out);
 } tessera_strategy_api;
 
 #ifdef __cplusplus

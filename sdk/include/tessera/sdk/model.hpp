@@ -157,6 +157,9 @@ struct UnitCost {
   double forward_flops = 0.0;
   double backward_flops = 0.0;
   double activation_bytes = 0.0;
+  double output_bytes = 0.0;               // model 2.2
+  double split_activation_bytes = 0.0;     // model 2.2
+  double sequence_activation_bytes = 0.0;  // model 2.2
 };
 
 // Per-micro-batch state of one unit: saved activations and output buffers.
@@ -609,6 +612,9 @@ struct ModelAdapter {
       cost.forward_flops = c.forward_flops;
       cost.backward_flops = c.backward_flops;
       cost.activation_bytes = c.activation_bytes;
+      cost.output_bytes = c.output_bytes;
+      cost.split_activation_bytes = c.split_activation_bytes;
+      cost.sequence_activation_bytes = c.sequence_activation_bytes;
       cost.params = h.model->unit_parameter_count(static_cast<std::size_t>(unit));
       copy_out(cost, out);
     });

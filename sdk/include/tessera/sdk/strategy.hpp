@@ -14,6 +14,10 @@
 //     void load(const tessera::sdk::StateReader& reader) override;
 //     tessera::sdk::StepResult step(const tessera::sdk::StepArgs& args) override;
 //     void save(const tessera::sdk::StateWriter& writer) override;
+//     // Optional (strategy 2.3): what it would need and send, for selection.
+//     static tessera::sdk::Estimate estimate(const tessera::sdk::Host& host,
+//                                            const tessera::sdk::Options& opts,
+//                                            const tessera::sdk::EstimateArgs& args);
 //   };
 //   TESSERA_REGISTER_STRATEGY(MyStrategy, "mine", "0.1.0", "My strategy", kMyOptions)
 //
@@ -30,6 +34,7 @@
 #pragma once
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -39,6 +44,7 @@
 #include "tessera/c/strategy.h"
 #include "tessera/sdk/comm_view.hpp"
 #include "tessera/sdk/error.hpp"
+#include "tessera/sdk/estimate.hpp"
 #include "tessera/sdk/host.hpp"
 #include "tessera/sdk/model_view.hpp"
 #include "tessera/sdk/optimizer_view.hpp"
@@ -209,9 +215,40 @@ struct StrategyAdapter {
     });
   }
 
+  // Strategy 2.3, for classes with a static estimate(Host, Options,
+  // EstimateArgs) returning Estimate (see estimate.hpp).
+  static constexpr bool kEstimates =
+      requires(const Host& h, const Options& o, const EstimateArgs& a) {
+    { S::estimate(h, o, a) } -> std::same_as<Estimate>;
+  };
+  static tessera_status estimate(const tessera_host_api* host, const tessera_options* opts,
+                                 const tessera_estimate_args* args,
+                                 tessera_estimate* out) noexcept {
+    return guard(
+        host,
+        [&] {
+          TESSERA_CHECK(args != nullptr && out != nullptr && args->model != nullptr,
+                        TESSERA_ERR_INVALID_ARGUMENT, "estimate: null argument");
+          const auto a = copy_versioned(args);
+          const Host h(host);
+          EstimateArgs ea;
+          ea.world_size = a.world_size;
+          ea.ranks_per_node = std::max(a.ranks_per_node, 1);
+          ea.model = ModelDesc(h, *a.model);
+          if constexpr (kEstimates) {
+            const tessera_estimate e = S::estimate(h, Options(host, opts), ea).to_c();
+            const uint32_t size = out->struct_size;
+            std::memcpy(out, &e, std::min<size_t>(size, sizeof e));
+            out->struct_size = size;
+          }
+        },
+        ErrorText::kForUser);
+  }
+
   static constexpr tessera_strategy_api table() noexcept {
     return tessera_strategy_api{
-        sizeof(tessera_strategy_api), 0, &check, &create, &destroy, &load, &step, &save};
+        sizeof(tessera_strategy_api),    0, &check, &create, &destroy, &load, &step, &save,
+        kEstimates ? &estimate : nullptr};
   }
 };
 
