@@ -58,6 +58,33 @@ void StrategyPlugin::check(int world_size) const {
                       : "strategy '" + name_ + "' failed its check for " + ranks);
 }
 
+bool StrategyPlugin::can_estimate() const noexcept {
+  return api_->struct_size >= offsetof(tessera_strategy_api, estimate) + sizeof(void*) &&
+         api_->estimate != nullptr;
+}
+
+tessera_estimate StrategyPlugin::estimate(const ModelDescription& model, int world_size,
+                                          int ranks_per_node) const {
+  TESSERA_CHECK(can_estimate(), TESSERA_ERR_UNSUPPORTED, "strategy '", name_, "' (",
+                path().string(), ") has no estimate (strategy interface 2.3)");
+  check(world_size);
+  tessera_estimate_args args{};
+  args.struct_size = sizeof args;
+  args.world_size = world_size;
+  args.ranks_per_node = ranks_per_node;
+  args.model = &model.c();
+  tessera_estimate out{};
+  out.struct_size = sizeof out;
+  const tessera_status status = api_->estimate(plugin_->host().api(), &options_, &args, &out);
+  const bool refusal = status == TESSERA_ERR_INVALID_ARGUMENT || status == TESSERA_ERR_UNSUPPORTED;
+  const std::string ranks = std::to_string(world_size) + (world_size == 1 ? " rank" : " ranks");
+  throw_if_failed(status, refusal ? "strategy '" + name_ + "' cannot run model '" + model.name() +
+                                        "' on " + ranks
+                                  : "strategy '" + name_ + "' failed its estimate for " + ranks);
+  out.struct_size = sizeof out;
+  return out;
+}
+
 std::unique_ptr<StrategyInstance> StrategyPlugin::create(Communicator& comm,
                                                          const model::Model& model,
                                                          const Optimizer& optimizer) const {

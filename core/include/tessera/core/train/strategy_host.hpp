@@ -20,6 +20,7 @@
 #include "tessera/core/options.hpp"
 #include "tessera/core/plugin_registry.hpp"
 #include "tessera/core/tensor_box.hpp"
+#include "tessera/core/train/model_description.hpp"
 
 namespace tessera::train {
 
@@ -193,6 +194,16 @@ class StrategyPlugin {
   // options or `world_size` ranks: "strategy 'zero1' refused its options or
   // world size (2 ranks): <the plugin's message>", with the plugin's status.
   void check(int world_size) const;
+
+  // Strategy 2.3: whether the plugin's table has `estimate`.
+  [[nodiscard]] bool can_estimate() const noexcept;
+  // What the strategy predicts it would hold and send per rank for `model`
+  // on `world_size` ranks, `ranks_per_node` to a node (runs check() first).
+  // Throws tessera::Error: INVALID_ARGUMENT "strategy 'pipeline' cannot run
+  // model 'gpt' on 4 ranks: <the plugin's message>" when it refuses,
+  // UNSUPPORTED when it has no estimate.
+  [[nodiscard]] tessera_estimate estimate(const ModelDescription& model, int world_size,
+                                          int ranks_per_node) const;
 
   // Creates rank `comm.rank()`'s strategy (collective over `comm`). `model`,
   // `optimizer` and `comm` must outlive the instance.
