@@ -16,6 +16,7 @@
 #include "global_options.hpp"
 #include "launch_command.hpp"
 #include "plugins_command.hpp"
+#include "select_command.hpp"
 #include "train_command.hpp"
 #include "version_command.hpp"
 
@@ -77,6 +78,7 @@ int run(int argc, char** argv) {
   cli::TrainArgs train_args;
   cli::LaunchArgs launch_args;
   cli::CheckpointArgs checkpoint_args;
+  cli::SelectArgs select_args;
   cli::add_global_options(app, global);
   CLI::App* train = cli::add_train_command(app, train_args);
   CLI::App* plugins = cli::add_plugins_command(app, plugins_args);
@@ -86,6 +88,7 @@ int run(int argc, char** argv) {
   CLI::App* version = cli::add_version_command(app);
   CLI::App* launch = cli::add_launch_command(app, launch_args);
   CLI::App* checkpoint = cli::add_checkpoint_command(app, checkpoint_args);
+  CLI::App* select = cli::add_select_command(app, select_args);
 
   try {
     app.parse(argc, argv);
@@ -106,12 +109,13 @@ int run(int argc, char** argv) {
     }
     if (*version) return cli::run_version_command(std::cout);
     if (*checkpoint) return cli::run_checkpoint_command(checkpoint_args, std::cout);
+    if (*select) return cli::run_select_command(global, select_args, std::cout);
     if (*launch) {
       return cli::run_launch_command(launch_args, {argv, static_cast<std::size_t>(argc)});
     }
     return report(
-        "no subcommand given (use train, plugins, bench collectives, bench strategies or version; "
-        "launch to start ranks; checkpoint convert to merge a sharded checkpoint)",
+        "no subcommand given (use train, select, plugins, bench collectives, bench strategies or "
+        "version; launch to start ranks; checkpoint convert to merge a sharded checkpoint)",
         kExitUsage);
   } catch (const cli::UsageError& e) {
     return report(e.what(), kExitUsage);

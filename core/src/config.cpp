@@ -1,5 +1,7 @@
 #include "tessera/core/config.hpp"
 
+#include "tessera/core/byte_size.hpp"
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -64,6 +66,13 @@ void read_run(Section s, RunSection& run) {
     s.require("log_level", parse_log_level(run.log_level).has_value(),
               "must be one of trace, debug, info, warn, error, critical, off; got '" +
                   run.log_level + "'");
+  }
+  std::string memory;
+  if (s.read("memory_per_rank", memory)) {
+    const std::optional<int64_t> bytes = parse_memory_size(memory);
+    s.require("memory_per_rank", bytes.has_value(),
+              "must be " + memory_size_hint() + "; got '" + memory + "'");
+    run.memory_per_rank = bytes.value_or(0);
   }
 }
 

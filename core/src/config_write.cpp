@@ -72,6 +72,8 @@ std::string to_toml(const Config& c) {
   w.integer("log_every", c.run.log_every);
   w.text("metrics", c.run.metrics);
   w.text("log_level", c.run.log_level);
+  // In bytes; 0 (detected) is the key left out.
+  if (c.run.memory_per_rank > 0) w.text("memory_per_rank", std::to_string(c.run.memory_per_rank));
 
   w.section("plugins");
   std::vector<std::string> paths;

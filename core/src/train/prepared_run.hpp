@@ -19,6 +19,7 @@
 #include "tessera/core/plugin_registry.hpp"
 #include "tessera/core/train/checkpointing.hpp"
 #include "tessera/core/train/run_log.hpp"
+#include "tessera/core/train/selection.hpp"
 #include "tessera/core/train/state_transfer.hpp"
 #include "tessera/core/train/strategy_host.hpp"
 #include "tessera/core/train/trainer.hpp"
@@ -33,9 +34,24 @@ struct PreparedRun {
   std::unique_ptr<Dataset> dataset;
   std::unique_ptr<Optimizer> optimizer;
   std::optional<LrSchedule> schedule;  // absent when run.steps is 0
+  // Null while strategy "auto" waits for process ranks to connect
+  // (select_on_ranks).
   std::unique_ptr<StrategyPlugin> strategy;
   std::optional<CheckpointInfo> resume;
+  // strategy "auto": the selector's ranking (rank 0's with process ranks).
+  std::optional<Selection> selection;
 };
+
+// Resolves strategy "auto" for `run`: the selection's choice becomes the
+// run's strategy (plan.strategy, plan.strategy_file, plan.strategy_options).
+void adopt_choice(const PluginRegistry& registry, const Selection& selection, PreparedRun& run);
+
+// Strategy "auto" with process ranks, once connected (collective over
+// `comm`): every rank probes the backend, rank 0 runs the selector and
+// broadcasts its choice, and every rank adopts it. Rank 0 keeps the
+// selection for the log.
+void select_on_ranks(const Config& config, const PluginRegistry& registry, Communicator& comm,
+                     PreparedRun& run);
 
 // plan_run's work; same failures.
 PreparedRun prepare_run(const Config& config, const PluginRegistry& registry);

@@ -134,11 +134,12 @@ void load_initial_state(const PreparedRun& run, const Config& config, Communicat
   strategy.load(*init_source(*run.model, config.run.seed));
 }
 
-void check_layout(const tessera_strategy_layout& layout, const Config& config, int world) {
+void check_layout(const tessera_strategy_layout& layout, const Config& config,
+                  const std::string& strategy, int world) {
   if (layout.data_size < 1 || layout.data_rank < 0 || layout.data_rank >= layout.data_size) {
     throw Error(TESSERA_ERR_INTERNAL,
                 fmt::format("strategy '{}' reported data rank {} of {} (it must be in [0, size))",
-                            config.strategy.name, layout.data_rank, layout.data_size));
+                            strategy, layout.data_rank, layout.data_size));
   }
   const int64_t needed = int64_t{layout.data_size} * config.data.micro_batches;
   if (config.data.batch_size < needed) {
@@ -146,21 +147,30 @@ void check_layout(const tessera_strategy_layout& layout, const Config& config, i
                 fmt::format("data.batch_size = {} is too small: strategy '{}' on {} ranks trains "
                             "{} data-parallel slices x data.micro_batches = {}, and every "
                             "micro-batch needs at least one example (use data.batch_size >= {})",
-                            config.data.batch_size, config.strategy.name, world, layout.data_size,
+                            config.data.batch_size, strategy, world, layout.data_size,
                             config.data.micro_batches, needed));
   }
 }
 
-std::map<std::string, std::string> checkpoint_metadata(const Config& config, int world) {
-  return {{"producer", "tessera"},
-          {"world_size", std::to_string(world)},
-          {"strategy", config.strategy.name},
-          {"model", config.model.name},
-          {"optimizer", config.optimizer.name},
-          {"seed", std::to_string(config.run.seed)},
-          {"steps", std::to_string(config.run.steps)},
-          {"batch_size", std::to_string(config.data.batch_size)},
-          {"micro_batches", std::to_string(config.data.micro_batches)}};
+// The strategy recorded is the one that ran: with strategy "auto", the
+// selector's choice, its options and the selector.
+std::map<std::string, std::string> checkpoint_metadata(const RankShared& s, int world) {
+  const Config& config = *s.config;
+  std::map<std::string, std::string> metadata{
+      {"producer", "tessera"},
+      {"world_size", std::to_string(world)},
+      {"strategy", s.run->plan.strategy},
+      {"model", config.model.name},
+      {"optimizer", config.optimizer.name},
+      {"seed", std::to_string(config.run.seed)},
+      {"steps", std::to_string(config.run.steps)},
+      {"batch_size", std::to_string(config.data.batch_size)},
+      {"micro_batches", std::to_string(config.data.micro_batches)}};
+  if (s.run->selection) {
+    metadata["strategy_options"] = s.run->selection->choice().options;
+    metadata["selected_by"] = s.run->selection->selector;
+  }
+  return metadata;
 }
 
 // Collective, format "sharded": rank 0 clears the step directory of an
@@ -175,14 +185,14 @@ void write_sharded_step_checkpoint(const RankShared& s, Communicator& comm,
   const std::filesystem::path step_dir = dir / checkpoint_dir_name(step);
   if (comm.rank() == 0) (void)prepare_sharded_step_dir(dir, step);
   comm.barrier();  // the directory exists and holds nothing of an earlier attempt
-  std::map<std::string, std::string> metadata = checkpoint_metadata(config, comm.size());
+  std::map<std::string, std::string> metadata = checkpoint_metadata(s, comm.size());
   metadata["step"] = std::to_string(step);
   std::vector<SliceRecord> records =
       write_rank_shard(step_dir, comm.rank(), strategy.save(step), std::move(metadata));
   std::vector<SliceRecord> all = gather_slice_records(comm, std::move(records));
   if (comm.rank() == 0) {
     out.last_checkpoint = write_sharded_index(dir, step, comm.size(), all, s.tensor_order,
-                                              checkpoint_metadata(config, comm.size()));
+                                              checkpoint_metadata(s, comm.size()));
     if (log != nullptr) log->message("checkpoint: " + out.last_checkpoint.string());
   }
   comm.barrier();  // the checkpoint is complete (or rank 0 failed and aborted)
@@ -199,7 +209,7 @@ void write_step_checkpoint(const RankShared& s, Communicator& comm, StrategyInst
   std::optional<CollectedState> merged = s.gather->gather(comm, strategy.save(step));
   if (merged) {
     out.last_checkpoint = write_checkpoint(config.checkpoint.dir, step, *merged, s.tensor_order,
-                                           checkpoint_metadata(config, comm.size()));
+                                           checkpoint_metadata(s, comm.size()));
     if (log != nullptr) log->message("checkpoint: " + out.last_checkpoint.string());
   }
   comm.barrier();  // the checkpoint is complete (or rank 0 failed and aborted)
@@ -221,7 +231,7 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
   const std::unique_ptr<StrategyInstance> strategy =
       run.strategy->create(comm, *run.model, *run.optimizer);
   const tessera_strategy_layout layout = strategy->layout();
-  check_layout(layout, config, comm.size());
+  check_layout(layout, config, run.plan.strategy, comm.size());
   const DistributedSampler sampler(*run.dataset, config.run.seed, config.data.batch_size,
                                    layout.data_rank, layout.data_size);
   load_initial_state(run, config, comm, log, *strategy);

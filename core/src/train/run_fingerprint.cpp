@@ -141,6 +141,7 @@ void allgather_unverified(Communicator& comm, std::span<T> mine, std::span<T> al
 
 std::string run_fingerprint(const Config& config, const RunPlan& plan) {
   Config resolved = config;
+  resolved.strategy.name = plan.strategy;  // the choice of strategy "auto"
   resolved.strategy.options = options_table(plan.strategy_options);
   std::string text;
   for (const auto& line : dotted_lines(to_toml(resolved))) text += line + '\n';

@@ -122,21 +122,104 @@ void check_resume(const CheckpointInfo& info, const Config& config, const model:
   }
 }
 
+// Strategy "auto" with ranks as threads of this process: the selector runs
+// here with the backend probed by the run's own world of rank threads.
+void select_for_threads(const Config& config, const PluginRegistry& registry, PreparedRun& run) {
+  const ModelDescription model(*run.model, batch_spec(config));
+  SelectRequest request;
+  selector_from_config(config, request);
+  request.registry = &registry;
+  request.model = &model;
+  request.world_size = config.run.world_size;
+  request.ranks_per_node = config.run.world_size;
+  request.budget = memory_budget(config, config.run.world_size);
+  request.backend = [&] { return probe_thread_backend(config, registry, config.run.world_size); };
+  request.trial = thread_trial_runner(config, registry);
+  run.selection = run_selector(request);
+  adopt_choice(registry, *run.selection, run);
+}
+
 }  // namespace
+
+void adopt_choice(const PluginRegistry& registry, const Selection& selection, PreparedRun& run) {
+  const SelectionRow& choice = selection.choice();
+  const std::string where =
+      fmt::format("selector '{}' choice {}", selection.selector, choice.label());
+  const toml::table options = candidate_options(choice.options, where);
+  run.strategy = std::make_unique<StrategyPlugin>(registry, choice.strategy, &options, where);
+  run.strategy->check(selection.world_size);
+  run.plan.strategy = run.strategy->name();
+  run.plan.strategy_file = run.strategy->path();
+  run.plan.strategy_options = run.strategy->options();
+}
+
+void select_on_ranks(const Config& config, const PluginRegistry& registry, Communicator& comm,
+                     PreparedRun& run) {
+  BackendProps props = probe_comm(comm);
+  props.thread_ranks = false;
+  std::string choice;  // "<strategy>\n<options>"
+  if (comm.rank() == 0) {
+    const ModelDescription model(*run.model, batch_spec(config));
+    SelectRequest request;
+    selector_from_config(config, request);
+    request.registry = &registry;
+    request.model = &model;
+    request.world_size = comm.size();
+    request.ranks_per_node = std::clamp(local_world_size_from_env(), 1, comm.size());
+    request.budget = memory_budget(config, request.ranks_per_node);
+    request.backend = [&props] { return props; };
+    request.no_trial_reason = fmt::format(
+        "trials need ranks that are threads of one process; backend '{}' runs process ranks",
+        config.backend.name);
+    run.selection = run_selector(request);
+    choice = run.selection->choice().strategy + '\n' + run.selection->choice().options;
+  }
+  // Rank 0's choice, whatever the other ranks' probes measured.
+  int64_t length = static_cast<int64_t>(choice.size());
+  comm.broadcast(tessera_buffer{&length, 1, TESSERA_I64, {TESSERA_DEVICE_CPU, 0}}, 0);
+  choice.resize(static_cast<std::size_t>(length));
+  comm.broadcast(
+      tessera_buffer{
+          choice.data(), static_cast<uint64_t>(length), TESSERA_U8, {TESSERA_DEVICE_CPU, 0}},
+      0);
+  if (comm.rank() == 0) {
+    adopt_choice(registry, *run.selection, run);
+    return;
+  }
+  const std::size_t split = choice.find('\n');
+  Selection received;
+  received.world_size = comm.size();
+  received.rows.emplace_back();
+  received.rows[0].strategy = choice.substr(0, split);
+  received.rows[0].options = split == std::string::npos ? "" : choice.substr(split + 1);
+  received.rows[0].flags = TESSERA_ROW_CHOSEN;
+  SelectRequest named;
+  selector_from_config(config, named);
+  received.selector = named.selector;
+  adopt_choice(registry, received, run);
+}
 
 PreparedRun prepare_run(const Config& config, const PluginRegistry& registry) {
   PreparedRun run;
   RunPlan& plan = run.plan;
   plan_backend(config, registry, plan);
 
-  run.strategy = std::make_unique<StrategyPlugin>(
-      registry, config.strategy.name, &config.strategy.options, config.strategy.options_where);
-  plan.strategy = run.strategy->name();
-  plan.strategy_file = run.strategy->path();
-  plan.strategy_options = run.strategy->options();
-  // Process backends take the world size from their launcher; check what
-  // the config states, the rest is checked once connected.
-  if (plan.thread_ranks || config.run.world_size != 1) run.strategy->check(config.run.world_size);
+  // Strategy "auto" is chosen once the model is built (below).
+  const bool automatic = config.strategy.name == kAutoStrategy;
+  if (!automatic) {
+    run.strategy = std::make_unique<StrategyPlugin>(
+        registry, config.strategy.name, &config.strategy.options, config.strategy.options_where);
+    plan.strategy = run.strategy->name();
+    plan.strategy_file = run.strategy->path();
+    plan.strategy_options = run.strategy->options();
+    // Process backends take the world size from their launcher; check what
+    // the config states, the rest is checked once connected.
+    if (plan.thread_ranks || config.run.world_size != 1) {
+      run.strategy->check(config.run.world_size);
+    }
+  } else {
+    plan.strategy = kAutoStrategy;
+  }
 
   if (config.compression) {
     fail("[compression] name = '" + config.compression->name +
@@ -158,6 +241,9 @@ PreparedRun prepare_run(const Config& config, const PluginRegistry& registry) {
   if (config.run.steps >= 1) run.schedule = make_lr_schedule(config.optimizer, config.run);
 
   check_products(config, run.model->data_shape(), plan.model);
+  // With ranks as threads the choice is made here, once, for all of them;
+  // process ranks choose once connected (select_on_ranks).
+  if (automatic && plan.thread_ranks) select_for_threads(config, registry, run);
 
   DataOptions data_options;
   data_options.token_bytes = config.data.token_bytes;
@@ -200,6 +286,11 @@ std::vector<std::string> describe_run(const PreparedRun& run, const Config& conf
   lines.push_back("data: " + p.data);
   lines.push_back(fmt::format("strategy: {} on {} {} ({} backend)", p.strategy, p.world_size,
                               p.thread_ranks ? "ranks as threads" : "process ranks", p.backend));
+  if (run.selection) {
+    for (auto& line : selection_lines(*run.selection)) lines.push_back(std::move(line));
+  } else if (!run.strategy) {
+    lines.push_back("strategy auto: chosen once the process ranks connect");
+  }
   lines.push_back(
       fmt::format("batch: {} examples per step, {} micro-batch{} per data-parallel "
                   "rank; optimizer {} (lr {})",

@@ -110,7 +110,8 @@ std::vector<RankOutput> run_thread_ranks(Backend& backend, const RankShared& sha
 }
 
 // This process is one rank of a world its launcher started.
-RankOutput run_process_rank(Backend& backend, const RankShared& shared, const RunOptions& options) {
+RankOutput run_process_rank(Backend& backend, const RankShared& shared, const RunOptions& options,
+                            const PluginRegistry& registry, PreparedRun& run) {
   const Config& config = *shared.config;
   const std::unique_ptr<Communicator> comm = backend.connect(-1);
   const int rank = comm->rank();
@@ -124,7 +125,9 @@ RankOutput run_process_rank(Backend& backend, const RankShared& shared, const Ru
                     fmt::format("run.world_size = {}, but backend '{}' started {} ranks",
                                 config.run.world_size, config.backend.name, world));
       }
-      shared.run->strategy->check(world);
+      // Strategy "auto": one choice for every rank, made by rank 0.
+      if (!run.strategy) detail::select_on_ranks(config, registry, *comm, run);
+      run.strategy->check(world);
       // Rank 0 holds checkpoint.dir for the run; a failure here aborts the
       // world, so the other ranks stop too.
       std::optional<CheckpointDirLock> dir_lock;
@@ -138,6 +141,7 @@ RankOutput run_process_rank(Backend& backend, const RankShared& shared, const Ru
       MessageGather gather;
       RankShared with_gather = shared;
       with_gather.gather = &gather;
+      with_gather.fingerprint = detail::run_fingerprint(config, run.plan);
       detail::run_rank(with_gather, *comm, log ? &*log : nullptr, output);
     } catch (const std::exception& e) {
       comm->abort(fmt::format("rank {} failed: {}", rank, e.what()));
@@ -151,7 +155,7 @@ RankOutput run_process_rank(Backend& backend, const RankShared& shared, const Ru
 
 RunResult run_training(const Config& config, const PluginRegistry& registry,
                        const RunOptions& options) {
-  const PreparedRun run = detail::prepare_run(config, registry);
+  PreparedRun run = detail::prepare_run(config, registry);
   BackendSettings settings;
   settings.world_size = run.plan.thread_ranks ? config.run.world_size : -1;
   settings.timeout = timeout_ms(config.backend.timeout_s, "backend.timeout_s");
@@ -172,7 +176,7 @@ RunResult run_training(const Config& config, const PluginRegistry& registry,
   if (backend->thread_ranks()) {
     outputs = run_thread_ranks(*backend, shared, options);
   } else {
-    outputs.push_back(run_process_rank(*backend, shared, options));
+    outputs.push_back(run_process_rank(*backend, shared, options, registry, run));
   }
 
   RunResult result;

@@ -32,6 +32,9 @@ struct RunSection {
   int64_t log_every = 10;
   std::string metrics;    // JSON-lines path; empty: none
   std::string log_level;  // empty: TESSERA_LOG_LEVEL or "info"
+  // Memory budget per rank for strategy selection (strategy.name = "auto"),
+  // in bytes; 0: detected (docs/strategies/auto.md).
+  int64_t memory_per_rank = 0;
 };
 
 struct PluginsSection {
