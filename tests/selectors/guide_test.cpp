@@ -5,6 +5,8 @@
 // tree has no estimate.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <iostream>
 #include <string>
 
 #include <toml++/toml.h>
@@ -39,7 +41,7 @@ std::string strategies_without_estimate() {
 // text.
 EstimateFn real_estimates(const train::ModelDescription& model, int32_t world, int32_t rpn) {
   return [&model, world, rpn](const std::string& s, const std::string& o, tessera_estimate* out,
-                              std::string* why) {
+                              std::string* why) -> tessera_status {
     try {
       const toml::table t = toml::parse("o = {" + o + "}");
       const train::StrategyPlugin p(registry(), s, t["o"].as_table(), "auto candidate");
@@ -47,7 +49,7 @@ EstimateFn real_estimates(const train::ModelDescription& model, int32_t world, i
       return TESSERA_OK;
     } catch (const Error& e) {
       *why = e.what();
-      return e.status();
+      return static_cast<tessera_status>(e.status());
     } catch (const std::exception& e) {
       *why = e.what();
       return TESSERA_ERR_INVALID_ARGUMENT;
@@ -79,16 +81,17 @@ TEST_P(GuideRows, ChooseTheGuidesRecommendationOrSayWhyNot) {
   s.props.latency = 20e-6;
   const SelectResult r = run_select(s);
   ASSERT_EQ(r.status, TESSERA_OK) << r.error;
-  const Row* chosen = r.chosen();
-  ASSERT_NE(chosen, nullptr);
+  ASSERT_NE(std::count_if(r.rows.begin(), r.rows.end(), [](const Row& x) { return x.chosen(); }),
+            0);
+  const Row& chosen = r.chosen();
   std::string table;
   for (const Row& row : r.rows) {
     table += (row.chosen() ? "* " : "  ") + row.name() + ": " + row.reason + "\n";
   }
-  const bool recommended = std::find(c.recommended.begin(), c.recommended.end(),
-                                     chosen->strategy) != c.recommended.end();
+  const bool recommended =
+      std::find(c.recommended.begin(), c.recommended.end(), chosen.strategy) != c.recommended.end();
   if (!recommended) {
-    EXPECT_NE(chosen->reason.find("the guide recommends"), std::string::npos) << table;
+    EXPECT_NE(chosen.reason.find("the guide recommends"), std::string::npos) << table;
   }
   std::cout << c.label << " on " << c.world << " ranks:\n" << table;
 }
@@ -106,7 +109,7 @@ INSTANTIATE_TEST_SUITE_P(
                       GuideCase{"gpt_30b_16", 60, 6656, 52, 16, 8, {"zero3", "fsdp"}},
                       GuideCase{
                           "gpt_175b_64", 96, 12288, 96, 64, 8, {"hybrid", "pipeline", "tensor"}}),
-    [](const auto& info) { return std::string(info.param.label); });
+    [](const auto& p) { return std::string(p.param.label); });
 
 }  // namespace
 }  // namespace tessera::test

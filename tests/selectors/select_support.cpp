@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 #include <span>
+#include <stdexcept>
 
 #include <toml++/toml.h>
 
@@ -78,18 +79,23 @@ const PluginRegistry& registry() {
   return *reg;
 }
 
-const Row* SelectResult::chosen() const {
+const Row& SelectResult::chosen() const {
   for (const Row& r : rows) {
-    if (r.chosen()) return &r;
+    if (r.chosen()) return r;
   }
-  return nullptr;
+  throw std::runtime_error("no row is chosen");
 }
 
-const Row* SelectResult::find(const std::string& strategy, const std::string& options) const {
+const Row& SelectResult::find(const std::string& strategy, const std::string& options) const {
   for (const Row& r : rows) {
-    if (r.strategy == strategy && r.options == options) return &r;
+    if (r.strategy == strategy && r.options == options) return r;
   }
-  return nullptr;
+  throw std::runtime_error("no row for " + strategy + " (" + options + ")");
+}
+
+bool SelectResult::has(const std::string& strategy, const std::string& options) const {
+  return std::any_of(rows.begin(), rows.end(),
+                     [&](const Row& r) { return r.strategy == strategy && r.options == options; });
 }
 
 tessera_backend_props cpu_props() {

@@ -64,8 +64,11 @@ struct SelectResult {
   std::string error;
   std::vector<Row> rows;
   std::vector<std::string> estimated;  // "strategy|options" in call order
-  [[nodiscard]] const Row* chosen() const;
-  [[nodiscard]] const Row* find(const std::string& strategy, const std::string& options) const;
+  // The chosen row, the row of a candidate (both throw when there is none)
+  // and whether a candidate was reported.
+  [[nodiscard]] const Row& chosen() const;
+  [[nodiscard]] const Row& find(const std::string& strategy, const std::string& options) const;
+  [[nodiscard]] bool has(const std::string& strategy, const std::string& options) const;
 };
 
 // Default backend properties: CPU, thread ranks, 1 GB/s, 10 us, assumed.
