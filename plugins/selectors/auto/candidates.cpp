@@ -94,7 +94,9 @@ class Builder {
         if (!offers(info, "schedule", sched)) continue;
         // Interleaving needs two chunks per stage and whole rounds of
         // micro-batches; skip it where it cannot run.
-        if (std::strcmp(sched, "interleaved") == 0 && (units < 2 * s || micro % s != 0)) continue;
+        if (std::strcmp(sched, "interleaved") == 0 &&
+            (units < 2 * static_cast<int64_t>(s) || micro % s != 0))
+          continue;
         add(info, "stages = " + std::to_string(s) + ", schedule = " + quoted(sched));
       }
     }
