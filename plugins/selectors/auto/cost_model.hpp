@@ -1,0 +1,59 @@
+// The `auto` selector's cost model: a candidate's step time from its
+// estimate (compute FLOPs, bytes and messages per axis, pipeline bubble)
+// and the rates of this machine and backend.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tessera/c/selector.h"
+#include "tessera/sdk/selector.hpp"
+
+namespace tessera::selectors {
+
+// Links between nodes are assumed this many times slower than the links
+// within a node (a node's GPU interconnect against its network card).
+inline constexpr double kInterNodeSlowdown = 8.0;
+
+// Assumed compute rates of device backends, FLOP/s per rank (no probe
+// runs on the device; option gemm_flops overrides).
+struct DeviceRate {
+  tessera_device_type device;
+  double flops;
+  const char* note;
+};
+inline constexpr DeviceRate kDeviceRates[] = {
+    {TESSERA_DEVICE_CUDA, 1.0e14, "assumed 100 TFLOP/s per CUDA device"},
+};
+
+struct Rates {
+  double flops = 1.0;            // per rank
+  double intra_bandwidth = 1.0;  // bytes/s, groups inside a node
+  double inter_bandwidth = 1.0;  // bytes/s, groups spanning nodes
+  double latency = 0.0;          // seconds per collective call
+  int32_t world_size = 1;
+  int32_t ranks_per_node = 1;
+  std::string flops_source;
+  std::string link_source;
+};
+
+// The rates for env: `gemm_flops` (> 0) or the measured / assumed compute
+// rate, and the backend's bandwidth and latency.
+Rates make_rates(const sdk::SelectEnv& env, double gemm_flops);
+
+// Single-thread sgemm rate of this machine (OpenBLAS, a 512 x 512 x 512
+// product, best of three after a warm-up), measured once per process.
+double measured_gemm_flops();
+
+struct Prediction {
+  double compute = 0.0;
+  double comm = 0.0;
+  double bubble = 0.0;
+  [[nodiscard]] double step() const noexcept { return compute + comm + bubble; }
+};
+
+// compute = compute_flops / flops; bubble = compute * b / (1 - b);
+// comm = Σ over axes of bytes / bandwidth(axis) + messages * latency.
+Prediction predict(const tessera_estimate& e, const Rates& rates);
+
+}  // namespace tessera::selectors

@@ -1,0 +1,115 @@
+// The selection guide's rows: transformer descriptions of the guide's sizes
+// with 80 GB per rank, estimated by the real strategy plugins. Each must
+// choose the guide's recommendation, or state in the chosen row's reason
+// why not (a documented deviation). Skipped while a strategy of the build
+// tree has no estimate.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <iostream>
+#include <string>
+
+#include <toml++/toml.h>
+
+#include "select_support.hpp"
+#include "tessera/core/train/strategy_host.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::test {
+namespace {
+
+constexpr int64_t kBudget = 80'000'000'000;  // 80 GB per rank
+
+struct GuideCase {
+  const char* label;
+  int64_t layers, d, heads;
+  int32_t world, ranks_per_node;
+  // Strategies whose choice is the guide's recommendation for the row.
+  std::vector<std::string> recommended;
+};
+
+std::string strategies_without_estimate() {
+  std::string missing;
+  for (const std::string& n : registry().names(TESSERA_KIND_STRATEGY)) {
+    const train::StrategyPlugin p(registry(), n, nullptr, "guide test");
+    if (!p.can_estimate()) missing += (missing.empty() ? "" : ", ") + n;
+  }
+  return missing;
+}
+
+// The env's estimate: the real plugin, its options parsed from the row's
+// text.
+EstimateFn real_estimates(const train::ModelDescription& model, int32_t world, int32_t rpn) {
+  return [&model, world, rpn](const std::string& s, const std::string& o, tessera_estimate* out,
+                              std::string* why) -> tessera_status {
+    try {
+      const toml::table t = toml::parse("o = {" + o + "}");
+      const train::StrategyPlugin p(registry(), s, t["o"].as_table(), "auto candidate");
+      *out = p.estimate(model, world, rpn);
+      return TESSERA_OK;
+    } catch (const Error& e) {
+      *why = e.what();
+      return static_cast<tessera_status>(e.status());
+    } catch (const std::exception& e) {
+      *why = e.what();
+      return TESSERA_ERR_INVALID_ARGUMENT;
+    }
+  };
+}
+
+class GuideRows : public ::testing::TestWithParam<GuideCase> {};
+
+TEST_P(GuideRows, ChooseTheGuidesRecommendationOrSayWhyNot) {
+  const std::string missing = strategies_without_estimate();
+  if (!missing.empty()) GTEST_SKIP() << "strategies without an estimate yet: " << missing;
+  const GuideCase& c = GetParam();
+  // 512-token sequences, one per micro-batch, 8 micro-batches per rank.
+  const train::ModelDescription model =
+      transformer(c.label, c.layers, c.d, c.heads, 50257, 512,
+                  train::BatchSpec{8 * static_cast<int64_t>(c.world), 8, 2});
+  SelectSetup s;
+  s.world = c.world;
+  s.ranks_per_node = c.ranks_per_node;
+  s.budget = kBudget;
+  s.budget_source = "80 GB per GPU";
+  s.model = &model;
+  s.estimate = real_estimates(model, c.world, c.ranks_per_node);
+  s.props = cpu_props();
+  s.props.device = TESSERA_DEVICE_CUDA;
+  s.props.thread_ranks = 0;
+  s.props.bandwidth = 100e9;  // within a node; across nodes 8x slower
+  s.props.latency = 20e-6;
+  const SelectResult r = run_select(s);
+  ASSERT_EQ(r.status, TESSERA_OK) << r.error;
+  ASSERT_NE(std::count_if(r.rows.begin(), r.rows.end(), [](const Row& x) { return x.chosen(); }),
+            0);
+  const Row& chosen = r.chosen();
+  std::string table;
+  for (const Row& row : r.rows) {
+    table += (row.chosen() ? "* " : "  ") + row.name() + ": " + row.reason + "\n";
+  }
+  const bool recommended =
+      std::find(c.recommended.begin(), c.recommended.end(), chosen.strategy) != c.recommended.end();
+  if (!recommended) {
+    EXPECT_NE(chosen.reason.find("the guide recommends"), std::string::npos) << table;
+  }
+  std::cout << c.label << " on " << c.world << " ranks:\n" << table;
+}
+
+// Sizes: 12·d² per block plus a 50257-token embedding tied to the head.
+INSTANTIATE_TEST_SUITE_P(
+    Guide, GuideRows,
+    ::testing::Values(GuideCase{"gpt_350m_1", 24, 1024, 16, 1, 1, {"none", "ddp"}},
+                      GuideCase{"gpt_350m_4", 24, 1024, 16, 4, 4, {"ddp"}},
+                      GuideCase{"gpt_3b_2", 32, 2560, 32, 2, 2, {"ddp", "zero1", "zero2", "fsdp"}},
+                      GuideCase{"gpt_3b_8", 32, 2560, 32, 8, 8, {"ddp", "zero1", "zero2", "fsdp"}},
+                      GuideCase{"gpt_10b_4", 48, 4096, 32, 4, 4, {"fsdp", "zero3"}},
+                      GuideCase{"gpt_10b_8", 48, 4096, 32, 8, 8, {"fsdp", "zero3"}},
+                      GuideCase{"gpt_30b_8", 60, 6656, 52, 8, 8, {"zero3", "fsdp"}},
+                      GuideCase{"gpt_30b_16", 60, 6656, 52, 16, 8, {"zero3", "fsdp"}},
+                      GuideCase{
+                          "gpt_175b_64", 96, 12288, 96, 64, 8, {"hybrid", "pipeline", "tensor"}}),
+    [](const auto& p) { return std::string(p.param.label); });
+
+}  // namespace
+}  // namespace tessera::test
