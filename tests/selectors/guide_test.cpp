@@ -9,9 +9,8 @@
 #include <iostream>
 #include <string>
 
-#include <toml++/toml.h>
-
 #include "select_support.hpp"
+#include "tessera/core/train/selection.hpp"
 #include "tessera/core/train/strategy_host.hpp"
 #include "tessera/sdk/error.hpp"
 
@@ -37,26 +36,6 @@ std::string strategies_without_estimate() {
   return missing;
 }
 
-// The env's estimate: the real plugin, its options parsed from the row's
-// text.
-EstimateFn real_estimates(const train::ModelDescription& model, int32_t world, int32_t rpn) {
-  return [&model, world, rpn](const std::string& s, const std::string& o, tessera_estimate* out,
-                              std::string* why) -> tessera_status {
-    try {
-      const toml::table t = toml::parse("o = {" + o + "}");
-      const train::StrategyPlugin p(registry(), s, t["o"].as_table(), "auto candidate");
-      *out = p.estimate(model, world, rpn);
-      return TESSERA_OK;
-    } catch (const Error& e) {
-      *why = e.what();
-      return static_cast<tessera_status>(e.status());
-    } catch (const std::exception& e) {
-      *why = e.what();
-      return TESSERA_ERR_INVALID_ARGUMENT;
-    }
-  };
-}
-
 class GuideRows : public ::testing::TestWithParam<GuideCase> {};
 
 TEST_P(GuideRows, ChooseTheGuidesRecommendationOrSayWhyNot) {
@@ -67,26 +46,32 @@ TEST_P(GuideRows, ChooseTheGuidesRecommendationOrSayWhyNot) {
   const train::ModelDescription model =
       transformer(c.label, c.layers, c.d, c.heads, 50257, 512,
                   train::BatchSpec{8 * static_cast<int64_t>(c.world), 8, 2});
-  SelectSetup s;
-  s.world = c.world;
-  s.ranks_per_node = c.ranks_per_node;
-  s.budget = kBudget;
-  s.budget_source = "80 GB per GPU";
-  s.model = &model;
-  s.estimate = real_estimates(model, c.world, c.ranks_per_node);
-  s.props = cpu_props();
-  s.props.device = TESSERA_DEVICE_CUDA;
-  s.props.thread_ranks = 0;
-  s.props.bandwidth = 100e9;  // within a node; across nodes 8x slower
-  s.props.latency = 20e-6;
-  const SelectResult r = run_select(s);
-  ASSERT_EQ(r.status, TESSERA_OK) << r.error;
-  ASSERT_NE(std::count_if(r.rows.begin(), r.rows.end(), [](const Row& x) { return x.chosen(); }),
-            0);
-  const Row& chosen = r.chosen();
+  // Through the host's own selection path (the estimate callback runs
+  // each candidate's real plugin), on an assumed GPU backend: 100 GB/s
+  // within a node, 20 us per collective.
+  train::SelectRequest request;
+  request.registry = &registry();
+  request.model = &model;
+  request.world_size = c.world;
+  request.ranks_per_node = c.ranks_per_node;
+  request.budget = {kBudget, "80 GB per GPU"};
+  request.backend = [] {
+    train::BackendProps p;
+    p.name = "gpu";
+    p.device = TESSERA_DEVICE_CUDA;
+    p.thread_ranks = false;
+    p.bandwidth = 100e9;
+    p.latency = 20e-6;
+    p.source = "assumed GPU links";
+    return p;
+  };
+  request.no_trial_reason = "no trials in the guide tests";
+  const train::Selection sel = train::run_selector(request);
+  const train::SelectionRow& chosen = sel.choice();
   std::string table;
-  for (const Row& row : r.rows) {
-    table += (row.chosen() ? "* " : "  ") + row.name() + ": " + row.reason + "\n";
+  for (std::size_t i = 0; i < sel.rows.size(); ++i) {
+    table += (i == sel.chosen ? "* " : "  ") + sel.rows[i].label() + ": " + sel.rows[i].reason +
+             "\n";
   }
   const bool recommended =
       std::find(c.recommended.begin(), c.recommended.end(), chosen.strategy) != c.recommended.end();
