@@ -3,6 +3,7 @@
 
 #include "tessera/sdk/clip.hpp"
 #include "tessera/sdk/dtype.hpp"
+#include "tessera/sdk/estimate_formulas.hpp"
 #include "tessera/sdk/flat_state.hpp"
 #include "tessera/sdk/step_frame.hpp"
 
@@ -69,6 +70,29 @@ void DdpStrategy::save(const sdk::StateWriter& writer) {
   const sdk::FlatRange all{0, layout_.total()};
   sdk::write_params(writer, layout_, all, state_.params());
   sdk::write_optimizer_state(writer, layout_, env_.optimizer(), optim_, all);
+}
+
+sdk::Estimate DdpStrategy::estimate(const sdk::Host& /*host*/, const sdk::Options& options,
+                                    const sdk::EstimateArgs& args) {
+  check_world_size("ddp", args.world_size);
+  const DdpOptions o = DdpOptions::read(options);
+  const sdk::ModelDesc& model = args.model;
+  const int32_t n = args.world_size;
+  sdk::Estimate e = sdk::data_parallel_estimate(model, n);
+  const int64_t psi = model.params();
+  sdk::set_persistent(e, psi, psi, psi, model.optimizer_slots());
+  // A 16-bit reduce_dtype stages a copy of every gradient.
+  if (o.reduce_dtype != TESSERA_F32) e[TESSERA_MEM_COMM] = psi * 2;
+  const auto wire = static_cast<int64_t>(tessera_dtype_size(o.reduce_dtype));
+  int64_t bytes = 0;
+  int64_t messages = 0;
+  for (const int64_t b :
+       sdk::grad_bucket_sizes(model, o.first_bucket_elements(), o.bucket_elements())) {
+    bytes += sdk::ring_allreduce_bytes(b * wire, n);
+    ++messages;
+  }
+  e.add_traffic("data", n, bytes, n > 1 ? messages : 0);
+  return e;
 }
 
 }  // namespace tessera::strategies

@@ -11,6 +11,7 @@
 #include "ddp_options.hpp"
 #include "tessera/sdk/bucket_reducer.hpp"
 #include "tessera/sdk/data_parallel.hpp"
+#include "tessera/sdk/estimate.hpp"
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/replicated_params.hpp"
 #include "tessera/sdk/strategy.hpp"
@@ -22,6 +23,12 @@ class DdpStrategy final : public sdk::DataParallelStrategy {
  public:
   // Accepts any world size >= 1; checks the options (see DdpOptions::read).
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
+
+  // The estimate (strategy 2.3; docs/strategies/ddp.md, "Estimate"):
+  // memory per rank by category, bytes sent per step on the data axis and
+  // the FLOPs of the largest slice. Refuses what check() refuses.
+  static sdk::Estimate estimate(const sdk::Host& host, const sdk::Options& options,
+                                const sdk::EstimateArgs& args);
 
   // Allocates the replicated state (PARAMS, GRADS, the optimizer's state,
   // a COMM staging buffer for a 16-bit reduce_dtype) and plans the buckets.

@@ -5,6 +5,7 @@
 
 #include "tessera/sdk/dtype.hpp"
 #include "tessera/sdk/error.hpp"
+#include "tessera/sdk/estimate_formulas.hpp"
 #include "tessera/sdk/step_frame.hpp"
 
 namespace tessera::strategies {
@@ -202,6 +203,34 @@ void FsdpStrategy::save(const sdk::StateWriter& writer) {
       state_.write_piece(writer, u, /*with_params=*/true);
     }
   }
+}
+
+sdk::Estimate FsdpStrategy::estimate(const sdk::Host& /*host*/, const sdk::Options& options,
+                                     const sdk::EstimateArgs& args) {
+  check_world_size("fsdp", args.world_size);
+  const int32_t n = args.world_size;
+  const FsdpOptions o = FsdpOptions::read(options, n);
+  const sdk::ModelDesc& model = args.model;
+  const int32_t group = o.group_size(n);
+  sdk::Estimate e = sdk::data_parallel_estimate(model, n);
+  const sdk::ShardedUnits units = sdk::sharded_units(model, o.min_params);
+  const int64_t shard = units.shard_elements(group);
+  sdk::set_persistent(e, shard, shard, shard, model.optimizer_slots());
+  sdk::ShardedSchedule s;
+  using Gather = sdk::ShardedSchedule::Gather;
+  s.gather = group == 1                                     ? Gather::kReplicated
+             : o.sharding == ShardingStrategy::kShardGradOp ? Gather::kForwardOnce
+                                                            : Gather::kEachUse;
+  s.prefetch = o.prefetch;
+  s.group = group;
+  s.replicas = n / group;
+  s.param_dtype = o.param_dtype;
+  s.reduce_dtype = o.reduce_dtype;
+  s.micro_batches = model.micro_batches();
+  const sdk::ShardedTraffic t = sdk::simulate_sharded_step(units, s);
+  e[TESSERA_MEM_COMM] = t.comm_peak;
+  e.add_traffic("data", n, t.bytes, t.messages);
+  return e;
 }
 
 }  // namespace tessera::strategies

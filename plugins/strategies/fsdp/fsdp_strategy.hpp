@@ -29,6 +29,7 @@
 
 #include "fsdp_options.hpp"
 #include "tessera/sdk/data_parallel.hpp"
+#include "tessera/sdk/estimate.hpp"
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/strategy.hpp"
 #include "tessera/sdk/unit_gather.hpp"
@@ -44,6 +45,12 @@ class FsdpStrategy final : public sdk::DataParallelStrategy {
   // Reads and checks the options against the world size (see
   // FsdpOptions::read); throws tessera::Error naming the bad option.
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
+
+  // The estimate (strategy 2.3; docs/strategies/fsdp.md, "Estimate"):
+  // memory per rank by category, bytes sent per step on the data axis and
+  // the FLOPs of the largest slice. Refuses what check() refuses.
+  static sdk::Estimate estimate(const sdk::Host& host, const sdk::Options& options,
+                                const sdk::EstimateArgs& args);
 
   // Allocates this rank's pieces: parameters (PARAMS) and gradients (GRADS)
   // of Σ_u ceil(Ψ_u / G) elements each and the optimizer state of as many

@@ -3,6 +3,7 @@
 
 #include "tessera/sdk/clip.hpp"
 #include "tessera/sdk/error.hpp"
+#include "tessera/sdk/estimate_formulas.hpp"
 #include "tessera/sdk/flat_state.hpp"
 #include "tessera/sdk/step_frame.hpp"
 
@@ -77,6 +78,17 @@ void NoneStrategy::save(const sdk::StateWriter& writer) {
   const sdk::FlatRange all{0, layout_.total()};
   sdk::write_params(writer, layout_, all, state_.params());
   sdk::write_optimizer_state(writer, layout_, env_.optimizer(), optim_, all);
+}
+
+sdk::Estimate NoneStrategy::estimate(const sdk::Host& /*host*/, const sdk::Options& /*options*/,
+                                     const sdk::EstimateArgs& args) {
+  require_single_rank(args.world_size);
+  const sdk::ModelDesc& model = args.model;
+  sdk::Estimate e = sdk::data_parallel_estimate(model, 1);
+  const int64_t psi = model.params();
+  sdk::set_persistent(e, psi, psi, psi, model.optimizer_slots());
+  e.add_traffic("data", 1, 0, 0);
+  return e;
 }
 
 }  // namespace tessera::strategies

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "tessera/sdk/estimate.hpp"
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/replicated_params.hpp"
 #include "tessera/sdk/strategy.hpp"
@@ -19,6 +20,12 @@ class NoneStrategy final : public sdk::Strategy {
   // Refuses any world size but 1 (invalid argument), naming the world size
   // and pointing at `ddp`.
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
+
+  // The estimate (strategy 2.3; docs/strategies/none.md, "Estimate"):
+  // memory per rank by category, bytes sent per step on the data axis and
+  // the FLOPs of the largest slice. Refuses what check() refuses.
+  static sdk::Estimate estimate(const sdk::Host& host, const sdk::Options& options,
+                                const sdk::EstimateArgs& args);
 
   // Allocates parameters and gradients (tracked as PARAMS and GRADS) and the
   // optimizer state for the whole model. Throws like check() when the world

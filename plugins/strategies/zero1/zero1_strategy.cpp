@@ -5,6 +5,7 @@
 
 #include "tessera/sdk/bucket_reducer.hpp"
 #include "tessera/sdk/clip.hpp"
+#include "tessera/sdk/estimate_formulas.hpp"
 #include "tessera/sdk/flat_state.hpp"
 #include "tessera/sdk/step_frame.hpp"
 
@@ -92,6 +93,36 @@ void Zero1Strategy::save(const sdk::StateWriter& writer) {
     sdk::write_params(writer, layout_, mine, state_.params(mine));
   }
   sdk::write_optimizer_state(writer, layout_, env_.optimizer(), optim_, mine);
+}
+
+sdk::Estimate Zero1Strategy::estimate(const sdk::Host& /*host*/, const sdk::Options& options,
+                                      const sdk::EstimateArgs& args) {
+  check_world_size("zero1", args.world_size);
+  const Zero1Options o = Zero1Options::read(options);
+  const sdk::ModelDesc& model = args.model;
+  const int32_t n = args.world_size;
+  sdk::Estimate e = sdk::data_parallel_estimate(model, n);
+  const int64_t psi = model.params();
+  const int64_t shard = sdk::ceil_div(psi, n);
+  sdk::set_persistent(e, psi, psi, shard, model.optimizer_slots());
+  if (n > 1) {
+    const sdk::ShardGridPlan plan =
+        sdk::shard_grid_plan(shard, n, o.first_bucket_elements(), o.bucket_elements());
+    const int64_t slots = plan.slot_len[0] + plan.slot_len[1];
+    // Two slots of a send area (N blocks) and a receive area (one block).
+    e[TESSERA_MEM_COMM] = (n + 1) * slots * 4;
+    int64_t bytes = sdk::norm_allreduce_bytes(n);
+    for (const int64_t len : plan.buckets) bytes += sdk::ring_piece_bytes(len * 4, n);
+    // The updated shards are allgathered in chunks of the larger slot.
+    const int64_t chunk = std::max(plan.slot_len[0], plan.slot_len[1]);
+    bytes += sdk::ring_piece_bytes(shard * 4, n);
+    const auto messages =
+        static_cast<int64_t>(plan.buckets.size()) + sdk::ceil_div(shard, chunk) + 1;
+    e.add_traffic("data", n, bytes, messages);
+  } else {
+    e.add_traffic("data", 1, 0, 0);
+  }
+  return e;
 }
 
 }  // namespace tessera::strategies

@@ -16,6 +16,7 @@
 
 #include "shard_grid.hpp"
 #include "tessera/sdk/data_parallel.hpp"
+#include "tessera/sdk/estimate.hpp"
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/replicated_params.hpp"
 #include "tessera/sdk/strategy.hpp"
@@ -28,6 +29,12 @@ class Zero1Strategy final : public sdk::DataParallelStrategy {
  public:
   // Accepts any world size >= 1; checks the options (see Zero1Options::read).
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
+
+  // The estimate (strategy 2.3; docs/strategies/zero1.md, "Estimate"):
+  // memory per rank by category, bytes sent per step on the data axis and
+  // the FLOPs of the largest slice. Refuses what check() refuses.
+  static sdk::Estimate estimate(const sdk::Host& host, const sdk::Options& options,
+                                const sdk::EstimateArgs& args);
 
   // Allocates the replicated parameters and gradients (PARAMS, GRADS), the
   // optimizer state of this rank's padded shard (OPTIMIZER, through the

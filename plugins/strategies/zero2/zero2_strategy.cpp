@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "tessera/sdk/estimate_formulas.hpp"
 #include "tessera/sdk/flat_state.hpp"
 #include "tessera/sdk/step_frame.hpp"
 #include "tessera/sdk/tracked_buffer.hpp"
@@ -107,6 +108,29 @@ void Zero2Strategy::save(const sdk::StateWriter& writer) {
   for (int32_t u = 0; u < shards_.num_units(); ++u) {
     state_.write_piece(writer, u, /*with_params=*/!writer.all_replicas());
   }
+}
+
+sdk::Estimate Zero2Strategy::estimate(const sdk::Host& /*host*/, const sdk::Options& options,
+                                      const sdk::EstimateArgs& args) {
+  check_world_size("zero2", args.world_size);
+  const Zero2Options o = Zero2Options::read(options);
+  const sdk::ModelDesc& model = args.model;
+  const int32_t n = args.world_size;
+  sdk::Estimate e = sdk::data_parallel_estimate(model, n);
+  const sdk::ShardedUnits units = sdk::sharded_units(model);
+  const int64_t shard = units.shard_elements(n);
+  sdk::set_persistent(e, model.params(), shard, shard, model.optimizer_slots());
+  sdk::ShardedSchedule s;
+  s.gather = sdk::ShardedSchedule::Gather::kReplicated;
+  s.zero2 = true;
+  s.blocking = !o.overlap;
+  s.group = n;
+  s.reduce_dtype = o.reduce_dtype;
+  s.micro_batches = model.micro_batches();
+  const sdk::ShardedTraffic t = sdk::simulate_sharded_step(units, s);
+  e[TESSERA_MEM_COMM] = t.comm_peak;
+  e.add_traffic("data", n, t.bytes, t.messages);
+  return e;
 }
 
 }  // namespace tessera::strategies

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "tessera/sdk/data_parallel.hpp"
+#include "tessera/sdk/estimate.hpp"
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/replicated_params.hpp"
 #include "tessera/sdk/strategy.hpp"
@@ -30,6 +31,12 @@ class Zero2Strategy final : public sdk::DataParallelStrategy {
   // Accepts any world size >= 1; reads and checks the options (an invalid
   // reduce_dtype is an invalid argument naming it).
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
+
+  // The estimate (strategy 2.3; docs/strategies/zero2.md, "Estimate"):
+  // memory per rank by category, bytes sent per step on the data axis and
+  // the FLOPs of the largest slice. Refuses what check() refuses.
+  static sdk::Estimate estimate(const sdk::Host& host, const sdk::Options& options,
+                                const sdk::EstimateArgs& args);
 
   // Allocates the replicated parameters (PARAMS, Ψ elements), this rank's
   // gradient shard (GRADS, Σ_u ceil(Ψ_u / N) elements) and the optimizer

@@ -2,6 +2,7 @@
 #include "zero3_strategy.hpp"
 
 #include "tessera/sdk/dtype.hpp"
+#include "tessera/sdk/estimate_formulas.hpp"
 #include "tessera/sdk/step_frame.hpp"
 
 namespace tessera::strategies {
@@ -100,6 +101,29 @@ void Zero3Strategy::save(const sdk::StateWriter& writer) {
     if (writer.all_replicas()) state_.write_whole_unit(writer, &gather_, u);
     state_.write_piece(writer, u, /*with_params=*/!writer.all_replicas());
   }
+}
+
+sdk::Estimate Zero3Strategy::estimate(const sdk::Host& /*host*/, const sdk::Options& options,
+                                      const sdk::EstimateArgs& args) {
+  check_world_size("zero3", args.world_size);
+  const Zero3Options o = Zero3Options::read(options);
+  const sdk::ModelDesc& model = args.model;
+  const int32_t n = args.world_size;
+  sdk::Estimate e = sdk::data_parallel_estimate(model, n);
+  const sdk::ShardedUnits units = sdk::sharded_units(model);
+  const int64_t shard = units.shard_elements(n);
+  sdk::set_persistent(e, shard, shard, shard, model.optimizer_slots());
+  sdk::ShardedSchedule s;
+  s.gather = sdk::ShardedSchedule::Gather::kEachUse;
+  s.zero3_ahead = true;
+  s.prefetch = o.prefetch;
+  s.group = n;
+  s.reduce_dtype = o.reduce_dtype;
+  s.micro_batches = model.micro_batches();
+  const sdk::ShardedTraffic t = sdk::simulate_sharded_step(units, s);
+  e[TESSERA_MEM_COMM] = t.comm_peak;
+  e.add_traffic("data", n, t.bytes, t.messages);
+  return e;
 }
 
 }  // namespace tessera::strategies

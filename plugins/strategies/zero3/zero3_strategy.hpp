@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "tessera/sdk/data_parallel.hpp"
+#include "tessera/sdk/estimate.hpp"
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/strategy.hpp"
 #include "tessera/sdk/unit_gather.hpp"
@@ -31,6 +32,12 @@ class Zero3Strategy final : public sdk::DataParallelStrategy {
  public:
   // Accepts any world size >= 1; reads the options.
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
+
+  // The estimate (strategy 2.3; docs/strategies/zero3.md, "Estimate"):
+  // memory per rank by category, bytes sent per step on the data axis and
+  // the FLOPs of the largest slice. Refuses what check() refuses.
+  static sdk::Estimate estimate(const sdk::Host& host, const sdk::Options& options,
+                                const sdk::EstimateArgs& args);
 
   // Allocates this rank's shards: parameters (PARAMS) and gradients (GRADS)
   // of Σ_u ceil(Ψ_u / N) elements each and the optimizer state of as many
