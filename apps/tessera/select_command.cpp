@@ -77,6 +77,7 @@ void print_selection_table(const train::Selection& s, std::ostream& out) {
                      s.selector, s.world_size, s.ranks_per_node, format_memory(s.budget.bytes),
                      s.budget.source);
   if (s.backend) out << "# backend " << s.backend->name << ": " << s.backend->source << '\n';
+  if (s.compute_rate) out << "# compute: " << s.compute_rate->source << '\n';
   out << "# memory: predicted peak MiB per rank by category; total: peak of their sum; sent: MiB "
          "per rank and step; step: predicted (measured) ms\n";
   TextTable table({{""},
@@ -121,6 +122,10 @@ void print_selection_json(const train::Selection& s, std::ostream& out) {
                     {"bandwidth", s.backend->bandwidth},
                     {"latency", s.backend->latency},
                     {"source", s.backend->source}};
+  }
+  if (s.compute_rate) {
+    j["compute"] = {{"flops_per_second", s.compute_rate->flops_per_second},
+                    {"source", s.compute_rate->source}};
   }
   j["chosen"] = s.chosen;
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
@@ -192,6 +197,7 @@ int run_select_command(const GlobalOptions& global, const SelectArgs& args, std:
   request.world_size = world;
   request.ranks_per_node = args.ranks_per_node > 0 ? std::min(args.ranks_per_node, world) : world;
   request.budget = train::memory_budget(config, request.ranks_per_node);
+  request.compute_rate = train::model_rate_probe(*model, desc, world);
   if (threads) {
     request.backend = [&] { return train::probe_thread_backend(config, registry, world); };
     request.trial = train::thread_trial_runner(config, registry);

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "tessera/core/byte_size.hpp"
+#include "tessera/core/data/batch.hpp"
 #include "tessera/core/host_api.hpp"
 #include "tessera/core/optim/optimizer.hpp"
 #include "tessera/core/rank_threads.hpp"
@@ -80,6 +81,8 @@ struct SelectCall {
   const SelectRequest* request = nullptr;
   std::vector<SelectionRow> rows;
   std::optional<BackendProps> backend;
+  std::optional<ModelRate> rate;
+  std::string rate_error;  // why there is no rate, once asked
   std::vector<std::string> props_strings;  // keeps props' strings alive
 };
 
@@ -158,6 +161,36 @@ tessera_status c_trial(void* ctx, const char* strategy, const char* options, int
     *seconds_per_step = r.seconds_per_step;
     *peak_bytes = r.peak_bytes;
   });
+}
+
+tessera_status c_compute_rate(void* ctx, double* flops_per_second, const char** source) noexcept {
+  SelectCall& call = call_of(ctx);
+  if (!call.request->compute_rate) {
+    set_host_call_error("the host has no model to time");
+    return TESSERA_ERR_UNSUPPORTED;
+  }
+  if (!call.rate && call.rate_error.empty()) {
+    try {
+      call.rate = call.request->compute_rate();
+    } catch (const Error& e) {
+      if (e.status() != TESSERA_ERR_UNSUPPORTED) {
+        set_host_call_error(e.what());
+        return e.status();
+      }
+      call.rate_error = e.message();
+    } catch (const std::exception& e) {
+      set_host_call_error(e.what());
+      return TESSERA_ERR_INTERNAL;
+    }
+  }
+  if (!call.rate) {
+    set_host_call_error(call.rate_error);
+    return TESSERA_ERR_UNSUPPORTED;
+  }
+  if (flops_per_second == nullptr || source == nullptr) return TESSERA_ERR_INVALID_ARGUMENT;
+  *flops_per_second = call.rate->flops_per_second;
+  *source = call.rate->source.c_str();
+  return TESSERA_OK;
 }
 
 void c_report(void* ctx, const tessera_selection_row* row) noexcept {
@@ -339,6 +372,50 @@ BackendProps assumed_backend(const std::string& name, bool thread_ranks, const s
   return p;
 }
 
+ModelRate measure_model_rate(const model::Model& model, const ModelDescription& desc,
+                             int64_t examples, int64_t limit_bytes) {
+  double flops = 0;
+  double activations = 0;
+  for (const UnitSpec& u : desc.units()) {
+    flops += u.forward_flops + u.backward_flops;
+    activations += u.activation_bytes;
+  }
+  flops *= static_cast<double>(examples);
+  const double bytes =
+      8.0 * static_cast<double>(desc.params()) + 2.0 * activations * static_cast<double>(examples);
+  TESSERA_CHECK(bytes <= static_cast<double>(limit_bytes), TESSERA_ERR_UNSUPPORTED, "model '",
+                model.name(), "' needs about ", format_memory(static_cast<int64_t>(bytes)),
+                " to run one micro-batch here, more than the ", format_memory(limit_bytes),
+                " a timing run may take");
+  model::ModelParams params(model);
+  model::ModelParams grads(model);
+  const DataShape& shape = model.data_shape();
+  const Batch batch = Batch::make(examples, shape.seq_len, shape.features);
+  const auto run = [&] {
+    grads.zero();
+    (void)model::reference_forward_backward(model, params, grads, batch, 1.0f);
+  };
+  run();  // warm-up: first-touch of buffers, library set-up
+  double best = best_seconds(1, 1, run);
+  if (best < 1.0) best = std::min(best, best_seconds(1, 1, run));
+  ModelRate r;
+  r.flops_per_second = flops / std::max(best, 1e-9);
+  r.source = fmt::format(
+      "measured: model '{}' forward and backward of {} example{} on one thread, {:.1f} ms, "
+      "{:.2f} GFLOP/s",
+      model.name(), examples, examples == 1 ? "" : "s", best * 1e3, r.flops_per_second / 1e9);
+  return r;
+}
+
+std::function<ModelRate()> model_rate_probe(const model::Model& model,
+                                            const ModelDescription& desc, int world_size) {
+  const tessera_model_desc& c = desc.c();
+  const int64_t slice = (c.global_batch + world_size - 1) / std::max(world_size, 1);
+  const int64_t micro = std::max<int64_t>(c.micro_batches, 1);
+  const int64_t examples = std::max<int64_t>((slice + micro - 1) / micro, 1);
+  return [&model, &desc, examples] { return measure_model_rate(model, desc, examples); };
+}
+
 std::string SelectionRow::label() const {
   return options.empty() ? strategy : strategy + " {" + options + "}";
 }
@@ -388,6 +465,7 @@ Selection run_selector(const SelectRequest& request) {
   env.backend = &c_backend;
   env.trial = &c_trial;
   env.report = &c_report;
+  env.compute_rate = &c_compute_rate;
 
   const std::string who =
       fmt::format("selector '{}' ({})", request.selector, plugin->path().string());
@@ -400,6 +478,7 @@ Selection run_selector(const SelectRequest& request) {
   s.ranks_per_node = request.ranks_per_node;
   s.budget = request.budget;
   s.backend = std::move(call.backend);
+  s.compute_rate = std::move(call.rate);
   s.rows = std::move(call.rows);
   std::size_t chosen = 0;
   for (std::size_t i = 0; i < s.rows.size(); ++i) {
@@ -468,6 +547,7 @@ std::vector<std::string> selection_lines(const Selection& s) {
       s.selector, c.label(), s.world_size, s.ranks_per_node, format_memory(s.budget.bytes),
       s.budget.source));
   if (s.backend) lines.push_back("  backend " + s.backend->name + ": " + s.backend->source);
+  if (s.compute_rate) lines.push_back("  compute: " + s.compute_rate->source);
   lines.push_back("  chosen: " + c.label() + ": " + c.reason);
   for (std::size_t i = 0; i < s.rows.size(); ++i) {
     if (i == s.chosen) continue;

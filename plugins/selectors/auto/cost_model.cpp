@@ -81,8 +81,16 @@ Rates make_rates(const sdk::SelectEnv& env, double gemm_flops) {
                   props.name != nullptr ? props.name : "?", "' has device type ", props.device,
                   ", whose compute rate is unknown; set option 'gemm_flops'");
   } else {
-    r.flops = measured_gemm_flops();
-    fs << "single-thread sgemm";
+    // The host's timing of the model's own units is what a step runs; the
+    // sgemm peak only stands in where the host has no model to time.
+    std::string why;
+    if (const auto rate = env.compute_rate(&why); rate && rate->flops_per_second > 0) {
+      r.flops = rate->flops_per_second;
+      fs << rate->source;
+    } else {
+      r.flops = measured_gemm_flops();
+      fs << "single-thread sgemm (" << why << ")";
+    }
     // Thread ranks of one process share its cores.
     const unsigned cores = std::max(std::thread::hardware_concurrency(), 1U);
     if (props.thread_ranks != 0 && static_cast<unsigned>(r.ranks_per_node) > cores) {

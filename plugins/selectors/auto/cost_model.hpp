@@ -37,8 +37,11 @@ struct Rates {
   std::string link_source;
 };
 
-// The rates for env: `gemm_flops` (> 0) or the measured / assumed compute
-// rate, and the backend's bandwidth and latency.
+// The rates for env: `gemm_flops` (> 0); else for a CPU backend the host's
+// timing of the model's own units (env.compute_rate), or where it has none
+// the single-thread sgemm rate, scaled by cores / ranks when thread ranks
+// outnumber the cores; for a device backend an assumed rate; and the
+// backend's bandwidth and latency.
 Rates make_rates(const sdk::SelectEnv& env, double gemm_flops);
 
 // Single-thread sgemm rate of this machine (OpenBLAS, a 512 x 512 x 512

@@ -31,7 +31,8 @@ extern "C" {
 
 /* Version of the selector interface (this header's tables and structs),
  * carried in the descriptor's api_major/api_minor.
- *   1.0  select, with estimate, probe, trial and report through the host
+ *   1.0  select, with estimate, backend probe, compute rate, trial and
+ *        report through the host
  * A host accepts selector 1.x of any minor. */
 #define TESSERA_SELECTOR_API_MAJOR 1
 #define TESSERA_SELECTOR_API_MINOR 0
@@ -118,6 +119,14 @@ typedef struct tessera_select_env {
                           double* seconds_per_step, int64_t* peak_bytes);
   /* Records one row of the ranking, best first; the host copies it. */
   void (*report)(void* ctx, const tessera_selection_row* row);
+  /* The FLOP rate of one rank running the model's own units: the host
+   * times a forward and backward of one micro-batch (the size a
+   * data-parallel rank trains) on one thread and divides the units' FLOPs
+   * by it; measured at the first call, cached. *source (host-owned) says
+   * how. UNSUPPORTED (reason in last_error) where the host cannot run the
+   * model, e.g. a description without one, or one too large for this
+   * process. */
+  tessera_status (*compute_rate)(void* ctx, double* flops_per_second, const char** source);
 } tessera_select_env;
 
 typedef struct tessera_selector_api {

@@ -14,6 +14,7 @@
 // throws Error(INVALID_ARGUMENT) when nothing can be chosen.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -48,6 +49,12 @@ struct SelectionRow {
 struct CandidateEstimate {
   std::optional<tessera_estimate> estimate;
   std::string refusal;
+};
+
+// The host's measured compute rate of the model.
+struct ComputeRate {
+  double flops_per_second = 0.0;
+  std::string source;
 };
 
 // A trial's measurement.
@@ -113,6 +120,27 @@ class SelectEnv {
                                         &r.seconds_per_step, &r.peak_bytes);
     if (s == TESSERA_OK) return r;
     if (s != TESSERA_ERR_UNSUPPORTED) detail::check_host_call(host_, s, "trial");
+    if (why != nullptr) *why = last_error();
+    return std::nullopt;
+  }
+
+  // The host's measured FLOP rate of the model's own units on one thread
+  // (see tessera_select_env.compute_rate), or std::nullopt with *why set
+  // where the host has none.
+  [[nodiscard]] std::optional<ComputeRate> compute_rate(std::string* why = nullptr) const {
+    if (env_.struct_size < offsetof(tessera_select_env, compute_rate) + sizeof(void*) ||
+        env_.compute_rate == nullptr) {
+      if (why != nullptr) *why = "the host does not measure the model";
+      return std::nullopt;
+    }
+    ComputeRate r;
+    const char* source = nullptr;
+    const tessera_status s = env_.compute_rate(env_.ctx, &r.flops_per_second, &source);
+    if (s == TESSERA_OK) {
+      r.source = source != nullptr ? source : "";
+      return r;
+    }
+    if (s != TESSERA_ERR_UNSUPPORTED) detail::check_host_call(host_, s, "compute rate");
     if (why != nullptr) *why = last_error();
     return std::nullopt;
   }

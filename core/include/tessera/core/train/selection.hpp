@@ -73,6 +73,21 @@ BackendProps probe_thread_backend(const Config& config, const PluginRegistry& re
 // for a process backend), with `why` in the source.
 BackendProps assumed_backend(const std::string& name, bool thread_ranks, const std::string& why);
 
+// The FLOP rate of the model's own units on one thread.
+struct ModelRate {
+  double flops_per_second = 0;
+  std::string source;
+};
+
+// Times forward and backward of one micro-batch of `examples` examples
+// (zero tokens or features) through `model`'s units on this thread, after a
+// warm-up run (best of two when a run takes under a second), and divides
+// the description's FLOPs by it. Throws Error(UNSUPPORTED) when the
+// parameters, gradients and saved activations would take more than
+// `limit_bytes`.
+ModelRate measure_model_rate(const model::Model& model, const ModelDescription& desc,
+                             int64_t examples, int64_t limit_bytes = int64_t{1} << 31);
+
 // One row of a selector's ranking (tessera_selection_row, owning its
 // strings).
 struct SelectionRow {
@@ -99,6 +114,7 @@ struct Selection {
   int ranks_per_node = 1;
   MemoryBudget budget;
   std::optional<BackendProps> backend;  // when the selector asked for it
+  std::optional<ModelRate> compute_rate;  // likewise
   std::vector<SelectionRow> rows;       // best first
   std::size_t chosen = 0;               // index into rows
 
@@ -123,6 +139,9 @@ struct SelectRequest {
   MemoryBudget budget;
   // The backend's properties, asked for at most once (e.g. a probe).
   std::function<BackendProps()> backend;
+  // The model's measured rate, asked for at most once; empty: none (the
+  // selector falls back on its own).
+  std::function<ModelRate()> compute_rate;
   // Empty when trials cannot run here; `no_trial_reason` says why.
   TrialRunner trial;
   std::string no_trial_reason;
@@ -138,6 +157,11 @@ struct SelectRequest {
 // selector with no options. Throws tessera::Error (invalid argument) when
 // strategy.options.selector is not a string.
 void selector_from_config(const Config& config, SelectRequest& request);
+
+// A SelectRequest's compute_rate for `model` under `config`: one
+// micro-batch of a data-parallel rank of `world_size` ranks.
+std::function<ModelRate()> model_rate_probe(const model::Model& model,
+                                            const ModelDescription& desc, int world_size);
 
 // Runs the selector. Throws tessera::Error: an unknown selector (listing the
 // installed ones), options it does not declare, its own refusal (e.g.
