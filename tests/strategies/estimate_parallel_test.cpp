@@ -99,6 +99,11 @@ TEST(EstimateParallel, PipelineQuickstartGpt) {
       estimate_spec(kQuickstartGpt, "pipeline", 4, "stages = 2\nschedule = \"1f1b\"", 2));
   expect_estimate_matches_run(
       estimate_spec(kQuickstartGpt, "pipeline", 2, "stages = 2\nschedule = \"interleaved\"", 2));
+  expect_estimate_matches_run(
+      estimate_spec(kQuickstartGpt, "pipeline", 2, "stages = 2\nschedule = \"zb1\"", 4));
+  expect_estimate_matches_run(estimate_spec(
+      kQuickstartGpt, "pipeline", 2,
+      "stages = 2\nschedule = \"gpipe\"\npartition = \"explicit\"\nboundaries = [1]", 2));
 }
 
 TEST(EstimateParallel, TensorQuickstartGpt) {
