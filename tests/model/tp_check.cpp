@@ -274,6 +274,47 @@ ConstView forward_in_group(const Unit& unit, UnitContext& ctx, std::span<const f
   return unit.forward(ctx, params, in);
 }
 
+ContextBytes model_context_bytes(std::span<const std::unique_ptr<Unit>> units, const Batch& batch,
+                                 int tp, bool sequence) {
+  const BatchView view = tessera::test::view_of(batch);
+  ContextBytes result;
+  result.context.assign(units.size(), 0);
+  result.output.assign(units.size(), 0);
+  run_tp_ranks(
+      tp,
+      [&](int rank, const tessera_tp_group& group) {
+        std::vector<std::unique_ptr<UnitContext>> ctx;
+        std::vector<ConstantParams> params;
+        std::vector<ConstantParams> grads;
+        std::vector<float> x;
+        int64_t rows = 0;
+        for (const auto& unit : units) {
+          ctx.push_back(unit->make_context());
+          params.push_back(constant_params(*unit, tp, 0.01f));
+          grads.push_back(constant_params(*unit, tp, 0.0f));
+          const ConstView out =
+              forward_in_group(*unit, *ctx.back(), params.back().ptrs, view, group, x, rows);
+          if (rank == 0 && !unit->is_last()) {
+            result.output[ctx.size() - 1] = out.rows * out.cols * 4;
+          }
+          x.assign(out.data, out.data + out.rows * out.cols);
+          rows = out.rows;
+        }
+        std::vector<float> grad;
+        ConstView g;
+        for (std::size_t u = units.size(); u-- > 0;) {
+          std::vector<float*> gp;
+          for (auto& v : grads[u].values) gp.push_back(v.data());
+          const ConstView dx = units[u]->backward(*ctx[u], params[u].ptrs, gp, g);
+          grad.assign(dx.data, dx.data + dx.rows * dx.cols);
+          g = dx.data == nullptr ? ConstView{} : ConstView{grad.data(), dx.rows, dx.cols};
+          if (rank == 0) result.context[u] = static_cast<int64_t>(ctx[u]->bytes());
+        }
+      },
+      sequence ? static_cast<uint32_t>(TESSERA_TP_SEQUENCE) : 0U);
+  return result;
+}
+
 std::vector<float> shard_of(const ParamSpec& spec, std::span<const float> whole, int rank,
                             int size) {
   if (held_whole(spec, size)) {

@@ -89,6 +89,17 @@ void expect_model_tp_matches(std::span<const std::unique_ptr<Unit>> units, const
                              int tp, uint64_t seed, const tessera::model::Model* plugin = nullptr,
                              bool sequence = false);
 
+// What each unit's context holds on rank 0 of a group of `tp` (flags
+// TESSERA_TP_SEQUENCE with `sequence`) after a forward and backward of the
+// whole model on `batch`, every parameter (a shard where split) constant,
+// and the bytes of each unit's forward output on that rank.
+struct ContextBytes {
+  std::vector<int64_t> context;
+  std::vector<int64_t> output;
+};
+ContextBytes model_context_bytes(std::span<const std::unique_ptr<Unit>> units, const Batch& batch,
+                                 int tp, bool sequence);
+
 // The unit with a group of one rank gives bit for bit what it gives without
 // a group: output, input gradient and every parameter gradient.
 void expect_tp_one_is_identical(const Unit& unit, const Batch& batch, int64_t input_cols,

@@ -142,10 +142,16 @@ UnitCost GptBlock::cost() const {
   UnitCost c;
   c.forward_flops = t * per_token;
   c.backward_flops = 2.0 * c.forward_flops;
-  // Saved for backward: input, both LayerNorm outputs, qkv, attention output,
-  // the residual sum, fc and gelu outputs per token, and the attention
-  // probabilities per head.
-  c.activation_bytes = 4.0 * (t * (8.0 * d + 2.0 * h) + static_cast<double>(heads_) * t * t);
+  // The context after forward and backward, per example: split over a
+  // tensor group, q|k|v, attention output, fc and gelu outputs, the
+  // probabilities per head, and their gradients (dqkv, da, du, dact);
+  // split in sequence mode, the input, residual sum, output and input
+  // gradient [T, d] and both LayerNorms' mean and rstd; whole, both
+  // LayerNorm outputs and the output gradient, its copy at the attention
+  // projection and ln's input gradient. (Not per example: the LayerNorm
+  // gain and bias gradients, 4·d, and the scores' gradient scratch, T².)
+  const double split = t * (8.0 * d + 4.0 * h) + static_cast<double>(heads_) * t * t;
+  set_activations(c, split, t * (4.0 * d + 4.0), t * 5.0 * d, t * d);
   return c;
 }
 

@@ -58,7 +58,11 @@ UnitCost GptHead::cost() const {
   UnitCost c;
   c.forward_flops = t * (8.0 * d + 2.0 * d * v + 5.0 * v);
   c.backward_flops = t * (8.0 * d + 4.0 * d * v + 2.0 * v);
-  c.activation_bytes = 4.0 * t * (2.0 * d + v);  // input, ln_f output, probabilities
+  // Per example after forward and backward: the probabilities and their
+  // gradient (split by vocabulary); the input, its gradient and the
+  // LayerNorm statistics (split in sequence mode); ln_f's output, its
+  // gradient and the targets (whole).
+  set_activations(c, 2.0 * t * v, t * (2.0 * d + 2.0), t * (2.0 * d + 1.0), 0.0);
   return c;
 }
 

@@ -175,10 +175,19 @@ UnitCost LlamaBlock::cost() const {
   UnitCost c;
   c.forward_flops = t * per_token;
   c.backward_flops = 2.0 * c.forward_flops;
-  // Saved per token: input, both norms' outputs, q, k, v, attention output,
-  // the residual sum, gate, up and their product; per head the probabilities.
-  c.activation_bytes =
-      4.0 * (t * (6.0 * d + 2.0 * kv + 3.0 * f) + static_cast<double>(heads_) * t * t);
+  // The context after forward and backward, per example: split over a
+  // tensor group, q, attention output, gate, up, their product, the
+  // probabilities per head and the gradients dq, da, dgate, dup, dact (and
+  // k, v, dk, dv unless kv_replicated keeps them whole); split in sequence
+  // mode, the input, residual sum, output, the norms' input gradient and
+  // the block's input gradient [T, d] and both norms' rstd; whole, both
+  // norms' outputs, the output gradient and its copy at wo. (Not per
+  // example: the norm gain gradients, 2·d, and the scores' scratch, T².)
+  const double kv_part = 4.0 * t * kv;
+  const double split = t * (4.0 * d + 6.0 * f) + static_cast<double>(heads_) * t * t +
+                       (kv_replicated_ ? 0.0 : kv_part);
+  set_activations(c, split, t * (5.0 * d + 2.0), t * 4.0 * d + (kv_replicated_ ? kv_part : 0.0),
+                  t * d);
   return c;
 }
 

@@ -61,7 +61,11 @@ UnitCost LlamaHead::cost() const {
   UnitCost c;
   c.forward_flops = t * (4.0 * d + 2.0 * d * v + 5.0 * v);
   c.backward_flops = t * (6.0 * d + 4.0 * d * v + 2.0 * v);
-  c.activation_bytes = 4.0 * t * (2.0 * d + v);  // input, normed input, probabilities
+  // Per example after forward and backward: the probabilities and their
+  // gradient (split by vocabulary); the input, the norm's statistics and
+  // the input and norm gradients (split in sequence mode); the normed
+  // input and the targets (whole).
+  set_activations(c, 2.0 * t * v, t * (3.0 * d + 1.0), t * (d + 1.0), 0.0);
   return c;
 }
 

@@ -134,7 +134,19 @@ UnitCost DenseUnit::cost() const {
   UnitCost c;
   c.forward_flops = 2.0 * in * out + 2.0 * out;  // GEMM, bias, activation
   c.backward_flops = (is_first() ? 2.0 : 4.0) * in * out + 2.0 * out;
-  c.activation_bytes = 4.0 * (in + 2.0 * out);  // x, pre-activation, output
+  // Per example after forward and backward (p ranks of a tensor group):
+  // a column layer holds its input x whole, out/p of the pre-activation,
+  // the output and their gradient, and (unless first) the input gradient,
+  // whole in tensor mode and its rows in sequence mode; a row layer holds
+  // in/p of x and its gradient, the pre-activation and output (its rows in
+  // sequence mode) and the whole pre-activation gradient. A gathering
+  // column layer's gathered output (2·out, plus out/p of its gradient) is
+  // held only with p > 1 and is not counted.
+  if (split_ == DenseSplit::column) {
+    set_activations(c, 3.0 * out, is_first() ? 0.0 : in, in, out);
+  } else {
+    set_activations(c, 2.0 * in, 2.0 * out, out, out);
+  }
   return c;
 }
 
@@ -355,7 +367,11 @@ UnitCost ClassifierHead::cost() const {
   UnitCost c;
   c.forward_flops = 2.0 * in * k + 5.0 * k;  // GEMM, bias, softmax
   c.backward_flops = (is_first() ? 2.0 : 4.0) * in * k + 2.0 * k;
-  c.activation_bytes = 4.0 * (in + k);  // x, probabilities
+  // Per example after forward and backward: the probabilities and their
+  // gradient (split by class when the group divides the classes), the
+  // input gradient unless first (its rows in sequence mode), the input
+  // and the target (whole).
+  set_activations(c, 2.0 * k, is_first() ? 0.0 : in, in + 1.0, 0.0);
   return c;
 }
 

@@ -11,6 +11,13 @@ class HybridStrategy final : public sdk::Strategy {
   static void check(const sdk::Host& /*host*/, const sdk::Options& options, int32_t world_size) {
     (void)HybridOptions::read(options, world_size);
   }
+  // The engine's estimate for the mesh and dp_shard read from the options
+  // (docs/strategies/hybrid.md).
+  static sdk::Estimate estimate(const sdk::Host& /*host*/, const sdk::Options& options,
+                                const sdk::EstimateArgs& args) {
+    return sdk::PipelineEngine::estimate_for(HybridOptions::read(options, args.world_size).pipeline,
+                                             args);
+  }
   HybridStrategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env)
       : engine_(host, HybridOptions::read(options, env.world_size()).pipeline, env) {}
 

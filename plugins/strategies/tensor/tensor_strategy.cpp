@@ -9,6 +9,7 @@
 
 #include "tessera/sdk/clip.hpp"
 #include "tessera/sdk/flat_state.hpp"
+#include "tessera/sdk/parallel_estimate.hpp"
 #include "tessera/sdk/step_frame.hpp"
 
 namespace tessera::strategies {
@@ -16,6 +17,53 @@ namespace tessera::strategies {
 void TensorStrategy::check(const sdk::Host& /*host*/, const sdk::Options& options,
                            int32_t world_size) {
   (void)TensorOptions::read(options, world_size);
+}
+
+sdk::Estimate TensorStrategy::estimate(const sdk::Host& /*host*/, const sdk::Options& options,
+                                       const sdk::EstimateArgs& args) {
+  namespace pe = sdk::parallel_estimate;
+  const TensorOptions o = TensorOptions::read(options, args.world_size);
+  const sdk::ModelDesc& model = args.model;
+  const int32_t t = o.size;
+  const int32_t r = args.world_size / t;
+  pe::require_tensor_parallel(model, t, o.sequence, "tensor", "size");
+  const int64_t micro = model.micro_examples(r);
+  const int64_t m = model.micro_batches();
+  int64_t held = 0;
+  int64_t replicated = 0;
+  int64_t activations = 0;
+  int64_t tp_bytes = 0;
+  int64_t tp_messages = 0;
+  for (int32_t u = 0; u < model.num_units(); ++u) {
+    const tessera_unit_desc& d = model.unit(u);
+    held += pe::held_params(d, t);
+    replicated += d.params - d.split_params;
+    // One context per unit, reused by every micro-batch.
+    activations += pe::context_bytes(d, micro, t, o.sequence);
+    const pe::UnitTraffic tr = pe::unit_traffic(model, u, micro, t);
+    tp_bytes += tr.bytes * m;
+    tp_messages += tr.messages * m;
+  }
+  sdk::Estimate e;
+  e.data_size = r;
+  e[TESSERA_MEM_PARAMS] = 4 * held;
+  e[TESSERA_MEM_GRADS] = 4 * held;
+  e[TESSERA_MEM_OPTIMIZER] = 4 * static_cast<int64_t>(model.optimizer_slots()) * held;
+  e[TESSERA_MEM_ACTIVATIONS] = activations;
+  if (t > 1) {
+    // The norm (a double), and in sequence mode the replicated gradients.
+    tp_bytes += pe::allreduce(8, t);
+    tp_messages += 1;
+    if (o.sequence) {
+      tp_bytes += pe::allreduce(4 * replicated, t);
+      tp_messages += 1;
+    }
+    e.add_traffic("tensor", t, tp_bytes, tp_messages);
+  }
+  if (r > 1) e.add_traffic("data", r, pe::allreduce(4 * held, r), 1);
+  const auto examples = static_cast<double>(model.slice_examples(r));
+  e.compute_flops = model.flops(0, model.num_units(), examples) / t;
+  return e;
 }
 
 TensorStrategy::TensorStrategy(const sdk::Host& host, const sdk::Options& options,

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "tensor_options.hpp"
+#include "tessera/sdk/estimate.hpp"
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/mesh.hpp"
 #include "tessera/sdk/strategy.hpp"
@@ -35,6 +36,15 @@ class TensorStrategy final : public sdk::Strategy {
  public:
   // Checks the options against the world size (see TensorOptions::read).
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
+
+  // The estimate (strategy 2.3): per rank its shards and replicated
+  // tensors (parameters, gradients, optimizer state), one context per unit
+  // for a micro-batch, the tensor group's and the data-parallel group's
+  // bytes per step. Refuses (invalid argument) a size that does not divide
+  // the world and a model that cannot split (as the constructor does).
+  // docs/strategies/tensor.md.
+  static sdk::Estimate estimate(const sdk::Host& host, const sdk::Options& options,
+                                const sdk::EstimateArgs& args);
 
   // Collective: with size > 1 refuses (invalid argument) a unit without
   // TESSERA_UNIT_TENSOR_PARALLEL (in sequence mode also without

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
@@ -37,9 +38,11 @@
 #include <vector>
 
 #include "tessera/sdk/clip.hpp"
+#include "tessera/sdk/estimate.hpp"
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/flat_state.hpp"
 #include "tessera/sdk/mesh.hpp"
+#include "tessera/sdk/parallel_estimate.hpp"
 #include "tessera/sdk/pipeline_plan.hpp"
 #include "tessera/sdk/step_frame.hpp"
 #include "tessera/sdk/strategy.hpp"
@@ -62,31 +65,36 @@ inline constexpr int32_t kTagKinds = 4;
 
 inline int32_t tag(int32_t kind, int32_t boundary) { return kind + kTagKinds * boundary; }
 
-inline StagePlan make_plan(const PipelineOptions& options, const sdk::ModelView& model) {
-  if (options.virtual_stages > 1 && options.chunks() > model.num_units()) {
+// The stage plan of `units` units whose forward + backward costs are
+// `cost` (the same for a built model and for its description, so that an
+// estimate and the run agree on which units each stage holds).
+inline StagePlan make_plan(const PipelineOptions& options, int32_t units,
+                           const std::vector<double>& cost) {
+  if (options.virtual_stages > 1 && options.chunks() > units) {
     throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                ::tessera::detail::concat(
-                    options.who, ": ", options.stages_key, " x virtual_stages = ", options.stages,
-                    " x ", options.virtual_stages, " = ", options.chunks(),
-                    " model chunks is more than the model's ", model.num_units(),
-                    " units (every chunk needs at least one unit)"));
+                ::tessera::detail::concat(options.who, ": ", options.stages_key,
+                                          " x virtual_stages = ", options.stages, " x ",
+                                          options.virtual_stages, " = ", options.chunks(),
+                                          " model chunks is more than the model's ", units,
+                                          " units (every chunk needs at least one unit)"));
   }
-  if (options.stages > model.num_units()) {
-    throw Error(
-        TESSERA_ERR_INVALID_ARGUMENT,
-        ::tessera::detail::concat(options.who, ": ", options.stages_key, " = ", options.stages,
-                                  " is more than the model's ", model.num_units(),
-                                  " units (every stage needs at least one unit)"));
+  if (options.stages > units) {
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                ::tessera::detail::concat(options.who, ": ", options.stages_key, " = ",
+                                          options.stages, " is more than the model's ", units,
+                                          " units (every stage needs at least one unit)"));
   }
-  if (options.explicit_partition) {
-    return explicit_plan(options.boundaries, model.num_units(), options.who);
-  }
+  if (options.explicit_partition) return explicit_plan(options.boundaries, units, options.who);
+  return balanced_plan(cost, options.chunks());
+}
+
+inline StagePlan make_plan(const PipelineOptions& options, const sdk::ModelView& model) {
   std::vector<double> cost;
   for (int32_t u = 0; u < model.num_units(); ++u) {
     const tessera_unit_cost c = model.unit_cost(u);
     cost.push_back(c.forward_flops + c.backward_flops);
   }
-  return balanced_plan(cost, options.chunks());
+  return make_plan(options, model.num_units(), cost);
 }
 
 // One forward or backward of a micro-batch through a local chunk (zb1:
@@ -220,6 +228,22 @@ class PipelineEngine final : public sdk::Strategy {
  public:
   // Checks the options against the world size (see PipelineOptions::read).
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
+
+  // The estimate (strategy 2.3) of the `pipeline` strategy for `options`,
+  // and of the engine for options already read (the `hybrid` strategy's):
+  // the stage plan from the same make_plan as the run, per stage its held
+  // parameters, gradients and optimizer state, its chunks' contexts times
+  // the micro-batches each holds at once under the schedule (counted on
+  // the schedule's own work order), and per rank and step the bytes of
+  // the pipeline, data and tensor axes; memory of the largest stage,
+  // traffic of the busiest. Refuses (invalid argument) what the
+  // constructor or step would: more stages or chunks than units, a unit
+  // that cannot split (tp > 1; the built model asked when described with
+  // one) or split its backward (zb1), too few or an uneven number of
+  // micro-batches for 1f1b or interleaved. docs/strategies/pipeline.md.
+  static sdk::Estimate estimate(const sdk::Host& host, const sdk::Options& options,
+                                const sdk::EstimateArgs& args);
+  static sdk::Estimate estimate_for(const PipelineOptions& options, const sdk::EstimateArgs& args);
 
   // Collective: plans the stages (more stages than units, a boundary out
   // of range, or zb1 with a unit that cannot split its backward is an
@@ -398,6 +422,215 @@ class PipelineEngine final : public sdk::Strategy {
 inline void PipelineEngine::check(const sdk::Host& /*host*/, const sdk::Options& options,
                                   int32_t world_size) {
   (void)PipelineOptions::read(options, world_size);
+}
+
+inline sdk::Estimate PipelineEngine::estimate(const sdk::Host& /*host*/,
+                                              const sdk::Options& options,
+                                              const sdk::EstimateArgs& args) {
+  return estimate_for(PipelineOptions::read(options, args.world_size), args);
+}
+
+inline sdk::Estimate PipelineEngine::estimate_for(const PipelineOptions& o,
+                                                  const sdk::EstimateArgs& args) {
+  namespace pe = sdk::parallel_estimate;
+  const sdk::ModelDesc& model = args.model;
+  const int32_t units = model.num_units();
+  const int32_t p = o.stages;
+  const int32_t t = o.tp;
+  const int32_t world = args.world_size;
+  const int32_t r = std::max(world / std::max(p * t, 1), 1);
+  const auto m = static_cast<int32_t>(model.micro_batches());
+  pe::require_tensor_parallel(model, t, o.sequence, o.who, "tp");
+  if (o.schedule == PipelineSchedule::kZeroBubble) {
+    for (int32_t u = 0; u < units; ++u) {
+      TESSERA_CHECK((model.unit(u).flags & TESSERA_UNIT_SPLIT_BACKWARD) != 0,
+                    TESSERA_ERR_INVALID_ARGUMENT, o.who,
+                    ": schedule = \"zb1\" needs every unit to split its backward into input and "
+                    "weight halves, but unit ",
+                    u, " (", model.unit(u).name != nullptr ? model.unit(u).name : "?",
+                    ") cannot; use schedule = \"1f1b\"");
+    }
+  }
+  TESSERA_CHECK(o.schedule != PipelineSchedule::kOneFOneB || m >= p, TESSERA_ERR_INVALID_ARGUMENT,
+                o.who, ": schedule = \"1f1b\" needs data.micro_batches >= ", o.stages_key, " (", p,
+                "), but a step has ", m,
+                " micro-batches; raise data.micro_batches or use schedule = \"gpipe\"");
+  TESSERA_CHECK(
+      o.schedule != PipelineSchedule::kInterleaved || m % p == 0, TESSERA_ERR_INVALID_ARGUMENT,
+      o.who, ": schedule = \"interleaved\" needs data.micro_batches to be a multiple of ",
+      o.stages_key, " (", p, "), as Megatron-LM's interleaved schedule does, but a step has ", m,
+      " micro-batches");
+  std::vector<double> cost(static_cast<size_t>(units));
+  for (int32_t u = 0; u < units; ++u) {
+    cost[static_cast<size_t>(u)] = model.unit(u).forward_flops + model.unit(u).backward_flops;
+  }
+  const StagePlan plan = pipeline_detail::make_plan(o, units, cost);
+  const int32_t chunks = plan.stages();
+  const auto stage_of = [&](int32_t u) { return plan.stage_of(u) % p; };
+  const int64_t micro = model.micro_examples(r);
+  const int64_t slots = model.optimizer_slots();
+  const int64_t out_div = o.sequence ? t : 1;
+  const auto per_micro = [&](double per_example) {
+    return static_cast<int64_t>(std::llround(per_example * static_cast<double>(micro)));
+  };
+  // A tied slot's owner: the first other unit with at least as many own
+  // parameters (gpt's head: the embedding); its copy is a shard when the
+  // owner's split parameters cover it.
+  const auto owner_of = [&](int32_t u) {
+    for (int32_t k = 0; k < units; ++k) {
+      if (k != u && model.unit(k).params >= model.unit(u).tied_params) return k;
+    }
+    return -1;
+  };
+  const auto tied_held = [&](int32_t owner, int64_t tied) {
+    return model.unit(owner).split_params >= tied ? tied / t : tied;
+  };
+
+  struct StageEstimate {
+    std::array<int64_t, TESSERA_MEM_CATEGORY_COUNT> memory{};
+    int64_t sum = 0;
+    std::array<int64_t, 3> bytes{};  // pipeline, data, tensor
+    std::array<int64_t, 3> messages{};
+    double flops = 0.0;
+  };
+  std::vector<StageEstimate> stages(static_cast<size_t>(p));
+  for (int32_t s = 0; s < p; ++s) {
+    StageEstimate& e = stages[static_cast<size_t>(s)];
+    int64_t own = 0;
+    int64_t foreign = 0;
+    int64_t replicated = 0;
+    std::vector<int32_t> copies;  // owners of tied tensors held here as copies
+    for (int32_t u = 0; u < units; ++u) {
+      const tessera_unit_desc& d = model.unit(u);
+      if (stage_of(u) == s) {
+        own += pe::held_params(d, t);
+        replicated += d.params - d.split_params;
+        e.flops += (d.forward_flops + d.backward_flops) * static_cast<double>(micro) * m / t;
+        if (t > 1) {
+          const pe::UnitTraffic tr = pe::unit_traffic(model, u, micro, t);
+          e.bytes[2] += tr.bytes * m;
+          e.messages[2] += tr.messages * m;
+        }
+      }
+      // A tie across stages: a copy on the user's stage, and the two
+      // stages sum its gradient.
+      const int32_t owner = d.tied_params > 0 ? owner_of(u) : -1;
+      if (owner < 0 || stage_of(owner) == stage_of(u)) continue;
+      const int64_t held = tied_held(owner, d.tied_params);
+      if (stage_of(u) == s && std::find(copies.begin(), copies.end(), owner) == copies.end()) {
+        copies.push_back(owner);
+        foreign += held;
+      }
+      if (stage_of(u) == s || stage_of(owner) == s) {
+        e.bytes[0] += pe::allreduce(4 * held, 2);
+        e.messages[0] += 1;
+      }
+    }
+    const int64_t total = own + foreign;
+    const int64_t slice = o.shard_optimizer && r > 1 ? (total + r - 1) / r : total;
+    const bool sharded_grads = o.shard_gradients && slice != total;
+    e.memory[TESSERA_MEM_PARAMS] = 4 * (slice == total ? total : slice * r);
+    e.memory[TESSERA_MEM_GRADS] = 4 * (sharded_grads ? slice * r : total);
+    e.memory[TESSERA_MEM_OPTIMIZER] = 4 * slots * slice;
+    // Contexts: per local chunk, as many micro-batches as the schedule
+    // holds at once (slots are kept between steps).
+    const std::vector<pipeline_detail::PipeWork> order = pipeline_detail::work_order(o, s, m);
+    const int32_t local_chunks = (chunks - s + p - 1) / p;
+    std::vector<int32_t> live(static_cast<size_t>(local_chunks), 0);
+    std::vector<int32_t> most(static_cast<size_t>(local_chunks), 0);
+    const bool split = o.schedule == PipelineSchedule::kZeroBubble;
+    for (const pipeline_detail::PipeWork& w : order) {
+      auto& n = live[static_cast<size_t>(w.chunk)];
+      if (w.forward) {
+        ++n;
+        most[static_cast<size_t>(w.chunk)] = std::max(most[static_cast<size_t>(w.chunk)], n);
+      } else if (!split || w.weight) {
+        --n;
+      }
+    }
+    for (int32_t k = 0; k < local_chunks; ++k) {
+      const int32_t c = s + k * p;
+      int64_t bytes = 0;
+      for (int32_t u = plan.begin(c); u < plan.end(c); ++u) {
+        bytes += pe::context_bytes(model.unit(u), micro, t, o.sequence);
+      }
+      e.memory[TESSERA_MEM_ACTIVATIONS] += most[static_cast<size_t>(k)] * bytes;
+      // Activations to the next chunk and their gradient back, with the
+      // shape (3 x int64) and the clock (int64) sent alongside.
+      if (c < chunks - 1) {
+        const int64_t act = per_micro(model.unit(plan.end(c) - 1).output_bytes) / out_div;
+        e.bytes[0] += m * (act + 24);
+        e.messages[0] += 2 * static_cast<int64_t>(m);
+        // A send the next stage has not asked for yet waits in a copy
+        // (the in-memory backend's mailbox counts it as communication
+        // memory): one activation message per boundary, typically, up to
+        // m when the sender runs ahead.
+        e.memory[TESSERA_MEM_COMM] += act + 24;
+      }
+      if (c > 0) {
+        const int64_t grad = per_micro(model.unit(plan.begin(c) - 1).output_bytes) / out_div;
+        e.bytes[0] += m * (grad + 8);
+        e.messages[0] += 2 * static_cast<int64_t>(m);
+      }
+    }
+    for (const int64_t b : e.memory) e.sum += b;
+    // The longest span (2 doubles) over the pipeline, the norm (a double).
+    e.bytes[0] += pe::allreduce(16, p);
+    e.messages[0] += p > 1 ? 1 : 0;
+    if (sharded_grads) {
+      e.bytes[1] += pe::allreduce(8, world);
+      e.messages[1] += 1;
+    } else if (t == 1) {
+      e.bytes[0] += pe::allreduce(8, p);
+      e.messages[0] += p > 1 ? 1 : 0;
+    } else {
+      e.bytes[2] += pe::allreduce(8, static_cast<int64_t>(p) * t);
+      e.messages[2] += 1;
+    }
+    if (o.sequence && t > 1) {
+      // Replicated gradients (each rank's rows' part) summed over the group.
+      e.bytes[2] += pe::allreduce(4 * replicated, t);
+      e.messages[2] += 1;
+    }
+    if (r > 1) {
+      if (sharded_grads) {
+        e.bytes[1] += (r - 1) * (4 * slice * r) / r;  // reduce-scatter
+        e.messages[1] += 1;
+      } else {
+        for (int32_t u = 0; u < units; ++u) {
+          const int64_t held = pe::held_params(model.unit(u), t);
+          if (stage_of(u) != s || held == 0) continue;
+          e.bytes[1] += pe::allreduce(4 * held, r);
+          e.messages[1] += 1;
+        }
+        if (foreign > 0) {
+          e.bytes[1] += pe::allreduce(4 * foreign, r);
+          e.messages[1] += 1;
+        }
+      }
+      if (slice != total) {
+        e.bytes[1] += (r - 1) * (4 * slice * r) / r;  // allgather of the updated slices
+        e.messages[1] += 1;
+      }
+    }
+  }
+  const auto largest = std::max_element(
+      stages.begin(), stages.end(),
+      [](const StageEstimate& a, const StageEstimate& b) { return a.sum < b.sum; });
+  const auto sent = [](const StageEstimate& e) { return e.bytes[0] + e.bytes[1] + e.bytes[2]; };
+  const auto busiest = std::max_element(
+      stages.begin(), stages.end(),
+      [&](const StageEstimate& a, const StageEstimate& b) { return sent(a) < sent(b); });
+  sdk::Estimate out;
+  out.data_size = r;
+  out.memory = largest->memory;
+  out.memory_total = largest->sum;
+  if (r > 1) out.add_traffic("data", r, busiest->bytes[1], busiest->messages[1]);
+  if (p > 1) out.add_traffic("pipeline", p, busiest->bytes[0], busiest->messages[0]);
+  if (t > 1) out.add_traffic("tensor", t, busiest->bytes[2], busiest->messages[2]);
+  for (const StageEstimate& e : stages) out.compute_flops = std::max(out.compute_flops, e.flops);
+  out.bubble = o.bubble_formula(m);
+  return out;
 }
 
 inline PipelineEngine::PipelineEngine(const sdk::Host& host, const sdk::Options& options,
