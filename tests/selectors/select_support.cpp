@@ -203,6 +203,7 @@ train::ModelDescription transformer(const std::string& name, int64_t layers, int
   head.flags = tp;
   head.params = 2 * d;
   head.tied_params = vocab * d;
+  head.tied_unit = 0;  // the embedding
   head.num_tensors = 2;
   head.forward_flops = 2 * s * w * static_cast<double>(vocab);
   head.backward_flops = 2 * head.forward_flops;

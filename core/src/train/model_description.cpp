@@ -13,9 +13,12 @@ ModelDescription::ModelDescription(const model::Model& model, const BatchSpec& b
     unit.name = model.unit_name(u);
     unit.flags = model.unit_flags(u);
     unit.num_tensors = 0;
-    for (const model::ParamSpec& p : model.params(u)) {
+    const auto params = model.params(u);
+    for (std::size_t k = 0; k < params.size(); ++k) {
+      const model::ParamSpec& p = params[k];
       if (!p.tied_to.empty()) {
         unit.tied_params += p.numel();
+        unit.tied_unit = static_cast<int32_t>(model.owner(u, k).unit);
         continue;
       }
       unit.params += p.numel();
@@ -74,6 +77,7 @@ void ModelDescription::link() {
     d.split_params = u.split_params;
     d.tied_params = u.tied_params;
     d.num_tensors = u.num_tensors;
+    d.tied_unit = u.tied_unit;
     d.forward_flops = u.forward_flops;
     d.backward_flops = u.backward_flops;
     d.activation_bytes = u.activation_bytes;

@@ -269,7 +269,7 @@ typedef struct tessera_unit_desc {
   int64_t split_params;             /* of those, in tensors split COLUMN or ROW (the rest whole) */
   int64_t tied_params;              /* elements of tied slots: another unit's parameters it uses  */
   int32_t num_tensors;              /* the unit's own (untied) parameter tensors                  */
-  int32_t reserved;                 /* zero                                                       */
+  int32_t tied_unit;                /* the unit owning its tied slots' storage; -1: none         */
   double forward_flops;             /* per example (tessera_unit_cost)               */
   double backward_flops;            /* per example                                    */
   double activation_bytes;          /* per example, kept for backward                 */

@@ -63,6 +63,19 @@ class ModelDesc {
     for (const auto& u : units_) n += u.params;
     return n;
   }
+  // The unit whose parameters the tied slots of unit `u` use (gpt's head:
+  // the embedding), -1 when it has none. A description that does not say
+  // (tied_unit < 0 with tied_params > 0) gets the lowest other unit owning
+  // at least that many elements.
+  [[nodiscard]] int32_t tied_owner(int32_t u) const {
+    const tessera_unit_desc& d = unit(u);
+    if (d.tied_params <= 0) return -1;
+    if (d.tied_unit >= 0 && d.tied_unit < num_units() && d.tied_unit != u) return d.tied_unit;
+    for (int32_t k = 0; k < num_units(); ++k) {
+      if (k != u && units_[static_cast<size_t>(k)].params >= d.tied_params) return k;
+    }
+    return -1;
+  }
   // Examples of the largest data-parallel slice when the global batch is
   // split over `data_size` ranks, and of its largest micro-batch.
   [[nodiscard]] int64_t slice_examples(int64_t data_size) const noexcept {

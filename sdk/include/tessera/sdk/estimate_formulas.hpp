@@ -33,6 +33,7 @@
 #include "tessera/c/common.h"
 #include "tessera/c/host.h"
 #include "tessera/sdk/estimate.hpp"
+#include "tessera/sdk/parallel_estimate.hpp"
 
 namespace tessera::sdk {
 
@@ -56,18 +57,16 @@ inline void set_persistent(Estimate& e, int64_t param_elements, int64_t grad_ele
 }
 
 // Activation bytes the unit runner holds at its peak: every unit's context
-// after the backward of one micro-batch of `examples` examples (the
-// contexts are kept, so they stay at this size for the whole step and
-// between steps). A unit's cost gives only what its forward saves
-// (activation_bytes); its backward keeps a gradient and scratch buffer of
-// about the same size beside each saved one in the same context, so the
-// context holds twice that: 2 · Σ_u activation_bytes_u · examples (within
-// 5% of the gpt and llama plugins' contexts).
-inline constexpr double kContextPerSavedByte = 2.0;
+// after the forward and backward of one micro-batch of `examples` examples
+// (model 2.2: activation_bytes counts what a context holds then; contexts
+// are kept, so they stay at this size for the whole step and between
+// steps): Σ_u activation_bytes_u · examples.
 [[nodiscard]] inline int64_t activation_peak(const ModelDesc& model, int64_t examples) noexcept {
-  double bytes = 0.0;
-  for (const auto& u : model.units()) bytes += u.activation_bytes;
-  return static_cast<int64_t>(kContextPerSavedByte * bytes * static_cast<double>(examples));
+  int64_t bytes = 0;
+  for (const auto& u : model.units()) {
+    bytes += parallel_estimate::context_bytes(u, examples, 1, false);
+  }
+  return bytes;
 }
 
 // The common part of a data-parallel estimate over `data_size` ranks:
@@ -80,18 +79,6 @@ inline Estimate data_parallel_estimate(const ModelDesc& model, int32_t data_size
   e.compute_flops =
       model.flops(0, model.num_units(), static_cast<double>(model.slice_examples(data_size)));
   return e;
-}
-
-// The model unit whose parameters the tied slots of unit `m` use: the
-// lowest other unit owning at least tied_params elements; -1 without tied
-// slots or such a unit.
-[[nodiscard]] inline int32_t tied_owner(const ModelDesc& model, int32_t m) {
-  const int64_t tied = model.unit(m).tied_params;
-  if (tied <= 0) return -1;
-  for (int32_t u = 0; u < model.num_units(); ++u) {
-    if (u != m && model.unit(u).params >= tied) return u;
-  }
-  return -1;
 }
 
 // Element counts of ddp's gradient buckets (plan_grad_buckets) with each
@@ -195,7 +182,7 @@ struct ShardedUnits {
     const int32_t g = group_of[static_cast<size_t>(m)];
     done[static_cast<size_t>(g)] = std::min(done[static_cast<size_t>(g)], m);
     if (model.unit(m).num_tensors > 0 || model.unit(m).params > 0) o.push_back(g);
-    const int32_t tied = tied_owner(model, m);
+    const int32_t tied = model.tied_owner(m);
     if (tied >= 0) {
       const int32_t t = group_of[static_cast<size_t>(tied)];
       if (std::find(o.begin(), o.end(), t) == o.end()) o.push_back(t);

@@ -473,15 +473,9 @@ inline sdk::Estimate PipelineEngine::estimate_for(const PipelineOptions& o,
   const auto per_micro = [&](double per_example) {
     return static_cast<int64_t>(std::llround(per_example * static_cast<double>(micro)));
   };
-  // A tied slot's owner: the first other unit with at least as many own
-  // parameters (gpt's head: the embedding); its copy is a shard when the
-  // owner's split parameters cover it.
-  const auto owner_of = [&](int32_t u) {
-    for (int32_t k = 0; k < units; ++k) {
-      if (k != u && model.unit(k).params >= model.unit(u).tied_params) return k;
-    }
-    return -1;
-  };
+  // A tied slot's copy is a shard when its owner's split parameters cover
+  // it.
+  const auto owner_of = [&](int32_t u) { return model.tied_owner(u); };
   const auto tied_held = [&](int32_t owner, int64_t tied) {
     return model.unit(owner).split_params >= tied ? tied / t : tied;
   };

@@ -20,6 +20,7 @@ struct UnitSpec {
   int64_t params = 0;
   int64_t split_params = 0;
   int64_t tied_params = 0;
+  int32_t tied_unit = -1;  // the unit owning the tied slots' storage
   int32_t num_tensors = 1;
   double forward_flops = 0;
   double backward_flops = 0;
