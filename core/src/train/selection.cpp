@@ -82,7 +82,7 @@ struct SelectCall {
   std::vector<SelectionRow> rows;
   std::optional<BackendProps> backend;
   std::optional<ModelRate> rate;
-  std::string rate_error;  // why there is no rate, once asked
+  std::string rate_error;                  // why there is no rate, once asked
   std::vector<std::string> props_strings;  // keeps props' strings alive
 };
 
@@ -407,8 +407,8 @@ ModelRate measure_model_rate(const model::Model& model, const ModelDescription& 
   return r;
 }
 
-std::function<ModelRate()> model_rate_probe(const model::Model& model,
-                                            const ModelDescription& desc, int world_size) {
+std::function<ModelRate()> model_rate_probe(const model::Model& model, const ModelDescription& desc,
+                                            int world_size) {
   const tessera_model_desc& c = desc.c();
   const int64_t slice = (c.global_batch + world_size - 1) / std::max(world_size, 1);
   const int64_t micro = std::max<int64_t>(c.micro_batches, 1);

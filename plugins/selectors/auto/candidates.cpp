@@ -122,8 +122,13 @@ class Builder {
     for (const int32_t pp : split_sizes(world, units)) {
       for (const int32_t tp : split_sizes(world / pp, env_.ranks_per_node())) {
         const int32_t dp = world / (pp * tp);
-        const std::string mesh = "dp = " + std::to_string(dp) + ", pp = " + std::to_string(pp) +
-                                 ", tp = " + std::to_string(tp);
+        std::string mesh = "dp = " + std::to_string(dp) + ", pp = " + std::to_string(pp) +
+                           ", tp = " + std::to_string(tp);
+        // The default schedule (1f1b) needs a micro-batch per stage; with
+        // fewer, gpipe is the schedule that runs.
+        if (pp > 1 && env_.model().micro_batches() < pp && offers(info, "schedule", "gpipe")) {
+          mesh += ", schedule = " + quoted("gpipe");
+        }
         add(info, mesh);
         if (dp > 1 && offers(info, "dp_shard", "zero1")) {
           add(info, mesh + ", dp_shard = " + quoted("zero1"));

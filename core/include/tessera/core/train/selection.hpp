@@ -113,10 +113,10 @@ struct Selection {
   int world_size = 1;
   int ranks_per_node = 1;
   MemoryBudget budget;
-  std::optional<BackendProps> backend;  // when the selector asked for it
+  std::optional<BackendProps> backend;    // when the selector asked for it
   std::optional<ModelRate> compute_rate;  // likewise
-  std::vector<SelectionRow> rows;       // best first
-  std::size_t chosen = 0;               // index into rows
+  std::vector<SelectionRow> rows;         // best first
+  std::size_t chosen = 0;                 // index into rows
 
   [[nodiscard]] const SelectionRow& choice() const { return rows.at(chosen); }
 };
@@ -160,8 +160,8 @@ void selector_from_config(const Config& config, SelectRequest& request);
 
 // A SelectRequest's compute_rate for `model` under `config`: one
 // micro-batch of a data-parallel rank of `world_size` ranks.
-std::function<ModelRate()> model_rate_probe(const model::Model& model,
-                                            const ModelDescription& desc, int world_size);
+std::function<ModelRate()> model_rate_probe(const model::Model& model, const ModelDescription& desc,
+                                            int world_size);
 
 // Runs the selector. Throws tessera::Error: an unknown selector (listing the
 // installed ones), options it does not declare, its own refusal (e.g.
