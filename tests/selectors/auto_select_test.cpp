@@ -216,8 +216,9 @@ TEST(AutoSelect, CandidatesComeFromTheDeclaredOptions) {
   EXPECT_FALSE(has("pipeline|stages = 2, schedule = \"interleaved\""));
   EXPECT_TRUE(has("tensor|size = 2, mode = \"tensor\""));
   EXPECT_TRUE(has("tensor|size = 4, mode = \"sequence\""));
-  EXPECT_TRUE(has("hybrid|dp = 1, pp = 2, tp = 2"));
-  EXPECT_FALSE(has("hybrid|dp = 1, pp = 2, tp = 2, dp_shard = \"zero1\""));
+  // One micro-batch: hybrid's default 1f1b would be refused, gpipe runs.
+  EXPECT_TRUE(has("hybrid|dp = 1, pp = 2, tp = 2, schedule = \"gpipe\""));
+  EXPECT_FALSE(has("hybrid|dp = 1, pp = 2, tp = 2, schedule = \"gpipe\", dp_shard = \"zero1\""));
   EXPECT_EQ(r.rows.size(), r.estimated.size());
 
   // One rank: `none` and no model-parallel candidate.
