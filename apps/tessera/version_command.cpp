@@ -1,5 +1,7 @@
 #include "version_command.hpp"
 
+#include "tessera/c/selector.h"
+
 #include "cli_error.hpp"
 #include "tessera/c/backend.h"
 #include "tessera/c/common.h"
@@ -24,7 +26,8 @@ int run_version_command(std::ostream& out) {
       << " (accepts plugins of ABI " << TESSERA_ABI_MAJOR << ".x)\n"
       << "interfaces: backend " << TESSERA_BACKEND_API_MAJOR << '.' << TESSERA_BACKEND_API_MINOR
       << ", strategy " << TESSERA_STRATEGY_API_MAJOR << '.' << TESSERA_STRATEGY_API_MINOR
-      << ", model " << TESSERA_MODEL_API_MAJOR << '.' << TESSERA_MODEL_API_MINOR << '\n'
+      << ", model " << TESSERA_MODEL_API_MAJOR << '.' << TESSERA_MODEL_API_MINOR << ", selector "
+      << TESSERA_SELECTOR_API_MAJOR << '.' << TESSERA_SELECTOR_API_MINOR << '\n'
       << "accepts: " << supported_interfaces() << '\n';
   return kExitOk;
 }
