@@ -186,6 +186,7 @@ int run_select_command(const GlobalOptions& global, const SelectArgs& args, std:
 
   const std::unique_ptr<model::Model> model = model::make_model(config.model, registry);
   const train::ModelDescription desc(*model, train::batch_spec(config));
+  const std::unique_ptr<Optimizer> optimizer = make_optimizer(config.optimizer);
   const int world = config.run.world_size;
   const bool threads = thread_backend(registry, config);
 
@@ -197,7 +198,7 @@ int run_select_command(const GlobalOptions& global, const SelectArgs& args, std:
   request.world_size = world;
   request.ranks_per_node = args.ranks_per_node > 0 ? std::min(args.ranks_per_node, world) : world;
   request.budget = train::memory_budget(config, request.ranks_per_node);
-  request.compute_rate = train::model_rate_probe(*model, desc, world);
+  request.compute_rate = train::model_rate_probe(*model, desc, *optimizer, world);
   if (threads) {
     request.backend = [&] { return train::probe_thread_backend(config, registry, world); };
     request.trial = train::thread_trial_runner(config, registry);

@@ -112,10 +112,10 @@ TEST(AutoSelect, HeadroomDecidesWhatFits) {
 
 TEST(AutoSelect, TieWithinNoiseGoesToTheGuide) {
   // Under 1B parameters the guide says DDP: ddp is 5% slower than zero1,
-  // inside the default noise of 10%.
+  // inside a noise of 10%.
   const auto s = setup_of({"ddp", "zero1"},
                           {{"ddp|", {10, 1e9, 150'000'000}}, {"zero1|", {8, 1e9, 100'000'000}}});
-  SelectResult r = run_select(s, kRates);
+  SelectResult r = run_select(s, kRates + "noise = 0.1\n");
   ASSERT_EQ(r.status, TESSERA_OK) << r.error;
   ASSERT_EQ(r.rows[0].strategy, "ddp");
   EXPECT_TRUE(r.rows[0].chosen());
@@ -142,7 +142,7 @@ TEST(AutoSelect, GuideRowOfTheModelSizeBreaksTies) {
                     8);
   s.model = &ten_billion();
   s.budget = 80'000'000'000;
-  SelectResult r = run_select(s, kRates);
+  SelectResult r = run_select(s, kRates + "noise = 0.1\n");
   ASSERT_EQ(r.status, TESSERA_OK) << r.error;
   EXPECT_EQ(r.chosen().name(), "fsdp (sharding_strategy = \"full_shard\")");
   EXPECT_NE(r.chosen().reason.find("the guide's choice (7B-13B parameters on 4-8 GPUs: FSDP "

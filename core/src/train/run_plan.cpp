@@ -134,7 +134,8 @@ void select_for_threads(const Config& config, const PluginRegistry& registry, Pr
   request.ranks_per_node = config.run.world_size;
   request.budget = memory_budget(config, config.run.world_size);
   request.backend = [&] { return probe_thread_backend(config, registry, config.run.world_size); };
-  request.compute_rate = model_rate_probe(*run.model, model, config.run.world_size);
+  request.compute_rate =
+      model_rate_probe(*run.model, model, *run.optimizer, config.run.world_size);
   request.trial = thread_trial_runner(config, registry);
   run.selection = run_selector(request);
   adopt_choice(registry, *run.selection, run);
@@ -169,7 +170,7 @@ void select_on_ranks(const Config& config, const PluginRegistry& registry, Commu
     request.ranks_per_node = std::clamp(local_world_size_from_env(), 1, comm.size());
     request.budget = memory_budget(config, request.ranks_per_node);
     request.backend = [&props] { return props; };
-    request.compute_rate = model_rate_probe(*run.model, model, comm.size());
+    request.compute_rate = model_rate_probe(*run.model, model, *run.optimizer, comm.size());
     request.no_trial_reason = fmt::format(
         "trials need ranks that are threads of one process; backend '{}' runs process ranks",
         config.backend.name);

@@ -163,7 +163,8 @@ tessera_status c_trial(void* ctx, const char* strategy, const char* options, int
   });
 }
 
-tessera_status c_compute_rate(void* ctx, double* flops_per_second, const char** source) noexcept {
+tessera_status c_compute_rate(void* ctx, double* flops_per_second,
+                              double* update_seconds_per_element, const char** source) noexcept {
   SelectCall& call = call_of(ctx);
   if (!call.request->compute_rate) {
     set_host_call_error("the host has no model to time");
@@ -187,8 +188,11 @@ tessera_status c_compute_rate(void* ctx, double* flops_per_second, const char** 
     set_host_call_error(call.rate_error);
     return TESSERA_ERR_UNSUPPORTED;
   }
-  if (flops_per_second == nullptr || source == nullptr) return TESSERA_ERR_INVALID_ARGUMENT;
+  if (flops_per_second == nullptr || update_seconds_per_element == nullptr || source == nullptr) {
+    return TESSERA_ERR_INVALID_ARGUMENT;
+  }
   *flops_per_second = call.rate->flops_per_second;
+  *update_seconds_per_element = call.rate->update_seconds_per_element;
   *source = call.rate->source.c_str();
   return TESSERA_OK;
 }
@@ -373,7 +377,7 @@ BackendProps assumed_backend(const std::string& name, bool thread_ranks, const s
 }
 
 ModelRate measure_model_rate(const model::Model& model, const ModelDescription& desc,
-                             int64_t examples, int64_t limit_bytes) {
+                             const Optimizer& optimizer, int64_t examples, int64_t limit_bytes) {
   double flops = 0;
   double activations = 0;
   for (const UnitSpec& u : desc.units()) {
@@ -382,7 +386,8 @@ ModelRate measure_model_rate(const model::Model& model, const ModelDescription& 
   }
   flops *= static_cast<double>(examples);
   const double bytes =
-      8.0 * static_cast<double>(desc.params()) + 2.0 * activations * static_cast<double>(examples);
+      static_cast<double>(4 * (4 + optimizer.slots())) * static_cast<double>(desc.params()) +
+      2.0 * activations * static_cast<double>(examples);
   TESSERA_CHECK(bytes <= static_cast<double>(limit_bytes), TESSERA_ERR_UNSUPPORTED, "model '",
                 model.name(), "' needs about ", format_memory(static_cast<int64_t>(bytes)),
                 " to run one micro-batch here, more than the ", format_memory(limit_bytes),
@@ -392,28 +397,46 @@ ModelRate measure_model_rate(const model::Model& model, const ModelDescription& 
   const DataShape& shape = model.data_shape();
   const Batch batch = Batch::make(examples, shape.seq_len, shape.features);
   const auto run = [&] {
-    grads.zero();
     (void)model::reference_forward_backward(model, params, grads, batch, 1.0f);
   };
   run();  // warm-up: first-touch of buffers, library set-up
   double best = best_seconds(1, 1, run);
   if (best < 1.0) best = std::min(best, best_seconds(1, 1, run));
+
+  // What a step does per parameter element besides the units: zero the
+  // gradient, then the optimizer's update (memory-bound passes).
+  const auto n = static_cast<std::size_t>(desc.params());
+  std::vector<float> flat(n, 0.5f);
+  std::vector<float> flat_grads(n, 0.0f);
+  OptimizerState state = optimizer.make_state(n);
+  int64_t update_step = 0;
+  const auto update = [&] {
+    std::fill(flat_grads.begin(), flat_grads.end(), 1e-3f);
+    optimizer.step(flat, flat_grads, state, ++update_step, 1e-3f);
+  };
+  update();  // first touch
+  const double update_seconds = best_seconds(3, 1, update);
+
   ModelRate r;
   r.flops_per_second = flops / std::max(best, 1e-9);
+  r.update_seconds_per_element = n > 0 ? update_seconds / static_cast<double>(n) : 0.0;
   r.source = fmt::format(
       "measured: model '{}' forward and backward of {} example{} on one thread, {:.1f} ms, "
-      "{:.2f} GFLOP/s",
-      model.name(), examples, examples == 1 ? "" : "s", best * 1e3, r.flops_per_second / 1e9);
+      "{:.2f} GFLOP/s; {} update of its {} parameters {:.2f} ms",
+      model.name(), examples, examples == 1 ? "" : "s", best * 1e3, r.flops_per_second / 1e9,
+      optimizer.name(), n, update_seconds * 1e3);
   return r;
 }
 
 std::function<ModelRate()> model_rate_probe(const model::Model& model, const ModelDescription& desc,
-                                            int world_size) {
+                                            const Optimizer& optimizer, int world_size) {
   const tessera_model_desc& c = desc.c();
   const int64_t slice = (c.global_batch + world_size - 1) / std::max(world_size, 1);
   const int64_t micro = std::max<int64_t>(c.micro_batches, 1);
   const int64_t examples = std::max<int64_t>((slice + micro - 1) / micro, 1);
-  return [&model, &desc, examples] { return measure_model_rate(model, desc, examples); };
+  return [&model, &desc, &optimizer, examples] {
+    return measure_model_rate(model, desc, optimizer, examples);
+  };
 }
 
 std::string SelectionRow::label() const {

@@ -10,7 +10,7 @@ inline constexpr tessera_option_decl kAutoOptions[] = {
     {"headroom", TESSERA_OPT_FLOAT, "0.1",
      "fraction of the memory budget per rank kept free: a candidate fits when its predicted "
      "peak is at most budget x (1 - headroom)"},
-    {"noise", TESSERA_OPT_FLOAT, "0.1",
+    {"noise", TESSERA_OPT_FLOAT, "0.05",
      "relative step-time difference under which predictions count as a tie; among tied "
      "candidates the selection guide's recommendation wins"},
     {"trial_steps", TESSERA_OPT_INT, "0",

@@ -86,6 +86,7 @@ Rates make_rates(const sdk::SelectEnv& env, double gemm_flops) {
     std::string why;
     if (const auto rate = env.compute_rate(&why); rate && rate->flops_per_second > 0) {
       r.flops = rate->flops_per_second;
+      r.update_seconds_per_element = rate->update_seconds_per_element;
       fs << rate->source;
     } else {
       r.flops = measured_gemm_flops();
@@ -94,11 +95,12 @@ Rates make_rates(const sdk::SelectEnv& env, double gemm_flops) {
     // Thread ranks of one process share its cores.
     const unsigned cores = std::max(std::thread::hardware_concurrency(), 1U);
     if (props.thread_ranks != 0 && static_cast<unsigned>(r.ranks_per_node) > cores) {
-      r.flops *= static_cast<double>(cores) / r.ranks_per_node;
-      fs << " x " << cores << " cores / " << r.ranks_per_node << " ranks";
+      r.shared_cores = static_cast<int32_t>(cores);
+      fs << "; " << r.ranks_per_node << " rank threads share " << cores << " cores";
     }
   }
   r.flops_source = fs.str();
+  r.optimizer_slots = env.model().optimizer_slots();
   const double bw = props.bandwidth > 0 ? props.bandwidth : 1.0;
   // A probe over a world spanning nodes measured the slower links.
   if (props.probed != 0 && r.world_size > r.ranks_per_node) {
@@ -115,9 +117,28 @@ Rates make_rates(const sdk::SelectEnv& env, double gemm_flops) {
 
 Prediction predict(const tessera_estimate& e, const Rates& rates) {
   Prediction p;
-  p.compute = e.compute_flops / rates.flops;
+  // The elements this rank's optimizer updates (a sharded state updates
+  // its shard only: ZeRO's saving in time as well as memory).
+  const double elements =
+      rates.optimizer_slots > 0
+          ? static_cast<double>(e.memory[TESSERA_MEM_OPTIMIZER]) / (4.0 * rates.optimizer_slots)
+          : static_cast<double>(e.memory[TESSERA_MEM_PARAMS]) / 4.0;
+  // The busiest rank, a core to itself.
+  const double busy =
+      e.compute_flops / rates.flops + elements * rates.update_seconds_per_element;
   const double bubble = std::clamp(e.bubble, 0.0, 0.99);
-  p.bubble = p.compute * bubble / (1.0 - bubble);
+  const double critical = busy / (1.0 - bubble);  // its schedule, idle time included
+  if (rates.shared_cores > 0) {
+    // More rank threads than cores: the ranks' work, about the busiest
+    // rank's on each, takes ranks / cores times as long, unless the
+    // schedule's own critical path is longer (a pipeline's idle stages
+    // leave their cores to the busy ones).
+    p.compute = busy * rates.ranks_per_node / rates.shared_cores;
+    p.bubble = std::max(critical - p.compute, 0.0);
+  } else {
+    p.compute = busy;
+    p.bubble = critical - busy;
+  }
   for (int32_t a = 0; a < std::min(e.num_axes, TESSERA_ESTIMATE_MAX_AXES); ++a) {
     const double bw = spans_nodes(e, a, rates) ? rates.inter_bandwidth : rates.intra_bandwidth;
     p.comm += static_cast<double>(e.axes[a].bytes) / bw +

@@ -33,14 +33,22 @@ struct Rates {
   double latency = 0.0;          // seconds per collective call
   int32_t world_size = 1;
   int32_t ranks_per_node = 1;
+  // Cores the rank threads of this node share when they outnumber them
+  // (CPU backends with ranks as threads); 0: a core (or device) per rank.
+  int32_t shared_cores = 0;
+  // Seconds per parameter element of a step's optimizer update and
+  // gradient zeroing (the host's timing; 0 where it has none), and the
+  // optimizer's state slots, which tell how many elements a rank updates.
+  double update_seconds_per_element = 0.0;
+  int32_t optimizer_slots = 0;
   std::string flops_source;
   std::string link_source;
 };
 
 // The rates for env: `gemm_flops` (> 0); else for a CPU backend the host's
 // timing of the model's own units (env.compute_rate), or where it has none
-// the single-thread sgemm rate, scaled by cores / ranks when thread ranks
-// outnumber the cores; for a device backend an assumed rate; and the
+// the single-thread sgemm rate (and the cores rank threads share, when
+// they outnumber them); for a device backend an assumed rate; and the
 // backend's bandwidth and latency.
 Rates make_rates(const sdk::SelectEnv& env, double gemm_flops);
 
@@ -55,7 +63,13 @@ struct Prediction {
   [[nodiscard]] double step() const noexcept { return compute + comm + bubble; }
 };
 
-// compute = compute_flops / flops; bubble = compute * b / (1 - b);
+// busy = compute_flops / flops + u · elements, the busiest rank's compute
+// with a core to itself (u: update_seconds_per_element; elements: what the
+// rank updates, its optimizer state bytes / (4 · slots), or its parameter
+// bytes / 4 for a rule without state), and critical = busy / (1 - b) its schedule with the bubble b;
+// with a processor per rank compute = busy and bubble = critical - busy;
+// with `shared_cores` cores for ranks_per_node rank threads compute = busy
+// · ranks / cores and bubble = max(critical - compute, 0);
 // comm = Σ over axes of bytes / bandwidth(axis) + messages * latency.
 Prediction predict(const tessera_estimate& e, const Rates& rates);
 

@@ -122,11 +122,14 @@ typedef struct tessera_select_env {
   /* The FLOP rate of one rank running the model's own units: the host
    * times a forward and backward of one micro-batch (the size a
    * data-parallel rank trains) on one thread and divides the units' FLOPs
-   * by it; measured at the first call, cached. *source (host-owned) says
-   * how. UNSUPPORTED (reason in last_error) where the host cannot run the
-   * model, e.g. a description without one, or one too large for this
-   * process. */
-  tessera_status (*compute_rate)(void* ctx, double* flops_per_second, const char** source);
+   * by it; and the seconds per parameter element of the run's optimizer
+   * update (and the gradient zeroing before a step), timed over the
+   * model's parameters. Measured at the first call, cached. *source
+   * (host-owned) says how. UNSUPPORTED (reason in last_error) where the
+   * host cannot run the model, e.g. a description without one, or one too
+   * large for this process. */
+  tessera_status (*compute_rate)(void* ctx, double* flops_per_second,
+                                 double* update_seconds_per_element, const char** source);
 } tessera_select_env;
 
 typedef struct tessera_selector_api {

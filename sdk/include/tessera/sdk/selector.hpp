@@ -54,6 +54,7 @@ struct CandidateEstimate {
 // The host's measured compute rate of the model.
 struct ComputeRate {
   double flops_per_second = 0.0;
+  double update_seconds_per_element = 0.0;  // optimizer update and gradient zeroing
   std::string source;
 };
 
@@ -135,7 +136,8 @@ class SelectEnv {
     }
     ComputeRate r;
     const char* source = nullptr;
-    const tessera_status s = env_.compute_rate(env_.ctx, &r.flops_per_second, &source);
+    const tessera_status s = env_.compute_rate(env_.ctx, &r.flops_per_second,
+                                               &r.update_seconds_per_element, &source);
     if (s == TESSERA_OK) {
       r.source = source != nullptr ? source : "";
       return r;

@@ -17,6 +17,7 @@
 #include "tessera/core/comm.hpp"
 #include "tessera/core/config.hpp"
 #include "tessera/core/model/model.hpp"
+#include "tessera/core/optim/optimizer.hpp"
 #include "tessera/core/plugin_registry.hpp"
 #include "tessera/core/train/model_description.hpp"
 
@@ -76,17 +77,20 @@ BackendProps assumed_backend(const std::string& name, bool thread_ranks, const s
 // The FLOP rate of the model's own units on one thread.
 struct ModelRate {
   double flops_per_second = 0;
+  double update_seconds_per_element = 0;  // optimizer update and gradient zeroing
   std::string source;
 };
 
 // Times forward and backward of one micro-batch of `examples` examples
 // (zero tokens or features) through `model`'s units on this thread, after a
 // warm-up run (best of two when a run takes under a second), and divides
-// the description's FLOPs by it. Throws Error(UNSUPPORTED) when the
-// parameters, gradients and saved activations would take more than
-// `limit_bytes`.
+// the description's FLOPs by it; and times `optimizer`'s update of all the
+// model's parameters with the zeroing of their gradients (best of three),
+// per element. Throws Error(UNSUPPORTED) when the parameters, gradients,
+// optimizer state and saved activations would take more than `limit_bytes`.
 ModelRate measure_model_rate(const model::Model& model, const ModelDescription& desc,
-                             int64_t examples, int64_t limit_bytes = int64_t{1} << 31);
+                             const Optimizer& optimizer, int64_t examples,
+                             int64_t limit_bytes = int64_t{1} << 31);
 
 // One row of a selector's ranking (tessera_selection_row, owning its
 // strings).
@@ -161,7 +165,7 @@ void selector_from_config(const Config& config, SelectRequest& request);
 // A SelectRequest's compute_rate for `model` under `config`: one
 // micro-batch of a data-parallel rank of `world_size` ranks.
 std::function<ModelRate()> model_rate_probe(const model::Model& model, const ModelDescription& desc,
-                                            int world_size);
+                                            const Optimizer& optimizer, int world_size);
 
 // Runs the selector. Throws tessera::Error: an unknown selector (listing the
 // installed ones), options it does not declare, its own refusal (e.g.
