@@ -134,8 +134,7 @@ void select_for_threads(const Config& config, const PluginRegistry& registry, Pr
   request.ranks_per_node = config.run.world_size;
   request.budget = memory_budget(config, config.run.world_size);
   request.backend = [&] { return probe_thread_backend(config, registry, config.run.world_size); };
-  request.compute_rate =
-      model_rate_probe(*run.model, model, *run.optimizer, config.run.world_size);
+  request.compute_rate = model_rate_probe(*run.model, model, *run.optimizer, config.run.world_size);
   request.trial = thread_trial_runner(config, registry);
   run.selection = run_selector(request);
   adopt_choice(registry, *run.selection, run);

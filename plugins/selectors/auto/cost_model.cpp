@@ -124,8 +124,7 @@ Prediction predict(const tessera_estimate& e, const Rates& rates) {
           ? static_cast<double>(e.memory[TESSERA_MEM_OPTIMIZER]) / (4.0 * rates.optimizer_slots)
           : static_cast<double>(e.memory[TESSERA_MEM_PARAMS]) / 4.0;
   // The busiest rank, a core to itself.
-  const double busy =
-      e.compute_flops / rates.flops + elements * rates.update_seconds_per_element;
+  const double busy = e.compute_flops / rates.flops + elements * rates.update_seconds_per_element;
   const double bubble = std::clamp(e.bubble, 0.0, 0.99);
   const double critical = busy / (1.0 - bubble);  // its schedule, idle time included
   if (rates.shared_cores > 0) {

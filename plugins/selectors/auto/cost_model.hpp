@@ -66,11 +66,12 @@ struct Prediction {
 // busy = compute_flops / flops + u · elements, the busiest rank's compute
 // with a core to itself (u: update_seconds_per_element; elements: what the
 // rank updates, its optimizer state bytes / (4 · slots), or its parameter
-// bytes / 4 for a rule without state), and critical = busy / (1 - b) its schedule with the bubble b;
-// with a processor per rank compute = busy and bubble = critical - busy;
-// with `shared_cores` cores for ranks_per_node rank threads compute = busy
-// · ranks / cores and bubble = max(critical - compute, 0);
-// comm = Σ over axes of bytes / bandwidth(axis) + messages * latency.
+// bytes / 4 for a rule without state); critical = busy / (1 - b), its
+// schedule with the bubble b. With a processor per rank, compute = busy
+// and bubble = critical - busy; with `shared_cores` cores for the
+// ranks_per_node rank threads, compute = busy · ranks / cores and
+// bubble = max(critical - compute, 0). comm = Σ over axes of
+// bytes / bandwidth(axis) + messages · latency.
 Prediction predict(const tessera_estimate& e, const Rates& rates);
 
 }  // namespace tessera::selectors

@@ -136,8 +136,8 @@ class SelectEnv {
     }
     ComputeRate r;
     const char* source = nullptr;
-    const tessera_status s = env_.compute_rate(env_.ctx, &r.flops_per_second,
-                                               &r.update_seconds_per_element, &source);
+    const tessera_status s =
+        env_.compute_rate(env_.ctx, &r.flops_per_second, &r.update_seconds_per_element, &source);
     if (s == TESSERA_OK) {
       r.source = source != nullptr ? source : "";
       return r;
