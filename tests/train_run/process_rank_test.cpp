@@ -15,10 +15,6 @@
 #include "tessera/core/safetensors.hpp"
 #include "tessera/core/train/checkpoint_dir.hpp"
 
-#ifndef TESSERA_TRAIN_FIXTURE_DIR
-#error "TESSERA_TRAIN_FIXTURE_DIR must name the directory of the test backend"
-#endif
-
 namespace tessera::test {
 namespace {
 
@@ -26,23 +22,13 @@ using train::run_training;
 using train::RunOptions;
 using train::RunResult;
 
-// The build tree's plugins plus the test backend.
-const PluginRegistry& with_solo() {
-  static const std::unique_ptr<PluginRegistry> registry = [] {
-    auto r = std::make_unique<PluginRegistry>();
-    r->scan({TESSERA_TRAIN_PLUGIN_DIR, TESSERA_TRAIN_FIXTURE_DIR});
-    return r;
-  }();
-  return *registry;
-}
-
 std::string solo_mlp(int steps) {
   return mlp_toml("none", 1, steps) + "[backend]\nname = \"train_solo\"\n";
 }
 
 TEST(ProcessRank, TrainsLikeTheThreadRanksAndCheckpoints) {
   TESSERA_REQUIRE_STRATEGY("none");
-  ASSERT_NE(with_solo().find(TESSERA_KIND_BACKEND, "train_solo"), nullptr);
+  ASSERT_NE(with_fixtures().find(TESSERA_KIND_BACKEND, "train_solo"), nullptr);
   ScratchDir dir;
   std::ostringstream out;
   RunOptions options;
@@ -50,7 +36,7 @@ TEST(ProcessRank, TrainsLikeTheThreadRanksAndCheckpoints) {
   options.collect_final_state = true;
   const RunResult solo = run_training(
       make_config(solo_mlp(6), {"checkpoint.dir=" + dir.path().string(), "checkpoint.every=3"}),
-      with_solo(), options);
+      with_fixtures(), options);
   EXPECT_FALSE(solo.plan.thread_ranks);
   EXPECT_NE(out.str().find("process ranks (train_solo backend)"), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("summary: steps 1-6"), std::string::npos) << out.str();
@@ -80,7 +66,7 @@ TEST(ProcessRank, AWorldSizeOtherThanTheLaunchersIsRefused) {
   TESSERA_REQUIRE_STRATEGY("ddp");
   const std::string message = error_of([] {
     (void)run_training(make_config(solo_mlp(2), {"strategy.name=ddp", "run.world_size=2"}),
-                       with_solo());
+                       with_fixtures());
   });
   EXPECT_NE(message.find("rank 0: run.world_size = 2, but backend 'train_solo' started 1 ranks"),
             std::string::npos)
@@ -96,7 +82,7 @@ TEST(ProcessRank, AFailureNamesTheRank) {
   options.out = &out;
   const std::string message = error_of([&] {
     (void)run_training(make_config(solo_mlp(2), {"checkpoint.dir=" + dir.path().string()}),
-                       with_solo(), options);
+                       with_fixtures(), options);
   });
   EXPECT_EQ(message.rfind("rank 0: checkpoint: cannot create", 0), 0U) << message;
 }
@@ -112,7 +98,7 @@ TEST(ProcessRank, RankZeroLocksTheCheckpointDir) {
   options.out = &out;
   const std::string message = error_of([&] {
     (void)run_training(make_config(solo_mlp(2), {"checkpoint.dir=" + dir.path().string()}),
-                       with_solo(), options);
+                       with_fixtures(), options);
   });
   EXPECT_EQ(message.rfind("rank 0: checkpoint.dir '" + dir.path().string() +
                               "' is in use by another run (pid " + std::to_string(::getpid()),

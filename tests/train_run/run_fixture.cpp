@@ -10,6 +10,9 @@
 #ifndef TESSERA_TRAIN_PLUGIN_DIR
 #error "TESSERA_TRAIN_PLUGIN_DIR must name the build tree's plugin directory"
 #endif
+#ifndef TESSERA_TRAIN_FIXTURE_DIR
+#error "TESSERA_TRAIN_FIXTURE_DIR must name the directory of the test plugins"
+#endif
 
 namespace tessera::test {
 
@@ -17,6 +20,15 @@ const PluginRegistry& plugins() {
   static const std::unique_ptr<PluginRegistry> registry = [] {
     auto r = std::make_unique<PluginRegistry>();
     r->scan({TESSERA_TRAIN_PLUGIN_DIR});
+    return r;
+  }();
+  return *registry;
+}
+
+const PluginRegistry& with_fixtures() {
+  static const std::unique_ptr<PluginRegistry> registry = [] {
+    auto r = std::make_unique<PluginRegistry>();
+    r->scan({TESSERA_TRAIN_PLUGIN_DIR, TESSERA_TRAIN_FIXTURE_DIR});
     return r;
   }();
   return *registry;

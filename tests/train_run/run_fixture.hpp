@@ -19,6 +19,10 @@ namespace tessera::test {
 // The registry over the build tree's plugin directory, scanned once.
 const PluginRegistry& plugins();
 
+// The same plus the test fixtures' directory: the process backend
+// `train_solo`, the strategy `train_probe` and the selector `pick`.
+const PluginRegistry& with_fixtures();
+
 // Whether a strategy plugin of that name was built and loaded.
 bool has_strategy(const std::string& name);
 

@@ -16,26 +16,12 @@
 #include "tessera/core/train/checkpointing.hpp"
 #include "tessera/core/train/selection.hpp"
 
-#ifndef TESSERA_TRAIN_FIXTURE_DIR
-#error "TESSERA_TRAIN_FIXTURE_DIR must name the directory of the test plugins"
-#endif
-
 namespace tessera::test {
 namespace {
 
 using train::run_training;
 using train::RunOptions;
 using train::RunResult;
-
-// The build tree's plugins plus the test backend and selector.
-const PluginRegistry& with_pick() {
-  static const std::unique_ptr<PluginRegistry> registry = [] {
-    auto r = std::make_unique<PluginRegistry>();
-    r->scan({TESSERA_TRAIN_PLUGIN_DIR, TESSERA_TRAIN_FIXTURE_DIR});
-    return r;
-  }();
-  return *registry;
-}
 
 // mlp_toml under strategy "auto" with the pick selector choosing `choose`.
 std::string auto_mlp(int world, int steps, const std::string& choose,
@@ -49,7 +35,7 @@ RunResult quiet_run(const Config& config, std::string* log = nullptr) {
   RunOptions options;
   options.out = &out;
   options.collect_final_state = true;
-  RunResult r = run_training(config, with_pick(), options);
+  RunResult r = run_training(config, with_fixtures(), options);
   if (log != nullptr) *log = out.str();
   return r;
 }

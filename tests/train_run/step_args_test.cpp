@@ -16,26 +16,12 @@
 #include "tessera/core/safetensors.hpp"
 #include "tessera/core/train/checkpointing.hpp"
 
-#ifndef TESSERA_TRAIN_FIXTURE_DIR
-#error "TESSERA_TRAIN_FIXTURE_DIR must name the directory of the test plugins"
-#endif
-
 namespace tessera::test {
 namespace {
 
 using train::run_training;
 using train::RunOptions;
 using train::RunResult;
-
-// The build tree's plugins plus the probe strategy.
-const PluginRegistry& with_probe() {
-  static const std::unique_ptr<PluginRegistry> registry = [] {
-    auto r = std::make_unique<PluginRegistry>();
-    r->scan({TESSERA_TRAIN_PLUGIN_DIR, TESSERA_TRAIN_FIXTURE_DIR});
-    return r;
-  }();
-  return *registry;
-}
 
 // {step, local examples, global examples, local tokens, global tokens,
 // save step} as the probe wrote them for `rank`.
@@ -48,11 +34,11 @@ RunResult run_probe(const std::string& toml, const std::vector<std::string>& ove
   RunOptions options;
   options.out = &quiet;
   options.collect_final_state = true;
-  return run_training(make_config(toml, overrides), with_probe(), options);
+  return run_training(make_config(toml, overrides), with_fixtures(), options);
 }
 
 TEST(StepArgs, CountEachRanksExamplesAndTheGlobalBatch) {
-  ASSERT_NE(with_probe().find(TESSERA_KIND_STRATEGY, "train_probe"), nullptr);
+  ASSERT_NE(with_fixtures().find(TESSERA_KIND_STRATEGY, "train_probe"), nullptr);
   ScratchDir dir;
   // 16 examples over 3 data-parallel ranks (6, 5, 5), 2 micro-batches each.
   const RunResult result = run_probe(
