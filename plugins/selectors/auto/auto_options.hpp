@@ -18,8 +18,8 @@ inline constexpr tessera_option_decl kAutoOptions[] = {
      "measured fastest that fits; 0: choose by prediction alone"},
     {"trials", TESSERA_OPT_INT, "3", "how many of the best predicted candidates trial mode runs"},
     {"gemm_flops", TESSERA_OPT_FLOAT, "0",
-     "FLOP/s one rank computes at; 0: measured once per process (single-thread sgemm) for "
-     "CPU backends, a table's assumed rate for device backends"},
+     "FLOP/s one rank computes at; 0: for CPU backends the host's timing of the model's own "
+     "units (else a single-thread sgemm), for device backends a table's assumed rate"},
     {"strategies", TESSERA_OPT_STRING, "",
      "comma-separated strategy names the candidates are restricted to; empty: every "
      "installed strategy that can estimate"},
