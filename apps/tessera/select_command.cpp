@@ -207,9 +207,7 @@ int run_select_command(const GlobalOptions& global, const SelectArgs& args, std:
       return train::assumed_backend(config.backend.name, false,
                                     "process ranks are not probed by tessera select");
     };
-    request.no_trial_reason = fmt::format(
-        "trials need ranks that are threads of one process; backend '{}' runs process ranks",
-        config.backend.name);
+    request.no_trial_reason = train::no_trials_reason(config.backend.name);
   }
   const train::Selection selection = train::run_selector(request);
   if (args.json) {

@@ -170,9 +170,7 @@ void select_on_ranks(const Config& config, const PluginRegistry& registry, Commu
     request.budget = memory_budget(config, request.ranks_per_node);
     request.backend = [&props] { return props; };
     request.compute_rate = model_rate_probe(*run.model, model, *run.optimizer, comm.size());
-    request.no_trial_reason = fmt::format(
-        "trials need ranks that are threads of one process; backend '{}' runs process ranks",
-        config.backend.name);
+    request.no_trial_reason = no_trials_reason(config.backend.name);
     run.selection = run_selector(request);
     choice = run.selection->choice().strategy + '\n' + run.selection->choice().options;
   }

@@ -549,6 +549,12 @@ TrialRunner thread_trial_runner(const Config& config, const PluginRegistry& regi
       };
 }
 
+std::string no_trials_reason(const std::string& backend) {
+  return fmt::format(
+      "trials need ranks that are threads of one process; backend '{}' runs process ranks",
+      backend);
+}
+
 toml::table candidate_options(const std::string& text, const std::string& where) {
   try {
     toml::table parsed = toml::parse("o = {" + text + "}");

@@ -178,6 +178,10 @@ Selection run_selector(const SelectRequest& request);
 // output.
 TrialRunner thread_trial_runner(const Config& config, const PluginRegistry& registry);
 
+// Why a selector cannot run trials on `backend`, whose ranks are processes
+// (SelectRequest::no_trial_reason).
+std::string no_trials_reason(const std::string& backend);
+
 // Parses a candidate's options text ("stages = 2, schedule = \"1f1b\"").
 // Throws tessera::Error (invalid argument) naming `where` when it is not
 // TOML key = value pairs.
