@@ -74,6 +74,14 @@ void read_run(Section s, RunSection& run) {
               "must be " + memory_size_hint() + "; got '" + memory + "'");
     run.memory_per_rank = bytes.value_or(0);
   }
+  int64_t threads = 0;
+  if (s.read("threads_per_rank", threads)) {
+    s.at_least("threads_per_rank", threads, 1);
+    s.require("threads_per_rank", threads <= kMaxThreadsPerRank,
+              "must be at most " + std::to_string(kMaxThreadsPerRank) + "; got " +
+                  std::to_string(threads));
+    run.threads_per_rank = static_cast<int>(threads);
+  }
 }
 
 // Paths written in the file are relative to the file's directory; paths

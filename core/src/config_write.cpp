@@ -74,6 +74,8 @@ std::string to_toml(const Config& c) {
   w.text("log_level", c.run.log_level);
   // In bytes; 0 (detected) is the key left out.
   if (c.run.memory_per_rank > 0) w.text("memory_per_rank", std::to_string(c.run.memory_per_rank));
+  // 0 (the default) is the key left out.
+  if (c.run.threads_per_rank > 0) w.integer("threads_per_rank", c.run.threads_per_rank);
 
   w.section("plugins");
   std::vector<std::string> paths;

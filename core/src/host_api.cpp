@@ -1,5 +1,7 @@
 #include "tessera/core/host_api.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -189,7 +191,17 @@ int32_t host_thread_rank(void* /*ctx*/) noexcept {
 
 const char* host_last_error(void* /*ctx*/) noexcept { return host_call_error(); }
 
+std::atomic<int> g_intra_op_threads{1};
+
+int32_t host_intra_op_threads(void* /*ctx*/) noexcept { return intra_op_threads(); }
+
 }  // namespace
+
+int intra_op_threads() noexcept { return g_intra_op_threads.load(std::memory_order_relaxed); }
+
+void set_intra_op_threads(int threads) noexcept {
+  g_intra_op_threads.store(std::max(threads, 1), std::memory_order_relaxed);
+}
 
 HostContext::HostContext(const std::string& logger_name) : logger_(get_logger(logger_name)) {
   api_.struct_size = sizeof(tessera_host_api);
@@ -209,6 +221,7 @@ HostContext::HostContext(const std::string& logger_name) : logger_(get_logger(lo
   api_.option_int_list = &host_option_int_list;
   api_.batch_examples = &host_batch_examples;
   api_.batch_tensor = &host_batch_tensor;
+  api_.intra_op_threads = &host_intra_op_threads;
 }
 
 std::string take_thread_error() {

@@ -70,6 +70,10 @@ TEST(ConfigErrors, RangesAreCheckedWithTheLine) {
   EXPECT_EQ(config_error("[run]\nlog_every = 0\n"),
             "run.toml:2: 'run.log_every' must be >= 1, got 0");
   EXPECT_EQ(config_error("[run]\nseed = -5\n"), "run.toml:2: 'run.seed' must be >= 0, got -5");
+  EXPECT_EQ(config_error("[run]\nthreads_per_rank = 0\n"),
+            "run.toml:2: 'run.threads_per_rank' must be >= 1, got 0");
+  EXPECT_EQ(config_error("[run]\nthreads_per_rank = 5000\n"),
+            "run.toml:2: 'run.threads_per_rank' must be at most 1024; got 5000");
   EXPECT_EQ(config_error("[backend]\ntimeout_s = 0\n"),
             "run.toml:2: 'backend.timeout_s' must be > 0.0, got 0.0");
   EXPECT_EQ(config_error("[data]\nbatch_size = 0\n"),

@@ -22,6 +22,7 @@ seed = 7
 log_every = 10
 metrics = "runs/metrics.jsonl"
 log_level = "debug"
+threads_per_rank = 3
 
 [plugins]
 paths = ["./plugins.d", "/opt/tessera/plugins"]
@@ -110,6 +111,7 @@ TEST(Config, FullConfigReadsEveryKey) {
   EXPECT_EQ(c.run.log_every, 10);
   EXPECT_EQ(c.run.metrics, "runs/metrics.jsonl");
   EXPECT_EQ(c.run.log_level, "debug");
+  EXPECT_EQ(c.run.threads_per_rank, 3);
   ASSERT_EQ(c.plugins.paths.size(), 2u);
   EXPECT_EQ(c.plugins.paths[0], std::filesystem::path("./plugins.d"));  // parse_config: as written
   EXPECT_EQ(c.plugins.paths[1], std::filesystem::path("/opt/tessera/plugins"));

@@ -46,6 +46,14 @@ TEST(RunLog, StepLineHasEveryNumber) {
             "step  20/200 | loss 3.2146 | lr 3.00e-04 | 12.0k tok/s | step 85.2 ms | comm wait "
             "3.1% | mem MiB r0 1.0/3.0 r1 1.0/4.0");
   EXPECT_MENTIONS(train::format_step_line(sample_metrics(1), 200, false), "188 samples/s");
+  // Model FLOP/s per rank, and MFU once the sgemm rate is measured.
+  train::StepMetrics m = sample_metrics(1);
+  m.model_flops_per_second = 38.47e9;
+  EXPECT_MENTIONS(train::format_step_line(m, 200, true),
+                  "comm wait 3.1% | 38.5 GFLOP/s/rank | mem MiB");
+  m.mfu = 0.4912;
+  EXPECT_MENTIONS(train::format_step_line(m, 200, true),
+                  "comm wait 3.1% | 38.5 GFLOP/s/rank, MFU 49.1% | mem MiB");
   // Many ranks: only the largest peak.
   EXPECT_MENTIONS(train::format_step_line(sample_metrics(12), 200, true),
                   "mem MiB max r11 1.0/14.0 of 12 ranks");
@@ -62,6 +70,8 @@ TEST(RunLog, MetricsJsonHasEveryField) {
   EXPECT_DOUBLE_EQ(j.at("samples_per_second").get<double>(), 187.8);
   EXPECT_DOUBLE_EQ(j.at("tokens_per_second").get<double>(), 12019.2);
   EXPECT_EQ(j.at("comm_bytes"), 4096);
+  EXPECT_DOUBLE_EQ(j.at("model_flops_per_second").get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(j.at("mfu").get<double>(), 0.0);
   ASSERT_EQ(j.at("memory").size(), 2U);
   EXPECT_EQ(j.at("memory")[1].at("rank"), 1);
   EXPECT_EQ(j.at("memory")[1].at("peak").at("optimizer"), 2 << 20);
@@ -98,11 +108,14 @@ TEST(RunLog, SummaryNamesStepsLossThroughputMemoryAndCheckpoint) {
   s.samples_per_second = 1600;
   s.tokens_per_second = 51200;
   s.comm_wait_share = 0.25;
+  s.model_flops_per_second = 2.5e9;
+  s.mfu = 0.125;
   s.memory = sample_metrics(2).memory;
   s.checkpoint = "runs/ck/step-00000020/model.safetensors";
   const std::string text = train::format_summary(s);
   EXPECT_MENTIONS(text, "summary: steps 11-20 (10 run), final loss 1.5000");
-  EXPECT_MENTIONS(text, "mean step 10.0 ms, 51.2k tok/s, comm wait 25.0%");
+  EXPECT_MENTIONS(text,
+                  "mean step 10.0 ms, 51.2k tok/s, comm wait 25.0% | 2.5 GFLOP/s/rank, MFU 12.5%");
   EXPECT_MENTIONS(text, "peak memory (MiB)");
   EXPECT_MENTIONS(text, "optimizer");
   EXPECT_MENTIONS(text, "rank 1");

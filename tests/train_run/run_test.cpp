@@ -3,6 +3,7 @@
 // failures.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -110,6 +111,73 @@ TEST(RunTraining, GptReportsTokensPerSecondEveryLogStep) {
   }
   EXPECT_MENTIONS(out.str(), "tok/s");
   EXPECT_LT(result.logged.back().loss, std::log(32.0));
+}
+
+// The log and the result carry the model FLOP/s per rank and its share of
+// the sgemm rate measured at start-up (MFU).
+TEST(RunTraining, ReportsModelFlopsAndUtilisation) {
+  TESSERA_REQUIRE_STRATEGY("none");
+  std::ostringstream out;
+  RunOptions options;
+  options.out = &out;
+  const RunResult result = run_training(
+      make_config(gpt_toml("none", 1, 4), {"run.threads_per_rank=1"}), plugins(), options);
+  EXPECT_GT(result.plan.model_flops_per_step, 0.0);
+  EXPECT_EQ(result.plan.threads_per_rank, 1);
+  EXPECT_GT(result.gemm_rate, 0.0);
+  EXPECT_NEAR(result.model_flops_per_second,
+              result.plan.model_flops_per_step / result.mean_step_seconds,
+              1e-9 * result.model_flops_per_second);
+  EXPECT_NEAR(result.mfu, result.model_flops_per_second / result.gemm_rate, 1e-12);
+  for (const auto& m : result.logged) {
+    EXPECT_NEAR(m.model_flops_per_second, result.plan.model_flops_per_step / m.step_seconds,
+                1e-9 * m.model_flops_per_second);
+    EXPECT_GT(m.mfu, 0.0);
+  }
+  EXPECT_MENTIONS(out.str(), "compute: 1 thread per rank (run.threads_per_rank), sgemm ");
+  EXPECT_MENTIONS(out.str(), "GFLOP/s/rank, MFU ");
+}
+
+// Intra-op threads split the model's GEMMs: a fixed thread count gives the
+// same bits every time, and 2 threads train what 1 thread does up to float
+// rounding (with SGD: AdamW's first steps would turn a rounding difference
+// in a near-zero gradient into a visible one).
+TEST(RunTraining, ThreadsPerRankRepeatAndAgreeWithOneThread) {
+  TESSERA_REQUIRE_STRATEGY("none");
+  const auto train = [](int threads) {
+    RunOptions options;
+    std::ostringstream out;
+    options.out = &out;
+    options.collect_final_state = true;
+    // Large enough that the GEMMs split (d 64, 16 sequences of 32 tokens).
+    RunResult r =
+        run_training(make_config(gpt_toml("none", 1, 3),
+                                 {"model.d_model=64", "model.seq_len=32", "data.batch_size=16",
+                                  "optimizer.name=\"sgd\"", "optimizer.lr=0.1",
+                                  "run.threads_per_rank=" + std::to_string(threads)}),
+                     plugins(), options);
+    EXPECT_EQ(r.plan.threads_per_rank, threads);
+    return r;
+  };
+  const RunResult one = train(1);
+  const RunResult two = train(2);
+  const RunResult again = train(2);
+  ASSERT_EQ(two.final_state.size(), 1U);
+  expect_same_state(two.final_state[0], again.final_state[0]);
+  // Per tensor, max |difference| / max |value|.
+  for (const auto& [name, tensor] : one.final_state[0].tensors) {
+    const std::vector<float> x = one.final_state[0].full(name);
+    const std::vector<float> y = two.final_state[0].full(name);
+    ASSERT_EQ(x.size(), y.size()) << name;
+    double diff = 0;
+    double scale = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      diff = std::max(diff, static_cast<double>(std::fabs(x[i] - y[i])));
+      scale = std::max(scale, static_cast<double>(std::fabs(x[i])));
+    }
+    EXPECT_LE(diff, 1e-5 * scale) << name;
+  }
+  EXPECT_NEAR(two.final_loss, one.final_loss, 1e-5 * std::fabs(one.final_loss));
 }
 
 // Gradient accumulation: the same global batch in 4 micro-batches trains

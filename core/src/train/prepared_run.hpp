@@ -64,6 +64,7 @@ struct RankShared {
   std::vector<std::string> tensor_order;  // checkpoint_tensor_order
   std::string fingerprint;                // run_fingerprint: what the ranks must agree on
   bool collect_final_state = false;
+  double gemm_rate = 0;  // this rank's sgemm FLOP/s (measure_gemm_rate); 0: not measured
 };
 
 // What one rank hands back. Every rank has the reduced metrics; the
@@ -74,6 +75,9 @@ struct RankOutput {
   double final_loss = 0;
   double mean_step_seconds = 0;
   double comm_wait_share = 0;
+  double gemm_rate = 0;  // mean over ranks
+  double model_flops_per_second = 0;
+  double mfu = 0;
   std::vector<MemoryStats> memory;
   std::filesystem::path last_checkpoint;
   std::optional<CollectedState> final_state;

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -78,9 +79,18 @@ std::vector<MemoryStats> gather_memory(Communicator& comm) {
   return stats;
 }
 
+// Model FLOP/s per rank at `step_seconds` per step, and its share of the
+// mean sgemm rate per rank (0 when not measured).
+std::pair<double, double> model_flops(const RunPlan& plan, int world, double step_seconds,
+                                      double gemm_rate) {
+  if (step_seconds <= 0) return {0.0, 0.0};
+  const double per_rank = plan.model_flops_per_step / static_cast<double>(world) / step_seconds;
+  return {per_rank, gemm_rate > 0 ? per_rank / gemm_rate : 0.0};
+}
+
 // The log step's metrics (collective: every rank calls it at the same step).
 StepMetrics reduce_window(Communicator& comm, const Window& window, int64_t step, float lr,
-                          const RunPlan& plan) {
+                          const RunPlan& plan, double gemm_rate) {
   const double per_step = window.steps == 0 ? 0.0 : 1.0 / static_cast<double>(window.steps);
   std::array<double, 3> sums{window.last_loss, window.bubble * per_step,
                              window.bubble_cpu * per_step};
@@ -103,6 +113,8 @@ StepMetrics reduce_window(Communicator& comm, const Window& window, int64_t step
     m.samples_per_second = static_cast<double>(plan.global_batch) / m.step_seconds;
     m.tokens_per_second = m.samples_per_second * static_cast<double>(plan.tokens_per_example);
   }
+  std::tie(m.model_flops_per_second, m.mfu) =
+      model_flops(plan, comm.size(), m.step_seconds, gemm_rate);
   m.memory = gather_memory(comm);
   return m;
 }
@@ -247,6 +259,12 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
   const int64_t global_tokens = config.data.batch_size * run.plan.tokens_per_example;
   const std::vector<float> loss_scales(static_cast<size_t>(config.data.micro_batches), loss_scale);
 
+  // The mean sgemm rate per rank, for the model FLOP utilisation.
+  std::array<double, 1> rate{s.gemm_rate};
+  comm.allreduce(std::span<double>(rate), TESSERA_SUM);
+  const double gemm_rate = rate[0] / static_cast<double>(comm.size());
+  out.gemm_rate = gemm_rate;
+
   const int64_t first = run.plan.resume_step + 1;
   const int64_t last = config.run.steps;
   out.last_step = first > last ? first - 1 : last;
@@ -262,7 +280,7 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
     window.add(result, seconds);
     total.add(result, seconds);
     if (step % config.run.log_every == 0 || step == last) {
-      StepMetrics metrics = reduce_window(comm, window, step, lr, run.plan);
+      StepMetrics metrics = reduce_window(comm, window, step, lr, run.plan, gemm_rate);
       out.final_loss = metrics.loss;
       if (log != nullptr) log->logged(metrics);
       out.logged.push_back(std::move(metrics));
@@ -276,6 +294,8 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
   comm.allreduce(std::span<double>(run_maxes), TESSERA_MAX);
   out.mean_step_seconds = run_maxes[0];
   out.comm_wait_share = run_maxes[1];
+  std::tie(out.model_flops_per_second, out.mfu) =
+      model_flops(run.plan, comm.size(), out.mean_step_seconds, gemm_rate);
   out.memory = gather_memory(comm);
   if (log != nullptr) {
     RunSummary summary;
@@ -290,6 +310,8 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
           summary.samples_per_second * static_cast<double>(run.plan.tokens_per_example);
     }
     summary.comm_wait_share = out.comm_wait_share;
+    summary.model_flops_per_second = out.model_flops_per_second;
+    summary.mfu = out.mfu;
     summary.memory = out.memory;
     summary.checkpoint = out.last_checkpoint;
     log->summary(summary);

@@ -69,6 +69,15 @@ std::string duration_text(double seconds) {
   return fmt::format("{}:{:02}", total / 60, total % 60);
 }
 
+// " | 38.5 GFLOP/s/rank, MFU 49.1%" (the MFU part only when measured);
+// "" when the model declares no FLOPs.
+std::string flops_text(double flops_per_second, double mfu) {
+  if (flops_per_second <= 0) return "";
+  std::string text = fmt::format(" | {:.1f} GFLOP/s/rank", flops_per_second / 1e9);
+  if (mfu > 0) text += fmt::format(", MFU {:.1f}%", mfu * 100.0);
+  return text;
+}
+
 }  // namespace
 
 std::string format_step_line(const StepMetrics& m, int64_t total_steps, bool sequence) {
@@ -79,6 +88,7 @@ std::string format_step_line(const StepMetrics& m, int64_t total_steps, bool seq
                    : rate_text(m.samples_per_second) + " samples/s";
   line += fmt::format(" | step {:.1f} ms | comm wait {:.1f}%", m.step_seconds * 1e3,
                       m.comm_wait_share * 100.0);
+  line += flops_text(m.model_flops_per_second, m.mfu);
   if (m.bubble > 0 || m.bubble_formula > 0) {
     line += fmt::format(" | bubble {:.1f}% (cpu clock {:.1f}%, formula {:.1f}%)", m.bubble * 100.0,
                         m.bubble_cpu * 100.0, m.bubble_formula * 100.0);
@@ -97,6 +107,8 @@ std::string metrics_json(const StepMetrics& m) {
   j["samples_per_second"] = m.samples_per_second;
   j["tokens_per_second"] = m.tokens_per_second;
   j["comm_bytes"] = m.comm_bytes;
+  j["model_flops_per_second"] = m.model_flops_per_second;
+  j["mfu"] = m.mfu;
   if (m.bubble > 0 || m.bubble_formula > 0) {
     j["bubble"] = m.bubble;
     j["bubble_cpu"] = m.bubble_cpu;
@@ -128,6 +140,7 @@ std::string format_summary(const RunSummary& s) {
         s.tokens_per_second > 0 ? rate_text(s.tokens_per_second) + " tok/s"
                                 : rate_text(s.samples_per_second) + " samples/s",
         s.comm_wait_share * 100.0);
+    text += flops_text(s.model_flops_per_second, s.mfu);
   }
   if (!s.memory.empty()) {
     text += fmt::format("\n  {:<18}", "peak memory (MiB)");

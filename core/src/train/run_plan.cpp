@@ -14,6 +14,7 @@
 #include "tessera/core/options.hpp"
 #include "tessera/core/rank_threads.hpp"
 #include "tessera/core/train/checkpoint_dir.hpp"
+#include "tessera/core/train/compute_rate.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::train {
@@ -44,6 +45,10 @@ void plan_backend(const Config& config, const PluginRegistry& registry, RunPlan&
   plan.thread_ranks =
       (backend_capabilities(plugin->descriptor()) & TESSERA_BACKEND_CAP_THREAD_RANKS) != 0;
   plan.world_size = config.run.world_size;
+  const RankThreads threads = rank_threads(
+      config.run, plan.thread_ranks ? config.run.world_size : local_world_size_from_env());
+  plan.threads_per_rank = threads.threads;
+  plan.threads_source = threads.source;
   // Every rank of such a backend is a thread of this process: refuse a world
   // the process cannot start before any rank does (and at --dry-run).
   if (plan.thread_ranks) {
@@ -252,6 +257,11 @@ PreparedRun prepare_run(const Config& config, const PluginRegistry& registry) {
   plan.global_batch = config.data.batch_size;
   plan.micro_batches = config.data.micro_batches;
   plan.tokens_per_example = run.model->data_shape().seq_len;
+  for (std::size_t u = 0; u < run.model->size(); ++u) {
+    const tessera_unit_cost cost = run.model->unit_cost(u);
+    plan.model_flops_per_step += cost.forward_flops + cost.backward_flops;
+  }
+  plan.model_flops_per_step *= static_cast<double>(plan.global_batch);
   if (config.data.micro_batches > config.data.batch_size) {
     fail(
         fmt::format("data.micro_batches = {} exceeds data.batch_size = {}: every micro-batch "

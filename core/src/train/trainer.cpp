@@ -17,10 +17,12 @@
 #include "prepared_run.hpp"
 #include "run_fingerprint.hpp"
 #include "tessera/core/comm.hpp"
+#include "tessera/core/host_api.hpp"
 #include "tessera/core/logging.hpp"
 #include "tessera/core/memory.hpp"
 #include "tessera/core/rank_threads.hpp"
 #include "tessera/core/train/checkpoint_dir.hpp"
+#include "tessera/core/train/compute_rate.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::train {
@@ -56,9 +58,20 @@ RunLogOptions log_options(const Config& config, const PreparedRun& run, const Ru
   return o;
 }
 
-void announce(RunLog& log, const PreparedRun& run, const Config& config,
+// "compute: 2 threads per rank (2 cores / 1 local rank), sgemm 160.2
+// GFLOP/s per rank (measured), model 10.94 GFLOP per step"
+std::string compute_line(const RunPlan& plan, double gemm_rate) {
+  return fmt::format(
+      "compute: {} thread{} per rank ({}), sgemm {:.1f} GFLOP/s per rank (measured at start), "
+      "model {:.2f} GFLOP per step",
+      plan.threads_per_rank, plan.threads_per_rank == 1 ? "" : "s", plan.threads_source,
+      gemm_rate / 1e9, plan.model_flops_per_step / 1e9);
+}
+
+void announce(RunLog& log, const PreparedRun& run, const Config& config, double gemm_rate,
               const CheckpointDirLock* dir_lock) {
   for (const auto& line : detail::describe_run(run, config)) log.message(line);
+  log.message(compute_line(run.plan, gemm_rate));
   if (dir_lock != nullptr) {
     if (const std::string removed = dir_lock->removed_files_message(); !removed.empty()) {
       log.message(removed);
@@ -77,7 +90,7 @@ std::vector<RankOutput> run_thread_ranks(Backend& backend, const RankShared& sha
   const int world = config.run.world_size;
   MemoryTracker::instance().reset(world);
   RunLog log(log_options(config, *shared.run, options));
-  announce(log, *shared.run, config, dir_lock ? &*dir_lock : nullptr);
+  announce(log, *shared.run, config, shared.gemm_rate, dir_lock ? &*dir_lock : nullptr);
 
   SharedMemoryGather gather(world);
   RankShared with_gather = shared;
@@ -133,14 +146,17 @@ RankOutput run_process_rank(Backend& backend, const RankShared& shared, const Ru
       std::optional<CheckpointDirLock> dir_lock;
       if (rank == 0 && !config.checkpoint.dir.empty()) dir_lock.emplace(config.checkpoint.dir);
       MemoryTracker::instance().reset(world);
+      // Every rank of this node measures at once: the rate of its share.
+      const double gemm_rate = measure_gemm_rate(run.plan.threads_per_rank);
       std::optional<RunLog> log;
       if (rank == 0) {
         log.emplace(log_options(config, *shared.run, options));
-        announce(*log, *shared.run, config, dir_lock ? &*dir_lock : nullptr);
+        announce(*log, *shared.run, config, gemm_rate, dir_lock ? &*dir_lock : nullptr);
       }
       MessageGather gather;
       RankShared with_gather = shared;
       with_gather.gather = &gather;
+      with_gather.gemm_rate = gemm_rate;
       with_gather.fingerprint = detail::run_fingerprint(config, run.plan);
       detail::run_rank(with_gather, *comm, log ? &*log : nullptr, output);
     } catch (const std::exception& e) {
@@ -156,6 +172,8 @@ RankOutput run_process_rank(Backend& backend, const RankShared& shared, const Ru
 RunResult run_training(const Config& config, const PluginRegistry& registry,
                        const RunOptions& options) {
   PreparedRun run = detail::prepare_run(config, registry);
+  // Every plugin of this process reads it through the host table.
+  const IntraOpThreadsGuard intra_op(run.plan.threads_per_rank);
   BackendSettings settings;
   settings.world_size = run.plan.thread_ranks ? config.run.world_size : -1;
   settings.timeout = timeout_ms(config.backend.timeout_s, "backend.timeout_s");
@@ -171,6 +189,8 @@ RunResult run_training(const Config& config, const PluginRegistry& registry,
   shared.tensor_order = checkpoint_tensor_order(*run.model, *run.optimizer);
   shared.fingerprint = detail::run_fingerprint(config, run.plan);
   shared.collect_final_state = options.collect_final_state;
+  // Ranks as threads: measured once, before they start (one rank's threads).
+  if (backend->thread_ranks()) shared.gemm_rate = measure_gemm_rate(run.plan.threads_per_rank);
 
   std::vector<RankOutput> outputs;
   if (backend->thread_ranks()) {
@@ -188,6 +208,9 @@ RunResult run_training(const Config& config, const PluginRegistry& registry,
   result.logged = std::move(lead.logged);
   result.mean_step_seconds = lead.mean_step_seconds;
   result.comm_wait_share = lead.comm_wait_share;
+  result.gemm_rate = lead.gemm_rate;
+  result.model_flops_per_second = lead.model_flops_per_second;
+  result.mfu = lead.mfu;
   result.memory = std::move(lead.memory);
   result.last_checkpoint = lead.last_checkpoint;
   for (auto& output : outputs) {

@@ -35,6 +35,9 @@ struct RunSection {
   // Memory budget per rank for strategy selection (strategy.name = "auto"),
   // in bytes; 0: detected (docs/strategies/auto.md).
   int64_t memory_per_rank = 0;
+  // Threads for one operation of a rank (intra-op parallelism); 0: the
+  // cores this process may use divided by the ranks on this node.
+  int threads_per_rank = 0;
 };
 
 struct PluginsSection {
@@ -49,6 +52,9 @@ struct PluginsSection {
 // The longest timeout a backend operation may be given: 7 days. A dead
 // peer must become an error after a timeout, so there is no "never".
 inline constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600.0;
+
+// The most threads one rank may use (run.threads_per_rank).
+inline constexpr int64_t kMaxThreadsPerRank = 1024;
 
 struct BackendSection : PluginChoice {
   double timeout_s = 60.0;  // > 0 and <= kMaxTimeoutSeconds

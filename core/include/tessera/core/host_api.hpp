@@ -56,4 +56,25 @@ const char* host_call_error() noexcept;
 // Forgets this thread's host-table error message.
 void clear_host_call_error() noexcept;
 
+// Threads one operation of a rank may use (run.threads_per_rank), what the
+// host table's intra_op_threads returns to every plugin of this process;
+// 1 until a run sets it. Values below 1 count as 1.
+int intra_op_threads() noexcept;
+void set_intra_op_threads(int threads) noexcept;
+
+// Sets intra_op_threads for one scope (a run) and restores the previous
+// value at its end.
+class IntraOpThreadsGuard {
+ public:
+  explicit IntraOpThreadsGuard(int threads) noexcept : previous_(intra_op_threads()) {
+    set_intra_op_threads(threads);
+  }
+  IntraOpThreadsGuard(const IntraOpThreadsGuard&) = delete;
+  IntraOpThreadsGuard& operator=(const IntraOpThreadsGuard&) = delete;
+  ~IntraOpThreadsGuard() { set_intra_op_threads(previous_); }
+
+ private:
+  int previous_;
+};
+
 }  // namespace tessera

@@ -33,9 +33,10 @@ extern "C" {
  *   1.1  host last_error
  *   1.2  (no shared change; was the version of the whole ABI)
  *   1.3  descriptor api_major/api_minor: per-kind interface versions;
- *        host option_int_list, batch_examples, batch_tensor */
+ *        host option_int_list, batch_examples, batch_tensor
+ *   1.4  host intra_op_threads */
 #define TESSERA_ABI_MAJOR 1
-#define TESSERA_ABI_MINOR 3
+#define TESSERA_ABI_MINOR 4
 
 /* Marks the single symbol a plugin exports; everything else is hidden. */
 #if defined(_WIN32)

@@ -109,6 +109,13 @@ typedef struct tessera_host_api {
    * batch. */
   tessera_status (*batch_tensor)(void* ctx, const tessera_batch* batch, const char* name,
                                  tessera_tensor_view* out);
+
+  /* ---- ABI 1.4 (check struct_size before use) ---- */
+
+  /* Threads one operation of the calling rank may use (run.threads_per_rank,
+   * >= 1): a model splits a GEMM or an element-wise pass over this many
+   * threads (tessera/sdk/intra_op.hpp). */
+  int32_t (*intra_op_threads)(void* ctx);
 } tessera_host_api;
 
 #ifdef __cplusplus

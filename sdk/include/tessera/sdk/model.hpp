@@ -33,6 +33,7 @@
 #include "tessera/c/model.h"
 #include "tessera/sdk/error.hpp"
 #include "tessera/sdk/host.hpp"
+#include "tessera/sdk/intra_op.hpp"
 #include "tessera/sdk/plugin.hpp"
 
 namespace tessera::sdk::model {
@@ -527,6 +528,8 @@ struct ModelAdapter {
   static tessera_status unit_guard(const tessera_model* model, int32_t unit, const char* what,
                                    Fn&& fn) noexcept {
     return ::tessera::sdk::detail::guard(host_of(model), [&] {
+      // The unit's kernels split their work over the rank's threads.
+      const intra_op::ThreadsScope threads(intra_op::host_threads(host_of(model)));
       try {
         fn();
       } catch (const Error& e) {

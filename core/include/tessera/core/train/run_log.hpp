@@ -36,8 +36,10 @@ struct RunSummary {
   double samples_per_second = 0;
   double tokens_per_second = 0;  // sequence models; 0 otherwise
   double comm_wait_share = 0;
-  std::vector<MemoryStats> memory;   // per rank; peaks are reported
-  std::filesystem::path checkpoint;  // empty: none written
+  double model_flops_per_second = 0;  // per rank; 0: unknown
+  double mfu = 0;                     // of the measured sgemm rate; 0: not measured
+  std::vector<MemoryStats> memory;    // per rank; peaks are reported
+  std::filesystem::path checkpoint;   // empty: none written
 };
 
 // The summary lines: steps, final loss, mean step time, throughput, comm

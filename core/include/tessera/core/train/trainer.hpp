@@ -39,6 +39,11 @@ struct RunPlan {
   std::filesystem::path init_file;    // model.init, empty if none
   std::filesystem::path resume_file;  // checkpoint to resume from, empty if none
   int64_t resume_step = 0;            // its step (0: fresh start)
+  int threads_per_rank = 1;           // intra-op threads of each rank
+  std::string threads_source;         // "run.threads_per_rank", "2 cores / 1 local rank"
+  // Model FLOPs of one step, all ranks together: the units' forward and
+  // backward FLOPs per example (model ABI unit_cost) times the global batch.
+  double model_flops_per_step = 0;
 };
 
 // Checks everything that can be checked before a rank starts and returns
@@ -83,6 +88,10 @@ struct StepMetrics {
   double bubble = 0;
   double bubble_cpu = 0;
   double bubble_formula = 0;
+  // Model FLOP/s per rank (model_flops_per_step / ranks / step_seconds) and
+  // its share of the rank's measured sgemm rate (0 when not measured).
+  double model_flops_per_second = 0;
+  double mfu = 0;
   std::vector<MemoryStats> memory;  // per rank, in rank order (current and peak)
 };
 
@@ -103,6 +112,9 @@ struct RunResult {
   std::vector<StepMetrics> logged;
   double mean_step_seconds = 0;             // over the steps of this run (slowest rank)
   double comm_wait_share = 0;               // over the steps of this run (max over ranks)
+  double gemm_rate = 0;                     // sgemm FLOP/s of one rank's threads (mean over ranks)
+  double model_flops_per_second = 0;        // per rank, over the steps of this run
+  double mfu = 0;                           // model_flops_per_second / gemm_rate
   std::vector<MemoryStats> memory;          // per rank at the end (peaks over the run)
   std::vector<CollectedState> final_state;  // see RunOptions
   std::filesystem::path last_checkpoint;    // file written last; empty if none
