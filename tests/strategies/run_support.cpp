@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -25,10 +26,18 @@ std::string model_toml(const std::string& model) {
   return "name = \"mlp\"\ninput = 16\nhidden = [32, 24]\nclasses = 5\nactivation = \"gelu\"\n";
 }
 
+int threads_per_rank_from_env() {
+  const char* value = std::getenv("TESSERA_TEST_THREADS_PER_RANK");
+  if (value == nullptr) return 1;
+  const int n = std::atoi(value);
+  return n >= 1 ? n : 1;
+}
+
 std::string config_toml(const RunSpec& spec) {
   std::ostringstream t;
-  t << "[run]\nworld_size = " << spec.world << "\nsteps = " << spec.steps
-    << "\nseed = 7\nlog_every = " << std::max<int64_t>(spec.steps, 1) << "\n\n"
+  t << "[run]\nworld_size = " << spec.world << "\nthreads_per_rank = " << spec.threads_per_rank
+    << "\nsteps = " << spec.steps << "\nseed = 7\nlog_every = " << std::max<int64_t>(spec.steps, 1)
+    << "\n\n"
     << "[backend]\nname = \"inmemory\"\ntimeout_s = 60\n"
     << "[backend.options]\nspin_us = 0\n\n"
     << "[strategy]\nname = \"" << spec.strategy << "\"\n"

@@ -15,6 +15,9 @@ namespace tessera::test {
 
 // One run. `model` is "mlp", "gpt" or "llama" (the tiny shapes of
 // model_toml).
+// TESSERA_TEST_THREADS_PER_RANK as a count >= 1; 1 when unset or invalid.
+int threads_per_rank_from_env();
+
 struct RunSpec {
   std::string model = "mlp";
   std::string strategy = "ddp";
@@ -34,6 +37,10 @@ struct RunSpec {
   // tensor's scale in 20 steps. With 1e-5 the noise stays far below eps
   // and the comparison measures the strategy, not Adam's noise gain.
   double eps = 1e-5;
+  // run.threads_per_rank of every run, the reference's included: 1, or
+  // TESSERA_TEST_THREADS_PER_RANK (ctest runs the equivalence suites again
+  // at 2, see CMakeLists.txt).
+  int threads_per_rank = threads_per_rank_from_env();
   std::string model_table;       // the [model] table's lines; empty: model_toml(model)
   std::string strategy_options;  // TOML lines of [strategy.options]
   std::string extra_toml;        // more tables appended as is (e.g. [checkpoint])

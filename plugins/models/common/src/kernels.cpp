@@ -26,11 +26,9 @@ void pin_blas_threads() {
 // A GEMM below this many multiply-adds (m·n·k) runs on one thread: the
 // hand-off to the rank's other threads costs more than it saves.
 constexpr int64_t kParallelGemmFlops = int64_t{1} << 18;
-// Split granularity: whole micro-kernel tiles of OpenBLAS (16 rows, 8 columns
-// on the x86-64 kernels), so no chunk has a ragged edge the unsplit product
-// would not have had.
-constexpr int64_t kGemmRowBlock = 16;
-constexpr int64_t kGemmColBlock = 16;
+// Split granularity in rows: a multiple of every x86-64 sgemm kernel's
+// row tile (see gemm).
+constexpr int64_t kGemmRowBlock = 96;
 
 constexpr float kLnEps = 1e-5f;
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
@@ -57,28 +55,23 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
                 static_cast<blasint>(lda), pb, static_cast<blasint>(ldb), beta, pc,
                 static_cast<blasint>(ldc));
   };
-  // Split over the rank's threads by blocks of whole output rows (or, for a
-  // product with few rows, of whole columns): every element of C is still
-  // one dot product over all of k in OpenBLAS's order, whatever the split.
-  if (sdk::intra_op::threads() == 1 || m * n * k < kParallelGemmFlops) {
+  // Split over the rank's threads by blocks of whole output rows. Each
+  // element of C is still one dot product over all of k, and with block
+  // starts at multiples of the micro-kernel's row tile (OpenBLAS's N unroll
+  // of its column-major view: 4, 8, 16 or 24 on the x86-64 kernels) every
+  // row lands in the same kind of tile as in the unsplit product, so the
+  // bits do not depend on the thread count. Columns are never split: their
+  // tiles follow OpenBLAS's own blocking, which a split would change.
+  const int64_t blocks = (m + kGemmRowBlock - 1) / kGemmRowBlock;
+  if (sdk::intra_op::threads() == 1 || blocks < 2 || m * n * k < kParallelGemmFlops) {
     call(m, n, a, b, c);
     return;
   }
-  if (m >= n) {
-    const int64_t blocks = (m + kGemmRowBlock - 1) / kGemmRowBlock;
-    sdk::intra_op::parallel_for(blocks, 1, [&](int64_t first, int64_t last) {
-      const int64_t r0 = first * kGemmRowBlock;
-      const int64_t r1 = std::min(last * kGemmRowBlock, m);
-      call(r1 - r0, n, trans_a ? a + r0 : a + r0 * lda, b, c + r0 * ldc);
-    });
-  } else {
-    const int64_t blocks = (n + kGemmColBlock - 1) / kGemmColBlock;
-    sdk::intra_op::parallel_for(blocks, 1, [&](int64_t first, int64_t last) {
-      const int64_t c0 = first * kGemmColBlock;
-      const int64_t c1 = std::min(last * kGemmColBlock, n);
-      call(m, c1 - c0, a, trans_b ? b + c0 * ldb : b + c0, c + c0);
-    });
-  }
+  sdk::intra_op::parallel_for(blocks, 1, [&](int64_t first, int64_t last) {
+    const int64_t r0 = first * kGemmRowBlock;
+    const int64_t r1 = std::min(last * kGemmRowBlock, m);
+    call(r1 - r0, n, trans_a ? a + r0 : a + r0 * lda, b, c + r0 * ldc);
+  });
 }
 
 void linear_forward(const float* x, const float* w, const float* bias, int64_t n, int64_t in,
