@@ -1,7 +1,8 @@
 // Activation checkpointing (the `activation_checkpointing` option every
 // strategy takes; docs/strategies/README.md):
 //  * every strategy (none, ddp, zero1, zero2, zero3, fsdp, tensor in both
-//    modes, pipeline under 1f1b, gpipe and zb1, hybrid) trains gpt with
+//    modes, pipeline under 1f1b, gpipe and zb1, hybrid) trains gpt (and
+//    none, zero3 and sequence-mode tensor llama) with
 //    activation_checkpointing = 1 and 2 to the same bits on every rank as
 //    without it (every piece of parameters and optimizer state, and the
 //    loss), and with 1 its largest rank's tracked activation peak is lower
@@ -31,13 +32,14 @@ struct CkptCase {
   int world;
   std::string options;
   int64_t micro_batches;
+  std::string model = "gpt";
 };
 
 void PrintTo(const CkptCase& c, std::ostream* os) { *os << c.name; }
 
 // Three steps of gpt under `c`, checkpointing every `every` units.
 RunSpec ckpt_spec(const CkptCase& c, int every) {
-  RunSpec s = spec("gpt", c.strategy, c.world, c.options, c.micro_batches);
+  RunSpec s = spec(c.model, c.strategy, c.world, c.options, c.micro_batches);
   s.steps = 3;
   if (every > 0) s.strategy_options += "\nactivation_checkpointing = " + std::to_string(every);
   return s;
@@ -86,7 +88,10 @@ INSTANTIATE_TEST_SUITE_P(
         CkptCase{"pipeline_1f1b", "pipeline", 2, "stages = 2", 2},
         CkptCase{"pipeline_gpipe", "pipeline", 2, "stages = 1\nschedule = \"gpipe\"", 2},
         CkptCase{"pipeline_zb1", "pipeline", 2, "stages = 2\nschedule = \"zb1\"", 2},
-        CkptCase{"hybrid", "hybrid", 4, "dp = 1\ntp = 2\npp = 2", 2}),
+        CkptCase{"hybrid", "hybrid", 4, "dp = 1\ntp = 2\npp = 2", 2},
+        CkptCase{"none_llama", "none", 1, "", 2, "llama"},
+        CkptCase{"zero3_llama", "zero3", 2, "", 1, "llama"},
+        CkptCase{"tensor_llama", "tensor", 2, "size = 2\nmode = \"sequence\"", 1, "llama"}),
     [](const ::testing::TestParamInfo<CkptCase>& param_info) { return param_info.param.name; });
 
 // The run's tracked activation peak (largest rank) against the estimate's
