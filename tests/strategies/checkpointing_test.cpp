@@ -6,7 +6,9 @@
 //    activation_checkpointing = 1 and 2 to the same bits on every rank as
 //    without it (every piece of parameters and optimizer state, and the
 //    loss), and with 1 its largest rank's tracked activation peak is lower
-//    (not above under zb1);
+//    (not above under zb1). With no tensor axis the bytes sent per step stay the same, and fsdp's
+//    allgather and reduce-scatter counts too (the recompute uses the
+//    parameters gathered for the backward);
 //  * the tracked activation peak of `none`, `tensor` and `pipeline` on an
 //    8-layer gpt is the estimate's (held contexts + copies + one
 //    recomputed context) within 1%, for intervals 0 to 3;
@@ -66,6 +68,13 @@ TEST_P(Checkpointing, SameBitsAsWithoutAndLessActivationMemory) {
           << "every " << every << ", rank " << k;
     }
     EXPECT_EQ(r.final_loss, base.final_loss) << "every " << every;
+    // The recompute gathers nothing more (zero3, fsdp: it uses the
+    // backward's parameters); only a tensor axis repeats the forward's
+    // collectives.
+    if (c.strategy != "tensor" && c.strategy != "hybrid") {
+      ASSERT_FALSE(r.logged.empty());
+      EXPECT_EQ(r.logged.back().comm_bytes, base.logged.back().comm_bytes) << "every " << every;
+    }
   }
   // zb1 keeps a micro-batch's recomputed contexts from the input half of
   // its backward to the weight half, so its peak may stay.
@@ -93,6 +102,17 @@ INSTANTIATE_TEST_SUITE_P(
         CkptCase{"zero3_llama", "zero3", 2, "", 1, "llama"},
         CkptCase{"tensor_llama", "tensor", 2, "size = 2\nmode = \"sequence\"", 1, "llama"}),
     [](const ::testing::TestParamInfo<CkptCase>& param_info) { return param_info.param.name; });
+
+// fsdp counts the allgathers and reduce-scatters of a step: the same with
+// every unit checkpointed.
+TEST(CheckpointingCollectives, FsdpGathersNoMore) {
+  const CkptCase c{"fsdp", "fsdp", 2, "", 1};
+  const Collectives base = step_collectives(ckpt_spec(c, 0), 2);
+  const Collectives ckpt = step_collectives(ckpt_spec(c, 1), 2);
+  EXPECT_GT(base.allgathers, 0);
+  EXPECT_EQ(ckpt.allgathers, base.allgathers);
+  EXPECT_EQ(ckpt.reduce_scatters, base.reduce_scatters);
+}
 
 // The run's tracked activation peak (largest rank) against the estimate's
 // activation category, which follows the formula of
