@@ -63,6 +63,24 @@ TEST(EstimateParallel, EightLayerGpt) {
       kGpt8, "hybrid", 4, "tp = 2\npp = 2\nmode = \"sequence\"\nschedule = \"gpipe\"", 2, 16));
 }
 
+// Activation checkpointing: fewer contexts per slot (under zb1 the
+// recomputed ones between the backward halves), and for a tensor axis the
+// recomputed forwards' collectives in the traffic.
+TEST(EstimateParallel, Checkpointing) {
+  for (const std::string every : {"1", "2"}) {
+    const std::string ckpt = "\nactivation_checkpointing = " + every;
+    expect_estimate_matches_run(
+        estimate_spec(kGpt8, "pipeline", 2, "stages = 2\nschedule = \"1f1b\"" + ckpt, 4, 16));
+    expect_estimate_matches_run(
+        estimate_spec(kGpt8, "pipeline", 2, "stages = 2\nschedule = \"zb1\"" + ckpt, 4, 16));
+    expect_estimate_matches_run(estimate_spec(kGpt8, "tensor", 2, "size = 2" + ckpt, 1, 16));
+    expect_estimate_matches_run(
+        estimate_spec(kGpt8, "tensor", 2, "size = 2\nmode = \"sequence\"" + ckpt, 2, 16));
+    expect_estimate_matches_run(
+        estimate_spec(kGpt8, "hybrid", 4, "tp = 2\npp = 2\nschedule = \"1f1b\"" + ckpt, 2, 16));
+  }
+}
+
 TEST(EstimateParallel, Llama) {
   expect_estimate_matches_run(
       estimate_spec(kLlama2, "pipeline", 2, "stages = 2\nschedule = \"gpipe\"", 2, 16));

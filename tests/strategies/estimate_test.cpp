@@ -55,6 +55,9 @@ const std::vector<Variant> kVariants = {
     {"fsdp", "sharding_strategy = \"no_shard\"\nreduce_dtype = \"bf16\""},
     {"fsdp", "param_dtype = \"bf16\"\nreduce_dtype = \"bf16\"\nprefetch = false"},
     {"fsdp", "wrap = \"min_params\"\nmin_params = 60000", 2},
+    {"ddp", "activation_checkpointing = 1"},
+    {"zero3", "activation_checkpointing = 2", 2},
+    {"fsdp", "activation_checkpointing = 1\nsharding_strategy = \"shard_grad_op\""},
 };
 
 TEST(EstimateTest, NoneMatchesItsRun) {
@@ -92,6 +95,19 @@ TEST(EstimateTest, Gpt8DefaultsMatchTheirRuns) {
   for (const int world : {2, 4}) {
     for (const std::string& strategy : kStrategies) {
       expect_estimate_matches(estimate_spec(kGpt8, strategy, world, "", 1, 16));
+    }
+  }
+}
+
+// Activation checkpointing (every unit, every second) on the deeper
+// models, where it changes the activations most.
+TEST(EstimateTest, CheckpointingMatchesItsRuns) {
+  for (const char* model : {kGpt8, kLlama2}) {
+    for (const std::string every : {"1", "2"}) {
+      const std::string options = "activation_checkpointing = " + every;
+      expect_estimate_matches(estimate_spec(model, "none", 1, options, 2, 16));
+      expect_estimate_matches(estimate_spec(model, "zero2", 2, options, 1, 16));
+      expect_estimate_matches(estimate_spec(model, "fsdp", 4, options, 1, 16));
     }
   }
 }

@@ -4,6 +4,7 @@
 // single-process reference trainer.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -115,6 +116,63 @@ TEST(UnitRunner, ForwardThenReverseBackwardPerMicroBatchWithHooks) {
   runner.release();
   EXPECT_EQ(activations(1), 0);
   EXPECT_EQ(MemoryTracker::instance().stats(1).peak[TESSERA_MEM_ACTIVATIONS], 600);
+}
+
+// activation_checkpointing = 1 on embed, mid, head: embed and mid (not the
+// last unit) drop their contexts after the forward and run it again right
+// after their before_backward hook, which runs once per unit as before;
+// loss and gradients are the same bits. What stays held is the head's
+// context (300), the copy of embed's output mid recomputes from (4 bytes)
+// and the input-gradient buffer (4); the peak adds the largest recomputed
+// context, mid's (200).
+TEST(UnitRunner, CheckpointedUnitsRecomputeTheirForwardAfterTheBackwardHook) {
+  RunnerFixture f;
+  for (size_t i = 0; i < f.params.size(); ++i) f.params[i] = 0.125F * static_cast<float>(i);
+  MemoryTracker::instance().reset(2);
+  double plain_loss = 0.0;
+  {
+    sdk::UnitRunner plain(f.host, f.view, 1);
+    plain_loss = plain.run(f.batches, f.scales, f.param_ptrs, f.grad_ptrs);
+  }
+  const std::vector<float> plain_grads = f.grads;
+  std::fill(f.grads.begin(), f.grads.end(), 0.0F);
+  f.model.calls.clear();
+  MemoryTracker::instance().reset(2);
+
+  sdk::UnitRunner runner(f.host, f.view, 1, true, 1);
+  LoggingHooks hooks(f.model);
+  EXPECT_EQ(runner.run(f.batches, f.scales, f.param_ptrs, f.grad_ptrs, &hooks), plain_loss);
+  EXPECT_EQ(f.grads, plain_grads);
+  std::vector<std::string> expected;
+  for (int m = 0; m < 2; ++m) {
+    const std::string mm = "/" + std::to_string(m);
+    for (int u = 0; u < 3; ++u) {
+      expected.push_back("bf" + std::to_string(u) + mm);
+      expected.push_back("F" + std::to_string(u));
+    }
+    for (int u = 2; u >= 0; --u) {
+      expected.push_back("bb" + std::to_string(u) + mm);
+      if (u < 2) expected.push_back("F" + std::to_string(u));  // the recompute
+      expected.push_back("B" + std::to_string(u));
+      expected.push_back("ab" + std::to_string(u) + mm + (m == 1 ? "L" : ""));
+    }
+  }
+  EXPECT_EQ(f.model.calls, expected);
+  EXPECT_EQ(hooks.activations_at_end, 308);
+  EXPECT_EQ(runner.activation_bytes(), 308);
+  EXPECT_EQ(MemoryTracker::instance().stats(1).peak[TESSERA_MEM_ACTIVATIONS], 300 + 4 + 4 + 200);
+  runner.release();
+  EXPECT_EQ(activations(1), 0);
+
+  // Every second unit: only mid; what stays is embed's and the head's
+  // contexts and the gradient buffer.
+  std::fill(f.grads.begin(), f.grads.end(), 0.0F);
+  MemoryTracker::instance().reset(2);
+  sdk::UnitRunner second(f.host, f.view, 1, true, 2);
+  EXPECT_EQ(second.run(f.batches, f.scales, f.param_ptrs, f.grad_ptrs), plain_loss);
+  EXPECT_EQ(f.grads, plain_grads);
+  EXPECT_EQ(second.activation_bytes(), 100 + 300 + 4);
+  EXPECT_EQ(MemoryTracker::instance().stats(1).peak[TESSERA_MEM_ACTIVATIONS], 100 + 300 + 4 + 200);
 }
 
 TEST(UnitRunner, ContextsAreReusedOrFreedAfterEachRun) {

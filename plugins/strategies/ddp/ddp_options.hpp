@@ -20,6 +20,7 @@ inline constexpr tessera_option_decl kDdpOptions[] = {
      "false: after the whole backward pass"},
     {"reduce_dtype", TESSERA_OPT_STRING, "f32",
      "dtype of the gradient allreduce: f32, bf16 or f16 (16-bit halves the bytes sent)"},
+    sdk::kActivationCheckpointingOption,
 };
 
 // bucket_mb, first_bucket_mb and overlap (sdk::BucketOptions) and the wire

@@ -13,6 +13,7 @@ void DdpStrategy::check(const sdk::Host& /*host*/, const sdk::Options& options,
                         int32_t world_size) {
   check_world_size("ddp", world_size);
   (void)DdpOptions::read(options);
+  (void)sdk::read_activation_checkpointing(options, "ddp");
 }
 
 DdpStrategy::DdpStrategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env)
@@ -23,7 +24,8 @@ DdpStrategy::DdpStrategy(const sdk::Host& host, const sdk::Options& options, sdk
       layout_(env.model()),
       state_(host, layout_, env.rank()),
       optim_(env.optimizer().make_state(layout_.total())),
-      runner_(host, env.model(), env.rank()),
+      runner_(host, env.model(), env.rank(), true,
+              sdk::read_activation_checkpointing(options, "ddp")),
       reducer_(host, env.world(), layout_, options_.buckets(), env.rank()) {
   if (env.rank() == 0) {
     host_.debug("ddp: ", layout_.total(), " parameters in ", reducer_.buckets().size(),
@@ -78,7 +80,8 @@ sdk::Estimate DdpStrategy::estimate(const sdk::Host& /*host*/, const sdk::Option
   const DdpOptions o = DdpOptions::read(options);
   const sdk::ModelDesc& model = args.model;
   const int32_t n = args.world_size;
-  sdk::Estimate e = sdk::data_parallel_estimate(model, n);
+  sdk::Estimate e =
+      sdk::data_parallel_estimate(model, n, sdk::read_activation_checkpointing(options, "ddp"));
   const int64_t psi = model.params();
   sdk::set_persistent(e, psi, psi, psi, model.optimizer_slots());
   // A 16-bit reduce_dtype stages a copy of every gradient.

@@ -7,6 +7,7 @@
 #include "tessera/c/common.h"
 #include "tessera/c/plugin.h"
 #include "tessera/sdk/host.hpp"
+#include "tessera/sdk/strategy_options.hpp"
 
 namespace tessera::strategies {
 
@@ -35,6 +36,7 @@ inline constexpr tessera_option_decl kFsdpOptions[] = {
      "f16); the shards keep f32 gradients"},
     {"prefetch", TESSERA_OPT_BOOL, "true",
      "start the allgather of the next unit's parameters while the current unit computes"},
+    sdk::kActivationCheckpointingOption,
 };
 
 // The sharding strategies.

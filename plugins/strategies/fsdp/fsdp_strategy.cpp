@@ -7,6 +7,7 @@
 #include "tessera/sdk/error.hpp"
 #include "tessera/sdk/estimate_formulas.hpp"
 #include "tessera/sdk/step_frame.hpp"
+#include "tessera/sdk/strategy_options.hpp"
 
 namespace tessera::strategies {
 
@@ -38,6 +39,7 @@ void FsdpStrategy::check(const sdk::Host& /*host*/, const sdk::Options& options,
                          int32_t world_size) {
   check_world_size("fsdp", world_size);
   (void)FsdpOptions::read(options, world_size);
+  (void)sdk::read_activation_checkpointing(options, "fsdp");
 }
 
 FsdpStrategy::FsdpStrategy(const sdk::Host& host, const sdk::Options& options,
@@ -55,7 +57,8 @@ FsdpStrategy::FsdpStrategy(const sdk::Host& host, const sdk::Options& options,
       state_(host, shards_, env.optimizer(), env.rank()),
       param_ptrs_(layout_),
       grad_ptrs_(layout_),
-      runner_(host, env.model(), env.rank()) {
+      runner_(host, env.model(), env.rank(), true,
+              sdk::read_activation_checkpointing(options, "fsdp")) {
   if (group_size_ == 1) {
     // Every piece is its whole unit: bind the slots in place, once.
     for (int32_t o = 0; o < shards_.num_units(); ++o) {
@@ -212,7 +215,8 @@ sdk::Estimate FsdpStrategy::estimate(const sdk::Host& /*host*/, const sdk::Optio
   const FsdpOptions o = FsdpOptions::read(options, n);
   const sdk::ModelDesc& model = args.model;
   const int32_t group = o.group_size(n);
-  sdk::Estimate e = sdk::data_parallel_estimate(model, n);
+  sdk::Estimate e =
+      sdk::data_parallel_estimate(model, n, sdk::read_activation_checkpointing(options, "fsdp"));
   const sdk::ShardedUnits units = sdk::sharded_units(model, o.min_params);
   const int64_t shard = units.shard_elements(group);
   sdk::set_persistent(e, shard, shard, shard, model.optimizer_slots());

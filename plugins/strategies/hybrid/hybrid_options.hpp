@@ -8,6 +8,7 @@
 #include "tessera/c/plugin.h"
 #include "tessera/sdk/host.hpp"
 #include "tessera/sdk/pipeline_plan.hpp"
+#include "tessera/sdk/strategy_options.hpp"
 
 namespace tessera::strategies {
 
@@ -33,6 +34,7 @@ inline constexpr tessera_option_decl kHybridOptions[] = {
     {"dp_shard", TESSERA_OPT_STRING, "none",
      "state sharded over the data axis: none (replicated), zero1 (the optimizer state) or "
      "zero2 (the optimizer state, and the gradients reduce-scattered instead of allreduced)"},
+    sdk::kActivationCheckpointingOption,
 };
 
 struct HybridOptions {

@@ -6,6 +6,7 @@
 #include "tessera/sdk/estimate_formulas.hpp"
 #include "tessera/sdk/flat_state.hpp"
 #include "tessera/sdk/step_frame.hpp"
+#include "tessera/sdk/strategy_options.hpp"
 
 namespace tessera::strategies {
 namespace {
@@ -25,19 +26,21 @@ const sdk::ModelView& single_rank_model(const sdk::StrategyEnv& env) {
 
 }  // namespace
 
-void NoneStrategy::check(const sdk::Host& /*host*/, const sdk::Options& /*options*/,
+void NoneStrategy::check(const sdk::Host& /*host*/, const sdk::Options& options,
                          int32_t world_size) {
   require_single_rank(world_size);
+  (void)sdk::read_activation_checkpointing(options, "none");
 }
 
-NoneStrategy::NoneStrategy(const sdk::Host& host, const sdk::Options& /*options*/,
+NoneStrategy::NoneStrategy(const sdk::Host& host, const sdk::Options& options,
                            sdk::StrategyEnv& env)
     : host_(host),
       env_(env),
       layout_(single_rank_model(env)),
       state_(host, layout_, env.rank()),
       optim_(env.optimizer().make_state(layout_.total())),
-      runner_(host, env.model(), env.rank()) {
+      runner_(host, env.model(), env.rank(), true,
+              sdk::read_activation_checkpointing(options, "none")) {
   host_.debug("none: ", layout_.entries().size(), " parameter tensors, ", layout_.total(),
               " elements, optimizer '", env.optimizer().name(), "'");
 }
@@ -80,11 +83,12 @@ void NoneStrategy::save(const sdk::StateWriter& writer) {
   sdk::write_optimizer_state(writer, layout_, env_.optimizer(), optim_, all);
 }
 
-sdk::Estimate NoneStrategy::estimate(const sdk::Host& /*host*/, const sdk::Options& /*options*/,
+sdk::Estimate NoneStrategy::estimate(const sdk::Host& /*host*/, const sdk::Options& options,
                                      const sdk::EstimateArgs& args) {
   require_single_rank(args.world_size);
   const sdk::ModelDesc& model = args.model;
-  sdk::Estimate e = sdk::data_parallel_estimate(model, 1);
+  sdk::Estimate e =
+      sdk::data_parallel_estimate(model, 1, sdk::read_activation_checkpointing(options, "none"));
   const int64_t psi = model.params();
   sdk::set_persistent(e, psi, psi, psi, model.optimizer_slots());
   e.add_traffic("data", 1, 0, 0);

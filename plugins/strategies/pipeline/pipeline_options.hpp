@@ -6,6 +6,7 @@
 #include "tessera/c/common.h"
 #include "tessera/c/plugin.h"
 #include "tessera/sdk/pipeline_plan.hpp"
+#include "tessera/sdk/strategy_options.hpp"
 
 namespace tessera::strategies {
 
@@ -29,6 +30,7 @@ inline constexpr tessera_option_decl kPipelineOptions[] = {
     {"boundaries", TESSERA_OPT_INT_LIST, "[]",
      "partition = \"explicit\": the first unit of stages 1 .. stages-1 (interleaved: of "
      "chunks 1 .. stages x virtual_stages - 1), increasing (stage 0 starts at unit 0)"},
+    sdk::kActivationCheckpointingOption,
 };
 
 }  // namespace tessera::strategies

@@ -23,6 +23,7 @@ TensorOptions TensorOptions::read(const sdk::Options& options, int32_t world_siz
   TESSERA_CHECK(mode == "tensor" || mode == "sequence", TESSERA_ERR_INVALID_ARGUMENT,
                 "tensor: mode = \"", mode, "\" is not one of tensor, sequence");
   o.sequence = mode == "sequence";
+  o.checkpoint_every = sdk::read_activation_checkpointing(options, "tensor");
   return o;
 }
 

@@ -7,6 +7,7 @@
 #include "tessera/c/common.h"
 #include "tessera/c/plugin.h"
 #include "tessera/sdk/host.hpp"
+#include "tessera/sdk/strategy_options.hpp"
 
 namespace tessera::strategies {
 
@@ -19,16 +20,18 @@ inline constexpr tessera_option_decl kTensorOptions[] = {
      "tensor: Megatron column/row splits, one allreduce per pair forward and backward; "
      "sequence: the norm and residual regions also split along the sequence, the allreduces "
      "become allgather + reduce-scatter"},
+    sdk::kActivationCheckpointingOption,
 };
 
 struct TensorOptions {
-  int32_t size = 1;       // resolved: >= 1, divides the world
-  bool sequence = false;  // mode = "sequence"
+  int32_t size = 1;              // resolved: >= 1, divides the world
+  bool sequence = false;         // mode = "sequence"
+  int64_t checkpoint_every = 0;  // activation_checkpointing
 
   // Reads and checks the options for `world_size` ranks. Throws
   // tessera::Error (invalid argument) naming the option when size is
-  // negative or does not divide the world size, or when mode is not
-  // "tensor" or "sequence".
+  // negative or does not divide the world size, when mode is not
+  // "tensor" or "sequence", or when activation_checkpointing is negative.
   static TensorOptions read(const sdk::Options& options, int32_t world_size);
 };
 

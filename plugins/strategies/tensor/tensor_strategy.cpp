@@ -29,27 +29,35 @@ sdk::Estimate TensorStrategy::estimate(const sdk::Host& /*host*/, const sdk::Opt
   pe::require_tensor_parallel(model, t, o.sequence, "tensor", "size");
   const int64_t micro = model.micro_examples(r);
   const int64_t m = model.micro_batches();
+  const int32_t units = model.num_units();
   int64_t held = 0;
   int64_t replicated = 0;
-  int64_t activations = 0;
   int64_t tp_bytes = 0;
   int64_t tp_messages = 0;
-  for (int32_t u = 0; u < model.num_units(); ++u) {
+  for (int32_t u = 0; u < units; ++u) {
     const tessera_unit_desc& d = model.unit(u);
     held += pe::held_params(d, t);
     replicated += d.params - d.split_params;
-    // One context per unit, reused by every micro-batch.
-    activations += pe::context_bytes(d, micro, t, o.sequence);
     const pe::UnitTraffic tr = pe::unit_traffic(model, u, micro, t);
     tp_bytes += tr.bytes * m;
     tp_messages += tr.messages * m;
+    if (sdk::checkpointed_unit(o.checkpoint_every, u, units)) {
+      // The recomputed forward's collectives.
+      const pe::UnitTraffic fw = pe::forward_traffic(model, u, micro, t, o.sequence);
+      tp_bytes += fw.bytes * m;
+      tp_messages += fw.messages * m;
+    }
   }
+  // One context per unit, reused by every micro-batch (fewer kept with
+  // checkpointing).
+  const pe::RangeActivations activations =
+      pe::range_activations(model, 0, units, micro, t, o.sequence, o.checkpoint_every);
   sdk::Estimate e;
   e.data_size = r;
   e[TESSERA_MEM_PARAMS] = 4 * held;
   e[TESSERA_MEM_GRADS] = 4 * held;
   e[TESSERA_MEM_OPTIMIZER] = 4 * static_cast<int64_t>(model.optimizer_slots()) * held;
-  e[TESSERA_MEM_ACTIVATIONS] = activations;
+  e[TESSERA_MEM_ACTIVATIONS] = activations.held + activations.recompute;
   if (t > 1) {
     // The norm (a double), and in sequence mode the replicated gradients.
     tp_bytes += pe::allreduce(8, t);
@@ -62,7 +70,9 @@ sdk::Estimate TensorStrategy::estimate(const sdk::Host& /*host*/, const sdk::Opt
   }
   if (r > 1) e.add_traffic("data", r, pe::allreduce(4 * held, r), 1);
   const auto examples = static_cast<double>(model.slice_examples(r));
-  e.compute_flops = model.flops(0, model.num_units(), examples) / t;
+  e.compute_flops = (model.flops(0, units, examples) +
+                     pe::recompute_flops(model, 0, units, o.checkpoint_every, examples)) /
+                    t;
   return e;
 }
 
@@ -79,7 +89,8 @@ TensorStrategy::TensorStrategy(const sdk::Host& host, const sdk::Options& option
       dp_rank_(mesh_.coord("dp")),
       flat_(env.model()),
       param_ptrs_(flat_),
-      grad_ptrs_(flat_) {
+      grad_ptrs_(flat_),
+      runner_(host, env.model(), env.rank(), true, options_.checkpoint_every) {
   const sdk::ModelView& model = env.model();
   plan(model);  // refuses before any collective, so every rank refuses alike
   tp_ = mesh_.group(env.world(), {"tp"});
@@ -93,19 +104,14 @@ TensorStrategy::TensorStrategy(const sdk::Host& host, const sdk::Options& option
   }
   // The units' collectives go through a table that counts them.
   group_ = std::make_unique<sdk::TensorGroup>(*tp_, group_flags());
+  // No group for one rank: the units run their single-rank arithmetic.
+  runner_.set_tp_group(group_->get());
   if (env.rank() == 0) {
     host_.info("tensor: ", tp_size_, " ranks per tensor group x ", dp_size_,
                " data-parallel replicas, mode ", options_.sequence ? "sequence" : "tensor",
                "; a rank holds ", shards_.total(), " of ", flat_.total(), " parameter elements (",
                shards_.split_total(), " in shards)");
   }
-}
-
-TensorStrategy::~TensorStrategy() {
-  int64_t held = 0;
-  for (const int64_t b : context_bytes_) held += b;
-  contexts_.clear();
-  if (held != 0) host_.track_memory(env_.rank(), TESSERA_MEM_ACTIVATIONS, -held);
 }
 
 void TensorStrategy::plan(const sdk::ModelView& model) {
@@ -142,43 +148,8 @@ void TensorStrategy::save(const sdk::StateWriter& writer) {
                 tp_rank_ == 0 || writer.all_replicas());
 }
 
-void TensorStrategy::account(size_t unit) {
-  const auto now = static_cast<int64_t>(contexts_[unit].bytes());
-  int64_t& before = context_bytes_[unit];
-  if (now != before) host_.track_memory(env_.rank(), TESSERA_MEM_ACTIVATIONS, now - before);
-  before = now;
-}
-
 double TensorStrategy::forward_backward(const sdk::StepArgs& args) {
-  const sdk::ModelView& model = env_.model();
-  const int32_t units = model.num_units();
-  if (contexts_.empty()) {
-    context_bytes_.assign(static_cast<size_t>(units), 0);
-    for (int32_t u = 0; u < units; ++u) contexts_.push_back(model.make_context(u));
-  }
-  // No group for one rank: the units run their single-rank arithmetic.
-  const tessera_tp_group* tp = group_->get();
-  double loss = 0.0;
-  for (size_t m = 0; m < args.micro_batches.size(); ++m) {
-    tessera_matrix x{};
-    for (int32_t u = 0; u < units; ++u) {
-      const auto k = static_cast<size_t>(u);
-      x = model.forward(u, contexts_[k], param_ptrs_.unit_const(u), args.micro_batches[m], x,
-                        args.loss_scales[m], tp);
-      account(k);
-    }
-    TESSERA_CHECK(x.data != nullptr && x.rows * x.cols == 1, TESSERA_ERR_INTERNAL,
-                  "tensor: the last unit returned a ", x.rows, "x", x.cols,
-                  " output, not the 1x1 loss");
-    loss += static_cast<double>(x.data[0]);
-    tessera_matrix grad{};
-    for (int32_t u = units - 1; u >= 0; --u) {
-      const auto k = static_cast<size_t>(u);
-      grad =
-          model.backward(u, contexts_[k], param_ptrs_.unit_const(u), grad_ptrs_.unit(u), grad, tp);
-      account(k);
-    }
-  }
+  const double loss = runner_.run(args.micro_batches, args.loss_scales, param_ptrs_, grad_ptrs_);
   // Every rank of the group computed the whole loss; the host sums the
   // ranks' losses, so one rank per group reports it.
   return tp_rank_ == 0 ? loss : 0.0;

@@ -29,6 +29,7 @@
 #include "tessera/sdk/tensor_group.hpp"
 #include "tessera/sdk/tensor_shards.hpp"
 #include "tessera/sdk/tracked_buffer.hpp"
+#include "tessera/sdk/unit_runner.hpp"
 
 namespace tessera::strategies {
 
@@ -57,8 +58,7 @@ class TensorStrategy final : public sdk::Strategy {
   TensorStrategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env);
   TensorStrategy(const TensorStrategy&) = delete;
   TensorStrategy& operator=(const TensorStrategy&) = delete;
-  // Reports the contexts' activation bytes as freed.
-  ~TensorStrategy() override;
+  ~TensorStrategy() override = default;
 
   // The ranks of one tensor group share a data rank.
   [[nodiscard]] tessera_strategy_layout layout() const override;
@@ -81,7 +81,6 @@ class TensorStrategy final : public sdk::Strategy {
     return options_.sequence ? static_cast<uint32_t>(TESSERA_TP_SEQUENCE) : 0U;
   }
   double forward_backward(const sdk::StepArgs& args);
-  void account(size_t unit);
   [[nodiscard]] double sum_squares();
 
   sdk::Host host_;
@@ -102,8 +101,7 @@ class TensorStrategy final : public sdk::Strategy {
   std::unique_ptr<sdk::CommView> tp_;        // this rank's tensor group, rank = position
   std::unique_ptr<sdk::CommView> dp_;        // this position in every replica
   std::unique_ptr<sdk::TensorGroup> group_;  // the units' group over tp_, counted
-  std::vector<sdk::UnitContext> contexts_;
-  std::vector<int64_t> context_bytes_;
+  sdk::UnitRunner runner_;  // the units with the group, checkpointing as the options say
 };
 
 }  // namespace tessera::strategies

@@ -16,6 +16,7 @@ inline constexpr tessera_option_decl kZero1Options[] = {
     {"overlap", TESSERA_OPT_BOOL, "true",
      "reduce-scatter each bucket as soon as its gradients are complete during backward; "
      "false: after the whole backward pass"},
+    sdk::kActivationCheckpointingOption,
 };
 
 // bucket_mb, first_bucket_mb and overlap, read and checked by

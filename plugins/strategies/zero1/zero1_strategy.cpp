@@ -15,6 +15,7 @@ void Zero1Strategy::check(const sdk::Host& /*host*/, const sdk::Options& options
                           int32_t world_size) {
   check_world_size("zero1", world_size);
   (void)Zero1Options::read(options);
+  (void)sdk::read_activation_checkpointing(options, "zero1");
 }
 
 Zero1Strategy::Zero1Strategy(const sdk::Host& host, const sdk::Options& options,
@@ -28,7 +29,8 @@ Zero1Strategy::Zero1Strategy(const sdk::Host& host, const sdk::Options& options,
       grid_(host, env.world(), layout_, options_.first_bucket_elements(),
             options_.bucket_elements(), env.rank()),
       optim_(env.optimizer().make_state(grid_.shard().shard_size)),
-      runner_(host, env.model(), env.rank()) {
+      runner_(host, env.model(), env.rank(), true,
+              sdk::read_activation_checkpointing(options, "zero1")) {
   if (env.rank() == 0) {
     host_.debug("zero1: ", layout_.total(), " parameters, optimizer shard of ",
                 grid_.shard().shard_size, " elements per rank (",
@@ -101,7 +103,8 @@ sdk::Estimate Zero1Strategy::estimate(const sdk::Host& /*host*/, const sdk::Opti
   const Zero1Options o = Zero1Options::read(options);
   const sdk::ModelDesc& model = args.model;
   const int32_t n = args.world_size;
-  sdk::Estimate e = sdk::data_parallel_estimate(model, n);
+  sdk::Estimate e =
+      sdk::data_parallel_estimate(model, n, sdk::read_activation_checkpointing(options, "zero1"));
   const int64_t psi = model.params();
   const int64_t shard = sdk::ceil_div(psi, n);
   sdk::set_persistent(e, psi, psi, shard, model.optimizer_slots());

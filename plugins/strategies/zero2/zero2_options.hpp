@@ -4,6 +4,7 @@
 #include "tessera/c/common.h"
 #include "tessera/c/plugin.h"
 #include "tessera/sdk/host.hpp"
+#include "tessera/sdk/strategy_options.hpp"
 
 namespace tessera::strategies {
 
@@ -15,6 +16,7 @@ inline constexpr tessera_option_decl kZero2Options[] = {
     {"reduce_dtype", TESSERA_OPT_STRING, "f32",
      "dtype of the gradients on the wire: f32, bf16 or f16 (gradients are converted before "
      "the reduce-scatter and back to f32 into the gradient shard)"},
+    sdk::kActivationCheckpointingOption,
 };
 
 struct Zero2Options {

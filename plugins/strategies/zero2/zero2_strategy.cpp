@@ -32,6 +32,7 @@ void Zero2Strategy::check(const sdk::Host& /*host*/, const sdk::Options& options
                           int32_t world_size) {
   check_world_size("zero2", world_size);
   (void)Zero2Options::read(options);
+  (void)sdk::read_activation_checkpointing(options, "zero2");
 }
 
 Zero2Strategy::Zero2Strategy(const sdk::Host& host, const sdk::Options& options,
@@ -46,7 +47,8 @@ Zero2Strategy::Zero2Strategy(const sdk::Host& host, const sdk::Options& options,
       state_(host, shards_, env.optimizer(), env.rank(), params_),
       grad_ptrs_(layout_),
       reducer_(host, env.world(), shards_, options_.reduce_dtype),
-      runner_(host, env.model(), env.rank()) {
+      runner_(host, env.model(), env.rank(), true,
+              sdk::read_activation_checkpointing(options, "zero2")) {
   if (env.rank() == 0) {
     host_.debug("zero2: ", layout_.total(), " parameters in ", shards_.num_units(),
                 " units, gradient and optimizer shard of ", shards_.shard_elements(),
@@ -116,7 +118,8 @@ sdk::Estimate Zero2Strategy::estimate(const sdk::Host& /*host*/, const sdk::Opti
   const Zero2Options o = Zero2Options::read(options);
   const sdk::ModelDesc& model = args.model;
   const int32_t n = args.world_size;
-  sdk::Estimate e = sdk::data_parallel_estimate(model, n);
+  sdk::Estimate e =
+      sdk::data_parallel_estimate(model, n, sdk::read_activation_checkpointing(options, "zero2"));
   const sdk::ShardedUnits units = sdk::sharded_units(model);
   const int64_t shard = units.shard_elements(n);
   sdk::set_persistent(e, model.params(), shard, shard, model.optimizer_slots());

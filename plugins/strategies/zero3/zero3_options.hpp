@@ -4,6 +4,7 @@
 #include "tessera/c/common.h"
 #include "tessera/c/plugin.h"
 #include "tessera/sdk/host.hpp"
+#include "tessera/sdk/strategy_options.hpp"
 
 namespace tessera::strategies {
 
@@ -16,6 +17,7 @@ inline constexpr tessera_option_decl kZero3Options[] = {
     {"reduce_dtype", TESSERA_OPT_STRING, "f32",
      "dtype of the gradient reduce-scatter on the wire (f32, bf16, f16); the gradient and "
      "parameter shards stay f32"},
+    sdk::kActivationCheckpointingOption,
 };
 
 struct Zero3Options {

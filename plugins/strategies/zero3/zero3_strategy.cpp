@@ -43,6 +43,7 @@ void Zero3Strategy::check(const sdk::Host& /*host*/, const sdk::Options& options
                           int32_t world_size) {
   check_world_size("zero3", world_size);
   (void)Zero3Options::read(options);
+  (void)sdk::read_activation_checkpointing(options, "zero3");
 }
 
 Zero3Strategy::Zero3Strategy(const sdk::Host& host, const sdk::Options& options,
@@ -58,7 +59,8 @@ Zero3Strategy::Zero3Strategy(const sdk::Host& host, const sdk::Options& options,
       grad_ptrs_(layout_),
       gather_(host, env.world(), shards_, env.rank()),
       reducer_(host, env.world(), shards_, options_.reduce_dtype, env.rank()),
-      runner_(host, env.model(), env.rank()) {
+      runner_(host, env.model(), env.rank(), true,
+              sdk::read_activation_checkpointing(options, "zero3")) {
   if (env.rank() == 0) {
     host_.debug("zero3: ", layout_.total(), " parameters in ", shards_.num_units(),
                 " units, shard of ", shards_.shard_elements(), " elements per rank, prefetch ",
@@ -109,7 +111,8 @@ sdk::Estimate Zero3Strategy::estimate(const sdk::Host& /*host*/, const sdk::Opti
   const Zero3Options o = Zero3Options::read(options);
   const sdk::ModelDesc& model = args.model;
   const int32_t n = args.world_size;
-  sdk::Estimate e = sdk::data_parallel_estimate(model, n);
+  sdk::Estimate e =
+      sdk::data_parallel_estimate(model, n, sdk::read_activation_checkpointing(options, "zero3"));
   const sdk::ShardedUnits units = sdk::sharded_units(model);
   const int64_t shard = units.shard_elements(n);
   sdk::set_persistent(e, shard, shard, shard, model.optimizer_slots());

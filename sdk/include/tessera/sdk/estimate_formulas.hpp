@@ -60,24 +60,29 @@ inline void set_persistent(Estimate& e, int64_t param_elements, int64_t grad_ele
 // after the forward and backward of one micro-batch of `examples` examples
 // (model 2.2: activation_bytes counts what a context holds then; contexts
 // are kept, so they stay at this size for the whole step and between
-// steps): Σ_u activation_bytes_u · examples.
-[[nodiscard]] inline int64_t activation_peak(const ModelDesc& model, int64_t examples) noexcept {
-  int64_t bytes = 0;
-  for (const auto& u : model.units()) {
-    bytes += parallel_estimate::context_bytes(u, examples, 1, false);
-  }
-  return bytes;
+// steps): Σ_u activation_bytes_u · examples. With activation checkpointing
+// every `every` units: what stays held plus the one recomputed context
+// (parallel_estimate::range_activations; docs/strategies/README.md).
+[[nodiscard]] inline int64_t activation_peak(const ModelDesc& model, int64_t examples,
+                                             int64_t every = 0) {
+  const parallel_estimate::RangeActivations a =
+      parallel_estimate::range_activations(model, 0, model.num_units(), examples, 1, false, every);
+  return a.held + a.recompute;
 }
 
 // The common part of a data-parallel estimate over `data_size` ranks:
-// data size, activations of the largest micro-batch and the FLOPs of the
-// largest slice.
-inline Estimate data_parallel_estimate(const ModelDesc& model, int32_t data_size) {
+// data size, activations of the largest micro-batch (checkpointing every
+// `every` units) and the FLOPs of the largest slice (a checkpointed unit's
+// forward counted twice).
+inline Estimate data_parallel_estimate(const ModelDesc& model, int32_t data_size,
+                                       int64_t every = 0) {
   Estimate e;
   e.data_size = data_size;
-  e[TESSERA_MEM_ACTIVATIONS] = activation_peak(model, model.micro_examples(data_size));
+  e[TESSERA_MEM_ACTIVATIONS] = activation_peak(model, model.micro_examples(data_size), every);
   e.compute_flops =
-      model.flops(0, model.num_units(), static_cast<double>(model.slice_examples(data_size)));
+      model.flops(0, model.num_units(), static_cast<double>(model.slice_examples(data_size))) +
+      parallel_estimate::recompute_flops(model, 0, model.num_units(), every,
+                                         static_cast<double>(model.slice_examples(data_size)));
   return e;
 }
 

@@ -6,6 +6,7 @@
 // checks on a model description). Formulas: docs/strategies/tensor.md.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string_view>
@@ -13,6 +14,7 @@
 #include "tessera/c/model.h"
 #include "tessera/sdk/error.hpp"
 #include "tessera/sdk/estimate.hpp"
+#include "tessera/sdk/strategy_options.hpp"
 
 namespace tessera::sdk::parallel_estimate {
 
@@ -35,6 +37,63 @@ namespace tessera::sdk::parallel_estimate {
                      (sequence ? u.sequence_activation_bytes / t : u.sequence_activation_bytes) +
                      rest;
   return static_cast<int64_t>(std::llround(per * static_cast<double>(examples)));
+}
+
+// The activation bytes of sdk::UnitContexts over units [first, end) for one
+// micro-batch of `examples` on a rank of a group of `tp`, checkpointing
+// every `every` units (0: none; sdk::checkpointed_unit says which). With C_u
+// the context of unit u (context_bytes) and I_u its input (the previous
+// unit's output, 1/tp of its rows in sequence mode):
+//  * held: what stays between micro-batches and steps: Σ C_u over the
+//    units not checkpointed, I_u of every checkpointed unit whose
+//    predecessor in the range is checkpointed too (the copy it recomputes
+//    from), and the input-gradient buffer, max I_u over the checkpointed
+//    units past the model's first;
+//  * recompute: the largest C_u of a checkpointed unit (one at a time);
+//  * checkpointed: Σ C_u over the checkpointed units (what a split
+//    backward holds from its input half to its weight half).
+// Without checkpointing held is Σ C_u and the others 0.
+struct RangeActivations {
+  int64_t held = 0;
+  int64_t recompute = 0;
+  int64_t checkpointed = 0;
+};
+[[nodiscard]] inline RangeActivations range_activations(const ModelDesc& model, int32_t first,
+                                                        int32_t end, int64_t examples, int32_t tp,
+                                                        bool sequence, int64_t every) {
+  RangeActivations a;
+  const auto ckpt = [&](int32_t u) { return checkpointed_unit(every, u, end); };
+  const int64_t rows_div = sequence && tp > 1 ? tp : 1;
+  const auto input = [&](int32_t u) {
+    if (u == 0) return int64_t{0};
+    const double out = model.unit(u - 1).output_bytes * static_cast<double>(examples);
+    return static_cast<int64_t>(std::llround(out)) / rows_div;
+  };
+  int64_t grad_buffer = 0;
+  for (int32_t u = first; u < end; ++u) {
+    const int64_t c = context_bytes(model.unit(u), examples, tp, sequence);
+    if (!ckpt(u)) {
+      a.held += c;
+      continue;
+    }
+    a.recompute = std::max(a.recompute, c);
+    a.checkpointed += c;
+    if (u > first && ckpt(u - 1)) a.held += input(u);
+    grad_buffer = std::max(grad_buffer, input(u));
+  }
+  a.held += grad_buffer;
+  return a;
+}
+
+// The FLOPs a checkpointed run adds over units [first, end) for
+// `examples`: the forward of every checkpointed unit once more.
+[[nodiscard]] inline double recompute_flops(const ModelDesc& model, int32_t first, int32_t end,
+                                            int64_t every, double examples) {
+  double f = 0.0;
+  for (int32_t u = first; u < end; ++u) {
+    if (checkpointed_unit(every, u, end)) f += model.unit(u).forward_flops;
+  }
+  return f * examples;
 }
 
 // Bytes a rank sends in a ring allreduce of `bytes` over `n` ranks, as
@@ -79,6 +138,24 @@ struct UnitTraffic {
   } else {
     t.bytes = 4 * allreduce(whole(u.output_bytes), tp);
     t.messages = 4;
+  }
+  return t;
+}
+
+// The bytes the forward halves of a unit's own collectives send (what a
+// checkpointed unit's recompute sends again), by unit_traffic's layout:
+// a block's two sums of its output (in sequence mode two allgathers and
+// two reduce-scatters), the first unit's sum of its output (in sequence
+// mode its reduce-scatter, half of it); the last unit is never
+// checkpointed.
+[[nodiscard]] inline UnitTraffic forward_traffic(const ModelDesc& model, int32_t unit,
+                                                 int64_t examples, int32_t tp, bool sequence) {
+  UnitTraffic t = unit_traffic(model, unit, examples, tp);
+  if (unit == 0) {
+    if (sequence) t.bytes /= 2;
+  } else if (unit != model.num_units() - 1) {
+    t.bytes /= 2;
+    t.messages /= 2;
   }
   return t;
 }

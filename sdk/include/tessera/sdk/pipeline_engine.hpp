@@ -49,6 +49,7 @@
 #include "tessera/sdk/tensor_group.hpp"
 #include "tessera/sdk/tensor_shards.hpp"
 #include "tessera/sdk/tracked_buffer.hpp"
+#include "tessera/sdk/unit_contexts.hpp"
 
 namespace tessera::sdk {
 
@@ -258,7 +259,8 @@ class PipelineEngine final : public sdk::Strategy {
   PipelineEngine(const sdk::Host& host, PipelineOptions options, sdk::StrategyEnv& env);
   PipelineEngine(const PipelineEngine&) = delete;
   PipelineEngine& operator=(const PipelineEngine&) = delete;
-  // Reports the contexts' activation bytes as freed.
+  // Waits for the messages in flight; the slots report their activation
+  // bytes as freed.
   ~PipelineEngine() override;
 
   // Stages of one replica share a data rank (they train on the same examples).
@@ -277,9 +279,8 @@ class PipelineEngine final : public sdk::Strategy {
  private:
   // A micro-batch in flight: its units' contexts and its messages.
   struct Slot {
-    std::vector<sdk::UnitContext> contexts;  // one per unit of the stage
-    std::vector<int64_t> context_bytes;      // reported as ACTIVATIONS, per context
-    std::vector<float> input;                // activations received from the previous stage
+    sdk::UnitContexts units;   // the chunk's units' contexts (reported as ACTIVATIONS)
+    std::vector<float> input;  // activations received from the previous stage
     std::array<int64_t, 2> input_shape{};
     std::vector<float> grad;             // gradient received from the next stage
     int64_t grad_clock = 0;              // the next stage's schedule clock when it sent it
@@ -346,8 +347,6 @@ class PipelineEngine final : public sdk::Strategy {
   // After the last gradient pass of `unit` in the step: starts the
   // replicas' sum of every unit whose gradients are now complete.
   void unit_done(int32_t unit);
-  // Reports the change of context `unit` of `slot` to the host (ACTIVATIONS).
-  void account(Slot& slot, size_t unit);
   void add_slot(Chunk& chunk);
   // A free slot of `chunk` for `micro` (a new one when none is free), and
   // the slot `micro` holds; release hands it back after the last half of
@@ -500,10 +499,18 @@ inline sdk::Estimate PipelineEngine::estimate_for(const PipelineOptions& o,
         own += pe::held_params(d, t);
         replicated += d.params - d.split_params;
         e.flops += (d.forward_flops + d.backward_flops) * static_cast<double>(micro) * m / t;
+        // A checkpointed unit runs its forward (and its collectives) twice.
+        const bool again = checkpointed_unit(o.checkpoint_every, u, plan.end(plan.stage_of(u)));
+        if (again) e.flops += d.forward_flops * static_cast<double>(micro) * m / t;
         if (t > 1) {
           const pe::UnitTraffic tr = pe::unit_traffic(model, u, micro, t);
           e.bytes[2] += tr.bytes * m;
           e.messages[2] += tr.messages * m;
+          if (again) {
+            const pe::UnitTraffic fw = pe::forward_traffic(model, u, micro, t, o.sequence);
+            e.bytes[2] += fw.bytes * m;
+            e.messages[2] += fw.messages * m;
+          }
         }
       }
       // A tie across stages: a copy on the user's stage, and the two
@@ -527,28 +534,47 @@ inline sdk::Estimate PipelineEngine::estimate_for(const PipelineOptions& o,
     e.memory[TESSERA_MEM_GRADS] = 4 * (sharded_grads ? slice * r : total);
     e.memory[TESSERA_MEM_OPTIMIZER] = 4 * slots * slice;
     // Contexts: per local chunk, as many micro-batches as the schedule
-    // holds at once (slots are kept between steps).
+    // holds at once (slots are kept between steps), each holding what its
+    // chunk keeps (all its contexts without checkpointing); with
+    // checkpointing, the recomputed contexts on top: one at a time, or
+    // under zb1 every checkpointed context of each micro-batch between its
+    // input and weight halves (pe::range_activations).
     const std::vector<pipeline_detail::PipeWork> order = pipeline_detail::work_order(o, s, m);
     const int32_t local_chunks = (chunks - s + p - 1) / p;
     std::vector<int32_t> live(static_cast<size_t>(local_chunks), 0);
     std::vector<int32_t> most(static_cast<size_t>(local_chunks), 0);
+    std::vector<pe::RangeActivations> kept(static_cast<size_t>(local_chunks));
+    for (int32_t k = 0; k < local_chunks; ++k) {
+      const int32_t c = s + k * p;
+      kept[static_cast<size_t>(k)] = pe::range_activations(model, plan.begin(c), plan.end(c), micro,
+                                                           t, o.sequence, o.checkpoint_every);
+    }
     const bool split = o.schedule == PipelineSchedule::kZeroBubble;
+    int64_t open = 0;   // recomputed contexts awaiting their weight half (zb1)
+    int64_t extra = 0;  // the most recomputed contexts alive at once
     for (const pipeline_detail::PipeWork& w : order) {
       auto& n = live[static_cast<size_t>(w.chunk)];
+      const pe::RangeActivations& a = kept[static_cast<size_t>(w.chunk)];
       if (w.forward) {
         ++n;
         most[static_cast<size_t>(w.chunk)] = std::max(most[static_cast<size_t>(w.chunk)], n);
-      } else if (!split || w.weight) {
+        extra = std::max(extra, open + a.recompute);
+      } else if (!split) {
         --n;
+        extra = std::max(extra, a.recompute);
+      } else if (!w.weight) {
+        open += a.checkpointed;
+        extra = std::max(extra, open);
+      } else {
+        --n;
+        open -= a.checkpointed;
       }
     }
+    e.memory[TESSERA_MEM_ACTIVATIONS] += extra;
     for (int32_t k = 0; k < local_chunks; ++k) {
       const int32_t c = s + k * p;
-      int64_t bytes = 0;
-      for (int32_t u = plan.begin(c); u < plan.end(c); ++u) {
-        bytes += pe::context_bytes(model.unit(u), micro, t, o.sequence);
-      }
-      e.memory[TESSERA_MEM_ACTIVATIONS] += most[static_cast<size_t>(k)] * bytes;
+      e.memory[TESSERA_MEM_ACTIVATIONS] +=
+          most[static_cast<size_t>(k)] * kept[static_cast<size_t>(k)].held;
       // Activations to the next chunk and their gradient back, with the
       // shape (3 x int64) and the clock (int64) sent alongside.
       if (c < chunks - 1) {
@@ -772,16 +798,7 @@ inline PipelineEngine::PipelineEngine(const sdk::Host& host, PipelineOptions opt
   if (env.rank() == 0) log_plan(env.model());
 }
 
-inline PipelineEngine::~PipelineEngine() {
-  drop_pending();
-  int64_t held = 0;
-  for (const Chunk& chunk : chunks_) {
-    for (const Slot& s : chunk.slots) {
-      for (const int64_t b : s.context_bytes) held += b;
-    }
-  }
-  if (held != 0) host_.track_memory(env_.rank(), TESSERA_MEM_ACTIVATIONS, -held);
-}
+inline PipelineEngine::~PipelineEngine() { drop_pending(); }
 
 inline bool PipelineEngine::owns_unit(int32_t unit) const {
   return plan_.stage_of(unit) % stages_ == stage_;
@@ -789,10 +806,8 @@ inline bool PipelineEngine::owns_unit(int32_t unit) const {
 
 inline void PipelineEngine::add_slot(Chunk& chunk) {
   Slot s;
-  for (int32_t u = chunk.first_unit; u < chunk.end_unit; ++u) {
-    s.contexts.push_back(env_.model().make_context(u));
-  }
-  s.context_bytes.assign(s.contexts.size(), 0);
+  s.units = sdk::UnitContexts(host_, env_.model(), env_.rank(), chunk.first_unit, chunk.end_unit,
+                              options_.checkpoint_every);
   chunk.slots.push_back(std::move(s));
 }
 
@@ -814,13 +829,6 @@ inline PipelineEngine::Slot& PipelineEngine::slot_of(Chunk& chunk, int32_t micro
 inline void PipelineEngine::release_slot(Chunk& chunk, int32_t micro) {
   chunk.free_slots.push_back(chunk.slot_of[static_cast<size_t>(micro)]);
   chunk.slot_of[static_cast<size_t>(micro)] = -1;
-}
-
-inline void PipelineEngine::account(Slot& slot, size_t unit) {
-  const auto now = static_cast<int64_t>(slot.contexts[unit].bytes());
-  int64_t& before = slot.context_bytes[unit];
-  if (now != before) host_.track_memory(env_.rank(), TESSERA_MEM_ACTIVATIONS, now - before);
-  before = now;
 }
 
 inline tessera_strategy_layout PipelineEngine::layout() const {
@@ -1125,10 +1133,7 @@ inline void PipelineEngine::forward(const sdk::StepArgs& args, Chunk& chunk, int
   const float scale = args.loss_scales[static_cast<size_t>(micro)];
   compute([&] {
     for (int32_t u = chunk.first_unit; u < chunk.end_unit; ++u) {
-      const auto k = static_cast<size_t>(u - chunk.first_unit);
-      x = env_.model().forward(u, slot.contexts[k], param_ptrs_.unit_const(u), batch, x, scale,
-                               units_group());
-      account(slot, k);
+      x = slot.units.forward(u, param_ptrs_.unit_const(u), batch, x, scale, units_group());
     }
   });
   if (chunk.index == plan_.stages() - 1) {
@@ -1173,13 +1178,10 @@ inline void PipelineEngine::backward(Chunk& chunk, int32_t micro) {
   const bool split = options_.schedule == PipelineSchedule::kZeroBubble;
   const bool last = micro + 1 == static_cast<int32_t>(chunk.slot_of.size());
   for (int32_t u = chunk.end_unit - 1; u >= chunk.first_unit; --u) {
-    const auto k = static_cast<size_t>(u - chunk.first_unit);
     compute([&] {
-      grad = split ? env_.model().backward_input(u, slot.contexts[k], param_ptrs_.unit_const(u),
-                                                 grad, units_group())
-                   : env_.model().backward(u, slot.contexts[k], param_ptrs_.unit_const(u),
-                                           grad_ptrs_.unit(u), grad, units_group());
-      account(slot, k);
+      grad = split ? slot.units.backward_input(u, param_ptrs_.unit_const(u), grad, units_group())
+                   : slot.units.backward(u, param_ptrs_.unit_const(u), grad_ptrs_.unit(u), grad,
+                                         units_group());
     });
     if (!split && last) unit_done(u);
   }
@@ -1203,11 +1205,8 @@ inline void PipelineEngine::backward_weight(Chunk& chunk, int32_t micro) {
   wait_sends(slot);
   const bool last = micro + 1 == static_cast<int32_t>(chunk.slot_of.size());
   for (int32_t u = chunk.end_unit - 1; u >= chunk.first_unit; --u) {
-    const auto k = static_cast<size_t>(u - chunk.first_unit);
     compute([&] {
-      env_.model().backward_weight(u, slot.contexts[k], param_ptrs_.unit_const(u),
-                                   grad_ptrs_.unit(u), units_group());
-      account(slot, k);
+      slot.units.backward_weight(u, param_ptrs_.unit_const(u), grad_ptrs_.unit(u), units_group());
     });
     if (last) unit_done(u);
   }

@@ -15,6 +15,7 @@
 
 #include "tessera/sdk/error.hpp"
 #include "tessera/sdk/host.hpp"
+#include "tessera/sdk/strategy_options.hpp"
 
 namespace tessera::sdk {
 
@@ -44,6 +45,9 @@ struct PipelineOptions {
   bool shard_gradients = false;
   const char* who = "pipeline";
   const char* stages_key = "stages";
+  // activation_checkpointing: every that many units of each chunk (never
+  // its last) recompute their forward before their backward; 0: off.
+  int64_t checkpoint_every = 0;
 
   // Reads and checks the options for `world_size` ranks. Throws
   // tessera::Error (invalid argument) naming the option when stages is
@@ -55,8 +59,8 @@ struct PipelineOptions {
   // unit indices >= 1 (or is given with balanced).
   static PipelineOptions read(const sdk::Options& options, int32_t world_size);
   // The keys after `stages` (schedule, virtual_stages, partition,
-  // boundaries) into `o` for o.stages, checked as read() does, the
-  // messages starting with o.who.
+  // boundaries, activation_checkpointing) into `o` for o.stages, checked as
+  // read() does, the messages starting with o.who.
   static void read_schedule(const sdk::Options& options, PipelineOptions& o);
 
   // The schedule's ideal bubble fraction, the share of a stage's step spent
@@ -126,6 +130,7 @@ inline PipelineOptions PipelineOptions::read(const sdk::Options& options, int32_
 
 inline void PipelineOptions::read_schedule(const sdk::Options& options, PipelineOptions& o) {
   const char* const who = o.who;
+  o.checkpoint_every = read_activation_checkpointing(options, who);
   const std::string schedule = options.get_string("schedule");
   if (schedule == "gpipe") {
     o.schedule = PipelineSchedule::kGpipe;

@@ -1,20 +1,51 @@
 // Reading the options the strategy plugins have in common: the wire dtype of
-// a collective (`reduce_dtype`, `param_dtype`) and the gradient bucket sizes
-// and overlap switch of the bucketed strategies (ddp, zero1). Each plugin
-// still declares its options itself (key, type, default, help); these read
-// the resolved values and check them with the same messages everywhere.
+// a collective (`reduce_dtype`, `param_dtype`), the gradient bucket sizes
+// and overlap switch of the bucketed strategies (ddp, zero1) and the
+// activation checkpointing interval every strategy takes. Each plugin still
+// declares its options itself (key, type, default, help; the checkpointing
+// declaration is shared, kActivationCheckpointingOption); these read the
+// resolved values and check them with the same messages everywhere.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "tessera/c/common.h"
+#include "tessera/c/plugin.h"
 #include "tessera/sdk/comm_dtype.hpp"
 #include "tessera/sdk/error.hpp"
 #include "tessera/sdk/grad_buckets.hpp"
 #include "tessera/sdk/host.hpp"
 
 namespace tessera::sdk {
+
+// The declaration of `activation_checkpointing` (int, default 0: off), which
+// every strategy lists among its options; read it with
+// read_activation_checkpointing. docs/strategies/README.md, "Activation
+// checkpointing".
+inline constexpr tessera_option_decl kActivationCheckpointingOption = {
+    "activation_checkpointing", TESSERA_OPT_INT, "0",
+    "checkpoint every N-th unit: drop its saved activations after its forward and recompute "
+    "them before its backward (units N-1, 2N-1, ...; never the last unit); 0: off"};
+
+// The value of `activation_checkpointing`: 0 (off) or the interval N >= 1.
+// Throws tessera::Error (invalid argument) naming the option and its value
+// when it is negative, the message prefixed with "<who>: " when `who` is
+// given. (The host refuses a value that is not an integer.)
+inline int64_t read_activation_checkpointing(const Options& options, const char* who = nullptr) {
+  const int64_t every = options.get_int(kActivationCheckpointingOption.key);
+  TESSERA_CHECK(every >= 0, TESSERA_ERR_INVALID_ARGUMENT, who != nullptr ? who : "",
+                who != nullptr ? ": " : "", "option 'activation_checkpointing' = ", every,
+                " must be >= 0 (0: off; N: checkpoint every N-th unit)");
+  return every;
+}
+
+// Whether unit `unit` of a range of units ending before unit `end` (the
+// model, or a pipeline chunk) is checkpointed with an interval of `every`
+// units (0: none): (unit + 1) % every == 0, and not the range's last unit.
+[[nodiscard]] inline bool checkpointed_unit(int64_t every, int32_t unit, int32_t end) noexcept {
+  return every > 0 && unit + 1 < end && (static_cast<int64_t>(unit) + 1) % every == 0;
+}
 
 // The dtype of string option `key` (f32, bf16 or f16; see
 // parse_comm_dtype). Throws tessera::Error (invalid argument) naming the

@@ -12,6 +12,13 @@
 // they are alive. By default the contexts stay alive between steps, so a
 // step does not allocate and fault in its activation memory again;
 // release() (or keep_contexts = false) frees them.
+//
+// With activation checkpointing every N units (the strategies'
+// `activation_checkpointing` option), units N-1, 2N-1, ... (never the last)
+// drop their contexts after the forward and run their forward again right
+// before their backward, after before_backward (so a strategy that gathers
+// parameters there gathers nothing more); the hooks see no extra call.
+// See sdk::UnitContexts.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +29,7 @@
 #include "tessera/sdk/error.hpp"
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/strategy.hpp"
+#include "tessera/sdk/unit_contexts.hpp"
 
 namespace tessera::sdk {
 
@@ -51,15 +59,23 @@ class UnitRunner {
  public:
   // `model` must outlive the runner; `rank` is the world rank the
   // activation bytes are reported for; with `keep_contexts` false every
-  // run() frees its contexts before returning.
-  UnitRunner(const Host& host, const ModelView& model, int32_t rank, bool keep_contexts = true)
-      : host_(host), model_(&model), rank_(rank), keep_contexts_(keep_contexts) {
+  // run() frees its contexts before returning; `checkpoint_every` > 0
+  // checkpoints every that many units (see the top of the file).
+  UnitRunner(const Host& host, const ModelView& model, int32_t rank, bool keep_contexts = true,
+             int64_t checkpoint_every = 0)
+      : model_(&model),
+        keep_contexts_(keep_contexts),
+        contexts_(host, model, rank, 0, model.num_units(), checkpoint_every) {
     TESSERA_CHECK(model.num_units() >= 1, TESSERA_ERR_INVALID_ARGUMENT,
                   "unit runner: the model has no units");
   }
   UnitRunner(const UnitRunner&) = delete;
   UnitRunner& operator=(const UnitRunner&) = delete;
-  ~UnitRunner() { release(); }
+  ~UnitRunner() = default;
+
+  // Every unit call gets tensor-parallel group `tp` (null: whole
+  // parameters); it must outlive the runs.
+  void set_tp_group(const tessera_tp_group* tp) noexcept { tp_ = tp; }
 
   // Forward and backward of every micro-batch (see the top of the file).
   // `loss_scales[i]` is passed to the last unit's forward for micro-batch
@@ -79,22 +95,14 @@ class UnitRunner {
     const auto num_micro = static_cast<int32_t>(micro_batches.size());
     double loss = 0.0;
     try {
-      if (contexts_.empty()) {
-        contexts_.resize(static_cast<size_t>(units));
-        context_bytes_.assign(static_cast<size_t>(units), 0);
-        for (int32_t u = 0; u < units; ++u) {
-          contexts_[static_cast<size_t>(u)] = model_->make_context(u);
-        }
-      }
       for (int32_t m = 0; m < num_micro; ++m) {
         const tessera_batch* batch = micro_batches[static_cast<size_t>(m)];
         tessera_matrix x{};
         for (int32_t u = 0; u < units; ++u) {
           h.before_forward(u, m);
           check_bound(params, u, "parameters");
-          x = model_->forward(u, context(u), params.unit_const(u), batch, x,
-                              loss_scales[static_cast<size_t>(m)]);
-          account(u);
+          x = contexts_.forward(u, params.unit_const(u), batch, x,
+                                loss_scales[static_cast<size_t>(m)], tp_);
         }
         TESSERA_CHECK(x.data != nullptr && x.rows * x.cols == 1, TESSERA_ERR_INTERNAL,
                       "unit runner: the last unit '", model_->unit_name(units - 1), "' returned a ",
@@ -105,8 +113,7 @@ class UnitRunner {
           h.before_backward(u, m);
           check_bound(params, u, "parameters");
           check_bound(grads, u, "gradients");
-          grad = model_->backward(u, context(u), params.unit_const(u), grads.unit(u), grad);
-          account(u);
+          grad = contexts_.backward(u, params.unit_const(u), grads.unit(u), grad, tp_);
           h.after_backward(u, m, m == num_micro - 1);
         }
       }
@@ -120,42 +127,22 @@ class UnitRunner {
 
   // Destroys the contexts and reports their bytes as freed; the next run()
   // creates new ones.
-  void release() noexcept {
-    const int64_t held = activation_bytes();
-    contexts_.clear();
-    context_bytes_.clear();
-    if (held != 0) host_.track_memory(rank_, TESSERA_MEM_ACTIVATIONS, -held);
-  }
+  void release() noexcept { contexts_.release(); }
 
-  // Activation bytes currently reported (held by the contexts).
-  [[nodiscard]] int64_t activation_bytes() const noexcept {
-    int64_t sum = 0;
-    for (const int64_t b : context_bytes_) sum += b;
-    return sum;
-  }
+  // Activation bytes currently reported (held by the contexts and the
+  // checkpointing copies).
+  [[nodiscard]] int64_t activation_bytes() const noexcept { return contexts_.bytes(); }
 
  private:
-  UnitContext& context(int32_t u) { return contexts_[static_cast<size_t>(u)]; }
-
   void check_bound(const SlotPointers& ptrs, int32_t u, const char* what) const {
     TESSERA_CHECK(ptrs.bound(u), TESSERA_ERR_INVALID_ARGUMENT, "unit runner: unit '",
                   model_->unit_name(u), "' has unbound ", what);
   }
 
-  // Reports the change of unit u's context size since the last report.
-  void account(int32_t u) {
-    const auto now = static_cast<int64_t>(context(u).bytes());
-    int64_t& before = context_bytes_[static_cast<size_t>(u)];
-    if (now != before) host_.track_memory(rank_, TESSERA_MEM_ACTIVATIONS, now - before);
-    before = now;
-  }
-
-  Host host_;
   const ModelView* model_;
-  int32_t rank_;
   bool keep_contexts_;
-  std::vector<UnitContext> contexts_;
-  std::vector<int64_t> context_bytes_;
+  UnitContexts contexts_;
+  const tessera_tp_group* tp_ = nullptr;
 };
 
 }  // namespace tessera::sdk
