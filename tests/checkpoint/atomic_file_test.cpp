@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "temp_dir.hpp"
+#include "file_bytes.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera {

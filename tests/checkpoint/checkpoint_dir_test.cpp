@@ -14,7 +14,7 @@
 #include <string>
 
 #include "../support/bounded.hpp"
-#include "temp_dir.hpp"
+#include "file_bytes.hpp"
 #include "tessera/core/train/checkpoint_dir.hpp"
 #include "tessera/sdk/error.hpp"
 

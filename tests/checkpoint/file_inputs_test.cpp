@@ -10,7 +10,7 @@
 #include <string>
 
 #include "../support/bounded.hpp"
-#include "temp_dir.hpp"
+#include "file_bytes.hpp"
 #include "tessera/core/atomic_file.hpp"
 #include "tessera/core/safetensors.hpp"
 #include "tessera/core/safetensors_index.hpp"

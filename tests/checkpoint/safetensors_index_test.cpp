@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "temp_dir.hpp"
+#include "file_bytes.hpp"
 #include "tessera/core/safetensors_index.hpp"
 #include "tessera/sdk/error.hpp"
 

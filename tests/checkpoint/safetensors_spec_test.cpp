@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "temp_dir.hpp"
+#include "file_bytes.hpp"
 #include "tessera/core/safetensors.hpp"
 
 namespace tessera {

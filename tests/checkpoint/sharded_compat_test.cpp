@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "temp_dir.hpp"
+#include "file_bytes.hpp"
 #include "tessera/core/safetensors.hpp"
 #include "tessera/core/safetensors_index.hpp"
 #include "tessera/core/train/checkpointing.hpp"

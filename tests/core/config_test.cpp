@@ -1,13 +1,11 @@
 // Loading valid configs: every section and key, defaults, relative plugin
 // paths, and to_toml printing something that loads back to the same values.
-#include <unistd.h>
-
 #include <filesystem>
-#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
 
+#include "../support/temp_dir.hpp"
 #include "tessera/core/config.hpp"
 #include "tessera/sdk/error.hpp"
 
@@ -76,32 +74,7 @@ resume = true
 format = "sharded"
 )";
 
-// A fresh directory under the system temp dir, removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    path_ =
-        std::filesystem::temp_directory_path() /
-        ("tessera_config_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  [[nodiscard]] const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path write(const std::string& name, const std::string& text) const {
-    const auto file = path_ / name;
-    std::ofstream(file) << text;
-    return file;
-  }
-
- private:
-  static inline int counter_ = 0;
-  std::filesystem::path path_;
-};
+using test::TempDir;
 
 TEST(Config, FullConfigReadsEveryKey) {
   const Config c = parse_config(kFullConfig, "run.toml");

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "../support/bounded.hpp"
-#include "temp_dir.hpp"
 #include "tessera/core/data/dataset.hpp"
 #include "tessera/sdk/error.hpp"
+#include "token_ids.hpp"
 
 namespace tessera {
 namespace {
@@ -49,7 +49,7 @@ TEST(DataErrors, MissingFile) {
 
 TEST(DataErrors, EmptyFile) {
   const test::TempDir dir;
-  const std::string path = dir.write("empty.txt", {}).string();
+  const std::string path = dir.write("empty.txt", "").string();
   DataSection section = tokens_at(path);
   section.kind = "text";
   const std::string msg = error_of(section, DataShape::sequences(4, 256));
@@ -84,7 +84,7 @@ TEST(DataErrors, FileTruncatedWhileInUseIsAnErrorNamingIt) {
   const test::TempDir dir;
   std::vector<uint32_t> ids(1000);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint32_t>(i % 10);
-  const std::string path = dir.write_ids("train.bin", ids, 2).string();
+  const std::string path = test::write_ids(dir, "train.bin", ids, 2).string();
   const auto data = make_dataset(tokens_at(path), DataShape::sequences(4, 10), 1);
   Batch batch = Batch::make(1, 4, 0);
   data->fill(0, batch, 0);  // readable while whole
@@ -103,7 +103,7 @@ TEST(DataErrors, FileTruncatedWhileInUseIsAnErrorNamingIt) {
 
 TEST(DataErrors, FileShorterThanOneSequence) {
   const test::TempDir dir;
-  const std::string path = dir.write_ids("short.bin", {1, 2, 3, 4}, 2).string();
+  const std::string path = test::write_ids(dir, "short.bin", {1, 2, 3, 4}, 2).string();
   const std::string msg = error_of(tokens_at(path), DataShape::sequences(4, 10));
   EXPECT_MENTIONS(msg, path);
   EXPECT_MENTIONS(msg, "4 tokens, fewer than seq_len + 1 = 5");
@@ -111,7 +111,7 @@ TEST(DataErrors, FileShorterThanOneSequence) {
 
 TEST(DataErrors, TokenOutsideVocabularyNamesPositionAndValue) {
   const test::TempDir dir;
-  const std::string path = dir.write_ids("big.bin", {1, 2, 3, 12, 4, 99}, 4).string();
+  const std::string path = test::write_ids(dir, "big.bin", {1, 2, 3, 12, 4, 99}, 4).string();
   DataOptions options;
   options.token_bytes = 4;
   const std::string msg = error_of(tokens_at(path), DataShape::sequences(2, 10), options);
@@ -140,7 +140,7 @@ TEST(DataErrors, UnsupportedTokenWidth) {
   const test::TempDir dir;
   DataOptions options;
   options.token_bytes = 3;
-  const std::string path = dir.write_ids("w.bin", {1, 2, 3}, 2).string();
+  const std::string path = test::write_ids(dir, "w.bin", {1, 2, 3}, 2).string();
   EXPECT_MENTIONS(error_of(tokens_at(path), DataShape::sequences(1, 10), options), "token_bytes 3");
 }
 

@@ -5,10 +5,10 @@
 #include <set>
 #include <vector>
 
-#include "temp_dir.hpp"
 #include "tessera/core/data/dataset.hpp"
 #include "tessera/core/data/sampler.hpp"
 #include "tessera/core/data/token_file_dataset.hpp"
+#include "token_ids.hpp"
 
 namespace tessera {
 namespace {
@@ -36,14 +36,14 @@ TEST(TokenFile, ReadsLittleEndianU16AndU32) {
   const test::TempDir dir;
   const std::vector<uint32_t> ids = {1, 258, 65535, 7, 300, 2};
   for (const int width : {2, 4}) {
-    const auto path = dir.write_ids("ids" + std::to_string(width), ids, width);
+    const auto path = test::write_ids(dir, "ids" + std::to_string(width), ids, width);
     const TokenFileDataset data(path, width, DataShape::sequences(2, 65536), "tokens");
     ASSERT_EQ(data.tokens(), 6);
     for (int64_t i = 0; i < 6; ++i) {
       EXPECT_EQ(static_cast<uint32_t>(data.token(i)), ids[static_cast<size_t>(i)]);
     }
   }
-  const auto wide = dir.write_ids("wide", {70000, 1, 2}, 4);
+  const auto wide = test::write_ids(dir, "wide", {70000, 1, 2}, 4);
   EXPECT_EQ(TokenFileDataset(wide, 4, DataShape::sequences(2, 100000), "tokens").token(0), 70000);
 }
 
@@ -55,7 +55,7 @@ TEST(TokenFile, BatchesAreShiftedWindowsCoveringTheFile) {
   }
   DataSection section;
   section.kind = "tokens";
-  section.path = dir.write_ids("train.bin", ids, 2).string();
+  section.path = test::write_ids(dir, "train.bin", ids, 2).string();
   const auto data = make_dataset(section, DataShape::sequences(5, 23), 1);
   const DistributedSampler sampler(*data, 1, 16, 0, 1);
   std::set<int32_t> first_tokens;

@@ -2,7 +2,7 @@
 //
 // Each child gets RANK, WORLD_SIZE, a private TESSERA_RENDEZVOUS_DIR and
 // TESSERA_RUN_ID, runs the scenario, reports one line of text through a
-// pipe and exits with the scenario's code. The parent waits for every child
+// file and exits with the scenario's code (test::ChildProcess). The parent waits for every child
 // up to a limit and kills (SIGKILL) and reaps whatever is still running, so
 // a test can never hang and never leaves a process behind.
 #pragma once

@@ -1,21 +1,29 @@
-// Running the built `tessera` binary from a test, with a bounded wait: its
-// stdout and stderr are collected, the test can wait for a line to appear
-// and send it signals, and a process still running when the object dies is
-// killed and reaped.
+// Running the built `tessera` binary from a launch test through
+// test::ChildProcess: its stdout and stderr are captured, the test can wait
+// for a line to appear and send it signals, every wait is bounded, and a
+// process still running when the object dies is killed and reaped.
 #pragma once
 
-#include <sys/types.h>
-
 #include <chrono>
-#include <filesystem>
-#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "../support/child_process.hpp"
+#include "../support/temp_dir.hpp"
+
+#ifndef TESSERA_CLI
+#error "TESSERA_CLI must name the tessera executable"
+#endif
+
 namespace tessera::launch_test {
 
 using namespace std::chrono_literals;
+using test::eventually;
+using test::group_alive;
+using test::lines_of;
+using test::process_alive;
+using test::TempDir;
 
 // How `tessera` ended, with everything it wrote.
 struct CliResult {
@@ -38,70 +46,45 @@ struct CliEnv {
 // An environment change that only sets variables ("NAME=VALUE").
 inline CliEnv env_setting(std::vector<std::string> set) { return CliEnv{std::move(set), {}}; }
 
-// One running `tessera` process started with `args` (argv[0] is added).
-class CliProcess {
+// The child options of `tessera` run with `env` (output captured).
+inline test::ChildOptions cli_options(const CliEnv& env) {
+  test::ChildOptions options;
+  options.unset = env.unset;
+  options.unset.emplace_back("TESSERA_RENDEZVOUS_DIR");
+  for (const std::string& entry : env.set) {
+    const size_t eq = entry.find('=');
+    options.set.emplace_back(entry.substr(0, eq),
+                             eq == std::string::npos ? std::string() : entry.substr(eq + 1));
+  }
+  return options;
+}
+
+// The command line `tessera args...`.
+inline std::vector<std::string> cli_command(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {TESSERA_CLI};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+// One running `tessera` process started with `args`.
+class CliProcess : public test::ChildProcess {
  public:
-  CliProcess(const std::vector<std::string>& args, const CliEnv& env = {});
-  CliProcess(const CliProcess&) = delete;
-  CliProcess& operator=(const CliProcess&) = delete;
-  ~CliProcess();
-
-  [[nodiscard]] pid_t pid() const noexcept { return pid_; }
-
-  // Collects output until `done(out, err)` holds or `timeout` passes; returns
-  // whether it held. Returns false as well if the process ends first without
-  // the condition holding.
-  bool wait_for_output(const std::function<bool(const std::string&, const std::string&)>& done,
-                       std::chrono::milliseconds timeout);
-
-  // Sends `signal` to the process.
-  void signal(int signal) const;
+  explicit CliProcess(const std::vector<std::string>& args, const CliEnv& env = {})
+      : test::ChildProcess(cli_command(args), cli_options(env)) {}
 
   // Waits for the process to end, collecting output; after `timeout` it is
   // killed with SIGKILL and the result says timed_out.
-  CliResult finish(std::chrono::milliseconds timeout);
-
- private:
-  // One round of poll + read; returns false when both streams are closed.
-  bool pump(std::chrono::milliseconds wait);
-
-  pid_t pid_ = -1;
-  int out_fd_ = -1;
-  int err_fd_ = -1;
-  bool reaped_ = false;
-  CliResult result_;
+  CliResult finish(std::chrono::milliseconds timeout) {
+    const test::ChildExit e = wait(timeout);
+    return CliResult{e.code, e.signal, e.timed_out, out(), err()};
+  }
 };
 
 // Runs `tessera args...` to completion (SIGKILL after `timeout`).
-CliResult run_cli(const std::vector<std::string>& args, const CliEnv& env = {},
-                  std::chrono::milliseconds timeout = 20s);
-
-// Lines of `text` (without newlines); a missing final newline still ends a
-// line.
-std::vector<std::string> lines_of(const std::string& text);
-
-// True while a process of process group `pgid` exists and is not a zombie
-// (read from /proc).
-bool group_alive(pid_t pgid);
-
-// True while process `pid` exists and is not a zombie.
-bool process_alive(pid_t pid);
-
-// Polls `alive` until it returns false or `timeout` passes; returns whether
-// it became false.
-bool wait_until_gone(const std::function<bool()>& alive, std::chrono::milliseconds timeout);
-
-// A fresh private directory removed with its contents at destruction.
-class TempDir {
- public:
-  TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir();
-  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+inline CliResult run_cli(const std::vector<std::string>& args, const CliEnv& env = {},
+                         std::chrono::milliseconds timeout = 20s) {
+  CliProcess process(args, env);
+  return process.finish(timeout);
+}
 
 }  // namespace tessera::launch_test

@@ -68,7 +68,7 @@ TEST(LaunchFailure, KilledRankStopsASleepingSiblingAfterGrace) {
   // The sibling's whole process group (the shell and its sleep) is gone.
   const pid_t sibling = reported_pid(r.err, 1);
   ASSERT_GT(sibling, 0) << r.err;
-  EXPECT_TRUE(wait_until_gone([&] { return group_alive(sibling); }, 5s));
+  EXPECT_TRUE(eventually(5s, [&] { return !group_alive(sibling); }));
 }
 
 TEST(LaunchFailure, RankFailingAtOnceStartsTheGracePeriod) {
@@ -101,7 +101,7 @@ TEST(LaunchFailure, RankIgnoringSigtermIsKilled) {
   EXPECT_TRUE(contains(r.err, "rank 0 exit 2, rank 1 SIGKILL (stopped by the launcher)")) << r.err;
   const pid_t sibling = reported_pid(r.err, 1);
   ASSERT_GT(sibling, 0) << r.err;
-  EXPECT_TRUE(wait_until_gone([&] { return group_alive(sibling); }, 5s));
+  EXPECT_TRUE(eventually(5s, [&] { return !group_alive(sibling); }));
 }
 
 TEST(LaunchFailure, CommandNotFound) {
@@ -167,7 +167,7 @@ TEST(LaunchFailure, RanksDieWithAKilledLauncher) {
   launcher.signal(SIGKILL);
   (void)launcher.finish(10s);
   for (const pid_t pid : pids) {
-    EXPECT_TRUE(wait_until_gone([&] { return process_alive(pid); }, 5s)) << "pid " << pid;
+    EXPECT_TRUE(eventually(5s, [&] { return !process_alive(pid); })) << "pid " << pid;
   }
 }
 

@@ -26,19 +26,6 @@ fs::path hang_dir() { return TESSERA_TEST_HANG_DIR; }
 
 fs::path builtin_dir() { return TESSERA_TEST_BUILTIN_DIR; }
 
-TempDir::TempDir() {
-  std::string pattern = (fs::temp_directory_path() / "tessera_loader_XXXXXX").string();
-  if (mkdtemp(pattern.data()) == nullptr) {
-    throw std::runtime_error("cannot create a temporary directory from " + pattern);
-  }
-  path_ = pattern;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  fs::remove_all(path_, ec);
-}
-
 // The tests change the environment from one thread only, so the functions
 // that clang-tidy flags as not thread safe are safe here.
 // NOLINTBEGIN(concurrency-mt-unsafe)

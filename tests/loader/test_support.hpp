@@ -13,6 +13,8 @@
 
 #include <spdlog/sinks/ringbuffer_sink.h>
 
+#include "../support/temp_dir.hpp"
+
 namespace tessera::test {
 
 // Directory of the fixture set, and the second directory holding a
@@ -29,21 +31,6 @@ std::filesystem::path backend_fixture(const std::string& name);
 std::filesystem::path crash_dir();
 std::filesystem::path hang_dir();
 std::filesystem::path builtin_dir();
-
-// A fresh empty directory under the system temporary directory, removed with
-// everything in it when the object is destroyed. Throws std::runtime_error
-// if it cannot be created.
-class TempDir {
- public:
-  TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir();
-  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 // Sets (or, with nullopt, unsets) an environment variable for the lifetime of
 // the object and restores the previous state afterwards.

@@ -8,7 +8,6 @@
 #include <string>
 
 #include "checkpoint_tensors.hpp"
-#include "child_process.hpp"
 #include "engines.hpp"
 #include "tessera/core/train/checkpointing.hpp"
 
@@ -31,7 +30,7 @@ TEST_P(AutoProcesses, OneChoiceForEveryRank) {
                                      {"strategy.name=\"" + strategy + "\"", "strategy.options={}",
                                       "checkpoint.dir=\"" + (dir.path() / tag).string() + "\""},
                                      tag),
-                       launcher_env(), log);
+                       launched(log));
     const ChildExit exit = child.wait(std::chrono::minutes(4));
     EXPECT_TRUE(exit.ok()) << tag << " run " << exit.describe() << ":\n" << read_text(log);
     return read_text(log);

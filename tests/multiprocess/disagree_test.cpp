@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "child_process.hpp"
 #include "engines.hpp"
 
 namespace tessera::mptest {
@@ -62,7 +61,7 @@ TEST_P(Disagree, EveryRankStopsNamingTheRankAndTheKey) {
   command.insert(train - 1, wrapper.string());
 
   const auto log = dir.path() / "run.log";
-  ChildProcess run(command, launcher_env(), log);
+  ChildProcess run(command, launched(log));
   const ChildExit exit = run.wait(std::chrono::seconds(90));
   const std::string text = read_text(log);
   ASSERT_FALSE(exit.timed_out) << "the ranks hung:\n" << text;

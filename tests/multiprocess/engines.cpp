@@ -43,11 +43,16 @@ std::string engine_unavailable(Engine e) {
   return {};
 }
 
-std::vector<std::pair<std::string, std::string>> launcher_env() {
-  return {{"OMPI_ALLOW_RUN_AS_ROOT", "1"},
-          {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"},
-          {"OMPI_MCA_rmaps_base_oversubscribe", "1"},
-          {"TESSERA_PLUGIN_PATH", ""}};
+test::ChildOptions launched(const std::filesystem::path& log) {
+  test::ChildOptions options;
+  options.set = {{"OMPI_ALLOW_RUN_AS_ROOT", "1"},
+                 {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"},
+                 {"OMPI_MCA_rmaps_base_oversubscribe", "1"},
+                 {"TESSERA_PLUGIN_PATH", ""}};
+  options.output = test::ChildOutput::kFile;
+  options.log = log;
+  options.own_group = true;
+  return options;
 }
 
 const char* rank_env_key(Engine e) noexcept {

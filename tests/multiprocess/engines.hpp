@@ -9,7 +9,17 @@
 #include <utility>
 #include <vector>
 
+#include "../support/child_process.hpp"
+#include "../support/temp_dir.hpp"
+
 namespace tessera::mptest {
+
+using test::ChildExit;
+using test::ChildProcess;
+using test::eventually;
+using test::processes_with_env;
+using test::read_text;
+using test::TempDir;
 
 enum class Engine { kInmemory, kMpi, kGloo };
 
@@ -33,8 +43,11 @@ std::vector<std::string> train_command(Engine e, int ranks, const std::filesyste
                                        const std::vector<std::string>& sets,
                                        const std::string& mark);
 
-// Environment a launcher needs here (Open MPI as root, oversubscription).
-std::vector<std::pair<std::string, std::string>> launcher_env();
+// How a test starts a launcher (or the tessera command): with the
+// environment it needs here (Open MPI as root, oversubscription, no
+// TESSERA_PLUGIN_PATH), stdout and stderr both to `log`, in a process group
+// of its own so that a kill reaches every rank it started.
+test::ChildOptions launched(const std::filesystem::path& log);
 
 // The environment key holding a rank's number for `e` (RANK for the
 // launcher, OMPI_COMM_WORLD_RANK under mpirun).

@@ -19,7 +19,6 @@
 #include <sstream>
 #include <string>
 
-#include "child_process.hpp"
 #include "engines.hpp"
 #include "tessera/core/safetensors.hpp"
 #include "tessera/core/train/checkpointing.hpp"
@@ -82,7 +81,7 @@ TEST_P(Fault, KilledRankFailsTheOthersWithinTheTimeout) {
   if (engine == Engine::kMpi && !param.survivors_report) {
     command.erase(std::find(command.begin(), command.end(), "--enable-recovery"));
   }
-  ChildProcess run(command, launcher_env(), log);
+  ChildProcess run(command, launched(log));
 
   // Let it train past a few checkpoints, then kill one rank from outside.
   ASSERT_TRUE(eventually(std::chrono::minutes(2),

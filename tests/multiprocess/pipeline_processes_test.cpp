@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "checkpoint_tensors.hpp"
-#include "child_process.hpp"
 #include "engines.hpp"
 #include "tessera/core/train/checkpointing.hpp"
 
@@ -94,7 +93,7 @@ std::optional<std::filesystem::path> train_to_checkpoint(
                     {"strategy.name=\"" + strategy + "\"", "strategy.options=" + options,
                      "checkpoint.dir=\"" + ckpt.string() + "\""},
                     tag),
-      launcher_env(), log);
+      launched(log));
   const ChildExit exit = child.wait(kPipeRunLimit);
   EXPECT_TRUE(exit.ok()) << tag << " run " << exit.describe() << ":\n" << read_text(log);
   if (!exit.ok()) return std::nullopt;

@@ -7,7 +7,6 @@
 #include <string>
 
 #include "checkpoint_tensors.hpp"
-#include "child_process.hpp"
 #include "engines.hpp"
 
 namespace tessera::mptest {
@@ -24,7 +23,7 @@ std::filesystem::path train(Engine e, const std::filesystem::path& config,
   ChildProcess child(
       train_command(e, kTrainingRanks, config, {"checkpoint.dir=\"" + ckpt.string() + "\""},
                     "same-" + std::string(engine_name(e))),
-      launcher_env(), log);
+      launched(log));
   const ChildExit exit = child.wait(std::chrono::minutes(4));
   EXPECT_TRUE(exit.ok()) << engine_name(e) << " run " << exit.describe() << ":\n" << read_text(log);
   return ckpt / "step-00000008" / "model.safetensors";

@@ -24,7 +24,6 @@
 #include <vector>
 
 #include "checkpoint_tensors.hpp"
-#include "child_process.hpp"
 #include "engines.hpp"
 #include "tessera/core/safetensors.hpp"
 #include "tessera/core/safetensors_index.hpp"
@@ -62,7 +61,7 @@ std::string train(const Run& r, const std::filesystem::path& config,
       "strategy.name=\"" + r.strategy + "\"", "strategy.options={}",
       "checkpoint.format=\"sharded\"", "checkpoint.dir=\"" + r.ckpt.string() + "\"",
       std::string("checkpoint.resume=") + (r.resume ? "true" : "false")};
-  ChildProcess child(train_command(r.engine, r.ranks, config, sets, r.tag), launcher_env(), log);
+  ChildProcess child(train_command(r.engine, r.ranks, config, sets, r.tag), launched(log));
   const ChildExit exit = child.wait(kRunLimit);
   const std::string text = read_text(log);
   EXPECT_TRUE(exit.ok()) << r.tag << " run " << exit.describe() << ":\n" << text;
@@ -171,7 +170,7 @@ TEST_P(ShardedResume, SavedOnTwoProcessRanksResumedOnThreeMatchesUninterrupted) 
   const auto convert_log = dir.path() / "convert.log";
   ChildProcess convert({TESSERA_MP_TESSERA, "checkpoint", "convert", "--to", "full",
                         resumed.string(), full.string()},
-                       launcher_env(), convert_log);
+                       launched(convert_log));
   const ChildExit converted = convert.wait(kRunLimit);
   ASSERT_TRUE(converted.ok()) << "checkpoint convert " << converted.describe() << ":\n"
                               << read_text(convert_log);

@@ -9,6 +9,7 @@
 #include "tessera/core/host_api.hpp"
 #include "tessera/core/memory.hpp"
 #include "tessera/sdk/comm_dtype.hpp"
+#include "tessera/sdk/estimate_formulas.hpp"
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/grad_buckets.hpp"
 #include "tessera/sdk/tracked_buffer.hpp"
@@ -147,26 +148,30 @@ TEST(GradBuckets, ReverseOrderWholeParametersAndSmallFirstBucket) {
   EXPECT_EQ(alone[3].range.size(), 6U);
 }
 
-// Reduce-scatter buckets are slices of the shard grid, from the end of the
-// shard down; each is ready once every rank's piece of it is final.
-TEST(GradBuckets, ShardGridSlicesCoverEveryRanksPiece) {
+// zero1's buckets are contiguous flat ranges of N equal blocks over the
+// range padded to N shards, from the end of the model down; each is ready
+// once every gradient it covers is final.
+TEST(GradBuckets, ShardBucketsAreBlocksOfThePaddedRange) {
   Fixture f;
   const sdk::FlatLayout layout(f.view);
-  // 4 ranks: S = 5 (padded to 20). First slice 8 / 4 = 2 elements per rank.
+  // 4 ranks: S = 5, padded to 20. First bucket 8 / 4 = 2 elements per rank.
   const auto four = sdk::plan_shard_buckets(layout, 4, 8, 12);
   ASSERT_EQ(four.size(), 2U);
-  EXPECT_EQ(four[0].range.begin, 3U);
-  EXPECT_EQ(four[0].range.end, 5U);
-  // Pieces a[3,5) b[8,10) c[13,15) and padding [18,20); a is tied into mid,
-  // but its last user in backward order is unit 0.
-  EXPECT_EQ(four[0].first_entry, 0U);
-  EXPECT_EQ(four[0].last_entry, 2U);
-  EXPECT_EQ(four[0].ready_after_unit, 0);
+  // c[12,15), d[15,18) and padding [18,20): final after unit 1 (c).
+  EXPECT_EQ(four[0].range.begin, 12U);
+  EXPECT_EQ(four[0].range.end, 20U);
+  EXPECT_EQ(four[0].first_entry, 2U);
+  EXPECT_EQ(four[0].last_entry, 3U);
+  EXPECT_EQ(four[0].ready_after_unit, 1);
+  // a[0,6), b[6,10), c[10,12); a is tied into mid, but its last user in
+  // backward order is unit 0.
   EXPECT_EQ(four[1].range.begin, 0U);
-  EXPECT_EQ(four[1].range.end, 3U);
-  EXPECT_EQ(four[1].last_entry, 3U);  // d in [15,18)
-  // One rank: the first slice is the end of the model, c and d, final after
-  // unit 1's backward.
+  EXPECT_EQ(four[1].range.end, 12U);
+  EXPECT_EQ(four[1].first_entry, 0U);
+  EXPECT_EQ(four[1].last_entry, 2U);
+  EXPECT_EQ(four[1].ready_after_unit, 0);
+  // One rank: the first bucket is the end of the model, c and d, final
+  // after unit 1's backward.
   const auto one = sdk::plan_shard_buckets(layout, 1, 8, 12);
   ASSERT_EQ(one.size(), 2U);
   EXPECT_EQ(one[0].range.begin, 10U);
@@ -177,7 +182,16 @@ TEST(GradBuckets, ShardGridSlicesCoverEveryRanksPiece) {
   // A capacity below the world size still gives one element per rank.
   const auto tiny = sdk::plan_shard_buckets(layout, 4, 1, 1);
   ASSERT_EQ(tiny.size(), 5U);
-  for (size_t i = 0; i < tiny.size(); ++i) EXPECT_EQ(tiny[i].range.size(), 1U) << i;
+  for (size_t i = 0; i < tiny.size(); ++i) {
+    EXPECT_EQ(tiny[i].range.size(), 4U) << i;
+    EXPECT_EQ(tiny[i].range.end, 20U - 4 * i) << i;
+  }
+  // The per-rank lengths are shard_grid_plan's (what the estimate uses).
+  const sdk::ShardGridPlan plan = sdk::shard_grid_plan(5, 4, 8, 12);
+  ASSERT_EQ(plan.buckets.size(), four.size());
+  for (size_t i = 0; i < four.size(); ++i) {
+    EXPECT_EQ(static_cast<uint64_t>(plan.buckets[i]) * 4, four[i].range.size()) << i;
+  }
   EXPECT_THROW((void)sdk::plan_shard_buckets(layout, 0, 8, 8), Error);
 }
 

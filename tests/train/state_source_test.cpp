@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/temp_dir.hpp"
+#include "checkpoint/file_bytes.hpp"
 #include "support/error_of.hpp"
 #include "tessera/core/safetensors.hpp"
 #include "tessera/core/train/strategy_host.hpp"

@@ -9,8 +9,8 @@ namespace tessera::strategies {
 // Declarations handed to the host (key, type, default, help).
 inline constexpr tessera_option_decl kZero1Options[] = {
     {"bucket_mb", TESSERA_OPT_FLOAT, "25",
-     "gradient bucket capacity in MiB over all ranks (a slice of every rank's shard); two "
-     "buckets in flight bound the communication staging, the parameter allgather included"},
+     "gradient bucket capacity in MiB over all ranks: N equal blocks, block r owned by rank r; "
+     "each bucket is reduce-scattered and allgathered in place, with no staging"},
     {"first_bucket_mb", TESSERA_OPT_FLOAT, "1",
      "capacity in MiB of the first bucket, kept small so communication starts early"},
     {"overlap", TESSERA_OPT_BOOL, "true",

@@ -1,14 +1,15 @@
 // The `zero1` strategy: ZeRO stage 1. Every rank holds the whole model's
-// parameters and gradients (flat f32 buffers, replicated) and trains on its
-// own slice of the global batch; the optimizer state is cut into N equal
-// shards of the flat range (sdk::even_shard, padded) and each rank keeps
-// and updates only its own. As in the ZeRO paper, gradients are
-// reduce-scattered bucket by bucket during backward, so each rank receives
-// the sum of its own shard only (into its part of the full gradient buffer,
-// where backward accumulates); the clip norm comes from the shards' sums of
+// parameters and gradients (flat f32 buffers, replicated, padded to a
+// multiple of N) and trains on its own slice of the global batch; the
+// optimizer state is cut into N equal shards and each rank keeps and
+// updates only its own: block r of every gradient bucket (ShardGrid). As
+// in the ZeRO paper, gradients are reduce-scattered bucket by bucket during
+// backward, in place in the full gradient buffer, so each rank receives the
+// sums of its own blocks only; the clip norm comes from the shards' sums of
 // squares (one f64 scalar allreduced), each rank applies the optimizer to
-// its shard, and the updated shards are allgathered so every rank again
-// holds the same, bit-identical parameters: 2Ψ elements sent per step. docs/strategies/zero1.md
+// its blocks, and the buckets are allgathered in place in the parameter
+// buffer so every rank again holds the same, bit-identical parameters: 2Ψ
+// elements sent per step, nothing staged. docs/strategies/zero1.md
 // describes it for users.
 #pragma once
 
@@ -36,15 +37,15 @@ class Zero1Strategy final : public sdk::DataParallelStrategy {
   static sdk::Estimate estimate(const sdk::Host& host, const sdk::Options& options,
                                 const sdk::EstimateArgs& args);
 
-  // Allocates the replicated parameters and gradients (PARAMS, GRADS), the
-  // optimizer state of this rank's padded shard (OPTIMIZER, through the
-  // host's optimizer table), plans the gradient buckets and allocates their
-  // two staging slots (COMM, shared with the parameter allgather).
+  // Plans the gradient buckets and allocates the replicated parameters and
+  // gradients (PARAMS, GRADS, padded to N shards) and the optimizer state of
+  // this rank's shard (OPTIMIZER, through the host's optimizer table); no
+  // communication staging (COMM).
   // Collective only in that every rank must create it. Each rank is its own
   // data-parallel slice.
   Zero1Strategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env);
 
-  // Collective. Reads the parameters of this rank's shard and allgathers
+  // Collective. Reads the parameters of this rank's blocks and allgathers
   // them (every element comes from exactly one rank, so the replicas start
   // bit-identical); reads the optimizer state of the shard when the reader
   // has optimizer state (part of it is an error naming the missing tensor).
@@ -60,19 +61,22 @@ class Zero1Strategy final : public sdk::DataParallelStrategy {
   // a peer or the backend propagates as tessera::Error after pending
   // operations are waited for.
   sdk::StepResult step(const sdk::StepArgs& args) override;
-  // Each rank writes the parameters and optimizer slots of its shard (each
+  // Each rank writes the parameters and optimizer slots of its blocks (each
   // element once across the world); when the writer wants all replicas, the
   // rank writes every parameter and its optimizer shard.
   void save(const sdk::StateWriter& writer) override;
 
  private:
+  // Sum of squares of this rank's blocks of the (reduced) gradients.
+  double shard_sum_squares();
+
   sdk::Host host_;
   sdk::StrategyEnv& env_;
   Zero1Options options_;
   sdk::FlatLayout layout_;
+  ShardGrid grid_;  // before state_: it sizes the padding
   sdk::ReplicatedParams state_;
-  ShardGrid grid_;
-  sdk::OptimState optim_;  // shard_size elements: the shard, padding included
+  sdk::OptimState optim_;  // the rank's blocks in plan order, padding included
   sdk::UnitRunner runner_;
 };
 

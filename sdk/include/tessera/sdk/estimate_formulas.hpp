@@ -6,8 +6,8 @@
 //                                     gradients, slots·n·4 of optimizer state
 //   BucketReducer (ddp)               grad_bucket_sizes: the buckets of
 //                                     plan_grad_buckets, from the unit sizes
-//   ShardGrid (zero1)                 shard_grid_slot_lengths: the two
-//                                     staging slots of plan_shard_buckets
+//   ShardGrid (zero1)                 shard_grid_plan: the per-rank
+//                                     lengths of plan_shard_buckets
 //   UnitGather, UnitReducer (zero2,   ShardedUnits + simulate_sharded_step:
 //   zero3, fsdp)                      the per-unit gathers and
 //                                     reduce-scatters of one step replayed
@@ -116,12 +116,10 @@ inline Estimate data_parallel_estimate(const ModelDesc& model, int32_t data_size
   return out;
 }
 
-// zero1's shard grid: the per-rank lengths of the buckets of
-// plan_shard_buckets over a shard of `shard` elements and `world` ranks,
-// and the two staging slots' lengths (the largest bucket of each parity).
+// zero1's buckets: the per-rank lengths of the buckets of
+// plan_shard_buckets over a shard of `shard` elements and `world` ranks.
 struct ShardGridPlan {
   std::vector<int64_t> buckets;  // per-rank lengths, in plan order
-  int64_t slot_len[2] = {0, 0};
 };
 [[nodiscard]] inline ShardGridPlan shard_grid_plan(int64_t shard, int32_t world,
                                                    uint64_t first_capacity, uint64_t capacity) {
@@ -131,8 +129,6 @@ struct ShardGridPlan {
   while (end > 0) {
     const uint64_t cap = p.buckets.empty() ? first_capacity : capacity;
     const uint64_t len = std::min(end, std::max<uint64_t>(1, cap / w));
-    int64_t& slot = p.slot_len[p.buckets.size() % 2];
-    slot = std::max(slot, static_cast<int64_t>(len));
     p.buckets.push_back(static_cast<int64_t>(len));
     end -= len;
   }

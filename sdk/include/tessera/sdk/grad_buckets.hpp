@@ -1,7 +1,7 @@
 // Gradient buckets: the owned parameters grouped, in backward order, into
 // contiguous flat ranges that are communicated as one operation each
-// (allreduce for DDP; zero1 reduce-scatters slices of the shard grid
-// planned by plan_shard_buckets). Grouping small tensors
+// (allreduce for DDP; zero1 reduce-scatters buckets of N equal blocks in
+// place, planned by plan_shard_buckets). Grouping small tensors
 // saves per-operation latency; starting each bucket as soon as its
 // gradients are complete overlaps communication with the rest of the
 // backward pass.
@@ -75,41 +75,40 @@ inline std::vector<GradBucket> plan_grad_buckets(const FlatLayout& layout, uint6
   return out;
 }
 
-// Plans the buckets of a reduce-scatter over the shard grid of `world`
-// ranks (sdk::even_shard: shard size S = ceil(total / world), padded). A
-// bucket is a slice [o, o + len) of shard coordinates; it covers the flat
-// elements [r*S + o, r*S + o + len) of EVERY rank r, so packing those N
-// pieces in rank order gives the N equal blocks of a reduce-scatter, and
-// rank r receives the sum of its own piece. The returned GradBucket::range
-// is the slice in shard coordinates (not flat); first_entry/last_entry are
-// the lowest and highest entry any piece touches. Slices are walked from
-// the end of the shard down (bucket i+1 lies just before bucket i), the
-// first holding up to `first_capacity` elements over all ranks, later ones
-// up to `capacity` (at least one element per rank); slices may cut a
-// parameter. ready_after_unit is the lowest final_grad_unit over all
-// pieces, or the last unit when every piece is padding. Because each bucket
-// holds a piece of rank 0's shard (the start of the model, whose gradients
-// are final last in backward), most buckets only become ready in the last
-// 1/N of the backward pass. Throws tessera::Error (invalid argument) for a
-// world size < 1. Returns no bucket for a layout without elements.
+// Plans the buckets of zero1's in-place reduce-scatter over `world` ranks.
+// The flat range is padded to P = N·S elements (S = ceil(total / N), the
+// padding after the model's end, as sdk::even_shard) and cut, from the end
+// down, into buckets of N·len elements: bucket i+1 lies just before bucket
+// i, the first holds up to `first_capacity` elements, later ones up to
+// `capacity` (rounded down to a multiple of N, at least N). A bucket is N
+// equal blocks of `len` elements; rank r owns block r of every bucket, so a
+// reduce-scatter of the bucket's own elements in place gives each rank the
+// sums of its blocks and an in-place allgather of the blocks restores the
+// bucket. GradBucket::range is the bucket's flat range (its end may lie in
+// the padding); first_entry/last_entry are the lowest and highest entry it
+// touches; ready_after_unit is the lowest final_grad_unit of its entries,
+// or the last unit when it is all padding. The per-rank lengths add up to
+// S, and equal those of sdk::shard_grid_plan. Throws tessera::Error
+// (invalid argument) for a world size < 1. Returns no bucket for a layout
+// without elements.
 inline std::vector<GradBucket> plan_shard_buckets(const FlatLayout& layout, int32_t world,
                                                   uint64_t first_capacity, uint64_t capacity) {
   std::vector<GradBucket> out;
   const ShardRange shard = even_shard(layout.total(), world, 0);
-  const uint64_t s = shard.shard_size;
   const auto w = static_cast<uint64_t>(world);
   const int32_t last_unit = std::max(layout.num_units() - 1, 0);
-  uint64_t end = s;
+  uint64_t end = shard.shard_size;  // in rows of N elements
   while (end > 0) {
     const uint64_t cap = out.empty() ? first_capacity : capacity;
     const uint64_t len = std::min(end, std::max<uint64_t>(1, cap / w));
     GradBucket b;
-    b.range = {end - len, end};
+    b.range = {(end - len) * w, end * w};
     b.ready_after_unit = last_unit;
     b.first_entry = layout.entries().size();
     b.last_entry = 0;
-    for (uint64_t r = 0; r < w; ++r) {
-      for (const FlatPiece& p : layout.pieces(r * s + b.range.begin, r * s + b.range.end)) {
+    const uint64_t real_end = std::min(b.range.end, layout.total());
+    if (b.range.begin < real_end) {
+      for (const FlatPiece& p : layout.pieces(b.range.begin, real_end)) {
         const FlatEntry& e = layout.entry(p.entry);
         b.ready_after_unit = std::min(b.ready_after_unit, e.final_grad_unit());
         b.first_entry = std::min(b.first_entry, p.entry);

@@ -4,6 +4,8 @@
 // parameters).
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -16,27 +18,42 @@ namespace tessera::sdk {
 
 // Parameters (TESSERA_MEM_PARAMS) and, optionally, gradients
 // (TESSERA_MEM_GRADS) of every owned parameter of `layout`, zeroed, with
-// slot pointers for the units. `layout` must outlive the object. Not
-// movable: the slot pointers point into its buffers. Allocation failure
-// throws std::bad_alloc.
+// slot pointers for the units. `padding` zeroed elements follow the model's
+// in both buffers (zero1 pads them to a multiple of the world size, so that
+// its collectives run in place); they belong to no parameter. `layout` must
+// outlive the object. Not movable: the slot pointers point into its
+// buffers. Allocation failure throws std::bad_alloc.
 class ReplicatedParams {
  public:
-  ReplicatedParams(const Host& host, const FlatLayout& layout, int32_t rank, bool with_grads = true)
+  ReplicatedParams(const Host& host, const FlatLayout& layout, int32_t rank, bool with_grads = true,
+                   uint64_t padding = 0)
       : layout_(&layout),
-        params_(host, rank, TESSERA_MEM_PARAMS, static_cast<size_t>(layout.total())),
-        grads_(host, rank, TESSERA_MEM_GRADS, with_grads ? static_cast<size_t>(layout.total()) : 0),
+        total_(static_cast<size_t>(layout.total())),
+        params_(host, rank, TESSERA_MEM_PARAMS, static_cast<size_t>(layout.total() + padding)),
+        grads_(host, rank, TESSERA_MEM_GRADS,
+               with_grads ? static_cast<size_t>(layout.total() + padding) : 0),
         param_ptrs_(layout, params_.data()),
         grad_ptrs_(layout, with_grads ? grads_.data() : nullptr) {}
   ReplicatedParams(const ReplicatedParams&) = delete;
   ReplicatedParams& operator=(const ReplicatedParams&) = delete;
 
   [[nodiscard]] const FlatLayout& layout() const noexcept { return *layout_; }
-  // All parameter values in flat order.
-  [[nodiscard]] std::span<float> params() noexcept { return params_.span(); }
-  [[nodiscard]] std::span<const float> params() const noexcept { return params_.span(); }
-  // All gradients in flat order (empty without gradients).
-  [[nodiscard]] std::span<float> grads() noexcept { return grads_.span(); }
-  [[nodiscard]] std::span<const float> grads() const noexcept { return grads_.span(); }
+  // All parameter values in flat order (the padding left out).
+  [[nodiscard]] std::span<float> params() noexcept { return params_.span().first(total_); }
+  [[nodiscard]] std::span<const float> params() const noexcept {
+    return params_.span().first(total_);
+  }
+  // All gradients in flat order (empty without gradients; the padding left
+  // out).
+  [[nodiscard]] std::span<float> grads() noexcept {
+    return grads_.span().first(std::min(total_, grads_.size()));
+  }
+  [[nodiscard]] std::span<const float> grads() const noexcept {
+    return grads_.span().first(std::min(total_, grads_.size()));
+  }
+  // The parameters / gradients with the padding after them.
+  [[nodiscard]] std::span<float> padded_params() noexcept { return params_.span(); }
+  [[nodiscard]] std::span<float> padded_grads() noexcept { return grads_.span(); }
   // The slice of the parameters / gradients in flat `range`.
   [[nodiscard]] std::span<float> params(FlatRange range) noexcept {
     return params_.span().subspan(static_cast<size_t>(range.begin),
@@ -55,6 +72,7 @@ class ReplicatedParams {
 
  private:
   const FlatLayout* layout_;
+  size_t total_;  // elements of the model, the padding left out
   TrackedBuffer<float> params_;
   TrackedBuffer<float> grads_;
   SlotPointers param_ptrs_;
