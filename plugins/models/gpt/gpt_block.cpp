@@ -217,7 +217,7 @@ ConstView GptBlock::forward(UnitContext& ctx_base, std::span<const float* const>
   const int64_t dh = d / heads_;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   sized(c.probs, bsz * heads * seq * seq);
-  sized(c.attn, n * dl);
+  zeroed(c.attn, n * dl);  // one clearing pass for every head's product below
   for (int64_t b = 0; b < bsz; ++b) {
     for (int64_t h = 0; h < heads; ++h) {
       const float* q = c.qkv.data() + b * seq * 3 * dl + h * dh;
@@ -226,8 +226,8 @@ ConstView GptBlock::forward(UnitContext& ctx_base, std::span<const float* const>
       float* pr = c.probs.data() + (b * heads + h) * seq * seq;
       kernels::gemm_overwrite(false, true, seq, seq, dh, scale, q, 3 * dl, k, 3 * dl, pr, seq);
       kernels::causal_softmax_forward(pr, seq);
-      kernels::gemm_overwrite(false, false, seq, dh, seq, 1.0f, pr, seq, v, 3 * dl,
-                              c.attn.data() + b * seq * dl + h * dh, dl);
+      kernels::gemm(false, false, seq, dh, seq, 1.0f, pr, seq, v, 3 * dl, 1.0f,
+                    c.attn.data() + b * seq * dl + h * dh, dl);
     }
   }
   // Residual around the attention projection.
@@ -312,7 +312,7 @@ ConstView GptBlock::backward_input(UnitContext& ctx_base, std::span<const float*
   kernels::linear_backward_input(p[kAttnProjW], c.dx2.data(), n, dl, d, c.da.data());
   const int64_t dh = d / heads_;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  sized(c.dqkv, n * 3 * dl);
+  zeroed(c.dqkv, n * 3 * dl);  // one clearing pass for the products into dq, dk, dv below
   sized(c.dscores, seq * seq);
   for (int64_t b = 0; b < bsz; ++b) {
     for (int64_t h = 0; h < heads; ++h) {
@@ -328,12 +328,12 @@ ConstView GptBlock::backward_input(UnitContext& ctx_base, std::span<const float*
       float* ds = c.dscores.data();
       // dprobs = dout vᵀ ; dv = probsᵀ dout.
       kernels::gemm_overwrite(false, true, seq, seq, dh, 1.0f, dout, dl, v, 3 * dl, ds, seq);
-      kernels::gemm_overwrite(true, false, seq, dh, seq, 1.0f, pr, seq, dout, dl, dv, 3 * dl);
+      kernels::gemm(true, false, seq, dh, seq, 1.0f, pr, seq, dout, dl, 1.0f, dv, 3 * dl);
       // Softmax backward row by row: ds = p ⊙ (dp − Σ dp⊙p); masked entries have p = 0.
       kernels::causal_softmax_backward(pr, seq, ds);
       // scores = scale q kᵀ: dq = scale ds k ; dk = scale dsᵀ q.
-      kernels::gemm_overwrite(false, false, seq, dh, seq, scale, ds, seq, k, 3 * dl, dq, 3 * dl);
-      kernels::gemm_overwrite(true, false, seq, dh, seq, scale, ds, seq, q, 3 * dl, dk, 3 * dl);
+      kernels::gemm(false, false, seq, dh, seq, scale, ds, seq, k, 3 * dl, 1.0f, dq, 3 * dl);
+      kernels::gemm(true, false, seq, dh, seq, scale, ds, seq, q, 3 * dl, 1.0f, dk, 3 * dl);
     }
   }
   kernels::linear_backward_input(p[kQkvW], c.dqkv.data(), n, d, 3 * dl, c.dh.data());
