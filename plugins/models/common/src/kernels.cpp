@@ -106,24 +106,25 @@ TESSERA_ALWAYS_INLINE float softmax_row(const float* x, int64_t n, float* p, flo
 }
 
 // dst[j] += Σ_r src[r · cols + j] over `rows` rows, each column summed row
-// after row in order (as a row-by-row loop would). Columns in blocks of
-// kSumCols kept in registers, so dst is not stored and reloaded per row.
+// after row in order (as a row-by-row loop would). Rows in blocks of
+// kSumRows read side by side, so dst is loaded and stored once per block
+// rather than once per row and src is still read front to back.
 TESSERA_VECTOR_CLONES void add_column_sums(const float* src, int64_t rows, int64_t cols,
                                            float* dst) {
-  constexpr int64_t kSumCols = 32;
-  int64_t j0 = 0;
-  for (; j0 + kSumCols <= cols; j0 += kSumCols) {
-    float acc[kSumCols];
-    for (int64_t l = 0; l < kSumCols; ++l) acc[l] = dst[j0 + l];
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* row = src + r * cols + j0;
-      for (int64_t l = 0; l < kSumCols; ++l) acc[l] += row[l];
+  constexpr int64_t kSumRows = 8;
+  float* __restrict out = dst;
+  int64_t r = 0;
+  for (; r + kSumRows <= rows; r += kSumRows) {
+    const float* __restrict block = src + r * cols;
+    for (int64_t j = 0; j < cols; ++j) {
+      float acc = out[j];
+      for (int64_t l = 0; l < kSumRows; ++l) acc += block[l * cols + j];
+      out[j] = acc;
     }
-    for (int64_t l = 0; l < kSumCols; ++l) dst[j0 + l] = acc[l];
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = src + r * cols;
-    for (int64_t j = j0; j < cols; ++j) dst[j] += row[j];
+  for (; r < rows; ++r) {
+    const float* __restrict row = src + r * cols;
+    for (int64_t j = 0; j < cols; ++j) out[j] += row[j];
   }
 }
 
@@ -387,10 +388,18 @@ TESSERA_VECTOR_CLONES void gelu_forward_keep_derivative(float* z, int64_t count,
 
 TESSERA_VECTOR_CLONES void causal_softmax_forward(float* p, int64_t seq) {
   for (int64_t i = 0; i < seq; ++i) {
-    float* row = p + i * seq;
-    float mx = 0.0f;
-    softmax_row(row, i + 1, row, mx);
+    float* __restrict row = p + i * seq;
+    const float m = row_max(row, i + 1);
+    // The exponentials run over whole lanes (up to the next multiple of
+    // kLanes within the row) so no scalar tail is left; the masked ones are
+    // set to 0 before the sum, which adding zeros leaves as the lane sum of
+    // the i + 1 unmasked values.
+    const int64_t padded = std::min(seq, (i + kLanes) / kLanes * kLanes);
+    for (int64_t j = 0; j < padded; ++j) row[j] = exp_approx(row[j] - m);
     std::fill(row + i + 1, row + seq, 0.0f);
+    const float sum = lane_sum(padded, [row](int64_t j) { return row[j]; });
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < padded; ++j) row[j] *= inv;
   }
 }
 
