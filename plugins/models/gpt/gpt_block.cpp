@@ -66,19 +66,21 @@ void zeroed(std::vector<float>& v, int64_t count) {
   v.assign(static_cast<std::size_t>(count), 0.0f);
 }
 
-// y = x·w + bias for a row-parallel w over the whole rows (bsz examples):
-// without a group the plain linear; with one, row_parallel_product to the
-// `local_seq` positions per example this rank holds, then the replicated
-// bias added to those rows.
+// y = residual + x·w + bias for a row-parallel w over the whole rows (bsz
+// examples): without a group the linear with its residual; with one,
+// row_parallel_product to the `local_seq` positions per example this rank
+// holds, then the replicated bias and this rank's rows of the residual
+// added to those rows.
 void row_parallel_forward(const TpGroup& tp, const float* x, const float* w, const float* bias,
-                          int64_t bsz, int64_t seq, int64_t local_seq, int64_t in, int64_t out,
-                          float* y, const char* what) {
+                          const float* residual, int64_t bsz, int64_t seq, int64_t local_seq,
+                          int64_t in, int64_t out, float* y, const char* what) {
   if (!tp.active()) {
-    kernels::linear_forward(x, w, bias, bsz * seq, in, out, y);
+    kernels::linear_forward_residual(x, w, bias, residual, bsz * seq, in, out, y);
     return;
   }
   row_parallel_product(tp, x, w, bsz, local_seq, in, out, y, what);
   for (int64_t r = 0; r < bsz * local_seq; ++r) kernels::add_into(y + r * out, bias, out);
+  kernels::add_into(y, residual, bsz * local_seq * out);
 }
 
 // LayerNorm of this rank's rows of x into `whole` (all rows).
@@ -232,9 +234,8 @@ ConstView GptBlock::forward(UnitContext& ctx_base, std::span<const float* const>
   }
   // Residual around the attention projection.
   sized(c.x2, nl * d);
-  row_parallel_forward(tp, c.attn.data(), p[kAttnProjW], p[kAttnProjB], bsz, seq, local_seq, dl, d,
-                       c.x2.data(), "the attention projection's output");
-  kernels::add_into(c.x2.data(), c.x.data(), nl * d);
+  row_parallel_forward(tp, c.attn.data(), p[kAttnProjW], p[kAttnProjB], c.x.data(), bsz, seq,
+                       local_seq, dl, d, c.x2.data(), "the attention projection's output");
   // MLP with its residual.
   sized(c.mean2, nl);
   sized(c.rstd2, nl);
@@ -246,9 +247,8 @@ ConstView GptBlock::forward(UnitContext& ctx_base, std::span<const float* const>
   kernels::linear_forward(c.h2.data(), p[kFcW], p[kFcB], n, d, hidden, c.u.data());
   kernels::gelu_forward_keep_derivative(c.u.data(), n * hidden, c.act.data());
   sized(c.y, nl * d);
-  row_parallel_forward(tp, c.act.data(), p[kProjW], p[kProjB], bsz, seq, local_seq, hidden, d,
-                       c.y.data(), "the MLP's output");
-  kernels::add_into(c.y.data(), c.x2.data(), nl * d);
+  row_parallel_forward(tp, c.act.data(), p[kProjW], p[kProjB], c.x2.data(), bsz, seq, local_seq,
+                       hidden, d, c.y.data(), "the MLP's output");
   return {c.y.data(), nl, d};
 }
 

@@ -162,6 +162,18 @@ void linear_forward(const float* x, const float* w, const float* bias, int64_t n
   gemm(false, false, n, out, in, 1.0f, x, in, w, out, 1.0f, y, out);
 }
 
+TESSERA_VECTOR_CLONES void linear_forward_residual(const float* x, const float* w,
+                                                   const float* bias, const float* residual,
+                                                   int64_t n, int64_t in, int64_t out, float* y) {
+  float* __restrict dst = y;
+  for (int64_t r = 0; r < n; ++r) {
+    const float* __restrict res = residual + r * out;
+    float* __restrict row = dst + r * out;
+    for (int64_t j = 0; j < out; ++j) row[j] = res[j] + bias[j];
+  }
+  gemm(false, false, n, out, in, 1.0f, x, in, w, out, 1.0f, y, out);
+}
+
 void linear_backward(const float* x, const float* w, const float* dy, int64_t n, int64_t in,
                      int64_t out, float* dw, float* dbias, float* dx) {
   linear_backward_weight(x, dy, n, in, out, dw, dbias);

@@ -30,6 +30,12 @@ void gemm_overwrite(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
 void linear_forward(const float* x, const float* w, const float* bias, int64_t n, int64_t in,
                     int64_t out, float* y);
 
+// y[n,out] = residual[n,out] + bias[out] + x[n,in] · w[in,out] (y must not
+// overlap residual): residual + bias written first, the product accumulated
+// onto it, one pass fewer than linear_forward and add_into.
+void linear_forward_residual(const float* x, const float* w, const float* bias,
+                             const float* residual, int64_t n, int64_t in, int64_t out, float* y);
+
 // Backward of linear_forward: dw += xᵀ·dy, dbias += Σrows dy (when non-null),
 // dx = dy·wᵀ (overwritten; skipped when dx is null). The two halves below,
 // in one call.
