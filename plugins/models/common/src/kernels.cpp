@@ -46,9 +46,9 @@ uint64_t fnv1a(std::string_view text, uint64_t h) {
   return h;
 }
 
-// Reductions in float with a fixed summation order: lane l (of kLanes)
-// adds the terms l, l + kLanes, l + 2·kLanes, ... and the lanes are then
-// added pairwise. The order is written out in the source, so the result is
+// Reductions (in float, or in double where asked) with a fixed summation
+// order: lane l (of kLanes) adds the terms l, l + kLanes, l + 2·kLanes, ...
+// and the lanes are then added pairwise. The order is written out in the source, so the result is
 // the same whether the compiler vectorises the lanes or not (it never has
 // to reorder a sum), and the lanes keep the rounding error of a 128-term
 // row sum near that of 16-term sums.

@@ -60,9 +60,10 @@ void add_into(float* dst, const float* src, int64_t count);
 void multiply(const float* a, const float* b, int64_t count, float* out);
 
 // LayerNorm over the last dimension with eps 1e-5: y = (x − mean)·rstd·g + b.
-// Saves mean[n] and rstd[n] for the backward pass. The row sums (mean,
-// variance) are float sums in a fixed lane order (see kernels.cpp), so the
-// result does not depend on vectorisation.
+// Saves mean[n] and rstd[n] for the backward pass. The row sums (mean and
+// variance here, the backward's two row means) are double sums in a fixed
+// lane order (see kernels.cpp), so the result does not depend on
+// vectorisation.
 void layernorm_forward(const float* x, const float* g, const float* b, int64_t n, int64_t d,
                        float* y, float* mean, float* rstd);
 
