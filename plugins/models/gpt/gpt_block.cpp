@@ -2,7 +2,6 @@
 // multi-head attention computed per (batch, head) with GEMMs, residual,
 // LayerNorm, GELU MLP, residual; and the hand-written backward pass.
 #include <cmath>
-#include <limits>
 #include <utility>
 
 #include "gpt.hpp"
@@ -37,7 +36,8 @@ struct BlockContext final : UnitContext {
   int32_t tp_size = 1;           // tensor-parallel group of the forward
   bool input_grad_done = false;  // backward_input ran; backward_weight may follow
   // Saved by forward. Under sequence parallelism x, the statistics, x2 and
-  // y cover this rank's rows only; h1 and h2 are gathered whole.
+  // y cover this rank's rows only; h1 and h2 are gathered whole. u holds
+  // gelu'() of the MLP's pre-activation (what the backward needs of it).
   std::vector<float> x, mean1, rstd1, h1, qkv, probs, attn, x2, mean2, rstd2, h2, u, act, y;
   // Kept by backward_input for backward_weight: each linear's output
   // gradient (proj: dy, fc: du, attention projection: dx2, qkv: dqkv) and
@@ -57,23 +57,30 @@ struct BlockContext final : UnitContext {
   }
 };
 
-void sized(std::vector<float>& v, int64_t count) {
+// A buffer every element of which is written before it is read: resized
+// only (no pass over it when its size is unchanged since the last step).
+void sized(std::vector<float>& v, int64_t count) { v.resize(static_cast<std::size_t>(count)); }
+
+// A buffer that is accumulated into: resized and set to zero.
+void zeroed(std::vector<float>& v, int64_t count) {
   v.assign(static_cast<std::size_t>(count), 0.0f);
 }
 
-// y = x·w + bias for a row-parallel w over the whole rows (bsz examples):
-// without a group the plain linear; with one, row_parallel_product to the
-// `local_seq` positions per example this rank holds, then the replicated
-// bias added to those rows.
+// y = residual + x·w + bias for a row-parallel w over the whole rows (bsz
+// examples): without a group the linear with its residual; with one,
+// row_parallel_product to the `local_seq` positions per example this rank
+// holds, then the replicated bias and this rank's rows of the residual
+// added to those rows.
 void row_parallel_forward(const TpGroup& tp, const float* x, const float* w, const float* bias,
-                          int64_t bsz, int64_t seq, int64_t local_seq, int64_t in, int64_t out,
-                          float* y, const char* what) {
+                          const float* residual, int64_t bsz, int64_t seq, int64_t local_seq,
+                          int64_t in, int64_t out, float* y, const char* what) {
   if (!tp.active()) {
-    kernels::linear_forward(x, w, bias, bsz * seq, in, out, y);
+    kernels::linear_forward_residual(x, w, bias, residual, bsz * seq, in, out, y);
     return;
   }
   row_parallel_product(tp, x, w, bsz, local_seq, in, out, y, what);
   for (int64_t r = 0; r < bsz * local_seq; ++r) kernels::add_into(y + r * out, bias, out);
+  kernels::add_into(y, residual, bsz * local_seq * out);
 }
 
 // LayerNorm of this rank's rows of x into `whole` (all rows).
@@ -212,36 +219,23 @@ ConstView GptBlock::forward(UnitContext& ctx_base, std::span<const float* const>
   const int64_t dh = d / heads_;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   sized(c.probs, bsz * heads * seq * seq);
-  sized(c.attn, n * dl);
+  zeroed(c.attn, n * dl);  // one clearing pass for every head's product below
   for (int64_t b = 0; b < bsz; ++b) {
     for (int64_t h = 0; h < heads; ++h) {
       const float* q = c.qkv.data() + b * seq * 3 * dl + h * dh;
       const float* k = q + dl;
       const float* v = q + 2 * dl;
       float* pr = c.probs.data() + (b * heads + h) * seq * seq;
-      kernels::gemm(false, true, seq, seq, dh, scale, q, 3 * dl, k, 3 * dl, 0.0f, pr, seq);
-      for (int64_t i = 0; i < seq; ++i) {
-        float* row = pr + i * seq;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j]);
-        double sum = 0.0;
-        for (int64_t j = 0; j <= i; ++j) {
-          row[j] = std::exp(row[j] - mx);
-          sum += row[j];
-        }
-        const auto inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
-        for (int64_t j = i + 1; j < seq; ++j) row[j] = 0.0f;
-      }
-      kernels::gemm(false, false, seq, dh, seq, 1.0f, pr, seq, v, 3 * dl, 0.0f,
+      kernels::gemm_overwrite(false, true, seq, seq, dh, scale, q, 3 * dl, k, 3 * dl, pr, seq);
+      kernels::causal_softmax_forward(pr, seq);
+      kernels::gemm(false, false, seq, dh, seq, 1.0f, pr, seq, v, 3 * dl, 1.0f,
                     c.attn.data() + b * seq * dl + h * dh, dl);
     }
   }
   // Residual around the attention projection.
   sized(c.x2, nl * d);
-  row_parallel_forward(tp, c.attn.data(), p[kAttnProjW], p[kAttnProjB], bsz, seq, local_seq, dl, d,
-                       c.x2.data(), "the attention projection's output");
-  for (int64_t i = 0; i < nl * d; ++i) c.x2[i] += c.x[i];
+  row_parallel_forward(tp, c.attn.data(), p[kAttnProjW], p[kAttnProjB], c.x.data(), bsz, seq,
+                       local_seq, dl, d, c.x2.data(), "the attention projection's output");
   // MLP with its residual.
   sized(c.mean2, nl);
   sized(c.rstd2, nl);
@@ -251,11 +245,10 @@ ConstView GptBlock::forward(UnitContext& ctx_base, std::span<const float* const>
   sized(c.u, n * hidden);
   sized(c.act, n * hidden);
   kernels::linear_forward(c.h2.data(), p[kFcW], p[kFcB], n, d, hidden, c.u.data());
-  kernels::activation_forward(kernels::Activation::gelu, c.u.data(), n * hidden, c.act.data());
+  kernels::gelu_forward_keep_derivative(c.u.data(), n * hidden, c.act.data());
   sized(c.y, nl * d);
-  row_parallel_forward(tp, c.act.data(), p[kProjW], p[kProjB], bsz, seq, local_seq, hidden, d,
-                       c.y.data(), "the MLP's output");
-  for (int64_t i = 0; i < nl * d; ++i) c.y[i] += c.x2[i];
+  row_parallel_forward(tp, c.act.data(), p[kProjW], p[kProjB], c.x2.data(), bsz, seq, local_seq,
+                       hidden, d, c.y.data(), "the MLP's output");
   return {c.y.data(), nl, d};
 }
 
@@ -292,8 +285,7 @@ ConstView GptBlock::backward_input(UnitContext& ctx_base, std::span<const float*
   sized(c.dact, n * hidden);
   kernels::linear_backward_input(p[kProjW], c.dy.data(), n, hidden, d, c.dact.data());
   sized(c.du, n * hidden);
-  kernels::activation_backward(kernels::Activation::gelu, c.u.data(), c.dact.data(), n * hidden,
-                               c.du.data());
+  kernels::multiply(c.dact.data(), c.u.data(), n * hidden, c.du.data());  // dact · gelu'()
   sized(c.dh, n * d);
   dh_rows = c.dh.data();
   if (tp.sequence()) {
@@ -307,8 +299,8 @@ ConstView GptBlock::backward_input(UnitContext& ctx_base, std::span<const float*
   // dx collects this rank's rows of the input gradient: first the residual
   // path and ln2's part (that is dx2's rows), then ln1's part.
   c.dx.assign(grad_output.data, grad_output.data + nl * d);
-  sized(c.dln2_g, d);
-  sized(c.dln2_b, d);
+  zeroed(c.dln2_g, d);
+  zeroed(c.dln2_b, d);
   kernels::layernorm_backward(c.x2.data(), p[kLn2G], c.mean2.data(), c.rstd2.data(), dh_rows, nl, d,
                               c.dx.data(), c.dln2_g.data(), c.dln2_b.data());
   sized(c.dx2, n * d);
@@ -320,7 +312,7 @@ ConstView GptBlock::backward_input(UnitContext& ctx_base, std::span<const float*
   kernels::linear_backward_input(p[kAttnProjW], c.dx2.data(), n, dl, d, c.da.data());
   const int64_t dh = d / heads_;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  sized(c.dqkv, n * 3 * dl);
+  zeroed(c.dqkv, n * 3 * dl);  // one clearing pass for the products into dq, dk, dv below
   sized(c.dscores, seq * seq);
   for (int64_t b = 0; b < bsz; ++b) {
     for (int64_t h = 0; h < heads; ++h) {
@@ -335,27 +327,20 @@ ConstView GptBlock::backward_input(UnitContext& ctx_base, std::span<const float*
       const float* dout = c.da.data() + b * seq * dl + h * dh;
       float* ds = c.dscores.data();
       // dprobs = dout vᵀ ; dv = probsᵀ dout.
-      kernels::gemm(false, true, seq, seq, dh, 1.0f, dout, dl, v, 3 * dl, 0.0f, ds, seq);
-      kernels::gemm(true, false, seq, dh, seq, 1.0f, pr, seq, dout, dl, 0.0f, dv, 3 * dl);
+      kernels::gemm_overwrite(false, true, seq, seq, dh, 1.0f, dout, dl, v, 3 * dl, ds, seq);
+      kernels::gemm(true, false, seq, dh, seq, 1.0f, pr, seq, dout, dl, 1.0f, dv, 3 * dl);
       // Softmax backward row by row: ds = p ⊙ (dp − Σ dp⊙p); masked entries have p = 0.
-      for (int64_t i = 0; i < seq; ++i) {
-        const float* prow = pr + i * seq;
-        float* drow = ds + i * seq;
-        double dot = 0.0;
-        for (int64_t j = 0; j <= i; ++j) dot += static_cast<double>(drow[j]) * prow[j];
-        const auto dotf = static_cast<float>(dot);
-        for (int64_t j = 0; j < seq; ++j) drow[j] = prow[j] * (drow[j] - dotf);
-      }
+      kernels::causal_softmax_backward(pr, seq, ds);
       // scores = scale q kᵀ: dq = scale ds k ; dk = scale dsᵀ q.
-      kernels::gemm(false, false, seq, dh, seq, scale, ds, seq, k, 3 * dl, 0.0f, dq, 3 * dl);
-      kernels::gemm(true, false, seq, dh, seq, scale, ds, seq, q, 3 * dl, 0.0f, dk, 3 * dl);
+      kernels::gemm(false, false, seq, dh, seq, scale, ds, seq, k, 3 * dl, 1.0f, dq, 3 * dl);
+      kernels::gemm(true, false, seq, dh, seq, scale, ds, seq, q, 3 * dl, 1.0f, dk, 3 * dl);
     }
   }
   kernels::linear_backward_input(p[kQkvW], c.dqkv.data(), n, d, 3 * dl, c.dh.data());
   // q|k|v is column-parallel: sum the parts of ln1's output gradient.
   tp.partial_to_rows(c.dh.data(), bsz, local_seq, d, dh_rows, "the attention's input gradient");
-  sized(c.dln1_g, d);
-  sized(c.dln1_b, d);
+  zeroed(c.dln1_g, d);
+  zeroed(c.dln1_b, d);
   kernels::layernorm_backward(c.x.data(), p[kLn1G], c.mean1.data(), c.rstd1.data(), dh_rows, nl, d,
                               c.dx.data(), c.dln1_g.data(), c.dln1_b.data());
   c.input_grad_done = true;

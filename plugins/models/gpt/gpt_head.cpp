@@ -117,8 +117,8 @@ ConstView GptHead::forward(UnitContext& ctx_base, std::span<const float* const> 
                      });
   const int64_t cols = c.vocab_rows;
   c.probs.resize(static_cast<std::size_t>(n * cols));
-  kernels::gemm(false, true, n, cols, d_, 1.0f, c.h.data(), d_, params[2], d_, 0.0f, c.probs.data(),
-                cols);
+  kernels::gemm_overwrite(false, true, n, cols, d_, 1.0f, c.h.data(), d_, params[2], d_,
+                          c.probs.data(), cols);
   const double loss = parallel_xent_forward(tp, c.probs.data(), c.targets.data(), n, cols,
                                             c.vocab_lo, vocab_, c.probs.data(), name_);
   c.loss = static_cast<float>(loss * input.loss_scale);
@@ -142,8 +142,8 @@ ConstView GptHead::backward_input(UnitContext& ctx_base, std::span<const float* 
   // logits = h wᵀ: dh = dlogits w (the weight half adds dlogitsᵀ h into dw);
   // under a group each rank's vocabulary slice gives a part of dh.
   c.dh.resize(static_cast<std::size_t>(n * d_));
-  kernels::gemm(false, false, n, d_, cols, 1.0f, c.dlogits.data(), cols, params[2], d_, 0.0f,
-                c.dh.data(), d_);
+  kernels::gemm_overwrite(false, false, n, d_, cols, 1.0f, c.dlogits.data(), cols, params[2], d_,
+                          c.dh.data(), d_);
   const int64_t nl = c.batch * c.local_seq;
   std::vector<float> local;  // sequence parallelism: this rank's rows of the sum
   float* dh = c.dh.data();

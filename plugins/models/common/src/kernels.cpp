@@ -13,6 +13,18 @@
 #include "tessera/sdk/intra_op.hpp"
 #include "tessera/sdk/rng.hpp"
 
+// The element-wise kernels are also compiled for AVX2 (picked at load time
+// where the CPU has it): twice the lanes of the x86-64 baseline. AVX2 alone
+// enables no FMA, and every sum below has its order written out, so both
+// versions give the same bits.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define TESSERA_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#define TESSERA_ALWAYS_INLINE __attribute__((always_inline)) inline
+#else
+#define TESSERA_VECTOR_CLONES
+#define TESSERA_ALWAYS_INLINE inline
+#endif
+
 namespace tessera::model::kernels {
 namespace {
 
@@ -40,6 +52,88 @@ uint64_t fnv1a(std::string_view text, uint64_t h) {
     h *= 0x100000001B3ULL;
   }
   return h;
+}
+
+// Reductions (in float, or in double where asked) with a fixed summation
+// order: lane l (of kLanes) adds the terms l, l + kLanes, l + 2·kLanes, ...
+// and the lanes are then added pairwise. The order is written out in the source, so the result is
+// the same whether the compiler vectorises the lanes or not (it never has
+// to reorder a sum), and the lanes keep the rounding error of a 128-term
+// row sum near that of 16-term sums.
+constexpr int64_t kLanes = 8;
+
+template <typename Acc>
+TESSERA_ALWAYS_INLINE Acc combine_lanes(const Acc* acc) {
+  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+// Σ_{j < n} term(j) in the lane order above, accumulated in Acc.
+template <typename Acc = float, typename Term>
+TESSERA_ALWAYS_INLINE Acc lane_sum(int64_t n, Term term) {
+  Acc acc[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) acc[l] += term(j + l);
+  }
+  for (int64_t l = 0; j + l < n; ++l) acc[l] += term(j + l);
+  return combine_lanes(acc);
+}
+
+// max_{j < n} x[j] (n >= 1); exact, so any order gives the same value.
+TESSERA_ALWAYS_INLINE float row_max(const float* x, int64_t n) {
+  float acc[kLanes];
+  for (float& a : acc) a = x[0];
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) acc[l] = std::max(acc[l], x[j + l]);
+  }
+  for (int64_t l = 0; j + l < n; ++l) acc[l] = std::max(acc[l], x[j + l]);
+  float m = acc[0];
+  for (int64_t l = 1; l < kLanes; ++l) m = std::max(m, acc[l]);
+  return m;
+}
+
+// p[j] = exp(x[j] − max) / Σ exp(x[k] − max) over j < n (p may be x);
+// returns the sum (before the division) and sets `mx` to the maximum.
+TESSERA_ALWAYS_INLINE float softmax_row(const float* x, int64_t n, float* p, float& mx) {
+  mx = row_max(x, n);
+  const float m = mx;
+  // In place or between distinct rows, each through restrict pointers (a
+  // loop that may partly overlap would run scalar after the overlap check).
+  float* __restrict out = p;
+  if (x == p) {
+    for (int64_t j = 0; j < n; ++j) out[j] = exp_approx(out[j] - m);
+  } else {
+    const float* __restrict in = x;
+    for (int64_t j = 0; j < n; ++j) out[j] = exp_approx(in[j] - m);
+  }
+  const float sum = lane_sum(n, [out](int64_t j) { return out[j]; });
+  const float inv = 1.0f / sum;
+  for (int64_t j = 0; j < n; ++j) out[j] *= inv;
+  return sum;
+}
+
+// dst[j] += Σ_r src[r · cols + j] over `rows` rows, each column summed row
+// after row in order (as a row-by-row loop would). Rows in blocks of
+// kSumRows read side by side, so dst is loaded and stored once per block
+// rather than once per row and src is still read front to back.
+TESSERA_VECTOR_CLONES void add_column_sums(const float* src, int64_t rows, int64_t cols,
+                                           float* dst) {
+  constexpr int64_t kSumRows = 8;
+  float* __restrict out = dst;
+  int64_t r = 0;
+  for (; r + kSumRows <= rows; r += kSumRows) {
+    const float* __restrict block = src + r * cols;
+    for (int64_t j = 0; j < cols; ++j) {
+      float acc = out[j];
+      for (int64_t l = 0; l < kSumRows; ++l) acc += block[l * cols + j];
+      out[j] = acc;
+    }
+  }
+  for (; r < rows; ++r) {
+    const float* __restrict row = src + r * cols;
+    for (int64_t j = 0; j < cols; ++j) out[j] += row[j];
+  }
 }
 
 }  // namespace
@@ -74,12 +168,38 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   });
 }
 
+void gemm_overwrite(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+                    int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (ldc == n) {
+    std::fill(c, c + m * n, 0.0f);
+  } else {
+    for (int64_t r = 0; r < m; ++r) std::fill(c + r * ldc, c + r * ldc + n, 0.0f);
+  }
+  gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 1.0f, c, ldc);
+}
+
 void linear_forward(const float* x, const float* w, const float* bias, int64_t n, int64_t in,
                     int64_t out, float* y) {
-  if (bias != nullptr) {
-    for (int64_t r = 0; r < n; ++r) std::copy(bias, bias + out, y + r * out);
+  if (bias == nullptr) {
+    gemm_overwrite(false, false, n, out, in, 1.0f, x, in, w, out, y, out);
+    return;
   }
-  gemm(false, false, n, out, in, 1.0f, x, in, w, out, bias != nullptr ? 1.0f : 0.0f, y, out);
+  for (int64_t r = 0; r < n; ++r) std::copy(bias, bias + out, y + r * out);
+  gemm(false, false, n, out, in, 1.0f, x, in, w, out, 1.0f, y, out);
+}
+
+TESSERA_VECTOR_CLONES void linear_forward_residual(const float* x, const float* w,
+                                                   const float* bias, const float* residual,
+                                                   int64_t n, int64_t in, int64_t out, float* y) {
+  float* __restrict dst = y;
+  for (int64_t r = 0; r < n; ++r) {
+    const float* __restrict res = residual + r * out;
+    float* __restrict row = dst + r * out;
+    for (int64_t j = 0; j < out; ++j) row[j] = res[j] + bias[j];
+  }
+  gemm(false, false, n, out, in, 1.0f, x, in, w, out, 1.0f, y, out);
 }
 
 void linear_backward(const float* x, const float* w, const float* dy, int64_t n, int64_t in,
@@ -90,68 +210,78 @@ void linear_backward(const float* x, const float* w, const float* dy, int64_t n,
 
 void linear_backward_input(const float* w, const float* dy, int64_t n, int64_t in, int64_t out,
                            float* dx, bool accumulate) {
-  gemm(false, true, n, in, out, 1.0f, dy, out, w, out, accumulate ? 1.0f : 0.0f, dx, in);
+  if (accumulate) {
+    gemm(false, true, n, in, out, 1.0f, dy, out, w, out, 1.0f, dx, in);
+  } else {
+    gemm_overwrite(false, true, n, in, out, 1.0f, dy, out, w, out, dx, in);
+  }
 }
 
 void linear_backward_weight(const float* x, const float* dy, int64_t n, int64_t in, int64_t out,
                             float* dw, float* dbias) {
   gemm(true, false, in, out, n, 1.0f, x, in, dy, out, 1.0f, dw, out);
-  if (dbias != nullptr) {
-    for (int64_t r = 0; r < n; ++r) {
-      const float* row = dy + r * out;
-      for (int64_t j = 0; j < out; ++j) dbias[j] += row[j];
-    }
-  }
+  if (dbias != nullptr) add_column_sums(dy, n, out, dbias);
 }
 
-void add_into(float* dst, const float* src, int64_t count) {
+TESSERA_VECTOR_CLONES void add_into(float* dst, const float* src, int64_t count) {
   for (int64_t i = 0; i < count; ++i) dst[i] += src[i];
 }
 
-void layernorm_forward(const float* x, const float* g, const float* b, int64_t n, int64_t d,
-                       float* y, float* mean, float* rstd) {
+TESSERA_VECTOR_CLONES void multiply(const float* a, const float* b, int64_t count, float* out) {
+  for (int64_t i = 0; i < count; ++i) out[i] = a[i] * b[i];
+}
+
+TESSERA_VECTOR_CLONES void layernorm_forward(const float* x, const float* g, const float* b,
+                                             int64_t n, int64_t d, float* y, float* mean,
+                                             float* rstd) {
+  const auto dd = static_cast<double>(d);
   for (int64_t r = 0; r < n; ++r) {
     const float* xr = x + r * d;
-    double sum = 0.0;
-    for (int64_t j = 0; j < d; ++j) sum += xr[j];
-    const double mu = sum / static_cast<double>(d);
-    double var = 0.0;
-    for (int64_t j = 0; j < d; ++j) var += (xr[j] - mu) * (xr[j] - mu);
-    var /= static_cast<double>(d);
-    const float rs = static_cast<float>(1.0 / std::sqrt(var + kLnEps));
+    const double mu = lane_sum<double>(d, [xr](int64_t j) { return xr[j]; }) / dd;
+    const double var = lane_sum<double>(d,
+                                        [xr, mu](int64_t j) {
+                                          const double c = xr[j] - mu;
+                                          return c * c;
+                                        }) /
+                       dd;
+    const auto rs = static_cast<float>(1.0 / std::sqrt(var + kLnEps));
     const auto m = static_cast<float>(mu);
     mean[r] = m;
     rstd[r] = rs;
-    float* yr = y + r * d;
+    float* __restrict yr = y + r * d;
     for (int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - m) * rs * g[j] + b[j];
   }
 }
 
-void layernorm_backward(const float* x, const float* g, const float* mean, const float* rstd,
-                        const float* dy, int64_t n, int64_t d, float* dx, float* dg, float* db) {
+TESSERA_VECTOR_CLONES void layernorm_backward(const float* x, const float* g, const float* mean,
+                                              const float* rstd, const float* dy, int64_t n,
+                                              int64_t d, float* dx, float* dg, float* db) {
+  const auto dd = static_cast<double>(d);
   for (int64_t r = 0; r < n; ++r) {
     const float* xr = x + r * d;
     const float* dyr = dy + r * d;
     const float m = mean[r];
     const float rs = rstd[r];
     // xhat = (x - m) rs; dxhat = dy g; dx = rs (dxhat - mean(dxhat) - xhat mean(dxhat xhat)).
-    double sum_dxhat = 0.0;
-    double sum_dxhat_xhat = 0.0;
-    for (int64_t j = 0; j < d; ++j) {
-      const float xhat = (xr[j] - m) * rs;
-      const float dxhat = dyr[j] * g[j];
-      sum_dxhat += dxhat;
-      sum_dxhat_xhat += static_cast<double>(dxhat) * xhat;
-      dg[j] += dyr[j] * xhat;
-      db[j] += dyr[j];
-    }
-    const auto mean_dxhat = static_cast<float>(sum_dxhat / static_cast<double>(d));
-    const auto mean_dxhat_xhat = static_cast<float>(sum_dxhat_xhat / static_cast<double>(d));
-    float* dxr = dx + r * d;
+    const auto mean_dxhat =
+        static_cast<float>(lane_sum<double>(d, [dyr, g](int64_t j) { return dyr[j] * g[j]; }) / dd);
+    const auto mean_dxhat_xhat = static_cast<float>(
+        lane_sum<double>(d,
+                         [xr, dyr, g, m, rs](int64_t j) {
+                           return static_cast<double>(dyr[j] * g[j]) * ((xr[j] - m) * rs);
+                         }) /
+        dd);
+    // Separate loops over restrict pointers: one store stream each, so the
+    // compiler vectorises them without checks for overlap.
+    float* __restrict dxr = dx + r * d;
     for (int64_t j = 0; j < d; ++j) {
       const float xhat = (xr[j] - m) * rs;
       dxr[j] += rs * (dyr[j] * g[j] - mean_dxhat - xhat * mean_dxhat_xhat);
     }
+    float* __restrict dgr = dg;
+    for (int64_t j = 0; j < d; ++j) dgr[j] += dyr[j] * ((xr[j] - m) * rs);
+    float* __restrict dbr = db;
+    for (int64_t j = 0; j < d; ++j) dbr[j] += dyr[j];
   }
 }
 
@@ -189,7 +319,8 @@ void rmsnorm_backward(const float* x, const float* g, const float* rstd, const f
   }
 }
 
-void swiglu_forward(const float* gate, const float* up, int64_t count, float* y) {
+TESSERA_VECTOR_CLONES void swiglu_forward(const float* gate, const float* up, int64_t count,
+                                          float* y) {
   const float* __restrict a = gate;
   const float* __restrict b = up;
   float* __restrict out = y;
@@ -199,8 +330,8 @@ void swiglu_forward(const float* gate, const float* up, int64_t count, float* y)
   }
 }
 
-void swiglu_backward(const float* gate, const float* up, const float* dy, int64_t count,
-                     float* dgate, float* dup) {
+TESSERA_VECTOR_CLONES void swiglu_backward(const float* gate, const float* up, const float* dy,
+                                           int64_t count, float* dgate, float* dup) {
   const float* __restrict a = gate;
   const float* __restrict b = up;
   const float* __restrict grad_out = dy;
@@ -252,7 +383,8 @@ void rope_apply(float* x, int64_t rows, int64_t seq, int64_t heads, int64_t head
   }
 }
 
-void activation_forward(Activation act, const float* z, int64_t count, float* y) {
+TESSERA_VECTOR_CLONES void activation_forward(Activation act, const float* z, int64_t count,
+                                              float* y) {
   if (act == Activation::relu) {
     for (int64_t i = 0; i < count; ++i) y[i] = z[i] > 0.0f ? z[i] : 0.0f;
     return;
@@ -265,8 +397,8 @@ void activation_forward(Activation act, const float* z, int64_t count, float* y)
   }
 }
 
-void activation_backward(Activation act, const float* z, const float* dy, int64_t count,
-                         float* dz) {
+TESSERA_VECTOR_CLONES void activation_backward(Activation act, const float* z, const float* dy,
+                                               int64_t count, float* dz) {
   if (act == Activation::relu) {
     for (int64_t i = 0; i < count; ++i) dz[i] = z[i] > 0.0f ? dy[i] : 0.0f;
     return;
@@ -282,8 +414,47 @@ void activation_backward(Activation act, const float* z, const float* dy, int64_
   }
 }
 
-double softmax_xent_forward(const float* logits, const int32_t* targets, int64_t n, int64_t c,
-                            float* probs, std::string_view where) {
+TESSERA_VECTOR_CLONES void gelu_forward_keep_derivative(float* z, int64_t count, float* y) {
+  float* __restrict zd = z;
+  float* __restrict out = y;
+  for (int64_t i = 0; i < count; ++i) {
+    const float u = zd[i];
+    const float t = tanh_approx(kGeluC * (u + kGeluA * u * u * u));
+    const float dt = (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * u * u);
+    out[i] = 0.5f * u * (1.0f + t);
+    zd[i] = 0.5f * (1.0f + t) + 0.5f * u * dt;
+  }
+}
+
+TESSERA_VECTOR_CLONES void causal_softmax_forward(float* p, int64_t seq) {
+  for (int64_t i = 0; i < seq; ++i) {
+    float* __restrict row = p + i * seq;
+    const float m = row_max(row, i + 1);
+    // The exponentials run over whole lanes (up to the next multiple of
+    // kLanes within the row) so no scalar tail is left; the masked ones are
+    // set to 0 before the sum, which adding zeros leaves as the lane sum of
+    // the i + 1 unmasked values.
+    const int64_t padded = std::min(seq, (i + kLanes) / kLanes * kLanes);
+    for (int64_t j = 0; j < padded; ++j) row[j] = exp_approx(row[j] - m);
+    std::fill(row + i + 1, row + seq, 0.0f);
+    const float sum = lane_sum(padded, [row](int64_t j) { return row[j]; });
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < padded; ++j) row[j] *= inv;
+  }
+}
+
+TESSERA_VECTOR_CLONES void causal_softmax_backward(const float* p, int64_t seq, float* dp) {
+  for (int64_t i = 0; i < seq; ++i) {
+    const float* prow = p + i * seq;
+    float* __restrict drow = dp + i * seq;
+    const float dot = lane_sum(i + 1, [prow, drow](int64_t j) { return drow[j] * prow[j]; });
+    for (int64_t j = 0; j < seq; ++j) drow[j] = prow[j] * (drow[j] - dot);
+  }
+}
+
+TESSERA_VECTOR_CLONES double softmax_xent_forward(const float* logits, const int32_t* targets,
+                                                  int64_t n, int64_t c, float* probs,
+                                                  std::string_view where) {
   double loss = 0.0;
   for (int64_t r = 0; r < n; ++r) {
     const int32_t t = targets[r];
@@ -293,16 +464,10 @@ double softmax_xent_forward(const float* logits, const int32_t* targets, int64_t
     }
     const float* lr = logits + r * c;
     float* pr = probs + r * c;
-    const float mx = *std::max_element(lr, lr + c);
     const float target_logit = lr[t];  // read first: probs may alias logits
-    double sum = 0.0;
-    for (int64_t j = 0; j < c; ++j) {
-      pr[j] = std::exp(lr[j] - mx);
-      sum += pr[j];
-    }
-    const auto inv = static_cast<float>(1.0 / sum);
-    for (int64_t j = 0; j < c; ++j) pr[j] *= inv;
-    loss += std::log(sum) + mx - target_logit;
+    float mx = 0.0f;
+    const float sum = softmax_row(lr, c, pr, mx);
+    loss += std::log(static_cast<double>(sum)) + mx - target_logit;
   }
   return loss;
 }

@@ -19,9 +19,22 @@ namespace tessera::model::kernels {
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// C[M,N] = alpha · op(A) · op(B), overwritten: gemm with beta = 0, except
+// that C is cleared by a vectorised fill before a beta = 1 product rather
+// than by OpenBLAS's beta pass (scalar stores on some targets). Same values.
+void gemm_overwrite(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+                    int64_t ldc);
+
 // y[n,out] = x[n,in] · w[in,out] + bias[out] (bias may be null).
 void linear_forward(const float* x, const float* w, const float* bias, int64_t n, int64_t in,
                     int64_t out, float* y);
+
+// y[n,out] = residual[n,out] + bias[out] + x[n,in] · w[in,out] (y must not
+// overlap residual): residual + bias written first, the product accumulated
+// onto it, one pass fewer than linear_forward and add_into.
+void linear_forward_residual(const float* x, const float* w, const float* bias,
+                             const float* residual, int64_t n, int64_t in, int64_t out, float* y);
 
 // Backward of linear_forward: dw += xᵀ·dy, dbias += Σrows dy (when non-null),
 // dx = dy·wᵀ (overwritten; skipped when dx is null). The two halves below,
@@ -43,8 +56,14 @@ void linear_backward_weight(const float* x, const float* dy, int64_t n, int64_t 
 // the caller's buffer later).
 void add_into(float* dst, const float* src, int64_t count);
 
+// out[i] = a[i] · b[i] for `count` values (out may be a or b).
+void multiply(const float* a, const float* b, int64_t count, float* out);
+
 // LayerNorm over the last dimension with eps 1e-5: y = (x − mean)·rstd·g + b.
-// Saves mean[n] and rstd[n] for the backward pass.
+// Saves mean[n] and rstd[n] for the backward pass. The row sums (mean and
+// variance here, the backward's two row means) are double sums in a fixed
+// lane order (see kernels.cpp), so the result does not depend on
+// vectorisation.
 void layernorm_forward(const float* x, const float* g, const float* b, int64_t n, int64_t d,
                        float* y, float* mean, float* rstd);
 
@@ -97,8 +116,22 @@ void activation_forward(Activation act, const float* z, int64_t count, float* y)
 // dz = dy · act'(z) elementwise (overwritten).
 void activation_backward(Activation act, const float* z, const float* dy, int64_t count, float* dz);
 
+// GELU forward that keeps what its backward needs: y = gelu(z) and z
+// overwritten by gelu'(z), from one tanh per value. The backward is then
+// dz = dy · gelu'(z) (multiply), equal bit for bit to activation_backward.
+void gelu_forward_keep_derivative(float* z, int64_t count, float* y);
+
+// Causal softmax of each row of p [seq, seq] in place: row i over its
+// first i + 1 entries, the rest set to 0.
+void causal_softmax_forward(float* p, int64_t seq);
+
+// Backward of causal_softmax_forward given its output p: dp = p ⊙ (dp −
+// Σ_j dp⊙p) row by row, overwritten (0 where p is masked).
+void causal_softmax_backward(const float* p, int64_t seq, float* dp);
+
 // Softmax cross-entropy over rows of logits[n,c] with targets[n] in [0, c):
-// writes probs[n,c] (may alias logits) and returns Σ_rows (logsumexp − logit[target]) in double.
+// writes probs[n,c] (may alias logits) and returns Σ_rows (logsumexp − logit[target]) in double
+// (each row's exponentials by exp_approx, summed in float in a fixed lane order).
 // Throws tessera::Error (invalid argument) naming `where` and the row when a
 // target is out of range.
 double softmax_xent_forward(const float* logits, const int32_t* targets, int64_t n, int64_t c,
