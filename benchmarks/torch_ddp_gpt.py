@@ -71,7 +71,7 @@ class Gpt(nn.Module):
 
 
 def worker(rank, args, port, queue):
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
@@ -100,6 +100,7 @@ def worker(rank, args, port, queue):
             "torch": torch.__version__,
             "backend": "gloo",
             "ranks": args.ranks,
+            "threads": args.threads,
             "parameters": sum(p.numel() for p in model.parameters()),
             "global_batch": args.batch,
             "seq_len": args.seq_len,
@@ -128,6 +129,7 @@ def main():
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--vocab", type=int, default=256)
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
     args = p.parse_args()
     if args.batch % args.ranks != 0:
         p.error("--batch must be a multiple of --ranks")

@@ -56,20 +56,8 @@ RankThreads rank_threads(const RunSection& run, int local_ranks) {
 double measure_gemm_rate(int threads) {
   // The models pin OpenBLAS to one thread; so does this.
   openblas_set_num_threads(1);
-  const int count = std::max(threads, 1);
-  std::vector<double> seconds(static_cast<std::size_t>(count), 0.0);
-  {
-    std::vector<std::jthread> workers;
-    for (int t = 1; t < count; ++t) {
-      workers.emplace_back([&seconds, t] { seconds[static_cast<std::size_t>(t)] = time_gemm(); });
-    }
-    seconds[0] = time_gemm();
-  }
-  double rate = 0.0;
-  for (const double s : seconds) {
-    rate += 2.0 * kGemmSize * kGemmSize * kGemmSize / std::max(s, 1e-9);
-  }
-  return rate;
+  const double one = 2.0 * kGemmSize * kGemmSize * kGemmSize / std::max(time_gemm(), 1e-9);
+  return one * std::max(threads, 1);
 }
 
 }  // namespace tessera::train

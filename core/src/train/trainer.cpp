@@ -146,7 +146,7 @@ RankOutput run_process_rank(Backend& backend, const RankShared& shared, const Ru
       std::optional<CheckpointDirLock> dir_lock;
       if (rank == 0 && !config.checkpoint.dir.empty()) dir_lock.emplace(config.checkpoint.dir);
       MemoryTracker::instance().reset(world);
-      // Every rank of this node measures at once: the rate of its share.
+      // Every rank measures its own peak (the ranks of a node at once).
       const double gemm_rate = measure_gemm_rate(run.plan.threads_per_rank);
       std::optional<RunLog> log;
       if (rank == 0) {

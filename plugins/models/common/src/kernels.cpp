@@ -42,6 +42,23 @@ constexpr int64_t kParallelGemmFlops = int64_t{1} << 18;
 // row tile (see gemm).
 constexpr int64_t kGemmRowBlock = 96;
 
+// Element-wise passes split over the rank's threads in pieces of whole
+// 64-element groups, at least kMinElementChunk elements each: fn(first,
+// count) on each piece. Element-wise results do not depend on where a
+// piece starts.
+constexpr int64_t kElementGroup = 64;
+constexpr int64_t kMinElementChunk = int64_t{1} << 14;
+
+template <typename Fn>
+void split_elements(int64_t count, Fn&& fn) {
+  const int64_t groups = (count + kElementGroup - 1) / kElementGroup;
+  sdk::intra_op::parallel_for(groups, kMinElementChunk / kElementGroup,
+                              [&](int64_t first, int64_t last) {
+                                const int64_t i = first * kElementGroup;
+                                fn(i, std::min(last * kElementGroup, count) - i);
+                              });
+}
+
 constexpr float kLnEps = 1e-5f;
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluA = 0.044715f;
@@ -136,48 +153,59 @@ TESSERA_VECTOR_CLONES void add_column_sums(const float* src, int64_t rows, int64
   }
 }
 
+// C = alpha · op(A) · op(B) + beta · C, split over the rank's threads by
+// blocks of whole output rows; prepare(r0, r1) runs on C's rows [r0, r1)
+// in the same chunk just before their product (zeroing them, writing a
+// bias), so those rows are still in cache. Each element of C is one dot
+// product over all of k, and with block starts at multiples of the
+// micro-kernel's row tile (OpenBLAS's N unroll of its column-major view: 4,
+// 8, 16 or 24 on the x86-64 kernels) every row lands in the same kind of
+// tile as in the unsplit product, so the bits do not depend on the thread
+// count. Columns are never split: their tiles follow OpenBLAS's own
+// blocking, which a split would change.
+template <typename Prepare>
+void gemm_rows(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+               int64_t ldc, Prepare&& prepare) {
+  pin_blas_threads();
+  if (m == 0 || n == 0) return;
+  const auto rows = [&](int64_t r0, int64_t r1) {
+    prepare(r0, r1);
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(r1 - r0),
+                static_cast<blasint>(n), static_cast<blasint>(k), alpha,
+                trans_a ? a + r0 : a + r0 * lda, static_cast<blasint>(lda), b,
+                static_cast<blasint>(ldb), beta, c + r0 * ldc, static_cast<blasint>(ldc));
+  };
+  const int64_t blocks = (m + kGemmRowBlock - 1) / kGemmRowBlock;
+  if (sdk::intra_op::threads() == 1 || blocks < 2 || m * n * k < kParallelGemmFlops) {
+    rows(0, m);
+    return;
+  }
+  sdk::intra_op::parallel_for(blocks, 1, [&](int64_t first, int64_t last) {
+    rows(first * kGemmRowBlock, std::min(last * kGemmRowBlock, m));
+  });
+}
+
 }  // namespace
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  pin_blas_threads();
-  if (m == 0 || n == 0) return;
-  const auto call = [&](int64_t rows, int64_t cols, const float* pa, const float* pb, float* pc) {
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(rows),
-                static_cast<blasint>(cols), static_cast<blasint>(k), alpha, pa,
-                static_cast<blasint>(lda), pb, static_cast<blasint>(ldb), beta, pc,
-                static_cast<blasint>(ldc));
-  };
-  // Split over the rank's threads by blocks of whole output rows. Each
-  // element of C is still one dot product over all of k, and with block
-  // starts at multiples of the micro-kernel's row tile (OpenBLAS's N unroll
-  // of its column-major view: 4, 8, 16 or 24 on the x86-64 kernels) every
-  // row lands in the same kind of tile as in the unsplit product, so the
-  // bits do not depend on the thread count. Columns are never split: their
-  // tiles follow OpenBLAS's own blocking, which a split would change.
-  const int64_t blocks = (m + kGemmRowBlock - 1) / kGemmRowBlock;
-  if (sdk::intra_op::threads() == 1 || blocks < 2 || m * n * k < kParallelGemmFlops) {
-    call(m, n, a, b, c);
-    return;
-  }
-  sdk::intra_op::parallel_for(blocks, 1, [&](int64_t first, int64_t last) {
-    const int64_t r0 = first * kGemmRowBlock;
-    const int64_t r1 = std::min(last * kGemmRowBlock, m);
-    call(r1 - r0, n, trans_a ? a + r0 : a + r0 * lda, b, c + r0 * ldc);
-  });
+  gemm_rows(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+            [](int64_t, int64_t) {});
 }
 
 void gemm_overwrite(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                     const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
                     int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  if (ldc == n) {
-    std::fill(c, c + m * n, 0.0f);
-  } else {
-    for (int64_t r = 0; r < m; ++r) std::fill(c + r * ldc, c + r * ldc + n, 0.0f);
-  }
-  gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 1.0f, c, ldc);
+  gemm_rows(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 1.0f, c, ldc,
+            [&](int64_t r0, int64_t r1) {
+              if (ldc == n) {
+                std::fill(c + r0 * n, c + r1 * n, 0.0f);
+              } else {
+                for (int64_t r = r0; r < r1; ++r) std::fill(c + r * ldc, c + r * ldc + n, 0.0f);
+              }
+            });
 }
 
 void linear_forward(const float* x, const float* w, const float* bias, int64_t n, int64_t in,
@@ -186,8 +214,10 @@ void linear_forward(const float* x, const float* w, const float* bias, int64_t n
     gemm_overwrite(false, false, n, out, in, 1.0f, x, in, w, out, y, out);
     return;
   }
-  for (int64_t r = 0; r < n; ++r) std::copy(bias, bias + out, y + r * out);
-  gemm(false, false, n, out, in, 1.0f, x, in, w, out, 1.0f, y, out);
+  gemm_rows(false, false, n, out, in, 1.0f, x, in, w, out, 1.0f, y, out,
+            [&](int64_t r0, int64_t r1) {
+              for (int64_t r = r0; r < r1; ++r) std::copy(bias, bias + out, y + r * out);
+            });
 }
 
 TESSERA_VECTOR_CLONES void linear_forward_residual(const float* x, const float* w,
@@ -227,8 +257,17 @@ TESSERA_VECTOR_CLONES void add_into(float* dst, const float* src, int64_t count)
   for (int64_t i = 0; i < count; ++i) dst[i] += src[i];
 }
 
-TESSERA_VECTOR_CLONES void multiply(const float* a, const float* b, int64_t count, float* out) {
+namespace {
+
+TESSERA_VECTOR_CLONES void multiply_range(const float* a, const float* b, int64_t count,
+                                          float* out) {
   for (int64_t i = 0; i < count; ++i) out[i] = a[i] * b[i];
+}
+
+}  // namespace
+
+void multiply(const float* a, const float* b, int64_t count, float* out) {
+  split_elements(count, [&](int64_t i, int64_t n) { multiply_range(a + i, b + i, n, out + i); });
 }
 
 TESSERA_VECTOR_CLONES void layernorm_forward(const float* x, const float* g, const float* b,
@@ -414,7 +453,9 @@ TESSERA_VECTOR_CLONES void activation_backward(Activation act, const float* z, c
   }
 }
 
-TESSERA_VECTOR_CLONES void gelu_forward_keep_derivative(float* z, int64_t count, float* y) {
+namespace {
+
+TESSERA_VECTOR_CLONES void gelu_keep_range(float* z, int64_t count, float* y) {
   float* __restrict zd = z;
   float* __restrict out = y;
   for (int64_t i = 0; i < count; ++i) {
@@ -424,6 +465,12 @@ TESSERA_VECTOR_CLONES void gelu_forward_keep_derivative(float* z, int64_t count,
     out[i] = 0.5f * u * (1.0f + t);
     zd[i] = 0.5f * (1.0f + t) + 0.5f * u * dt;
   }
+}
+
+}  // namespace
+
+void gelu_forward_keep_derivative(float* z, int64_t count, float* y) {
+  split_elements(count, [&](int64_t i, int64_t n) { gelu_keep_range(z + i, n, y + i); });
 }
 
 TESSERA_VECTOR_CLONES void causal_softmax_forward(float* p, int64_t seq) {

@@ -1,7 +1,7 @@
 // The compute a rank has: its thread count (run.threads_per_rank or the
 // cores this process may use shared among the ranks on its node) and the
-// single-precision GEMM rate of those threads, the peak that model FLOP
-// utilisation (MFU) is measured against.
+// single-precision GEMM peak of those threads, what model FLOP utilisation
+// (MFU) is measured against.
 #pragma once
 
 #include <string>
@@ -23,9 +23,11 @@ int usable_cores();
 // cores (the world for ranks as threads, LOCAL_WORLD_SIZE for processes).
 RankThreads rank_threads(const RunSection& run, int local_ranks);
 
-// The sgemm rate of `threads` threads together, in FLOP/s: each thread
-// multiplies its own 512x512 matrices on one OpenBLAS thread at the same
-// time as the others; best of 5 rounds after a warm-up. About 20 ms.
+// The peak sgemm rate of `threads` threads, in FLOP/s: the rate of one
+// 512x512x512 product on one OpenBLAS thread (the calling one; best of 5
+// rounds after a warm-up, about 20 ms) times `threads`, as a GPU's peak is
+// its per-SM rate times its SMs. Measuring the threads at once would
+// instead measure how busy the other cores are.
 double measure_gemm_rate(int threads);
 
 }  // namespace tessera::train
