@@ -76,6 +76,28 @@ struct RunnerFixture {
   std::vector<float> scales = {0.5F, 0.25F};
 };
 
+// The calls LoggingHooks records for two micro-batches over the three
+// units: hooks (bf/bb/ab, "L" on the last micro-batch) around forwards (F)
+// and backwards (B), with the units below `recomputed` running their
+// forward again right after their before_backward hook.
+std::vector<std::string> expected_calls(int recomputed) {
+  std::vector<std::string> expected;
+  for (int m = 0; m < 2; ++m) {
+    const std::string mm = "/" + std::to_string(m);
+    for (int u = 0; u < 3; ++u) {
+      expected.push_back("bf" + std::to_string(u) + mm);
+      expected.push_back("F" + std::to_string(u));
+    }
+    for (int u = 2; u >= 0; --u) {
+      expected.push_back("bb" + std::to_string(u) + mm);
+      if (u < recomputed) expected.push_back("F" + std::to_string(u));
+      expected.push_back("B" + std::to_string(u));
+      expected.push_back("ab" + std::to_string(u) + mm + (m == 1 ? "L" : ""));
+    }
+  }
+  return expected;
+}
+
 TEST(UnitRunner, ForwardThenReverseBackwardPerMicroBatchWithHooks) {
   MemoryTracker::instance().reset(2);
   RunnerFixture f;
@@ -94,20 +116,7 @@ TEST(UnitRunner, ForwardThenReverseBackwardPerMicroBatchWithHooks) {
   for (size_t i = 0; i < f.grads.size(); ++i) {
     EXPECT_FLOAT_EQ(f.grads[i], i < 6 ? 1.5F : 0.75F) << "element " << i;
   }
-  std::vector<std::string> expected;
-  for (int m = 0; m < 2; ++m) {
-    const std::string mm = "/" + std::to_string(m);
-    for (int u = 0; u < 3; ++u) {
-      expected.push_back("bf" + std::to_string(u) + mm);
-      expected.push_back("F" + std::to_string(u));
-    }
-    for (int u = 2; u >= 0; --u) {
-      expected.push_back("bb" + std::to_string(u) + mm);
-      expected.push_back("B" + std::to_string(u));
-      expected.push_back("ab" + std::to_string(u) + mm + (m == 1 ? "L" : ""));
-    }
-  }
-  EXPECT_EQ(f.model.calls, expected);
+  EXPECT_EQ(f.model.calls, expected_calls(0));
   // All three contexts were alive at the end of the backward pass; they stay
   // for the next step until released.
   EXPECT_EQ(hooks.activations_at_end, 600);
@@ -143,21 +152,7 @@ TEST(UnitRunner, CheckpointedUnitsRecomputeTheirForwardAfterTheBackwardHook) {
   LoggingHooks hooks(f.model);
   EXPECT_EQ(runner.run(f.batches, f.scales, f.param_ptrs, f.grad_ptrs, &hooks), plain_loss);
   EXPECT_EQ(f.grads, plain_grads);
-  std::vector<std::string> expected;
-  for (int m = 0; m < 2; ++m) {
-    const std::string mm = "/" + std::to_string(m);
-    for (int u = 0; u < 3; ++u) {
-      expected.push_back("bf" + std::to_string(u) + mm);
-      expected.push_back("F" + std::to_string(u));
-    }
-    for (int u = 2; u >= 0; --u) {
-      expected.push_back("bb" + std::to_string(u) + mm);
-      if (u < 2) expected.push_back("F" + std::to_string(u));  // the recompute
-      expected.push_back("B" + std::to_string(u));
-      expected.push_back("ab" + std::to_string(u) + mm + (m == 1 ? "L" : ""));
-    }
-  }
-  EXPECT_EQ(f.model.calls, expected);
+  EXPECT_EQ(f.model.calls, expected_calls(2));
   EXPECT_EQ(hooks.activations_at_end, 308);
   EXPECT_EQ(runner.activation_bytes(), 308);
   EXPECT_EQ(MemoryTracker::instance().stats(1).peak[TESSERA_MEM_ACTIVATIONS], 300 + 4 + 4 + 200);
