@@ -2,18 +2,21 @@
 // element-wise pass) split over the threads the host gives each rank
 // (run.threads_per_rank, host ABI 1.4).
 //
-// The model adapter (model.hpp) sets the calling thread's thread count from
-// the host before every unit call; a kernel then calls
-// parallel_for(n, min_chunk, fn) and fn(begin, end) runs on contiguous
-// chunks of [0, n). The chunks are a static partition that depends only on
-// n, min_chunk and the thread count, never on timing, so a kernel whose
-// chunks write disjoint outputs gives the same bits at every thread count.
-// Each calling thread (each rank) has its own pool of threads − 1 workers,
-// started on first use and joined when the calling thread exits; the caller
-// runs chunk 0 itself.
+// The model adapter (model.hpp) sets the thread count from the host before
+// every unit call (one value for the whole process, like the host's); a
+// kernel then calls parallel_for(n, min_chunk, fn) and fn(begin, end) runs
+// on contiguous chunks of [0, n). The chunks are a static partition that
+// depends only on n, min_chunk and the thread count, never on timing, so a
+// kernel whose chunks write disjoint outputs is repeatable at a fixed
+// thread count. The caller runs chunk 0 itself; the others run on a pool of
+// workers that the call takes from the library's idle pools (or starts) and
+// hands back when done, so ranks running at once each have their own. The
+// pools live as long as the library. No thread_local: a plugin's dynamic
+// TLS outliving its dlclose trips up leak checkers.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -30,9 +33,9 @@
 namespace tessera::sdk::intra_op {
 namespace detail {
 
-// Threads of the calling thread's operations (>= 1).
-inline int& thread_count() {
-  thread_local int count = 1;
+// Threads of one operation (>= 1).
+inline std::atomic<int>& thread_count() {
+  static std::atomic<int> count{1};
   return count;
 }
 
@@ -117,23 +120,61 @@ class Pool {
   bool stop_ = false;
 };
 
-// The calling thread's pool with at least `workers` workers.
-inline Pool& pool(int workers) {
-  thread_local std::unique_ptr<Pool> p;
-  if (!p || p->workers() != workers) {
-    p.reset();
-    p = std::make_unique<Pool>(workers);
+// The library's idle pools: a call takes one with the number of workers it
+// needs (or starts one) and gives it back when done.
+class Pools {
+ public:
+  std::unique_ptr<Pool> take(int workers) {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+        if ((*it)->workers() == workers) {
+          std::unique_ptr<Pool> p = std::move(*it);
+          idle_.erase(it);
+          return p;
+        }
+      }
+    }
+    return std::make_unique<Pool>(workers);
   }
-  return *p;
+  void give_back(std::unique_ptr<Pool> p) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    idle_.push_back(std::move(p));
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<Pool>> idle_;
+};
+
+inline Pools& pools() {
+  static Pools p;
+  return p;
 }
+
+// A pool taken for one parallel_for, given back at the end of the scope.
+class TakenPool {
+ public:
+  explicit TakenPool(int workers) : pool_(pools().take(workers)) {}
+  TakenPool(const TakenPool&) = delete;
+  TakenPool& operator=(const TakenPool&) = delete;
+  ~TakenPool() { pools().give_back(std::move(pool_)); }
+  Pool& operator*() const noexcept { return *pool_; }
+
+ private:
+  std::unique_ptr<Pool> pool_;
+};
 
 }  // namespace detail
 
-// Threads the calling thread's operations may use (>= 1).
-inline int threads() noexcept { return detail::thread_count(); }
+// Threads one operation may use (>= 1).
+inline int threads() noexcept { return detail::thread_count().load(std::memory_order_relaxed); }
 
-// Sets the calling thread's thread count (values below 1 count as 1).
-inline void set_threads(int count) noexcept { detail::thread_count() = std::max(count, 1); }
+// Sets the thread count of every operation of this library (values below 1
+// count as 1).
+inline void set_threads(int count) noexcept {
+  detail::thread_count().store(std::max(count, 1), std::memory_order_relaxed);
+}
 
 // The thread count the host gives the calling rank: host ABI 1.4's
 // intra_op_threads, 1 from an older host.
@@ -166,11 +207,12 @@ void parallel_for(int64_t n, int64_t min_chunk, Fn&& fn) {
     return;
   }
   const std::function<void(int)> chunk = [&](int c) { fn(n * c / k, n * (c + 1) / k); };
-  detail::pool(threads() - 1).run(k, chunk);
+  const detail::TakenPool pool(k - 1);
+  (*pool).run(k, chunk);
 }
 
-// Sets the calling thread's thread count for one scope (a unit call) and
-// restores the previous count at its end.
+// Sets the thread count for one scope and restores the previous count at
+// its end (tests; the count is the library's, not the calling thread's).
 class ThreadsScope {
  public:
   explicit ThreadsScope(int count) noexcept : previous_(threads()) { set_threads(count); }

@@ -528,8 +528,9 @@ struct ModelAdapter {
   static tessera_status unit_guard(const tessera_model* model, int32_t unit, const char* what,
                                    Fn&& fn) noexcept {
     return ::tessera::sdk::detail::guard(host_of(model), [&] {
-      // The unit's kernels split their work over the rank's threads.
-      const intra_op::ThreadsScope threads(intra_op::host_threads(host_of(model)));
+      // The unit's kernels split their work over the rank's threads (the
+      // host's value, the same for every rank of the process).
+      intra_op::set_threads(intra_op::host_threads(host_of(model)));
       try {
         fn();
       } catch (const Error& e) {
