@@ -16,8 +16,17 @@
 // The element-wise kernels are also compiled for AVX2 (picked at load time
 // where the CPU has it): twice the lanes of the x86-64 baseline. AVX2 alone
 // enables no FMA, and every sum below has its order written out, so both
-// versions give the same bits.
-#if defined(__x86_64__) && defined(__GNUC__)
+// versions give the same bits. Not under the sanitizers: the clones' ifunc
+// resolvers run during relocation, before a sanitizer's runtime is set up
+// (ThreadSanitizer crashes there).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TESSERA_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define TESSERA_SANITIZED 1
+#endif
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(TESSERA_SANITIZED)
 #define TESSERA_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
 #define TESSERA_ALWAYS_INLINE __attribute__((always_inline)) inline
 #else
