@@ -35,7 +35,7 @@ GlooBackend::GlooBackend(const sdk::Host& host, const sdk::Options& options,
                          const tessera_backend_config& config)
     : sdk::Backend(host), settings_(Settings::from(options, config, process_environment())) {
   host.debug("gloo: rank ", settings_.rank, " of ", settings_.world_size, ", ",
-             settings_.store_description(), ", run id '", settings_.run_id, "', allreduce ",
+             settings_.store_description(), ", run id '", settings_.store.run_id, "', allreduce ",
              algorithm_name(settings_.algorithm), ", timeout ", settings_.timeout_ms, " ms");
   if (ignore_sigpipe())
     host.debug("gloo: SIGPIPE is ignored from now on (closed peers fail writes)");
@@ -48,7 +48,7 @@ std::unique_ptr<sdk::Comm> GlooBackend::connect(int32_t rank) {
                 " of this process (gloo runs one rank per process; connect with -1)");
   auto engine = std::make_shared<Engine>(host(), s);
   engine->device = make_device(s);
-  engine->prefix = s.run_id + "/c" + std::to_string(connects_++);
+  engine->prefix = s.store.run_id + "/c" + std::to_string(connects_++);
   host().log(TESSERA_LOG_DEBUG, s.rank, "gloo: rank ", s.rank, " binds to ",
              engine->device.description, " and meets ", s.world_size - 1, " peers through the ",
              s.store_description(), " under '", engine->prefix, "'");

@@ -2,10 +2,9 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <optional>
 #include <string>
 
+#include "common/store.hpp"
 #include "tessera/c/backend.h"
 #include "tessera/c/plugin.h"
 #include "tessera/sdk/host.hpp"
@@ -14,15 +13,11 @@ namespace tessera::gloo_backend {
 
 // The options the plugin declares ([backend.options] keys).
 inline constexpr tessera_option_decl kOptions[] = {
-    {"store", TESSERA_OPT_STRING, "file",
-     "rendezvous store: \"file\" (a directory every rank can reach) or \"redis\""},
-    {"store_dir", TESSERA_OPT_STRING, "",
-     "directory of the file store; empty: $TESSERA_RENDEZVOUS_DIR (set by `tessera launch`)"},
-    {"redis_host", TESSERA_OPT_STRING, "",
-     "host of the Redis store; empty: $MASTER_ADDR, else 127.0.0.1"},
-    {"redis_port", TESSERA_OPT_INT, "6379", "port of the Redis store (1..65535)"},
-    {"run_id", TESSERA_OPT_STRING, "",
-     "namespace of this run's rendezvous keys; empty: $TESSERA_RUN_ID, else \"tessera\""},
+    backend_store::kStoreOption,
+    backend_store::kStoreDirOption,
+    backend_store::kRedisHostOption,
+    backend_store::kRedisPortOption,
+    backend_store::kRunIdOption,
     {"interface", TESSERA_OPT_STRING, "",
      "network interface the TCP transport binds to (e.g. \"lo\", \"eth0\"); overrides hostname"},
     {"hostname", TESSERA_OPT_STRING, "",
@@ -45,15 +40,8 @@ enum class Algorithm { kAuto, kRing, kRingChunked, kHalvingDoubling, kBcube };
 // Name of `a` as written in the options.
 const char* algorithm_name(Algorithm a) noexcept;
 
-// Where the rendezvous keys live.
-enum class StoreKind { kFile, kRedis };
-
-// Reads one environment variable; std::nullopt when unset. Injected so that
-// settings can be resolved from a fake environment.
-using EnvLookup = std::function<std::optional<std::string>(const char*)>;
-
-// The process environment (getenv).
-EnvLookup process_environment();
+using backend_store::EnvLookup;
+using backend_store::process_environment;
 
 // Everything the backend needs, resolved once when it is created.
 struct Settings {
@@ -61,11 +49,7 @@ struct Settings {
   int32_t world_size = 1;      // from WORLD_SIZE
   int64_t timeout_ms = 60000;  // default per operation and for connecting; < 0: none
 
-  StoreKind store = StoreKind::kFile;
-  std::string store_dir;   // kFile
-  std::string redis_host;  // kRedis
-  int32_t redis_port = 6379;
-  std::string run_id;  // key namespace
+  backend_store::StoreConfig store;  // where ranks meet, and the run id
 
   std::string interface;    // bind to this interface, if set
   std::string hostname;     // else bind to this address, if set
@@ -90,7 +74,7 @@ struct Settings {
   }
 
   // "file store at DIR" or "Redis store at HOST:PORT", for messages.
-  [[nodiscard]] std::string store_description() const;
+  [[nodiscard]] std::string store_description() const { return store.description(); }
 };
 
 }  // namespace tessera::gloo_backend
