@@ -1,0 +1,241 @@
+#include "group.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::nccl_backend {
+namespace {
+
+int64_t ms_since(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+// An asynchronous NCCL error: a peer or the network went away, or a bug.
+tessera_status status_of(ncclResult_t r) noexcept {
+  return r == ncclRemoteError || r == ncclSystemError ? TESSERA_ERR_PEER_LOST
+                                                      : TESSERA_ERR_INTERNAL;
+}
+
+}  // namespace
+
+Group::Group(std::string name, int32_t device, ncclComm_t comm)
+    : name_(std::move(name)), device_(device), comm_(comm) {
+  int rank = 0;
+  int size = 1;
+  (void)ncclCommUserRank(comm_, &rank);
+  (void)ncclCommCount(comm_, &size);
+  rank_ = rank;
+  size_ = size;
+  sends_.assign(static_cast<size_t>(size_), 0);
+  recvs_.assign(static_cast<size_t>(size_), 0);
+  const cudaError_t err = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
+  if (err != cudaSuccess) {
+    (void)ncclCommAbort(comm_);
+    comm_ = nullptr;
+    cuda_check(err, "cudaStreamCreateWithFlags", where());
+  }
+}
+
+Group::~Group() {
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    if (comm_ != nullptr) {
+      // Flush and release the communicator; a bounded wait, then abort.
+      ncclResult_t r = ncclCommFinalize(comm_);
+      const auto deadline = Clock::now() + std::chrono::seconds(10);
+      while (r == ncclInProgress && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        (void)ncclCommGetAsyncError(comm_, &r);
+      }
+      if (r == ncclSuccess) {
+        (void)ncclCommDestroy(comm_);
+      } else {
+        (void)ncclCommAbort(comm_);
+      }
+      comm_ = nullptr;
+    }
+    pending_.clear();
+  }
+  if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+}
+
+std::string Group::where() const {
+  return detail::concat("group '", name_, "' (rank ", rank_, " of ", size_, ")");
+}
+
+uint64_t Group::next_send(int32_t peer) { return ++sends_.at(static_cast<size_t>(peer)); }
+uint64_t Group::next_recv(int32_t peer) { return ++recvs_.at(static_cast<size_t>(peer)); }
+
+void Group::throw_if_failed() const {
+  if (!failed()) return;
+  const std::lock_guard<std::mutex> lock(mu_);
+  throw Error(status_, message_);
+}
+
+void Group::abort_locked() noexcept {
+  if (comm_ == nullptr) return;
+  (void)ncclCommAbort(comm_);
+  comm_ = nullptr;
+}
+
+void Group::fail_locked(tessera_status status, const std::string& message) noexcept {
+  if (!failed_.load(std::memory_order_relaxed)) {
+    status_ = status;
+    message_ = message;
+    failed_.store(true, std::memory_order_release);
+  }
+  abort_locked();
+}
+
+void Group::fail(tessera_status status, const std::string& message) noexcept {
+  const std::lock_guard<std::mutex> lock(mu_);
+  fail_locked(status, message);
+}
+
+void Group::enqueue(const std::string& label, Clock::time_point deadline,
+                    const std::function<ncclResult_t(ncclComm_t)>& call) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!failed_.load(std::memory_order_relaxed) && comm_ != nullptr) {
+      ncclResult_t r = call(comm_);
+      // Non-blocking communicator: the call may still be in progress.
+      while (r == ncclInProgress) {
+        if (Clock::now() >= deadline) {
+          fail_locked(TESSERA_ERR_TIMEOUT,
+                      detail::concat("nccl: ", label, " on ", where(),
+                                     " could not be enqueued before its timeout; the NCCL "
+                                     "communicator was aborted (ncclCommAbort)"));
+          break;
+        }
+        lock.unlock();
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        lock.lock();
+        if (comm_ == nullptr) break;
+        (void)ncclCommGetAsyncError(comm_, &r);
+      }
+      if (r != ncclSuccess && r != ncclInProgress && comm_ != nullptr) {
+        fail_locked(status_of(r), detail::concat("nccl: ", label, " on ", where(),
+                                                 " failed: ", nccl_error_text(r, comm_)));
+      }
+    } else if (!failed_.load(std::memory_order_relaxed)) {
+      fail_locked(TESSERA_ERR_PEER_LOST, detail::concat("nccl: ", where(), " has no communicator"));
+    }
+  }
+  throw_if_failed();
+}
+
+void Group::watch(const std::shared_ptr<Event>& event, std::string label, int64_t timeout_ms) {
+  cuda_check(cudaEventRecord(event->get(), stream_), "cudaEventRecord",
+             detail::concat(label, " on ", where()));
+  const auto start = Clock::now();
+  const auto deadline =
+      timeout_ms < 0 ? Clock::time_point::max() : start + std::chrono::milliseconds(timeout_ms);
+  const std::lock_guard<std::mutex> lock(mu_);
+  pending_.push_back(Pending{event, std::move(label), start, deadline});
+}
+
+void Group::poll() noexcept {
+  const std::lock_guard<std::mutex> lock(mu_);
+  if (failed_.load(std::memory_order_relaxed) || comm_ == nullptr) return;
+  while (!pending_.empty()) {
+    const cudaError_t q = cudaEventQuery(pending_.front().event->get());
+    if (q == cudaErrorNotReady) break;
+    if (q != cudaSuccess) {
+      fail_locked(TESSERA_ERR_INTERNAL,
+                  detail::concat("nccl: ", pending_.front().label, " on ", where(),
+                                 " failed: CUDA reported ", cudaGetErrorName(q), ": ",
+                                 cudaGetErrorString(q)));
+      return;
+    }
+    pending_.pop_front();
+  }
+  ncclResult_t r = ncclSuccess;
+  const ncclResult_t got = ncclCommGetAsyncError(comm_, &r);
+  if (got != ncclSuccess) r = got;
+  if (r != ncclSuccess && r != ncclInProgress) {
+    const std::string what =
+        pending_.empty() ? std::string("the last operation") : pending_.front().label;
+    fail_locked(status_of(r), detail::concat("nccl: ", what, " on ", where(),
+                                             " failed: ", nccl_error_text(r, comm_),
+                                             "; the NCCL communicator was aborted"));
+    return;
+  }
+  if (!pending_.empty() && Clock::now() >= pending_.front().deadline) {
+    const Pending& late = pending_.front();
+    fail_locked(TESSERA_ERR_TIMEOUT,
+                detail::concat("nccl: ", late.label, " on ", where(), " timed out after ",
+                               ms_since(late.start),
+                               " ms (a peer is missing, late or gone); the NCCL communicator was "
+                               "aborted (ncclCommAbort) and every later operation on the group "
+                               "fails"));
+  }
+}
+
+bool NcclWork::test() {
+  if (done_) return true;
+  const cudaError_t q = cudaEventQuery(event_->get());
+  if (q == cudaSuccess && !group_->failed()) {
+    done_ = true;
+    return true;
+  }
+  group_->poll();
+  group_->throw_if_failed();
+  if (q != cudaErrorNotReady && q != cudaSuccess) {
+    group_->fail(
+        TESSERA_ERR_INTERNAL,
+        detail::concat("nccl: ", label_, " on ", group_->where(), " failed: CUDA reported ",
+                       cudaGetErrorName(q), ": ", cudaGetErrorString(q)));
+    group_->throw_if_failed();
+  }
+  return false;
+}
+
+void NcclWork::wait(int64_t timeout_ms) {
+  const auto start = Clock::now();
+  auto pause = std::chrono::microseconds(10);
+  while (!test()) {
+    if (timeout_ms >= 0 && ms_since(start) >= timeout_ms) {
+      throw Error(TESSERA_ERR_TIMEOUT,
+                  detail::concat("nccl: waiting for ", label_, " on ", group_->where(),
+                                 " timed out after ", ms_since(start), " ms"));
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+}
+
+Watchdog::~Watchdog() {
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Watchdog::add(const std::shared_ptr<Group>& group) {
+  const std::lock_guard<std::mutex> lock(mu_);
+  groups_.push_back(group);
+  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+}
+
+void Watchdog::loop() {
+  (void)cudaSetDevice(device_);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    std::erase_if(groups_, [](const std::weak_ptr<Group>& g) { return g.expired(); });
+    std::vector<std::shared_ptr<Group>> live;
+    for (const auto& g : groups_) {
+      if (auto p = g.lock()) live.push_back(std::move(p));
+    }
+    lock.unlock();
+    for (const auto& g : live) g->poll();
+    live.clear();
+    lock.lock();
+    cv_.wait_for(lock, period_, [this] { return stopping_; });
+  }
+}
+
+}  // namespace tessera::nccl_backend

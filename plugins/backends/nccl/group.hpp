@@ -1,0 +1,157 @@
+// One NCCL communicator with its CUDA stream, the operations pending on it,
+// and its failure state; the work handles that complete on CUDA events; the
+// watchdog thread that looks after every group of a process.
+//
+// Communicators are non-blocking (ncclConfig_t.blocking = 0): no NCCL call
+// waits for a peer. A group fails once, for good, when NCCL reports an
+// asynchronous error (ncclCommGetAsyncError), when an operation outlives its
+// timeout, or when it is aborted; the communicator is then aborted
+// (ncclCommAbort), which ends its kernels, and every later operation fails
+// with the same message.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cuda.hpp"
+#include "tessera/c/common.h"
+#include "tessera/sdk/backend.hpp"
+
+namespace tessera::nccl_backend {
+
+using Clock = std::chrono::steady_clock;
+
+class Group {
+ public:
+  // Takes ownership of `comm` (an initialised non-blocking communicator) and
+  // creates the group's stream on `device`.
+  Group(std::string name, int32_t device, ncclComm_t comm);
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  // Finalises and destroys the communicator (aborts it when that fails or
+  // the group failed), then the stream.
+  ~Group();
+
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  [[nodiscard]] int32_t rank() const noexcept { return rank_; }
+  [[nodiscard]] int32_t size() const noexcept { return size_; }
+  [[nodiscard]] int32_t device() const noexcept { return device_; }
+  [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
+  // "group 'world' (rank 1 of 4)".
+  [[nodiscard]] std::string where() const;
+
+  // Runs `enqueue` with the communicator while no one can abort it, then
+  // waits (at most until `deadline`) while NCCL reports ncclInProgress.
+  // Throws the group's error if it has failed, or fails it (and throws)
+  // when `enqueue` returns an error or the deadline passes.
+  void enqueue(const std::string& label, Clock::time_point deadline,
+               const std::function<ncclResult_t(ncclComm_t)>& call);
+
+  // Records `event` after what is enqueued on the stream and watches it
+  // until it completes: past `deadline` the group fails with a timeout.
+  void watch(const std::shared_ptr<Event>& event, std::string label, int64_t timeout_ms);
+
+  // Looks at the pending operations and NCCL's asynchronous error; fails the
+  // group when one is late or NCCL reports an error. Called by the watchdog
+  // and by waiting work.
+  void poll() noexcept;
+
+  // Makes the group fail with `status` and `message` (the first failure
+  // wins) and aborts the communicator. Safe from any thread.
+  void fail(tessera_status status, const std::string& message) noexcept;
+
+  // Throws the group's error if it has failed.
+  void throw_if_failed() const;
+  [[nodiscard]] bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+
+  // Splits take a number on their parent, the same on every rank.
+  uint64_t next_split() noexcept { return ++splits_; }
+  // Collectives and per-peer messages take a number on the group.
+  uint64_t next_seq() noexcept { return ++seq_; }
+  uint64_t next_send(int32_t peer);
+  uint64_t next_recv(int32_t peer);
+
+  DeviceBuffer& scratch() noexcept { return scratch_; }
+  DeviceBuffer& staged_send() noexcept { return staged_send_; }
+  DeviceBuffer& staged_recv() noexcept { return staged_recv_; }
+
+ private:
+  struct Pending {
+    std::shared_ptr<Event> event;
+    std::string label;
+    Clock::time_point start;
+    Clock::time_point deadline;
+  };
+
+  void abort_locked() noexcept;
+  void fail_locked(tessera_status status, const std::string& message) noexcept;
+
+  std::string name_;
+  int32_t rank_ = 0;
+  int32_t size_ = 1;
+  int32_t device_ = 0;
+  cudaStream_t stream_ = nullptr;
+
+  mutable std::mutex mu_;  // guards comm_, pending_, status_, message_
+  ncclComm_t comm_ = nullptr;
+  std::deque<Pending> pending_;
+  std::atomic<bool> failed_{false};
+  tessera_status status_ = TESSERA_OK;
+  std::string message_;
+
+  uint64_t splits_ = 0;
+  uint64_t seq_ = 0;
+  std::vector<uint64_t> sends_;
+  std::vector<uint64_t> recvs_;
+  DeviceBuffer scratch_;
+  DeviceBuffer staged_send_;
+  DeviceBuffer staged_recv_;
+};
+
+// A started operation: done when its event has completed.
+class NcclWork final : public sdk::Work {
+ public:
+  NcclWork(std::shared_ptr<Group> group, std::shared_ptr<Event> event, std::string label)
+      : group_(std::move(group)), event_(std::move(event)), label_(std::move(label)) {}
+  void wait(int64_t timeout_ms) override;
+  bool test() override;
+
+ private:
+  std::shared_ptr<Group> group_;
+  std::shared_ptr<Event> event_;
+  std::string label_;
+  bool done_ = false;
+};
+
+// Polls every live group every `period` on its own thread.
+class Watchdog {
+ public:
+  Watchdog(int32_t device, std::chrono::milliseconds period) : device_(device), period_(period) {}
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+  ~Watchdog();
+  // Watches `group` while it lives; starts the thread on first use.
+  void add(const std::shared_ptr<Group>& group);
+
+ private:
+  void loop();
+
+  int32_t device_;
+  std::chrono::milliseconds period_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::weak_ptr<Group>> groups_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace tessera::nccl_backend
