@@ -5,6 +5,7 @@
 #include "cli_error.hpp"
 #include "tessera/c/backend.h"
 #include "tessera/c/common.h"
+#include "tessera/c/compressor.h"
 #include "tessera/c/model.h"
 #include "tessera/c/strategy.h"
 #include "tessera/core/plugin_registry.hpp"
@@ -27,7 +28,8 @@ int run_version_command(std::ostream& out) {
       << "interfaces: backend " << TESSERA_BACKEND_API_MAJOR << '.' << TESSERA_BACKEND_API_MINOR
       << ", strategy " << TESSERA_STRATEGY_API_MAJOR << '.' << TESSERA_STRATEGY_API_MINOR
       << ", model " << TESSERA_MODEL_API_MAJOR << '.' << TESSERA_MODEL_API_MINOR << ", selector "
-      << TESSERA_SELECTOR_API_MAJOR << '.' << TESSERA_SELECTOR_API_MINOR << '\n'
+      << TESSERA_SELECTOR_API_MAJOR << '.' << TESSERA_SELECTOR_API_MINOR << ", compressor "
+      << TESSERA_COMPRESSOR_API_MAJOR << '.' << TESSERA_COMPRESSOR_API_MINOR << '\n'
       << "accepts: " << supported_interfaces() << '\n';
   return kExitOk;
 }

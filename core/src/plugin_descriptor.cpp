@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "tessera/c/backend.h"
+#include "tessera/c/compressor.h"
 #include "tessera/c/model.h"
 #include "tessera/c/selector.h"
 #include "tessera/c/strategy.h"
@@ -139,6 +140,26 @@ std::string check_selector_functions(const void* table) {
   return first_missing("selector", slots);
 }
 
+// The functions of compressor interface 1.0 (all required: the kind decides
+// which of encode/decode and reduce a strategy calls, and a table has them
+// all).
+std::string check_compressor_functions(const void* table) {
+  const auto& api = *static_cast<const tessera_compressor_api*>(table);
+  const Slot slots[] = {
+      {"create", api.create != nullptr},
+      {"destroy", api.destroy != nullptr},
+      {"kind", api.kind != nullptr},
+      {"wire_dtype", api.wire_dtype != nullptr},
+      {"bucket_create", api.bucket_create != nullptr},
+      {"bucket_destroy", api.bucket_destroy != nullptr},
+      {"encoded_bytes", api.encoded_bytes != nullptr},
+      {"encode", api.encode != nullptr},
+      {"decode", api.decode != nullptr},
+      {"reduce", api.reduce != nullptr},
+  };
+  return first_missing("compressor", slots);
+}
+
 // What this host supports of one plugin kind's interface: the major it
 // speaks (any minor of it), the smallest table it can use and the check of
 // that table's required functions. major 0: no interface for the kind yet.
@@ -162,6 +183,10 @@ KindInterface kind_interface(tessera_plugin_kind kind) noexcept {
     case TESSERA_KIND_SELECTOR:
       return {TESSERA_SELECTOR_API_MAJOR, offsetof(tessera_selector_api, select) + sizeof(void*),
               &check_selector_functions};
+    case TESSERA_KIND_COMPRESSOR:
+      return {TESSERA_COMPRESSOR_API_MAJOR,
+              offsetof(tessera_compressor_api, reduce) + sizeof(void*),
+              &check_compressor_functions};
     default:
       return {0, sizeof(uint32_t), nullptr};
   }

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "tessera/c/backend.h"
+#include "tessera/c/compressor.h"
 #include "tessera/c/model.h"
 #include "tessera/c/strategy.h"
 #include "tessera/core/plugin_registry.hpp"
@@ -62,9 +63,10 @@ std::vector<BrokenCase> broken_cases() {
                    "(rebuild the plugin against the current SDK)",
                    TESSERA_STRATEGY_API_MAJOR)},
       {"libtessera_strategy_nostep.so", "strategy api function 'step' is NULL"},
-      {"libtessera_compressor_early.so",
-       fmt::format("compressor interface {}.{}: this host has no compressor interface yet",
-                   TESSERA_BACKEND_API_MAJOR, TESSERA_BACKEND_API_MINOR)},
+      {"libtessera_compressor_newer.so",
+       fmt::format("compressor interface 2.{} is not supported: this host speaks compressor "
+                   "{}.x (the plugin is newer than this host)",
+                   TESSERA_BACKEND_API_MINOR, TESSERA_COMPRESSOR_API_MAJOR)},
       {"libtessera_widget_thing.so", "file name names unknown plugin kind 'widget'"},
       {"README.txt", "file name does not follow the pattern libtessera_<kind>_<name>.so"},
   };

@@ -65,7 +65,7 @@ TEST(Scan, ExaminesEveryPluginFileInNameOrderAndIgnoresOthers) {
       "libtessera_backend_stripped.so",  "libtessera_backend_text.so",
       "libtessera_backend_truncated.so", "libtessera_backend_unresolved.so",
       "libtessera_backend_wrongkind.so", "libtessera_backend_wrongname.so",
-      "libtessera_compressor_early.so",  "libtessera_model_future.so",
+      "libtessera_compressor_newer.so",  "libtessera_model_future.so",
       "libtessera_strategy_nostep.so",   "libtessera_strategy_retired.so",
       "libtessera_widget_thing.so",
   };

@@ -44,7 +44,7 @@ struct InterfaceVersion {
 [[nodiscard]] InterfaceVersion interface_version(const tessera_plugin_descriptor& d) noexcept;
 
 // The interface majors this host accepts, per kind: "backend 1.x, strategy
-// 2.x, compressor none yet, ...".
+// 2.x, compressor 1.x, ..." ("none yet" for a kind without one).
 [[nodiscard]] std::string supported_interfaces();
 
 // What the scan found for one file, accepted or not.
