@@ -140,12 +140,12 @@ TEST(PlanRun, ShardedCheckpointsArePlanned) {
   EXPECT_EQ(plan.resume_step, 0);
 }
 
-TEST(PlanRun, CompressionIsRefused) {
+TEST(PlanRun, UnknownCompressorIsNamed) {
   TESSERA_REQUIRE_STRATEGY("none");
   const std::string message = error_of([] {
-    (void)plan_run(make_config(mlp_toml("none", 1, 3), {"compression.name=topk"}), plugins());
+    (void)plan_run(make_config(mlp_toml("none", 1, 3), {"compression.name=nosuch"}), plugins());
   });
-  EXPECT_MENTIONS(message, "[compression] name = 'topk'");
+  EXPECT_MENTIONS(message, "[compression]: key 'name' names unknown compressor 'nosuch'");
 }
 
 TEST(PlanRun, ModelErrorsNameTheKey) {

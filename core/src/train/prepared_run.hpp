@@ -18,6 +18,7 @@
 #include "tessera/core/optim/optimizer.hpp"
 #include "tessera/core/plugin_registry.hpp"
 #include "tessera/core/train/checkpointing.hpp"
+#include "tessera/core/train/compressor_host.hpp"
 #include "tessera/core/train/run_log.hpp"
 #include "tessera/core/train/selection.hpp"
 #include "tessera/core/train/state_transfer.hpp"
@@ -37,6 +38,7 @@ struct PreparedRun {
   // Null while strategy "auto" waits for process ranks to connect
   // (select_on_ranks).
   std::unique_ptr<StrategyPlugin> strategy;
+  std::unique_ptr<CompressorPlugin> compressor;  // [compression]; nullptr: none
   std::optional<CheckpointInfo> resume;
   // strategy "auto": the selector's ranking (rank 0's with process ranks).
   std::optional<Selection> selection;

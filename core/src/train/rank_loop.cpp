@@ -30,6 +30,8 @@ struct Window {
   double seconds = 0;
   double wait_seconds = 0;
   double bytes = 0;
+  double bytes_raw = 0;  // without gradient compression
+  double compress_seconds = 0;
   double last_loss = 0;  // this rank's share of the last step's loss
   double last_grad_norm = 0;
   double bubble = 0;  // summed over the steps
@@ -41,6 +43,9 @@ struct Window {
     seconds += step_seconds;
     wait_seconds += static_cast<double>(r.comm_wait_ns) * 1e-9;
     bytes += static_cast<double>(r.comm_bytes);
+    // A strategy older than 2.4 leaves comm_bytes_raw 0: no compression.
+    bytes_raw += static_cast<double>(std::max(r.comm_bytes_raw, r.comm_bytes));
+    compress_seconds += static_cast<double>(r.compress_ns) * 1e-9;
     last_loss = r.loss;
     last_grad_norm = r.grad_norm;
     bubble += r.bubble;
@@ -94,8 +99,13 @@ StepMetrics reduce_window(Communicator& comm, const Window& window, int64_t step
   const double per_step = window.steps == 0 ? 0.0 : 1.0 / static_cast<double>(window.steps);
   std::array<double, 3> sums{window.last_loss, window.bubble * per_step,
                              window.bubble_cpu * per_step};
-  std::array<double, 5> maxes{window.mean_seconds(), window.wait_share(), window.bytes * per_step,
-                              window.last_grad_norm, window.bubble_formula};
+  std::array<double, 7> maxes{window.mean_seconds(),
+                              window.wait_share(),
+                              window.bytes * per_step,
+                              window.last_grad_norm,
+                              window.bubble_formula,
+                              window.bytes_raw * per_step,
+                              window.compress_seconds * per_step};
   comm.allreduce(std::span<double>(sums), TESSERA_SUM);
   comm.allreduce(std::span<double>(maxes), TESSERA_MAX);
   StepMetrics m;
@@ -109,6 +119,8 @@ StepMetrics reduce_window(Communicator& comm, const Window& window, int64_t step
   m.bubble = sums[1] / static_cast<double>(comm.size());
   m.bubble_cpu = sums[2] / static_cast<double>(comm.size());
   m.bubble_formula = maxes[4];
+  m.comm_bytes_raw = static_cast<int64_t>(maxes[5]);
+  m.compress_seconds = maxes[6];
   if (m.step_seconds > 0) {
     m.samples_per_second = static_cast<double>(plan.global_batch) / m.step_seconds;
     m.tokens_per_second = m.samples_per_second * static_cast<double>(plan.tokens_per_example);
@@ -240,8 +252,12 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
   const PreparedRun& run = *s.run;
   // First, before anything whose shape depends on the configuration.
   check_ranks_agree(comm, s.fingerprint);
+  // The rank's compressor outlives its strategy (declared first).
+  const std::unique_ptr<CompressorPlugin::Instance> compressor =
+      run.compressor != nullptr ? run.compressor->create() : nullptr;
   const std::unique_ptr<StrategyInstance> strategy =
-      run.strategy->create(comm, *run.model, *run.optimizer);
+      run.strategy->create(comm, *run.model, *run.optimizer, compressor.get(),
+                           run.compressor != nullptr ? run.compressor->name() : std::string());
   const tessera_strategy_layout layout = strategy->layout();
   check_layout(layout, config, run.plan.strategy, comm.size());
   const DistributedSampler sampler(*run.dataset, config.run.seed, config.data.batch_size,

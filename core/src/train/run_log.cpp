@@ -89,6 +89,10 @@ std::string format_step_line(const StepMetrics& m, int64_t total_steps, bool seq
   line += fmt::format(" | step {:.1f} ms | comm wait {:.1f}%", m.step_seconds * 1e3,
                       m.comm_wait_share * 100.0);
   line += flops_text(m.model_flops_per_second, m.mfu);
+  if (m.comm_bytes_raw > 0 && m.comm_bytes_raw != m.comm_bytes) {
+    line += fmt::format(" | sent {:.2f} MiB (f32 {:.2f} MiB), compress {:.1f} ms",
+                        mib(m.comm_bytes), mib(m.comm_bytes_raw), m.compress_seconds * 1e3);
+  }
   if (m.bubble > 0 || m.bubble_formula > 0) {
     line += fmt::format(" | bubble {:.1f}% (cpu clock {:.1f}%, formula {:.1f}%)", m.bubble * 100.0,
                         m.bubble_cpu * 100.0, m.bubble_formula * 100.0);
@@ -107,6 +111,8 @@ std::string metrics_json(const StepMetrics& m) {
   j["samples_per_second"] = m.samples_per_second;
   j["tokens_per_second"] = m.tokens_per_second;
   j["comm_bytes"] = m.comm_bytes;
+  j["comm_bytes_raw"] = m.comm_bytes_raw;
+  j["compress_seconds"] = m.compress_seconds;
   j["model_flops_per_second"] = m.model_flops_per_second;
   j["mfu"] = m.mfu;
   if (m.bubble > 0 || m.bubble_formula > 0) {

@@ -227,9 +227,24 @@ PreparedRun prepare_run(const Config& config, const PluginRegistry& registry) {
   }
 
   if (config.compression) {
-    fail("[compression] name = '" + config.compression->name +
-         "': no strategy takes a gradient compressor yet; remove [compression] (or set its name "
-         "to \"none\")");
+    const std::string& name = config.compression->name;
+    if (registry.find(TESSERA_KIND_COMPRESSOR, name) == nullptr) {
+      std::string where = config.compression->options_where;
+      if (const size_t at = where.rfind(".options]"); at != std::string::npos) {
+        where.replace(at, 9, "]");
+      }
+      try {
+        (void)registry.get(TESSERA_KIND_COMPRESSOR, name);
+      } catch (const Error& e) {
+        fail(where + ": key 'name' names unknown compressor '" + name + "': " + e.what());
+      }
+    }
+    run.compressor = std::make_unique<CompressorPlugin>(registry, config.compression->name,
+                                                        &config.compression->options,
+                                                        config.compression->options_where);
+    plan.compressor = run.compressor->name();
+    plan.compressor_file = run.compressor->path();
+    plan.compressor_options = run.compressor->options();
   }
 
   run.model = model::make_model(config.model, registry);
@@ -300,6 +315,14 @@ std::vector<std::string> describe_run(const PreparedRun& run, const Config& conf
     for (auto& line : selection_lines(*run.selection)) lines.push_back(std::move(line));
   } else if (!run.strategy) {
     lines.push_back("strategy auto: chosen once the process ranks connect");
+  }
+  if (!p.compressor.empty()) {
+    std::string options;
+    for (const auto& [key, value] : p.compressor_options.values) {
+      options += (options.empty() ? "" : ", ") + key + " = " + option_value_text(value);
+    }
+    lines.push_back(fmt::format("compression: {} ({}){}", p.compressor, p.compressor_file.string(),
+                                options.empty() ? "" : ", " + options));
   }
   lines.push_back(
       fmt::format("batch: {} examples per step, {} micro-batch{} per data-parallel "

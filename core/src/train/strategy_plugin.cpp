@@ -85,9 +85,20 @@ tessera_estimate StrategyPlugin::estimate(const ModelDescription& model, int wor
   return out;
 }
 
-std::unique_ptr<StrategyInstance> StrategyPlugin::create(Communicator& comm,
-                                                         const model::Model& model,
-                                                         const Optimizer& optimizer) const {
+std::unique_ptr<StrategyInstance> StrategyPlugin::create(
+    Communicator& comm, const model::Model& model, const Optimizer& optimizer,
+    const CompressorPlugin::Instance* compressor, const std::string& compressor_name) const {
+  if (compressor != nullptr) {
+    const InterfaceVersion v = interface_version(plugin_->descriptor());
+    TESSERA_CHECK(v.major > 2 || (v.major == 2 && v.minor >= 4), TESSERA_ERR_INVALID_ARGUMENT,
+                  "strategy '", name_, "' (", path().string(), ") has strategy interface ", v.major,
+                  ".", v.minor,
+                  ", older than gradient compression (2.4): it cannot "
+                  "use [compression] name = '",
+                  compressor_name,
+                  "'; rebuild it against the "
+                  "current SDK or remove [compression]");
+  }
   std::unique_ptr<StrategyInstance> inst(new StrategyInstance());
   inst->plugin_ = plugin_;
   inst->api_ = api_;
@@ -107,6 +118,12 @@ std::unique_ptr<StrategyInstance> StrategyPlugin::create(Communicator& comm,
   env.model = model.handle();
   env.optim_api = optimizer_api();
   env.optimizer = as_c_optimizer(optimizer);
+  if (compressor != nullptr) {
+    inst->compressor_name_ = compressor_name;
+    env.compressor_api = compressor->api();
+    env.compressor = compressor->get();
+    env.compressor_name = inst->compressor_name_.c_str();
+  }
 
   tessera_strategy_layout layout{};
   layout.struct_size = sizeof layout;

@@ -26,7 +26,8 @@ DdpStrategy::DdpStrategy(const sdk::Host& host, const sdk::Options& options, sdk
       optim_(env.optimizer().make_state(layout_.total())),
       runner_(host, env.model(), env.rank(), true,
               sdk::read_activation_checkpointing(options, "ddp")),
-      reducer_(host, env.world(), layout_, options_.buckets(), env.rank()) {
+      reducer_(host, env.world(), layout_, options_.buckets(), env.rank(),
+               sdk::GradCodec::select(env, options_.reduce_dtype, "ddp")) {
   if (env.rank() == 0) {
     host_.debug("ddp: ", layout_.total(), " parameters in ", reducer_.buckets().size(),
                 " buckets (first ", options_.first_bucket_mb, " MiB, then ", options_.bucket_mb,

@@ -16,7 +16,7 @@ tessera_buffer cpu_f32(std::span<float> data) {
 }  // namespace
 
 ShardGrid::ShardGrid(const sdk::Host& host, sdk::CommView& comm, const sdk::FlatLayout& layout,
-                     uint64_t first_capacity, uint64_t capacity)
+                     uint64_t first_capacity, uint64_t capacity, const sdk::GradCodec& codec)
     : host_(host),
       comm_(comm),
       total_(layout.total()),
@@ -34,6 +34,9 @@ ShardGrid::ShardGrid(const sdk::Host& host, sdk::CommView& comm, const sdk::Flat
     const uint64_t end = std::min(begin + len, total_);
     blocks_.push_back(Block{{begin, end}, shard_elements_});
     shard_elements_ += len;
+    codecs_.emplace_back(
+        host, rank_, codec,
+        sdk::describe_bucket(layout, b.range, static_cast<int32_t>(codecs_.size()), world_, rank_));
   }
 }
 
@@ -61,14 +64,13 @@ void ShardGrid::start(size_t b) {
   const std::span<float> bucket =
       grads_.subspan(static_cast<size_t>(range.begin), static_cast<size_t>(range.size()));
   // In place: the receive block is this rank's block of the send buffer.
-  pending_[b] = comm_.start(sdk::CommView::args(TESSERA_COLL_REDUCE_SCATTER, cpu_f32(bucket),
-                                                cpu_f32(block_of(grads_, b)), TESSERA_SUM));
+  codecs_[b].start_reduce_scatter(comm_, bucket, block_of(grads_, b));
 }
 
 void ShardGrid::finish() {
   try {
     schedule_.start_rest([this](size_t b) { start(b); });
-    for (sdk::PendingOp& op : pending_) op.wait(host_);
+    for (sdk::BucketCodec& c : codecs_) c.finish();
   } catch (...) {
     abandon();
     throw;
@@ -79,6 +81,7 @@ void ShardGrid::finish() {
 void ShardGrid::abandon() noexcept {
   // Replacing a pending operation waits for it and drops its error.
   for (sdk::PendingOp& op : pending_) op = sdk::PendingOp{};
+  for (sdk::BucketCodec& c : codecs_) c.abandon();
   grads_ = {};
 }
 

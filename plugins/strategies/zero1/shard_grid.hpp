@@ -21,6 +21,7 @@
 
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/grad_buckets.hpp"
+#include "tessera/sdk/grad_codec.hpp"
 #include "tessera/sdk/strategy.hpp"
 
 namespace tessera::strategies {
@@ -42,8 +43,10 @@ class ShardGrid {
   // later ones up to `capacity` (at least one element per rank). Throws
   // tessera::Error (invalid argument) for a bad world size or rank (see
   // sdk::even_shard).
+  // Each bucket is reduced through a BucketCodec of `codec`
+  // (sdk/grad_codec.hpp): in place for f32 and summable encodings.
   ShardGrid(const sdk::Host& host, sdk::CommView& comm, const sdk::FlatLayout& layout,
-            uint64_t first_capacity, uint64_t capacity);
+            uint64_t first_capacity, uint64_t capacity, const sdk::GradCodec& codec);
   ShardGrid(const ShardGrid&) = delete;
   ShardGrid& operator=(const ShardGrid&) = delete;
   ~ShardGrid() { abandon(); }
@@ -100,7 +103,8 @@ class ShardGrid {
   std::vector<sdk::GradBucket> buckets_;
   std::vector<Block> blocks_;
   sdk::BucketSchedule schedule_;
-  std::vector<sdk::PendingOp> pending_;  // per bucket, in plan order
+  std::vector<sdk::PendingOp> pending_;   // allgathers, per bucket in plan order
+  std::vector<sdk::BucketCodec> codecs_;  // reduce-scatters, per bucket in plan order
   std::span<float> grads_;
 };
 

@@ -53,8 +53,8 @@ extern "C" {
 #define TESSERA_COMPRESSOR_API_MAJOR 1
 #define TESSERA_COMPRESSOR_API_MINOR 0
 
-typedef struct tessera_compressor tessera_compressor;           /* one per rank */
-typedef struct tessera_compress_state tessera_compress_state;   /* one per bucket */
+typedef struct tessera_compressor tessera_compressor;         /* one per rank */
+typedef struct tessera_compress_state tessera_compress_state; /* one per bucket */
 
 /* How encodings reduce (see the top of the file). */
 typedef int32_t tessera_compress_kind;
@@ -76,15 +76,18 @@ typedef struct tessera_compress_tensor {
   int64_t cols;
 } tessera_compress_tensor;
 
-/* A bucket, as the strategy describes it to bucket_create. */
+/* A bucket, as the strategy describes it to bucket_create. The SDK's
+ * strategies list every element in some entry of `tensors` (pieces of
+ * tensors and padding as rows = 1); a compressor must still treat elements
+ * outside every entry as one flat vector. */
 typedef struct tessera_compress_bucket {
-  uint32_t struct_size; /* sizeof(tessera_compress_bucket) of the strategy */
-  int32_t index;        /* the bucket's number in the strategy's plan, from 0 */
-  uint64_t elements;    /* f32 gradient values in the bucket, >= 1         */
-  int32_t num_tensors;  /* entries in `tensors`; 0: one flat vector         */
-  int32_t world_size;   /* ranks the bucket is reduced over                 */
-  int32_t rank;         /* this rank among them                             */
-  int32_t reserved;     /* zero                                             */
+  uint32_t struct_size;                   /* sizeof(tessera_compress_bucket) of the strategy */
+  int32_t index;                          /* the bucket's number in the strategy's plan, from 0 */
+  uint64_t elements;                      /* f32 gradient values in the bucket, >= 1         */
+  int32_t num_tensors;                    /* entries in `tensors`; 0: one flat vector         */
+  int32_t world_size;                     /* ranks the bucket is reduced over                 */
+  int32_t rank;                           /* this rank among them                             */
+  int32_t reserved;                       /* zero                                             */
   const tessera_compress_tensor* tensors; /* in offset order, non-overlapping */
 } tessera_compress_bucket;
 
@@ -132,10 +135,11 @@ typedef struct tessera_compressor_api {
    * rank's contribution) into `out` (encoded_bytes bytes). It may update
    * the state (error feedback keeps what the encoding lost). */
   tessera_status (*encode)(tessera_compress_state* s, const float* grads, void* out);
-  /* SUMMABLE: `in` is the summed encoding (num_encodings 1). GATHER: `in`
-   * holds num_encodings (the world size) encodings back to back, in rank
-   * order. Writes elements [offset, offset + count) of the decoded sum to
-   * `out` (f32, overwritten). */
+  /* Writes elements [offset, offset + count) of the decoded sum to `out`
+   * (f32, overwritten). SUMMABLE: `in` holds the summed encoded elements of
+   * that range only (num_encodings 1; after a reduce-scatter, this rank's
+   * block). GATHER: `in` holds num_encodings (the world size) whole
+   * encodings back to back, in rank order. */
   tessera_status (*decode)(tessera_compress_state* s, const void* in, int32_t num_encodings,
                            uint64_t offset, uint64_t count, float* out);
   /* COLLECTIVE: replaces `grads` (the bucket's `elements` values of this

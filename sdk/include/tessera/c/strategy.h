@@ -25,6 +25,7 @@
 
 #include "tessera/c/backend.h"
 #include "tessera/c/common.h"
+#include "tessera/c/compressor.h"
 #include "tessera/c/host.h"
 #include "tessera/c/model.h"
 
@@ -39,9 +40,11 @@ extern "C" {
  *   2.1      tessera_step_result ends with bubble and bubble_formula
  *   2.2      tessera_step_result ends with bubble_cpu
  *   2.3      estimate at the end of the table (strategy selection)
+ *   2.4      a gradient compressor in the environment; tessera_step_result
+ *            ends with comm_bytes_raw and compress_ns
  * A host accepts strategy 2.x of any minor. */
 #define TESSERA_STRATEGY_API_MAJOR 2
-#define TESSERA_STRATEGY_API_MINOR 3
+#define TESSERA_STRATEGY_API_MINOR 4
 
 typedef struct tessera_strategy tessera_strategy;
 
@@ -170,6 +173,14 @@ typedef struct tessera_strategy_env {
   const tessera_model* model;
   const tessera_optimizer_api* optim_api;
   const tessera_optimizer* optimizer;
+  /* ---- strategy 2.4: read only when struct_size covers them ---- */
+  /* The gradient compressor of [compression] for this rank (NULL: none).
+   * A strategy that is given one must use it in its gradient reduction or
+   * fail `create` with a message naming it; the host refuses compression
+   * for a strategy older than 2.4. */
+  const tessera_compressor_api* compressor_api;
+  tessera_compressor* compressor;
+  const char* compressor_name; /* the compressor plugin's name; NULL with none */
 } tessera_strategy_env;
 
 /* How the host must feed data to this rank, set by `create`: ranks with the
@@ -250,6 +261,12 @@ typedef struct tessera_step_result {
    * neighbour's message starts no earlier than the neighbour's clock when
    * it sent it (transfers take no time). The host logs the mean. */
   double bubble_cpu;
+  /* Strategy 2.4: comm_bytes_raw is what this rank's communication would
+   * have sent without gradient compression (equal to comm_bytes without
+   * it), by the same algorithms' volume; compress_ns the time spent in the
+   * compressor's encode, decode and reduce. */
+  int64_t comm_bytes_raw;
+  int64_t compress_ns;
 } tessera_step_result;
 
 /* ---------------------------------------------------------------------------

@@ -11,16 +11,16 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "tessera/c/host.h"
-#include "tessera/sdk/comm_dtype.hpp"
 #include "tessera/sdk/error.hpp"
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/grad_buckets.hpp"
+#include "tessera/sdk/grad_codec.hpp"
 #include "tessera/sdk/strategy.hpp"
-#include "tessera/sdk/tracked_buffer.hpp"
 #include "tessera/sdk/unit_runner.hpp"
 
 namespace tessera::sdk {
@@ -34,25 +34,28 @@ struct BucketConfig {
 
 // One rank's bucketed reduction. Every rank builds the same plan from the
 // same model and config, so all ranks post the same sequence of
-// operations. With a 16-bit reduce_dtype each bucket is converted into a
-// staging buffer (tracked as TESSERA_MEM_COMM, one element per gradient),
-// reduced there and converted back. Not copyable or movable; `comm` and
-// `layout` must outlive it.
+// operations. Each bucket is reduced through a BucketCodec
+// (grad_codec.hpp): f32, the f16/bf16 cast of reduce_dtype, or the
+// compressor `codec` names; an encoding's buffers are tracked as
+// TESSERA_MEM_COMM while the bucket is in flight. Not copyable or movable;
+// `comm` and `layout` must outlive it.
 class BucketReducer {
  public:
   // Plans the buckets. Throws tessera::Error (invalid argument) naming the
-  // option when a bucket capacity is not a positive finite number of MiB.
+  // option when a bucket capacity is not a positive finite number of MiB,
+  // and the compressor's error when it refuses a bucket. `codec` replaces
+  // config.reduce_dtype when given.
   BucketReducer(const Host& host, CommView& comm, const FlatLayout& layout,
-                const BucketConfig& config, int32_t rank)
-      : host_(host),
-        comm_(comm),
-        total_(layout.total()),
-        dtype_(config.reduce_dtype),
-        buckets_(plan(layout, config)),
-        schedule_(buckets_),
-        staging_(host, rank, TESSERA_MEM_COMM,
-                 dtype_ == TESSERA_F32 ? 0 : static_cast<size_t>(layout.total())) {
-    pending_.resize(buckets_.size());
+                const BucketConfig& config, int32_t rank,
+                const std::optional<GradCodec>& codec = std::nullopt)
+      : comm_(comm), total_(layout.total()), buckets_(plan(layout, config)), schedule_(buckets_) {
+    const GradCodec c = codec ? *codec : GradCodec::cast(config.reduce_dtype);
+    codecs_.reserve(buckets_.size());
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      codecs_.emplace_back(host, rank, c,
+                           describe_bucket(layout, buckets_[b].range, static_cast<int32_t>(b),
+                                           comm.size(), comm.rank()));
+    }
   }
   BucketReducer(const BucketReducer&) = delete;
   BucketReducer& operator=(const BucketReducer&) = delete;
@@ -78,20 +81,12 @@ class BucketReducer {
   }
   // Starts the buckets not started yet, then waits for every bucket in plan
   // order (time counted as communication wait in the communicator's stats)
-  // and converts 16-bit results back into the gradients. Throws the first
-  // failed operation's error (tessera::Error from the backend) after
-  // waiting for the operations still pending.
+  // and decodes the results into the gradients. Throws the first failed
+  // operation's error after waiting for the operations still pending.
   void finish() {
     try {
       schedule_.start_rest([this](size_t b) { start(b); });
-      for (size_t b = 0; b < buckets_.size(); ++b) {
-        pending_[b].wait(host_);
-        if (dtype_ != TESSERA_F32) {
-          const FlatRange r = buckets_[b].range;
-          unpack_16bit(staging_.data() + r.begin, dtype_,
-                       grads_.subspan(static_cast<size_t>(r.begin), static_cast<size_t>(r.size())));
-        }
-      }
+      for (BucketCodec& c : codecs_) c.finish();
     } catch (...) {
       abandon();
       throw;
@@ -101,8 +96,7 @@ class BucketReducer {
   // Waits for every started operation, ignoring their errors, and ends the
   // step: the clean-up after a step failed part-way.
   void abandon() noexcept {
-    // Replacing a pending operation waits for it and drops its error.
-    for (PendingOp& op : pending_) op = PendingOp{};
+    for (BucketCodec& c : codecs_) c.abandon();
     grads_ = {};
   }
 
@@ -115,27 +109,15 @@ class BucketReducer {
 
   void start(size_t bucket) {
     const FlatRange r = buckets_[bucket].range;
-    const std::span<float> values =
-        grads_.subspan(static_cast<size_t>(r.begin), static_cast<size_t>(r.size()));
-    if (dtype_ == TESSERA_F32) {
-      pending_[bucket] = comm_.start_allreduce(values, TESSERA_SUM);
-      return;
-    }
-    uint16_t* staged = staging_.data() + r.begin;
-    pack_16bit(values, dtype_, staged);
-    const tessera_buffer buf{staged, r.size(), dtype_, tessera_device{TESSERA_DEVICE_CPU, 0}};
-    pending_[bucket] = comm_.start(CommView::args(TESSERA_COLL_ALLREDUCE, buf, buf, TESSERA_SUM));
+    codecs_[bucket].start_allreduce(
+        comm_, grads_.subspan(static_cast<size_t>(r.begin), static_cast<size_t>(r.size())));
   }
 
-  Host host_;
   CommView& comm_;
   uint64_t total_;  // gradient elements
-  tessera_dtype dtype_;
   std::vector<GradBucket> buckets_;
   BucketSchedule schedule_;
-  // 16-bit staging: a copy of the gradients at the same offsets.
-  TrackedBuffer<uint16_t> staging_;
-  std::vector<PendingOp> pending_;  // per bucket, in plan order
+  std::vector<BucketCodec> codecs_;  // per bucket, in plan order
   std::span<float> grads_;
 };
 

@@ -48,8 +48,7 @@ class CastBucket final : public CompressorBucket {
     TESSERA_CHECK(offset + out.size() <= elements_, TESSERA_ERR_INTERNAL,
                   "cast compressor: decode of [", offset, ", ", offset + out.size(),
                   ") outside a bucket of ", elements_);
-    const size_t at = static_cast<size_t>(offset) * 2;
-    unpack_16bit(static_cast<const unsigned char*>(in) + at, dtype_, out);
+    unpack_16bit(in, dtype_, out);  // `in` holds the range's summed elements
     if (scale_ != 1.0f) {
       const float inverse = 1.0f / scale_;
       for (float& v : out) v *= inverse;
@@ -75,9 +74,9 @@ class CastCompressor {
   [[nodiscard]] CompressKind kind() const noexcept { return CompressKind::kSummable; }
   [[nodiscard]] tessera_dtype wire_dtype() const noexcept { return dtype_; }
   [[nodiscard]] std::unique_ptr<CompressorBucket> bucket(const CompressBucket& b) const {
-    const float scale =
-        divide_by_world_ ? scale_ / static_cast<float>(b.world_size > 0 ? b.world_size : 1)
-                         : scale_;
+    const float scale = divide_by_world_
+                            ? scale_ / static_cast<float>(b.world_size > 0 ? b.world_size : 1)
+                            : scale_;
     return std::make_unique<CastBucket>(dtype_, b.elements, scale);
   }
 

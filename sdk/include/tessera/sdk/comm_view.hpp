@@ -21,6 +21,11 @@ namespace tessera::sdk {
 struct CommStats {
   int64_t wait_ns = 0;
   int64_t bytes_sent = 0;
+  // Gradient compression on this communicator (grad_codec.hpp): the bytes
+  // it kept off the wire (what f32 would have sent minus what was sent)
+  // and the time spent encoding and decoding.
+  int64_t bytes_saved = 0;
+  int64_t compress_ns = 0;
 };
 
 // A started non-blocking operation of a CommView. Must be waited on; the
@@ -108,6 +113,12 @@ class CommView {
     wait_timed([&] { return api_->comm_split(comm_, color, key, &out); }, "comm_split");
     if (out == nullptr) return nullptr;
     return std::make_unique<CommView>(host_, api_, out, true);
+  }
+
+  // Counts compression on this communicator into stats() (see CommStats).
+  void count_compression(int64_t bytes_saved, int64_t compress_ns) noexcept {
+    stats_.bytes_saved += bytes_saved;
+    stats_.compress_ns += compress_ns;
   }
 
   // Runs `args` to completion (all of it counted as wait).

@@ -108,9 +108,7 @@ class CompressComm {
   [[nodiscard]] int32_t rank() const noexcept { return comm_.rank; }
   [[nodiscard]] int32_t size() const noexcept { return comm_.size; }
   // Sums `data` over the ranks, in place.
-  void allreduce(std::span<float> data) const {
-    allreduce(data.data(), data.size(), TESSERA_F32);
-  }
+  void allreduce(std::span<float> data) const { allreduce(data.data(), data.size(), TESSERA_F32); }
   void allreduce(void* data, uint64_t count, tessera_dtype dtype) const {
     check(comm_.allreduce(comm_.ctx, data, count, dtype), "allreduce");
   }
@@ -122,9 +120,7 @@ class CompressComm {
   [[nodiscard]] const tessera_compress_comm& raw() const noexcept { return comm_; }
 
  private:
-  void check(tessera_status s, const char* op) const {
-    detail::check_host_call(host_, s, op);
-  }
+  void check(tessera_status s, const char* op) const { detail::check_host_call(host_, s, op); }
   Host host_;
   const tessera_compress_comm& comm_;
 };
@@ -147,7 +143,8 @@ class CompressorBucket {
     throw Error(TESSERA_ERR_INTERNAL, "compressor: encode on a collective compressor");
   }
   // See tessera_compressor_api.decode: elements [offset, offset +
-  // out.size()) of the decoded sum of `encodings` encodings at `in`.
+  // out.size()) of the decoded sum (SUMMABLE: `in` holds that range's
+  // summed encoded elements; GATHER: `encodings` whole encodings).
   virtual void decode(const void* in, int32_t encodings, uint64_t offset, std::span<float> out) {
     (void)in;
     (void)encodings;
@@ -185,7 +182,7 @@ class CompressorView {
 
  private:
   class PluginBucket;
-  Host host_;
+  Host host_{nullptr};
   const tessera_compressor_api* api_ = nullptr;
   tessera_compressor* c_ = nullptr;
   std::string name_;
@@ -214,7 +211,8 @@ class CompressorView::PluginBucket final : public CompressorBucket {
  private:
   void check(tessera_status s, const char* op) const {
     if (s == TESSERA_OK) return;
-    detail::check_host_call(host_, s, ::tessera::detail::concat("compressor '", name_, "' ", op).c_str());
+    detail::check_host_call(host_, s,
+                            ::tessera::detail::concat("compressor '", name_, "' ", op).c_str());
   }
   Host host_;
   const tessera_compressor_api* api_;
@@ -222,16 +220,17 @@ class CompressorView::PluginBucket final : public CompressorBucket {
   std::string name_;
 };
 
-inline std::unique_ptr<CompressorBucket> CompressorView::bucket(const CompressBucket& bucket) const {
+inline std::unique_ptr<CompressorBucket> CompressorView::bucket(
+    const CompressBucket& bucket) const {
   const tessera_compress_bucket raw = bucket.raw();
   tessera_compress_state* s = nullptr;
   const tessera_status status = api_->bucket_create(c_, &raw, &s);
   if (status != TESSERA_OK) {
-    detail::check_host_call(host_, status,
-                            ::tessera::detail::concat("compressor '", name_, "' bucket ",
-                                                      bucket.index, " of ", bucket.elements,
-                                                      " elements")
-                                .c_str());
+    detail::check_host_call(
+        host_, status,
+        ::tessera::detail::concat("compressor '", name_, "' bucket ", bucket.index, " of ",
+                                  bucket.elements, " elements")
+            .c_str());
   }
   return std::make_unique<PluginBucket>(host_, api_, s, name_);
 }
@@ -304,9 +303,8 @@ struct CompressorAdapter {
   }
   static tessera_status encode(tessera_compress_state* s, const float* grads, void* out) noexcept {
     State* st = as_state(s);
-    return guard(st->host, [&] {
-      st->impl->encode(std::span<const float>(grads, st->elements), out);
-    });
+    return guard(st->host,
+                 [&] { st->impl->encode(std::span<const float>(grads, st->elements), out); });
   }
   static tessera_status decode(tessera_compress_state* s, const void* in, int32_t encodings,
                                uint64_t offset, uint64_t count, float* out) noexcept {
@@ -344,12 +342,12 @@ struct CompressorAdapter {
 
 // Defines the exported entry point of a compressor plugin. `options` is a
 // static tessera_option_decl array or TESSERA_NO_OPTIONS.
-#define TESSERA_REGISTER_COMPRESSOR(cls, name_str, version_str, summary_str, options)              \
-  namespace {                                                                                      \
-  constexpr tessera_compressor_api tessera_detail_compressor_api =                                 \
-      ::tessera::sdk::detail::CompressorAdapter<cls>::table();                                     \
-  const tessera_plugin_descriptor tessera_detail_descriptor = TESSERA_DETAIL_DESCRIPTOR(           \
-      TESSERA_KIND_COMPRESSOR, TESSERA_COMPRESSOR_API_MAJOR, TESSERA_COMPRESSOR_API_MINOR,         \
-      name_str, version_str, summary_str, options, &tessera_detail_compressor_api);                \
-  }                                                                                                \
+#define TESSERA_REGISTER_COMPRESSOR(cls, name_str, version_str, summary_str, options)      \
+  namespace {                                                                              \
+  constexpr tessera_compressor_api tessera_detail_compressor_api =                         \
+      ::tessera::sdk::detail::CompressorAdapter<cls>::table();                             \
+  const tessera_plugin_descriptor tessera_detail_descriptor = TESSERA_DETAIL_DESCRIPTOR(   \
+      TESSERA_KIND_COMPRESSOR, TESSERA_COMPRESSOR_API_MAJOR, TESSERA_COMPRESSOR_API_MINOR, \
+      name_str, version_str, summary_str, options, &tessera_detail_compressor_api);        \
+  }                                                                                        \
   TESSERA_DETAIL_DEFINE_ENTRY(tessera_detail_descriptor)

@@ -53,12 +53,17 @@ class CommMeter {
   }
 
   // Adds the time blocked and bytes sent since construction on every
-  // communicator to result.comm_wait_ns and result.comm_bytes.
+  // communicator to result.comm_wait_ns and result.comm_bytes, and what
+  // gradient compression saved and took to comm_bytes_raw and compress_ns.
   void add_to(StepResult& result) const {
     for (size_t i = 0; i < comms_.size(); ++i) {
       if (comms_[i] == nullptr) continue;
       result.comm_wait_ns += comms_[i]->stats().wait_ns - before_[i].wait_ns;
-      result.comm_bytes += comms_[i]->stats().bytes_sent - before_[i].bytes_sent;
+      const CommStats& now = comms_[i]->stats();
+      const int64_t sent = now.bytes_sent - before_[i].bytes_sent;
+      result.comm_bytes += sent;
+      result.comm_bytes_raw += sent + now.bytes_saved - before_[i].bytes_saved;
+      result.compress_ns += now.compress_ns - before_[i].compress_ns;
     }
   }
 

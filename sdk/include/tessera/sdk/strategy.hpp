@@ -43,6 +43,7 @@
 
 #include "tessera/c/strategy.h"
 #include "tessera/sdk/comm_view.hpp"
+#include "tessera/sdk/compressor.hpp"
 #include "tessera/sdk/error.hpp"
 #include "tessera/sdk/estimate.hpp"
 #include "tessera/sdk/host.hpp"
@@ -61,7 +62,9 @@ class StrategyEnv {
         world_size_(env.world_size),
         model_(host, env.model_api, env.model, env.model_api_major, env.model_api_minor),
         world_(host, env.backend, env.world),
-        optimizer_(host, env.optim_api, env.optimizer) {}
+        optimizer_(host, env.optim_api, env.optimizer),
+        compressor_(host, env.compressor_api, env.compressor,
+                    env.compressor_name != nullptr ? env.compressor_name : "") {}
   StrategyEnv(const StrategyEnv&) = delete;
   StrategyEnv& operator=(const StrategyEnv&) = delete;
 
@@ -70,6 +73,17 @@ class StrategyEnv {
   [[nodiscard]] const ModelView& model() const noexcept { return model_; }
   [[nodiscard]] CommView& world() noexcept { return world_; }
   [[nodiscard]] const OptimizerView& optimizer() const noexcept { return optimizer_; }
+  // The gradient compressor of [compression] (false when there is none;
+  // strategy 2.4). Asking for it is what tells the SDK the strategy uses
+  // it: a strategy given a compressor it never asked for fails `create`.
+  [[nodiscard]] const CompressorView& compressor() noexcept {
+    compressor_asked_ = true;
+    return compressor_;
+  }
+  // Whether there is a compressor the strategy did not ask for.
+  [[nodiscard]] bool compressor_unused() const noexcept {
+    return static_cast<bool>(compressor_) && !compressor_asked_;
+  }
 
  private:
   int32_t rank_;
@@ -77,6 +91,8 @@ class StrategyEnv {
   ModelView model_;
   CommView world_;
   OptimizerView optimizer_;
+  CompressorView compressor_;
+  bool compressor_asked_ = false;
 };
 
 // C++ view of tessera_step_args.
@@ -110,6 +126,10 @@ struct StepResult {
   double bubble = 0.0;          // pipelines: measured idle share, [0, 1]
   double bubble_formula = 0.0;  // pipelines: the schedule's ideal bubble
   double bubble_cpu = 0.0;      // pipelines: idle share on the schedule's CPU clock
+  // Bytes the step would have sent without gradient compression (0: the
+  // same as comm_bytes) and the compressor's time (strategy 2.4).
+  int64_t comm_bytes_raw = 0;
+  int64_t compress_ns = 0;
 };
 
 class Strategy {
@@ -159,6 +179,9 @@ struct StrategyAdapter {
       handle->host = host;
       handle->env = std::make_unique<StrategyEnv>(h, e);
       handle->impl = std::make_unique<S>(h, Options(host, opts), *handle->env);
+      TESSERA_CHECK(!handle->env->compressor_unused(), TESSERA_ERR_INVALID_ARGUMENT,
+                    "this strategy takes no gradient compressor ([compression] name = '",
+                    handle->env->compressor().name(), "'); remove [compression]");
       const tessera_strategy_layout l = handle->impl->layout();
       std::memcpy(layout, &l, std::min<size_t>(layout->struct_size, sizeof l));
       *out = reinterpret_cast<tessera_strategy*>(handle.release());
@@ -202,6 +225,8 @@ struct StrategyAdapter {
       cr.bubble = r.bubble;
       cr.bubble_formula = r.bubble_formula;
       cr.bubble_cpu = r.bubble_cpu;
+      cr.comm_bytes_raw = std::max(r.comm_bytes_raw, r.comm_bytes);
+      cr.compress_ns = r.compress_ns;
       const uint32_t size = result->struct_size;
       std::memcpy(result, &cr, std::min<size_t>(size, sizeof cr));
       result->struct_size = size;

@@ -20,6 +20,7 @@
 #include "tessera/core/options.hpp"
 #include "tessera/core/plugin_registry.hpp"
 #include "tessera/core/tensor_box.hpp"
+#include "tessera/core/train/compressor_host.hpp"
 #include "tessera/core/train/model_description.hpp"
 
 namespace tessera::train {
@@ -172,6 +173,7 @@ class StrategyInstance {
   // Handed to create by pointer, so they must live as long as the strategy.
   OptionValues options_;
   tessera_strategy_env env_{};
+  std::string compressor_name_;  // env_.compressor_name points into it
   std::string name_;
   int rank_ = 0;
 };
@@ -207,8 +209,14 @@ class StrategyPlugin {
 
   // Creates rank `comm.rank()`'s strategy (collective over `comm`). `model`,
   // `optimizer` and `comm` must outlive the instance.
+  // `compressor` (may be null) is the rank's gradient compressor, which
+  // must outlive the instance too; a strategy older than interface 2.4 is
+  // refused one (invalid argument, naming the strategy, its file and the
+  // compressor).
   std::unique_ptr<StrategyInstance> create(Communicator& comm, const model::Model& model,
-                                           const Optimizer& optimizer) const;
+                                           const Optimizer& optimizer,
+                                           const CompressorPlugin::Instance* compressor = nullptr,
+                                           const std::string& compressor_name = {}) const;
 
  private:
   std::shared_ptr<LoadedPlugin> plugin_;

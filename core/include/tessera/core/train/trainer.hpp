@@ -25,22 +25,25 @@ struct RunPlan {
   OptionValues backend_options;  // [backend.options] resolved: declared defaults filled in
   std::string strategy;
   std::filesystem::path strategy_file;
-  OptionValues strategy_options;      // [strategy.options] resolved likewise
-  std::string model;                  // the model's name ("gpt")
-  std::filesystem::path model_file;   // the model plugin's library
-  int world_size = 1;                 // thread ranks: run.world_size; process ranks: the
-                                      // launcher decides (run.world_size if not 1)
-  bool thread_ranks = true;           // ranks are threads of this process
-  int64_t parameters = 0;             // distinct parameter elements of the model
-  std::string data;                   // the dataset's describe()
-  int64_t global_batch = 0;           // examples per step, all ranks together
-  int64_t micro_batches = 1;          // per data-parallel rank and step
-  int64_t tokens_per_example = 0;     // sequence models: seq_len; 0 otherwise
-  std::filesystem::path init_file;    // model.init, empty if none
-  std::filesystem::path resume_file;  // checkpoint to resume from, empty if none
-  int64_t resume_step = 0;            // its step (0: fresh start)
-  int threads_per_rank = 1;           // intra-op threads of each rank
-  std::string threads_source;         // "run.threads_per_rank", "2 cores / 1 local rank"
+  OptionValues strategy_options;          // [strategy.options] resolved likewise
+  std::string compressor;                 // [compression] name; empty: none
+  std::filesystem::path compressor_file;  // its plugin's library
+  OptionValues compressor_options;        // [compression.options] resolved
+  std::string model;                      // the model's name ("gpt")
+  std::filesystem::path model_file;       // the model plugin's library
+  int world_size = 1;                     // thread ranks: run.world_size; process ranks: the
+                                          // launcher decides (run.world_size if not 1)
+  bool thread_ranks = true;               // ranks are threads of this process
+  int64_t parameters = 0;                 // distinct parameter elements of the model
+  std::string data;                       // the dataset's describe()
+  int64_t global_batch = 0;               // examples per step, all ranks together
+  int64_t micro_batches = 1;              // per data-parallel rank and step
+  int64_t tokens_per_example = 0;         // sequence models: seq_len; 0 otherwise
+  std::filesystem::path init_file;        // model.init, empty if none
+  std::filesystem::path resume_file;      // checkpoint to resume from, empty if none
+  int64_t resume_step = 0;                // its step (0: fresh start)
+  int threads_per_rank = 1;               // intra-op threads of each rank
+  std::string threads_source;             // "run.threads_per_rank", "2 cores / 1 local rank"
   // Model FLOPs of one step, all ranks together: the units' forward and
   // backward FLOPs per example (model ABI unit_cost) times the global batch.
   double model_flops_per_step = 0;
@@ -52,7 +55,8 @@ struct RunPlan {
 //    or options they do not declare;
 //  * a world size the strategy refuses (its message says what would work;
 //    for process backends this check runs again on the launcher's size);
-//  * [compression] (no strategy takes a compressor yet);
+//  * [compression] naming an unknown compressor or options it does not
+//    declare (a strategy that takes no compressor refuses it when created);
 //  * the model, the optimizer, the learning-rate schedule or the dataset
 //    failing to build (their own messages, naming the key or file);
 //  * model.init missing, unreadable, or lacking a parameter / holding one of
@@ -82,6 +86,11 @@ struct StepMetrics {
   double samples_per_second = 0;
   double tokens_per_second = 0;  // sequence models; 0 otherwise
   int64_t comm_bytes = 0;        // bytes sent per step, max over ranks
+  // Gradient compression: the bytes per step without it (max over ranks;
+  // equal to comm_bytes without compression) and the compressor's time per
+  // step (max over ranks).
+  int64_t comm_bytes_raw = 0;
+  double compress_seconds = 0;
   // Pipelines (0 otherwise): measured idle share of the schedule by the
   // wall clock and on the schedule's CPU clock (tessera_step_result), mean
   // over ranks and the log window's steps, and the schedule's formula.
