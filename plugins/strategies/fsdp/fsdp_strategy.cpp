@@ -49,6 +49,7 @@ FsdpStrategy::FsdpStrategy(const sdk::Host& host, const sdk::Options& options,
       env_(env),
       options_(FsdpOptions::read(options, env.world_size())),
       group_size_(options_.group_size(env.world_size())),
+      codec_(sdk::GradCodec::select(env, options_.reduce_dtype, "fsdp")),
       layout_(env.model()),
       shards_(layout_, group_size_, env.rank() % group_size_,
               options_.min_params > 0
@@ -59,6 +60,7 @@ FsdpStrategy::FsdpStrategy(const sdk::Host& host, const sdk::Options& options,
       grad_ptrs_(layout_),
       runner_(host, env.model(), env.rank(), true,
               sdk::read_activation_checkpointing(options, "fsdp")) {
+  codec_.require_summable("fsdp");
   if (group_size_ == 1) {
     // Every piece is its whole unit: bind the slots in place, once.
     for (int32_t o = 0; o < shards_.num_units(); ++o) {
@@ -95,8 +97,8 @@ void FsdpStrategy::ensure_comms() {
     gather_ = std::make_unique<sdk::UnitGather>(host_, group(), shards_, env_.rank(),
                                                 options_.param_dtype);
     // hybrid_shard: each reduced piece is summed over the replicas too.
-    reducer_ = std::make_unique<sdk::UnitReducer>(host_, group(), shards_, options_.reduce_dtype,
-                                                  env_.rank(), replicas_);
+    reducer_ = std::make_unique<sdk::UnitReducer>(host_, group(), shards_, codec_, env_.rank(),
+                                                  replicas_, "fsdp");
   }
   comms_ready_ = true;
 }
@@ -135,9 +137,16 @@ void FsdpStrategy::finish_unit(int32_t u, bool last_micro) {
   if (reducer_ == nullptr) {
     // G = 1: the gradients were accumulated in place.
     if (replicas_ == nullptr) return;
+    if (unit_codecs_.empty()) unit_codecs_.resize(static_cast<size_t>(shards_.num_units()));
     for (const int32_t o : shards_.completed_at(u)) {
-      sdk::allreduce_as(host_, *replicas_, state_.grad_piece(o), options_.reduce_dtype,
-                        env_.rank());
+      std::optional<sdk::BucketCodec>& c = unit_codecs_[static_cast<size_t>(o)];
+      if (!c) {
+        c.emplace(host_, env_.rank(), codec_,
+                  sdk::describe_bucket(layout_, shards_.unit(o).unit, o, replicas_->size(),
+                                       replicas_->rank()));
+      }
+      c->start_allreduce(*replicas_, state_.grad_piece(o));
+      c->finish();
     }
     return;
   }
@@ -146,6 +155,9 @@ void FsdpStrategy::finish_unit(int32_t u, bool last_micro) {
 
 void FsdpStrategy::release_all() noexcept {
   if (reducer_ != nullptr) reducer_->abandon();
+  for (std::optional<sdk::BucketCodec>& c : unit_codecs_) {
+    if (c) c->abandon();
+  }
   if (gather_ == nullptr) return;
   gather_->release_all();
   param_ptrs_.bind_all(nullptr);

@@ -26,11 +26,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "fsdp_options.hpp"
 #include "tessera/sdk/data_parallel.hpp"
 #include "tessera/sdk/estimate.hpp"
 #include "tessera/sdk/flat_params.hpp"
+#include "tessera/sdk/grad_codec.hpp"
 #include "tessera/sdk/strategy.hpp"
 #include "tessera/sdk/unit_gather.hpp"
 #include "tessera/sdk/unit_reduce.hpp"
@@ -109,6 +112,9 @@ class FsdpStrategy final : public sdk::DataParallelStrategy {
   sdk::StrategyEnv& env_;
   FsdpOptions options_;
   int32_t group_size_;
+  // reduce_dtype's cast or the run's compressor (summable only: the
+  // gradients are reduce-scattered, or with G = 1 allreduced per unit).
+  sdk::GradCodec codec_;
   sdk::FlatLayout layout_;
   sdk::UnitShardLayout shards_;
   sdk::UnitShardState state_;  // this rank's pieces, f32
@@ -120,6 +126,7 @@ class FsdpStrategy final : public sdk::DataParallelStrategy {
   sdk::CommView* replicas_ = nullptr;             // N / G > 1: ranks with the same group index
   std::unique_ptr<sdk::UnitGather> gather_;       // G > 1: gathered parameters
   std::unique_ptr<sdk::UnitReducer> reducer_;     // G > 1: full gradients, reduce-scatters
+  std::vector<std::optional<sdk::BucketCodec>> unit_codecs_;  // G = 1: per unit, made on use
   sdk::UnitRunner runner_;
 };
 

@@ -46,7 +46,11 @@ Zero2Strategy::Zero2Strategy(const sdk::Host& host, const sdk::Options& options,
       params_(host, layout_, env.rank(), /*with_grads=*/false),
       state_(host, shards_, env.optimizer(), env.rank(), params_),
       grad_ptrs_(layout_),
-      reducer_(host, env.world(), shards_, options_.reduce_dtype),
+      // Any compressor: a gather or collective one allreduces each unit's
+      // gradients and keeps this rank's piece.
+      reducer_(host, env.world(), shards_,
+               sdk::GradCodec::select(env, options_.reduce_dtype, "zero2"), -1, nullptr, "zero2",
+               /*allreduce_fallback=*/true),
       runner_(host, env.model(), env.rank(), true,
               sdk::read_activation_checkpointing(options, "zero2")) {
   if (env.rank() == 0) {

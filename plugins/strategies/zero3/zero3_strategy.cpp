@@ -58,7 +58,10 @@ Zero3Strategy::Zero3Strategy(const sdk::Host& host, const sdk::Options& options,
       param_ptrs_(layout_),
       grad_ptrs_(layout_),
       gather_(host, env.world(), shards_, env.rank()),
-      reducer_(host, env.world(), shards_, options_.reduce_dtype, env.rank()),
+      // Summable compressors only: the gradients are reduce-scattered.
+      reducer_(host, env.world(), shards_,
+               sdk::GradCodec::select(env, options_.reduce_dtype, "zero3"), env.rank(), nullptr,
+               "zero3"),
       runner_(host, env.model(), env.rank(), true,
               sdk::read_activation_checkpointing(options, "zero3")) {
   if (env.rank() == 0) {

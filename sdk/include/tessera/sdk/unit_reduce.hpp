@@ -8,15 +8,23 @@
 // to store instead). With a replica communicator (FSDP's hybrid_shard) the
 // piece is also summed over the replicas before it is added. The
 // reduce-scatter runs non-blocking while the backward goes on, and the
-// wire can be bf16/f16 (f32 master gradients, only the bytes sent shrink).
+// gradients travel as a GradCodec says (grad_codec.hpp): f32, the bf16/f16
+// cast of reduce_dtype or a summable compressor, encoded and decoded by the
+// codec's per-unit state (f32 master gradients, only the bytes sent
+// shrink); a gather or collective compressor only where the strategy
+// allows its allreduce fallback (zero2): the unit's buffer is allreduced
+// through a BucketCodec and this rank's piece kept.
 // Every temporary buffer is tracked as TESSERA_MEM_COMM and lives only from
 // the unit's first use in a backward pass until its reduce-scatter has been
 // waited for.
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -25,6 +33,7 @@
 #include "tessera/sdk/comm_dtype.hpp"
 #include "tessera/sdk/dtype.hpp"
 #include "tessera/sdk/error.hpp"
+#include "tessera/sdk/grad_codec.hpp"
 #include "tessera/sdk/host.hpp"
 #include "tessera/sdk/strategy.hpp"
 #include "tessera/sdk/tracked_buffer.hpp"
@@ -68,7 +77,15 @@ class UnitReducer {
   // over which this rank's reduced piece is allreduced (SUM, in `wire`)
   // before it is added: the ranks holding the same piece in other groups.
   UnitReducer(const Host& host, CommView& comm, const UnitShardLayout& shards, tessera_dtype wire,
-              int32_t memory_rank = -1, CommView* replicas = nullptr);
+              int32_t memory_rank = -1, CommView* replicas = nullptr)
+      : UnitReducer(host, comm, shards, GradCodec::cast(check_wire(wire)), memory_rank, replicas) {}
+  // The same with `codec` (GradCodec::select) in place of the wire dtype.
+  // A gather or collective codec needs `allreduce_fallback` (then no
+  // replicas): refused otherwise (invalid argument) naming `who` and the
+  // compressor.
+  UnitReducer(const Host& host, CommView& comm, const UnitShardLayout& shards,
+              const GradCodec& codec, int32_t memory_rank = -1, CommView* replicas = nullptr,
+              const char* who = "unit reduce", bool allreduce_fallback = false);
   UnitReducer(const UnitReducer&) = delete;
   UnitReducer& operator=(const UnitReducer&) = delete;
   ~UnitReducer() { abandon(); }
@@ -122,7 +139,10 @@ class UnitReducer {
     if (m == 0) finish_all();
   }
   // Whether a reduce-scatter of `owner` is in flight.
-  [[nodiscard]] bool pending(int32_t owner) const { return slot(owner).op.pending(); }
+  [[nodiscard]] bool pending(int32_t owner) const {
+    const Slot& s = slot(owner);
+    return s.op.pending() || (s.bucket && s.bucket->pending());
+  }
   // Reduce-scatters posted on `comm` since construction (none with one rank).
   [[nodiscard]] int64_t reduce_scatters() const noexcept { return reduce_scatters_; }
   // Waits for every reduce-scatter in flight, ignoring its error, and frees
@@ -130,19 +150,51 @@ class UnitReducer {
   void abandon() noexcept {
     for (Slot& s : slots_) {
       s.op = PendingOp();  // waits for an operation in flight, ignoring its error
+      if (s.bucket) s.bucket->abandon();
       free_buffers(s);
     }
   }
 
  private:
   struct Slot {
-    TrackedBuffer<float> full;       // the unit's full f32 gradients
-    TrackedBuffer<uint16_t> wire;    // full gradients packed to 16 bits
-    TrackedBuffer<float> recv;       // this rank's summed piece, f32 wire
-    TrackedBuffer<uint16_t> recv16;  // this rank's summed piece, 16-bit wire
-    PendingOp op;                    // destroyed (waited) before the buffers
-    std::span<float> piece;          // where the result is added
+    TrackedBuffer<float> full;      // the unit's full f32 gradients
+    TrackedBuffer<uint8_t> wire;    // full gradients encoded (summable codec)
+    TrackedBuffer<float> recv;      // this rank's summed piece, f32 wire
+    TrackedBuffer<uint8_t> recv16;  // this rank's summed piece, encoded
+    PendingOp op;                   // destroyed (waited) before the buffers
+    std::span<float> piece;         // where the result is added
+    // The codec's state for the unit (error feedback, scales), made on
+    // first use; a gather or collective codec reduces through `bucket`.
+    std::unique_ptr<CompressorBucket> state;
+    std::optional<BucketCodec> bucket;
   };
+  static tessera_dtype check_wire(tessera_dtype wire) {
+    TESSERA_CHECK(wire == TESSERA_F32 || wire == TESSERA_BF16 || wire == TESSERA_F16,
+                  TESSERA_ERR_INVALID_ARGUMENT, "unit reduce: gradient wire dtype ",
+                  ::tessera::dtype_name(wire), " is not f32, bf16 or f16");
+    return wire;
+  }
+  // The unit's full gradient buffer as a compressor bucket: its tensors,
+  // then the padding as a vector.
+  [[nodiscard]] CompressBucket describe(int32_t owner) const {
+    const UnitShard& u = shards_.unit(owner);
+    CompressBucket b = describe_bucket(shards_.flat(), u.unit, owner, comm_.size(), comm_.rank());
+    const uint64_t total = u.shard.padded_total;
+    if (total > b.elements) {
+      b.tensors.push_back(CompressTensor{b.elements, 1, static_cast<int64_t>(total - b.elements)});
+      b.elements = total;
+    }
+    return b;
+  }
+  // The slot's codec state, made on first use (nullptr: f32).
+  CompressorBucket* state_of(int32_t owner, Slot& s) {
+    if (!codec_.active() || fallback()) return nullptr;
+    if (!s.state) s.state = codec_.bucket(describe(owner));
+    return s.state.get();
+  }
+  [[nodiscard]] bool fallback() const noexcept {
+    return codec_.active() && codec_.kind() != CompressKind::kSummable;
+  }
   Slot& slot(int32_t owner) {
     TESSERA_CHECK(owner >= 0 && static_cast<size_t>(owner) < slots_.size(),
                   TESSERA_ERR_INVALID_ARGUMENT, "unit reduce: unit ", owner, " out of range (",
@@ -155,9 +207,16 @@ class UnitReducer {
   [[nodiscard]] bool has_replicas() const noexcept {
     return replicas_ != nullptr && replicas_->size() > 1;
   }
-  // Sums the received piece of `s` over the replicas, adds it into its
-  // target and frees its buffers (also when the allreduce throws).
+  // Sums the received piece of `s` over the replicas, decodes it, adds it
+  // into its target and frees its buffers (also when the allreduce throws).
   void accumulate(Slot& s);
+  // state.encode(full, out), its time counted on comm_.
+  void encode(CompressorBucket& state, std::span<const float> full, void* out);
+  static int64_t elapsed_ns(std::chrono::steady_clock::time_point t0) noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                t0)
+        .count();
+  }
   static void free_buffers(Slot& s) noexcept {
     s.full.release();
     s.wire.release();
@@ -169,7 +228,9 @@ class UnitReducer {
   Host host_;
   CommView& comm_;
   const UnitShardLayout& shards_;
-  tessera_dtype wire_;
+  GradCodec codec_;
+  tessera_dtype wire_;  // codec_.wire_dtype()
+  int32_t memory_rank_;
   CommView* replicas_;
   std::vector<Slot> slots_;
   int64_t reduce_scatters_ = 0;
@@ -177,18 +238,27 @@ class UnitReducer {
 
 // Definitions (header-only).
 inline UnitReducer::UnitReducer(const Host& host, CommView& comm, const UnitShardLayout& shards,
-                                tessera_dtype wire, int32_t memory_rank, CommView* replicas)
-    : host_(host), comm_(comm), shards_(shards), wire_(wire), replicas_(replicas) {
-  TESSERA_CHECK(wire == TESSERA_F32 || wire == TESSERA_BF16 || wire == TESSERA_F16,
-                TESSERA_ERR_INVALID_ARGUMENT, "unit reduce: gradient wire dtype ",
-                ::tessera::dtype_name(wire), " is not f32, bf16 or f16");
+                                const GradCodec& codec, int32_t memory_rank, CommView* replicas,
+                                const char* who, bool allreduce_fallback)
+    : host_(host),
+      comm_(comm),
+      shards_(shards),
+      codec_(codec),
+      wire_(codec.wire_dtype()),
+      memory_rank_(memory_rank >= 0 ? memory_rank : shards.rank()),
+      replicas_(replicas) {
+  if (fallback()) {
+    if (!allreduce_fallback) codec.require_summable(who);
+    TESSERA_CHECK(replicas == nullptr, TESSERA_ERR_INVALID_ARGUMENT, "strategy '", who,
+                  "': compressor '", codec.name(),
+                  "' is not summable and cannot also be reduced over replicas");
+  }
   slots_.resize(static_cast<size_t>(shards.num_units()));
-  const int32_t rank = memory_rank >= 0 ? memory_rank : shards.rank();
   for (Slot& s : slots_) {
-    s.full = TrackedBuffer<float>(host, rank, TESSERA_MEM_COMM);
-    s.wire = TrackedBuffer<uint16_t>(host, rank, TESSERA_MEM_COMM);
-    s.recv = TrackedBuffer<float>(host, rank, TESSERA_MEM_COMM);
-    s.recv16 = TrackedBuffer<uint16_t>(host, rank, TESSERA_MEM_COMM);
+    s.full = TrackedBuffer<float>(host, memory_rank_, TESSERA_MEM_COMM);
+    s.wire = TrackedBuffer<uint8_t>(host, memory_rank_, TESSERA_MEM_COMM);
+    s.recv = TrackedBuffer<float>(host, memory_rank_, TESSERA_MEM_COMM);
+    s.recv16 = TrackedBuffer<uint8_t>(host, memory_rank_, TESSERA_MEM_COMM);
   }
 }
 
@@ -204,7 +274,7 @@ inline void UnitReducer::start(int32_t owner, std::span<float> piece, bool block
   const uint64_t piece_size = shards_.unit(owner).shard.shard_size;
   TESSERA_CHECK(piece.size() == piece_size, TESSERA_ERR_INTERNAL, "unit reduce: unit ", owner,
                 " gradient piece of ", piece.size(), " elements, expected ", piece_size);
-  TESSERA_CHECK(!s.op.pending(), TESSERA_ERR_INTERNAL, "unit reduce: unit ", owner,
+  TESSERA_CHECK(!pending(owner), TESSERA_ERR_INTERNAL, "unit reduce: unit ", owner,
                 " has a gradient reduce-scatter in flight already");
   if (piece_size == 0) return;  // the unit owns no parameters
   s.piece = piece;
@@ -218,32 +288,50 @@ inline void UnitReducer::start(int32_t owner, std::span<float> piece, bool block
     return;
   }
   try {
+    if (fallback()) {
+      // A gather or collective compressor: the unit's buffer is allreduced
+      // through it and this rank's block kept (comm_.size() > 1 here).
+      if (!s.bucket) s.bucket.emplace(host_, memory_rank_, codec_, describe(owner));
+      s.recv.resize(pieces);
+      s.bucket->start_reduce_scatter(comm_, s.full.span(), s.recv.span());
+      ++reduce_scatters_;
+      if (blocking) finish(owner);
+      return;
+    }
+    CompressorBucket* state = state_of(owner, s);
+    const size_t el = tessera_dtype_size(wire_);
     if (comm_.size() == 1) {
       // Nothing to scatter: the whole unit is the received piece, summed
       // over the replicas in the wire dtype by accumulate().
-      if (wire_ == TESSERA_F32) {
+      if (state == nullptr) {
         s.recv = std::move(s.full);
       } else {
-        s.recv16.resize(pieces);
-        pack_16bit(s.full.span(), wire_, s.recv16.data());
+        s.recv16.resize(pieces * el);
+        encode(*state, s.full.span(), s.recv16.data());
         s.full.release();
       }
       accumulate(s);
       return;
     }
-    if (wire_ == TESSERA_F32) {
+    if (state == nullptr) {
       s.recv.resize(pieces);
       s.op = comm_.start(CommView::args(TESSERA_COLL_REDUCE_SCATTER,
                                         wire_buffer(s.full.data(), total, TESSERA_F32),
                                         wire_buffer(s.recv.data(), pieces, TESSERA_F32)));
     } else {
-      s.wire.resize(total);
-      pack_16bit(s.full.span(), wire_, s.wire.data());
-      s.full.release();  // only the packed copy travels
-      s.recv16.resize(pieces);
-      s.op = comm_.start(CommView::args(TESSERA_COLL_REDUCE_SCATTER,
-                                        wire_buffer(s.wire.data(), total, wire_),
-                                        wire_buffer(s.recv16.data(), pieces, wire_)));
+      s.wire.resize(total * el);
+      encode(*state, s.full.span(), s.wire.data());
+      s.full.release();  // only the encoded copy travels
+      s.recv16.resize(pieces * el);
+      const tessera_coll_args args =
+          CommView::args(TESSERA_COLL_REDUCE_SCATTER, wire_buffer(s.wire.data(), total, wire_),
+                         wire_buffer(s.recv16.data(), pieces, wire_));
+      const tessera_buffer f32 = wire_buffer(nullptr, total, TESSERA_F32);
+      comm_.count_compression(
+          comm_.bytes_sent(CommView::args(TESSERA_COLL_REDUCE_SCATTER, f32, f32)) -
+              comm_.bytes_sent(args),
+          0);
+      s.op = comm_.start(args);
     }
     ++reduce_scatters_;
   } catch (...) {
@@ -255,6 +343,16 @@ inline void UnitReducer::start(int32_t owner, std::span<float> piece, bool block
 
 inline void UnitReducer::finish(int32_t owner) {
   Slot& s = slot(owner);
+  if (s.bucket && s.bucket->pending()) {
+    try {
+      s.bucket->finish();
+    } catch (...) {
+      free_buffers(s);
+      throw;
+    }
+    accumulate(s);
+    return;
+  }
   if (!s.op.pending()) return;
   try {
     s.op.wait(host_);
@@ -265,8 +363,15 @@ inline void UnitReducer::finish(int32_t owner) {
   accumulate(s);
 }
 
+inline void UnitReducer::encode(CompressorBucket& state, std::span<const float> full, void* out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  state.encode(full, out);
+  comm_.count_compression(0, elapsed_ns(t0));
+}
+
 inline void UnitReducer::accumulate(Slot& s) {
-  const bool wide = wire_ == TESSERA_F32;
+  // The piece arrived in f32 (recv) unless the slot encodes (recv16).
+  const bool wide = s.state == nullptr;
   if (has_replicas()) {
     // The 16-bit piece is summed as it arrived: no widening and rounding
     // back between the two reductions.
@@ -282,7 +387,13 @@ inline void UnitReducer::accumulate(Slot& s) {
   }
   if (!wide) {
     s.recv.resize(s.piece.size());
-    unpack_16bit(s.recv16.data(), wire_, s.recv.span());
+    const auto t0 = std::chrono::steady_clock::now();
+    // This rank's piece is block comm_.rank() of the unit's buffer (the
+    // whole buffer with one rank).
+    const uint64_t offset =
+        comm_.size() == 1 ? 0 : static_cast<uint64_t>(comm_.rank()) * s.piece.size();
+    s.state->decode(s.recv16.data(), 1, offset, s.recv.span());
+    comm_.count_compression(0, elapsed_ns(t0));
   }
   const float* in = s.recv.data();
   for (size_t i = 0; i < s.piece.size(); ++i) s.piece[i] += in[i];
