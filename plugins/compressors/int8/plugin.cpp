@@ -22,7 +22,7 @@ namespace tessera::compressors {
 namespace {
 
 constexpr tessera_option_decl kInt8Options[] = {
-    {"chunk", TESSERA_OPT_INT, "256", "elements per f32 scale (>= 1)"},
+    {"chunk", TESSERA_OPT_INT, "256", "elements per f32 scale, in [1, 2^30]"},
     {"stochastic", TESSERA_OPT_BOOL, "false",
      "round stochastically (unbiased) instead of to nearest, with a counter-based generator "
      "seeded by `seed`, the bucket, the rank and the step"},
