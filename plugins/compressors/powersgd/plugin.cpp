@@ -33,7 +33,7 @@ namespace tessera::compressors {
 namespace {
 
 constexpr tessera_option_decl kPowerSgdOptions[] = {
-    {"rank", TESSERA_OPT_INT, "4", "rank r of each matrix's approximation (>= 1)"},
+    {"rank", TESSERA_OPT_INT, "4", "rank r of each matrix's approximation, in [1, 4096]"},
     {"warm_start", TESSERA_OPT_BOOL, "true",
      "start each step's power iteration from the previous step's Q (false: a fresh random Q)"},
     {"error_feedback", TESSERA_OPT_BOOL, "true",
