@@ -44,7 +44,8 @@ struct Window {
     wait_seconds += static_cast<double>(r.comm_wait_ns) * 1e-9;
     bytes += static_cast<double>(r.comm_bytes);
     // A strategy older than 2.4 leaves comm_bytes_raw 0: no compression.
-    bytes_raw += static_cast<double>(std::max(r.comm_bytes_raw, r.comm_bytes));
+    // (It may be below comm_bytes: an encoding that sends more than f32.)
+    bytes_raw += static_cast<double>(r.comm_bytes_raw != 0 ? r.comm_bytes_raw : r.comm_bytes);
     compress_seconds += static_cast<double>(r.compress_ns) * 1e-9;
     last_loss = r.loss;
     last_grad_norm = r.grad_norm;

@@ -170,22 +170,27 @@ struct StrategyAdapter {
   static tessera_status create(const tessera_host_api* host, const tessera_options* opts,
                                const tessera_strategy_env* env, tessera_strategy** out,
                                tessera_strategy_layout* layout) noexcept {
-    return guard(host, [&] {
-      TESSERA_CHECK(env != nullptr && out != nullptr && layout != nullptr,
-                    TESSERA_ERR_INVALID_ARGUMENT, "create: null argument");
-      const auto e = copy_versioned(env);
-      const Host h(host);
-      auto handle = std::make_unique<StrategyHandle>();
-      handle->host = host;
-      handle->env = std::make_unique<StrategyEnv>(h, e);
-      handle->impl = std::make_unique<S>(h, Options(host, opts), *handle->env);
-      TESSERA_CHECK(!handle->env->compressor_unused(), TESSERA_ERR_INVALID_ARGUMENT,
-                    "this strategy takes no gradient compressor ([compression] name = '",
-                    handle->env->compressor().name(), "'); remove [compression]");
-      const tessera_strategy_layout l = handle->impl->layout();
-      std::memcpy(layout, &l, std::min<size_t>(layout->struct_size, sizeof l));
-      *out = reinterpret_cast<tessera_strategy*>(handle.release());
-    });
+    // A refusal of the configuration (the options, the compressor) reads
+    // as such; internal errors keep their source location.
+    return guard(
+        host,
+        [&] {
+          TESSERA_CHECK(env != nullptr && out != nullptr && layout != nullptr,
+                        TESSERA_ERR_INVALID_ARGUMENT, "create: null argument");
+          const auto e = copy_versioned(env);
+          const Host h(host);
+          auto handle = std::make_unique<StrategyHandle>();
+          handle->host = host;
+          handle->env = std::make_unique<StrategyEnv>(h, e);
+          handle->impl = std::make_unique<S>(h, Options(host, opts), *handle->env);
+          TESSERA_CHECK(!handle->env->compressor_unused(), TESSERA_ERR_INVALID_ARGUMENT,
+                        "this strategy takes no gradient compressor ([compression] name = '",
+                        handle->env->compressor().name(), "'); remove [compression]");
+          const tessera_strategy_layout l = handle->impl->layout();
+          std::memcpy(layout, &l, std::min<size_t>(layout->struct_size, sizeof l));
+          *out = reinterpret_cast<tessera_strategy*>(handle.release());
+        },
+        ErrorText::kForUser);
   }
   static void destroy(tessera_strategy* s) noexcept { delete as_handle(s); }
 
@@ -225,7 +230,8 @@ struct StrategyAdapter {
       cr.bubble = r.bubble;
       cr.bubble_formula = r.bubble_formula;
       cr.bubble_cpu = r.bubble_cpu;
-      cr.comm_bytes_raw = std::max(r.comm_bytes_raw, r.comm_bytes);
+      // 0: a strategy that does not meter compression sent what it sent.
+      cr.comm_bytes_raw = r.comm_bytes_raw != 0 ? r.comm_bytes_raw : r.comm_bytes;
       cr.compress_ns = r.compress_ns;
       const uint32_t size = result->struct_size;
       std::memcpy(result, &cr, std::min<size_t>(size, sizeof cr));
