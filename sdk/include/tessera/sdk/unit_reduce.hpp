@@ -41,25 +41,6 @@
 
 namespace tessera::sdk {
 
-// Collective. Sums `data` (f32) over `comm` in place with `dtype` (F32,
-// BF16 or F16) on the wire: a 16-bit staging copy tracked as
-// TESSERA_MEM_COMM for `memory_rank` exists during the call. Nothing is
-// sent with one rank or no data. Throws the backend's error, or
-// tessera::Error (invalid argument) for another dtype.
-inline void allreduce_as(const Host& host, CommView& comm, std::span<float> data,
-                         tessera_dtype dtype, int32_t memory_rank) {
-  if (comm.size() == 1 || data.empty()) return;
-  if (dtype == TESSERA_F32) {
-    comm.allreduce(data);
-    return;
-  }
-  TrackedBuffer<uint16_t> wire(host, memory_rank, TESSERA_MEM_COMM, data.size());
-  pack_16bit(data, dtype, wire.data());
-  const tessera_buffer b = wire_buffer(wire.data(), data.size(), dtype);
-  comm.run(CommView::args(TESSERA_COLL_ALLREDUCE, b, b));
-  unpack_16bit(wire.data(), dtype, data);
-}
-
 // Full gradient buffers and their reduce-scatters, one slot per owning
 // unit. Not thread-safe; one per rank. `comm`, `shards` and the replica
 // communicator must outlive it. Every rank posts the same collectives in
