@@ -85,6 +85,37 @@ TEST(Hierarchy, DdpMatchesTheFlatAllreduce) {
   }
 }
 
+// Many buckets of odd sizes (each padded into its own COMM copy), started
+// during the backward or after it: the cross-node allreduces chained
+// behind the node-level reduce-scatters give the same bits either way, and
+// stay within the f32 tolerance of the flat run.
+TEST(Hierarchy, DdpManyBucketsWithAndWithoutOverlap) {
+  const std::string small = "bucket_mb = 0.002\nfirst_bucket_mb = 0.001";
+  const train::RunResult& flat = cached(spec("mlp", "ddp", 4, small));
+  const train::RunResult& on = cached(spec("mlp", "ddp", 4, node_options(2, small)));
+  const train::RunResult& off =
+      cached(spec("mlp", "ddp", 4, node_options(2, small + "\noverlap = false")));
+  EXPECT_EQ(first_bit_difference(off.final_state[0], on.final_state[0]), "");
+  std::string worst;
+  EXPECT_LE(max_param_rel_diff(on.final_state[0], flat.final_state[0], &worst), kTolerance)
+      << worst;
+  expect_params_identical(on);
+  // Per bucket of Ψ_b, the allreduce of ceil(Ψ_b/2) elements across the 2
+  // nodes sends 4·ceil(Ψ_b/2) bytes: at least 4·ceil(Ψ/2) in all (Ψ is
+  // odd, so some bucket is), and well under the flat 4·Ψ·3/2.
+  const int64_t psi = on.plan.parameters;
+  ASSERT_NE(psi % 2, 0);
+  EXPECT_GE(on.logged.back().comm_bytes_cross_node, 4 * ceil_div(psi, 2));
+  EXPECT_LT(on.logged.back().comm_bytes_cross_node, 4 * psi);
+  EXPECT_EQ(flat.logged.back().comm_bytes_cross_node, 0);
+  // The odd buckets' padded copies: tracked, and never more than the
+  // gradients once over (plus their padding).
+  for (size_t r = 0; r < on.memory.size(); ++r) {
+    EXPECT_GT(on.memory[r].peak[TESSERA_MEM_COMM], 0) << "rank " << r;
+    EXPECT_LT(on.memory[r].peak[TESSERA_MEM_COMM], 8 * psi) << "rank " << r;
+  }
+}
+
 // zero1 on 4 ranks as 2 nodes of 2 (mlp: padded shards) and 6 as 2 of 3,
 // with one bucket and with many: the parameters within the f32 tolerance
 // of the flat grid, the replicas bit-identical, and every rank writes the
