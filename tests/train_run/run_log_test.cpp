@@ -99,6 +99,18 @@ TEST(RunLog, PipelineBubbleShowsNextToItsFormula) {
   EXPECT_DOUBLE_EQ(j.at("bubble_formula").get<double>(), 0.2);
 }
 
+// A hierarchical reduction's bytes across nodes show in the step line only
+// when there are any; the metrics always carry them.
+TEST(RunLog, CrossNodeBytesShowWhenSent) {
+  train::StepMetrics m = sample_metrics(1);
+  EXPECT_EQ(train::format_step_line(m, 200, true).find("cross-node"), std::string::npos);
+  EXPECT_EQ(nlohmann::json::parse(train::metrics_json(m)).at("comm_bytes_cross_node"), 0);
+  m.comm_bytes_cross_node = 3 << 19;
+  EXPECT_MENTIONS(train::format_step_line(m, 200, true),
+                  "comm wait 3.1% | cross-node 1.50 MiB | mem MiB");
+  EXPECT_EQ(nlohmann::json::parse(train::metrics_json(m)).at("comm_bytes_cross_node"), 3 << 19);
+}
+
 TEST(RunLog, SummaryNamesStepsLossThroughputMemoryAndCheckpoint) {
   train::RunSummary s;
   s.first_step = 11;

@@ -32,7 +32,8 @@ struct Window {
   double bytes = 0;
   double bytes_raw = 0;  // without gradient compression
   double compress_seconds = 0;
-  double last_loss = 0;  // this rank's share of the last step's loss
+  double bytes_cross_node = 0;  // hierarchical reductions
+  double last_loss = 0;         // this rank's share of the last step's loss
   double last_grad_norm = 0;
   double bubble = 0;  // summed over the steps
   double bubble_cpu = 0;
@@ -47,6 +48,7 @@ struct Window {
     // (It may be below comm_bytes: an encoding that sends more than f32.)
     bytes_raw += static_cast<double>(r.comm_bytes_raw != 0 ? r.comm_bytes_raw : r.comm_bytes);
     compress_seconds += static_cast<double>(r.compress_ns) * 1e-9;
+    bytes_cross_node += static_cast<double>(r.comm_bytes_cross_node);
     last_loss = r.loss;
     last_grad_norm = r.grad_norm;
     bubble += r.bubble;
@@ -100,13 +102,14 @@ StepMetrics reduce_window(Communicator& comm, const Window& window, int64_t step
   const double per_step = window.steps == 0 ? 0.0 : 1.0 / static_cast<double>(window.steps);
   std::array<double, 3> sums{window.last_loss, window.bubble * per_step,
                              window.bubble_cpu * per_step};
-  std::array<double, 7> maxes{window.mean_seconds(),
+  std::array<double, 8> maxes{window.mean_seconds(),
                               window.wait_share(),
                               window.bytes * per_step,
                               window.last_grad_norm,
                               window.bubble_formula,
                               window.bytes_raw * per_step,
-                              window.compress_seconds * per_step};
+                              window.compress_seconds * per_step,
+                              window.bytes_cross_node * per_step};
   comm.allreduce(std::span<double>(sums), TESSERA_SUM);
   comm.allreduce(std::span<double>(maxes), TESSERA_MAX);
   StepMetrics m;
@@ -122,6 +125,7 @@ StepMetrics reduce_window(Communicator& comm, const Window& window, int64_t step
   m.bubble_formula = maxes[4];
   m.comm_bytes_raw = static_cast<int64_t>(maxes[5]);
   m.compress_seconds = maxes[6];
+  m.comm_bytes_cross_node = static_cast<int64_t>(maxes[7]);
   if (m.step_seconds > 0) {
     m.samples_per_second = static_cast<double>(plan.global_batch) / m.step_seconds;
     m.tokens_per_second = m.samples_per_second * static_cast<double>(plan.tokens_per_example);

@@ -93,6 +93,9 @@ std::string format_step_line(const StepMetrics& m, int64_t total_steps, bool seq
     line += fmt::format(" | sent {:.2f} MiB (f32 {:.2f} MiB), compress {:.1f} ms",
                         mib(m.comm_bytes), mib(m.comm_bytes_raw), m.compress_seconds * 1e3);
   }
+  if (m.comm_bytes_cross_node > 0) {
+    line += fmt::format(" | cross-node {:.2f} MiB", mib(m.comm_bytes_cross_node));
+  }
   if (m.bubble > 0 || m.bubble_formula > 0) {
     line += fmt::format(" | bubble {:.1f}% (cpu clock {:.1f}%, formula {:.1f}%)", m.bubble * 100.0,
                         m.bubble_cpu * 100.0, m.bubble_formula * 100.0);
@@ -113,6 +116,7 @@ std::string metrics_json(const StepMetrics& m) {
   j["comm_bytes"] = m.comm_bytes;
   j["comm_bytes_raw"] = m.comm_bytes_raw;
   j["compress_seconds"] = m.compress_seconds;
+  j["comm_bytes_cross_node"] = m.comm_bytes_cross_node;
   j["model_flops_per_second"] = m.model_flops_per_second;
   j["mfu"] = m.mfu;
   if (m.bubble > 0 || m.bubble_formula > 0) {

@@ -20,22 +20,23 @@ inline constexpr tessera_option_decl kDdpOptions[] = {
      "false: after the whole backward pass"},
     {"reduce_dtype", TESSERA_OPT_STRING, "f32",
      "dtype of the gradient allreduce: f32, bf16 or f16 (16-bit halves the bytes sent)"},
+    sdk::kHierarchyOption,
+    sdk::kRanksPerNodeOption,
     sdk::kActivationCheckpointingOption,
 };
 
-// bucket_mb, first_bucket_mb and overlap (sdk::BucketOptions) and the wire
-// dtype of the allreduce.
+// bucket_mb, first_bucket_mb, overlap, hierarchy and ranks_per_node
+// (sdk::BucketOptions) and the wire dtype of the allreduce.
 struct DdpOptions : sdk::BucketOptions {
   tessera_dtype reduce_dtype = TESSERA_F32;  // wire dtype of the allreduce
 
   // Reads and checks the options. Throws tessera::Error (invalid argument)
   // naming the option when reduce_dtype is not one of f32, bf16, f16
-  // (listing them), or else when a bucket size is not a positive finite
-  // number.
+  // (listing them), or else what sdk::BucketOptions::read refuses.
   static DdpOptions read(const sdk::Options& options) {
     DdpOptions o;
     o.reduce_dtype = sdk::read_comm_dtype(options, "reduce_dtype");
-    static_cast<sdk::BucketOptions&>(o) = sdk::BucketOptions::read(options);
+    static_cast<sdk::BucketOptions&>(o) = sdk::BucketOptions::read(options, "ddp");
     return o;
   }
 

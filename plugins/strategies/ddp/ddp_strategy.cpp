@@ -12,7 +12,7 @@ namespace tessera::strategies {
 void DdpStrategy::check(const sdk::Host& /*host*/, const sdk::Options& options,
                         int32_t world_size) {
   check_world_size("ddp", world_size);
-  (void)DdpOptions::read(options);
+  (void)DdpOptions::read(options).node_size(world_size, "ddp");
   (void)sdk::read_activation_checkpointing(options, "ddp");
 }
 
@@ -26,13 +26,19 @@ DdpStrategy::DdpStrategy(const sdk::Host& host, const sdk::Options& options, sdk
       optim_(env.optimizer().make_state(layout_.total())),
       runner_(host, env.model(), env.rank(), true,
               sdk::read_activation_checkpointing(options, "ddp")),
+      nodes_(options_.hierarchy ? std::make_unique<sdk::NodeGroups>(
+                                      env.world(), options_.node_size(env.world_size(), "ddp"))
+                                : nullptr),
       reducer_(host, env.world(), layout_, options_.buckets(), env.rank(),
-               sdk::GradCodec::select(env, options_.reduce_dtype, "ddp")) {
+               sdk::GradCodec::select(env, options_.reduce_dtype, "ddp"), nodes_.get()) {
   if (env.rank() == 0) {
     host_.debug("ddp: ", layout_.total(), " parameters in ", reducer_.buckets().size(),
                 " buckets (first ", options_.first_bucket_mb, " MiB, then ", options_.bucket_mb,
                 " MiB), overlap ", options_.overlap ? "on" : "off", ", reduce_dtype ",
-                dtype_name(options_.reduce_dtype), ", ", env.world_size(), " ranks");
+                dtype_name(options_.reduce_dtype), ", ", env.world_size(), " ranks",
+                nodes_ ? ::tessera::detail::concat(", hierarchical: ", nodes_->nodes(),
+                                                   " nodes of ", nodes_->local_size(), " ranks")
+                       : std::string());
   }
 }
 
@@ -44,8 +50,11 @@ void DdpStrategy::load(const sdk::StateReader& reader) {
 }
 
 sdk::StepResult DdpStrategy::step(const sdk::StepArgs& args) {
-  return sdk::run_step(
-      args, {&env_.world()},
+  sdk::CommView* intra = nodes_ ? &nodes_->intra() : nullptr;
+  sdk::CommView* inter = nodes_ ? &nodes_->inter() : nullptr;
+  const sdk::CommMeter cross_node({inter});
+  sdk::StepResult result = sdk::run_step(
+      args, {&env_.world(), intra, inter},
       {.zero_grads =
            [&] {
              state_.zero_grads();
@@ -66,6 +75,8 @@ sdk::StepResult DdpStrategy::step(const sdk::StepArgs& args) {
              sdk::scale_in_place(state_.grads(), factor);
              env_.optimizer().step(optim_, 0, state_.params(), state_.grads(), args.step, args.lr);
            }});
+  cross_node.add_cross_node_to(result);
+  return result;
 }
 
 void DdpStrategy::save(const sdk::StateWriter& writer) {

@@ -7,12 +7,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "ddp_options.hpp"
 #include "tessera/sdk/bucket_reducer.hpp"
 #include "tessera/sdk/data_parallel.hpp"
 #include "tessera/sdk/estimate.hpp"
 #include "tessera/sdk/flat_params.hpp"
+#include "tessera/sdk/node_groups.hpp"
 #include "tessera/sdk/replicated_params.hpp"
 #include "tessera/sdk/strategy.hpp"
 #include "tessera/sdk/unit_runner.hpp"
@@ -21,7 +23,8 @@ namespace tessera::strategies {
 
 class DdpStrategy final : public sdk::DataParallelStrategy {
  public:
-  // Accepts any world size >= 1; checks the options (see DdpOptions::read).
+  // Accepts any world size >= 1; checks the options (see DdpOptions::read
+  // and sdk::BucketOptions::node_size).
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
 
   // The estimate (strategy 2.3; docs/strategies/ddp.md, "Estimate"):
@@ -32,8 +35,9 @@ class DdpStrategy final : public sdk::DataParallelStrategy {
 
   // Allocates the replicated state (PARAMS, GRADS, the optimizer's state,
   // a COMM staging buffer for a 16-bit reduce_dtype) and plans the buckets.
-  // Collective only in that every rank must create it; no communication.
-  // Each rank is its own data-parallel slice.
+  // Collective only in that every rank must create it; no communication
+  // but, with hierarchy = "node", the split of the world into the intra-
+  // and inter-node communicators. Each rank is its own data-parallel slice.
   DdpStrategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env);
 
   // Collective. Reads every parameter, then broadcasts them from rank 0 so
@@ -47,7 +51,8 @@ class DdpStrategy final : public sdk::DataParallelStrategy {
   // clips by the global norm (the local norm: gradients are replicated) and
   // applies the optimizer. Returns this rank's share of the loss, the norm
   // before clipping, and the time blocked and bytes sent on the world
-  // communicator during the step. A failure of a peer or the backend
+  // communicator (and the node communicators; the inter-node one's bytes
+  // also as comm_bytes_cross_node) during the step. A failure of a peer or the backend
   // propagates as tessera::Error after pending operations are waited for.
   sdk::StepResult step(const sdk::StepArgs& args) override;
   // Rank 0 (every rank when the writer wants all replicas) writes every
@@ -62,6 +67,7 @@ class DdpStrategy final : public sdk::DataParallelStrategy {
   sdk::ReplicatedParams state_;
   sdk::OptimState optim_;
   sdk::UnitRunner runner_;
+  std::unique_ptr<sdk::NodeGroups> nodes_;  // hierarchy = "node"; before reducer_
   sdk::BucketReducer reducer_;
 };
 

@@ -12,6 +12,19 @@
 // is this rank's block of the bucket), and after the optimizer every bucket
 // is allgathered in place in the parameter buffer (the send block is this
 // rank's block). Nothing is copied and nothing is staged.
+//
+// Hierarchical (NodeGroups, hierarchy = "node"; world rank r = n·L + l):
+// each bucket's N blocks are copied into a COMM scratch in the order
+// (l', m) ↦ block m·L + l', so that the reduce-scatter inside the node
+// hands local rank l the M blocks {m·L + l} (summed over the node), and the
+// reduce-scatter of those across the nodes (through the bucket's codec)
+// hands node n block n·L + l = r: every rank ends with exactly its flat
+// block, so the optimizer shard and checkpoints are those of the flat
+// grid. The parameter allgather runs the other way round: across the nodes
+// (the M blocks {m·L + l}), inside the node (all of them), and the scratch
+// back into block order. Only 1/L of each bucket crosses nodes per rank.
+// With one node or one rank per node the order is the block order and
+// everything runs in place, with no scratch.
 #pragma once
 
 #include <cstddef>
@@ -22,7 +35,9 @@
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/grad_buckets.hpp"
 #include "tessera/sdk/grad_codec.hpp"
+#include "tessera/sdk/node_groups.hpp"
 #include "tessera/sdk/strategy.hpp"
+#include "tessera/sdk/tracked_buffer.hpp"
 
 namespace tessera::strategies {
 
@@ -44,9 +59,13 @@ class ShardGrid {
   // tessera::Error (invalid argument) for a bad world size or rank (see
   // sdk::even_shard).
   // Each bucket is reduced through a BucketCodec of `codec`
-  // (sdk/grad_codec.hpp): in place for f32 and summable encodings.
+  // (sdk/grad_codec.hpp): in place for f32 and summable encodings. With
+  // `nodes` (which must outlive it; `comm` is then the world) the
+  // reduction and the allgather are hierarchical (see the top of the
+  // file) and the codec applies to the cross-node reduce-scatter.
   ShardGrid(const sdk::Host& host, sdk::CommView& comm, const sdk::FlatLayout& layout,
-            uint64_t first_capacity, uint64_t capacity, const sdk::GradCodec& codec);
+            uint64_t first_capacity, uint64_t capacity, const sdk::GradCodec& codec,
+            sdk::NodeGroups* nodes = nullptr);
   ShardGrid(const ShardGrid&) = delete;
   ShardGrid& operator=(const ShardGrid&) = delete;
   ~ShardGrid() { abandon(); }
@@ -92,6 +111,18 @@ class ShardGrid {
   void start(size_t b);
   // This rank's block of bucket `b` in `data` (the padded buffer).
   [[nodiscard]] std::span<float> block_of(std::span<float> data, size_t b) const noexcept;
+  // Bucket `b` of `data`.
+  [[nodiscard]] std::span<float> bucket_of(std::span<float> data, size_t b) const noexcept;
+  // Hierarchical: where bucket `b` is worked on: `data`'s bucket in place,
+  // or the scratch (allocated when `make`); its M blocks of this rank's
+  // local rank (`chunk`) and its own block in there (`own`).
+  std::span<float> node_work(std::span<float> data, size_t b, bool make);
+  [[nodiscard]] std::span<float> chunk(std::span<float> work) const noexcept;
+  [[nodiscard]] std::span<float> own(std::span<float> work) const noexcept;
+  // Copies a bucket from block order into node order, or back (`back`).
+  void permute(std::span<float> blocks, std::span<float> node_order, bool back) const noexcept;
+  void finish_nodes();
+  void allgather_nodes(std::span<float> params);
 
   sdk::Host host_;
   sdk::CommView& comm_;
@@ -106,6 +137,10 @@ class ShardGrid {
   std::vector<sdk::PendingOp> pending_;   // allgathers, per bucket in plan order
   std::vector<sdk::BucketCodec> codecs_;  // reduce-scatters, per bucket in plan order
   std::span<float> grads_;
+  sdk::NodeGroups* nodes_ = nullptr;                // nullptr: flat
+  bool permuted_ = false;                           // more than one node of more than one rank
+  std::vector<sdk::TrackedBuffer<float>> scratch_;  // per bucket in flight, when permuted_
+  std::vector<sdk::PendingOp> node_ops_;            // the node-level collective, per bucket
 };
 
 }  // namespace tessera::strategies

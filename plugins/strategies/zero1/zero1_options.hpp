@@ -16,13 +16,16 @@ inline constexpr tessera_option_decl kZero1Options[] = {
     {"overlap", TESSERA_OPT_BOOL, "true",
      "reduce-scatter each bucket as soon as its gradients are complete during backward; "
      "false: after the whole backward pass"},
+    sdk::kHierarchyOption,
+    sdk::kRanksPerNodeOption,
     sdk::kActivationCheckpointingOption,
 };
 
-// bucket_mb, first_bucket_mb and overlap, read and checked by
-// sdk::BucketOptions::read (a bucket size that is not a positive finite
-// number is an invalid argument naming the option); the capacities in f32
-// elements over all ranks are what sdk::plan_shard_buckets takes.
+// bucket_mb, first_bucket_mb, overlap, hierarchy and ranks_per_node, read
+// and checked by sdk::BucketOptions::read (a bucket size that is not a
+// positive finite number is an invalid argument naming the option) and
+// node_size; the capacities in f32 elements over all ranks are what
+// sdk::plan_shard_buckets takes.
 using Zero1Options = sdk::BucketOptions;
 
 }  // namespace tessera::strategies

@@ -12,7 +12,7 @@ namespace tessera::strategies {
 void Zero1Strategy::check(const sdk::Host& /*host*/, const sdk::Options& options,
                           int32_t world_size) {
   check_world_size("zero1", world_size);
-  (void)Zero1Options::read(options);
+  (void)Zero1Options::read(options, "zero1").node_size(world_size, "zero1");
   (void)sdk::read_activation_checkpointing(options, "zero1");
 }
 
@@ -21,10 +21,14 @@ Zero1Strategy::Zero1Strategy(const sdk::Host& host, const sdk::Options& options,
     : sdk::DataParallelStrategy(env),
       host_(host),
       env_(env),
-      options_(Zero1Options::read(options)),
+      options_(Zero1Options::read(options, "zero1")),
       layout_(env.model()),
+      nodes_(options_.hierarchy ? std::make_unique<sdk::NodeGroups>(
+                                      env.world(), options_.node_size(env.world_size(), "zero1"))
+                                : nullptr),
       grid_(host, env.world(), layout_, options_.first_bucket_elements(),
-            options_.bucket_elements(), sdk::GradCodec::select(env, TESSERA_F32, "zero1")),
+            options_.bucket_elements(), sdk::GradCodec::select(env, TESSERA_F32, "zero1"),
+            nodes_.get()),
       state_(host, layout_, env.rank(), true, grid_.padding()),
       optim_(env.optimizer().make_state(grid_.shard_elements())),
       runner_(host, env.model(), env.rank(), true,
@@ -34,7 +38,10 @@ Zero1Strategy::Zero1Strategy(const sdk::Host& host, const sdk::Options& options,
                 " padding), optimizer shard of ", grid_.shard_elements(), " elements per rank in ",
                 grid_.buckets().size(), " buckets (first ", options_.first_bucket_mb, " MiB, then ",
                 options_.bucket_mb, " MiB), reduced and gathered in place, overlap ",
-                options_.overlap ? "on" : "off", ", ", env.world_size(), " ranks");
+                options_.overlap ? "on" : "off", ", ", env.world_size(), " ranks",
+                nodes_ ? ::tessera::detail::concat(", hierarchical: ", nodes_->nodes(),
+                                                   " nodes of ", nodes_->local_size(), " ranks")
+                       : std::string());
   }
 }
 
@@ -51,8 +58,11 @@ void Zero1Strategy::load(const sdk::StateReader& reader) {
 
 sdk::StepResult Zero1Strategy::step(const sdk::StepArgs& args) {
   sdk::CommView& world = env_.world();
-  return sdk::run_step(
-      args, {&world},
+  sdk::CommView* intra = nodes_ ? &nodes_->intra() : nullptr;
+  sdk::CommView* inter = nodes_ ? &nodes_->inter() : nullptr;
+  const sdk::CommMeter cross_node({inter});
+  sdk::StepResult result = sdk::run_step(
+      args, {&world, intra, inter},
       {.zero_grads =
            [&] {
              state_.zero_grads();
@@ -88,6 +98,8 @@ sdk::StepResult Zero1Strategy::step(const sdk::StepArgs& args) {
              }
            },
        .after_update = [&] { grid_.allgather(state_.padded_params()); }});
+  cross_node.add_cross_node_to(result);
+  return result;
 }
 
 double Zero1Strategy::shard_sum_squares() {

@@ -14,11 +14,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "shard_grid.hpp"
 #include "tessera/sdk/data_parallel.hpp"
 #include "tessera/sdk/estimate.hpp"
 #include "tessera/sdk/flat_params.hpp"
+#include "tessera/sdk/node_groups.hpp"
 #include "tessera/sdk/replicated_params.hpp"
 #include "tessera/sdk/strategy.hpp"
 #include "tessera/sdk/unit_runner.hpp"
@@ -41,8 +43,9 @@ class Zero1Strategy final : public sdk::DataParallelStrategy {
   // gradients (PARAMS, GRADS, padded to N shards) and the optimizer state of
   // this rank's shard (OPTIMIZER, through the host's optimizer table); no
   // communication staging (COMM).
-  // Collective only in that every rank must create it. Each rank is its own
-  // data-parallel slice.
+  // Collective only in that every rank must create it (and, with
+  // hierarchy = "node", in the split of the world into the intra- and
+  // inter-node communicators). Each rank is its own data-parallel slice.
   Zero1Strategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env);
 
   // Collective. Reads the parameters of this rank's blocks and allgathers
@@ -57,7 +60,9 @@ class Zero1Strategy final : public sdk::DataParallelStrategy {
   // then clips by the global norm (shard sums of squares allreduced), runs the
   // optimizer on this rank's shard only and allgathers the updated shards.
   // Returns this rank's share of the loss, the norm before clipping, and
-  // the time blocked and bytes sent on the world communicator. A failure of
+  // the time blocked and bytes sent on the world communicator (and the
+  // node communicators; the inter-node one's bytes also as
+  // comm_bytes_cross_node). A failure of
   // a peer or the backend propagates as tessera::Error after pending
   // operations are waited for.
   sdk::StepResult step(const sdk::StepArgs& args) override;
@@ -74,7 +79,8 @@ class Zero1Strategy final : public sdk::DataParallelStrategy {
   sdk::StrategyEnv& env_;
   Zero1Options options_;
   sdk::FlatLayout layout_;
-  ShardGrid grid_;  // before state_: it sizes the padding
+  std::unique_ptr<sdk::NodeGroups> nodes_;  // hierarchy = "node"; before grid_
+  ShardGrid grid_;                          // before state_: it sizes the padding
   sdk::ReplicatedParams state_;
   sdk::OptimState optim_;  // the rank's blocks in plan order, padding included
   sdk::UnitRunner runner_;

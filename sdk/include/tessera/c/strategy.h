@@ -41,7 +41,7 @@ extern "C" {
  *   2.2      tessera_step_result ends with bubble_cpu
  *   2.3      estimate at the end of the table (strategy selection)
  *   2.4      a gradient compressor in the environment; tessera_step_result
- *            ends with comm_bytes_raw and compress_ns
+ *            ends with comm_bytes_raw, compress_ns and comm_bytes_cross_node
  * A host accepts strategy 2.x of any minor. */
 #define TESSERA_STRATEGY_API_MAJOR 2
 #define TESSERA_STRATEGY_API_MINOR 4
@@ -267,6 +267,10 @@ typedef struct tessera_step_result {
    * compressor's encode, decode and reduce. */
   int64_t comm_bytes_raw;
   int64_t compress_ns;
+  /* Strategy 2.4: of comm_bytes, the bytes this rank sent across nodes on
+   * the inter-node communicator of a hierarchical reduction (ddp and zero1
+   * with hierarchy = "node"); 0 otherwise. The host logs the largest. */
+  int64_t comm_bytes_cross_node;
 } tessera_step_result;
 
 /* ---------------------------------------------------------------------------

@@ -66,6 +66,16 @@ class CommMeter {
       result.compress_ns += now.compress_ns - before_[i].compress_ns;
     }
   }
+  // Adds the bytes sent since construction on every communicator to
+  // result.comm_bytes_cross_node: a meter of the inter-node communicator of
+  // a hierarchical reduction (node_groups.hpp), beside the step's meter of
+  // all of them.
+  void add_cross_node_to(StepResult& result) const {
+    for (size_t i = 0; i < comms_.size(); ++i) {
+      if (comms_[i] == nullptr) continue;
+      result.comm_bytes_cross_node += comms_[i]->stats().bytes_sent - before_[i].bytes_sent;
+    }
+  }
 
  private:
   std::vector<CommView*> comms_;

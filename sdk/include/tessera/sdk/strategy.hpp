@@ -130,6 +130,9 @@ struct StepResult {
   // same as comm_bytes) and the compressor's time (strategy 2.4).
   int64_t comm_bytes_raw = 0;
   int64_t compress_ns = 0;
+  // Of comm_bytes, those sent across nodes by a hierarchical reduction
+  // (strategy 2.4; 0 without one).
+  int64_t comm_bytes_cross_node = 0;
 };
 
 class Strategy {
@@ -233,6 +236,7 @@ struct StrategyAdapter {
       // 0: a strategy that does not meter compression sent what it sent.
       cr.comm_bytes_raw = r.comm_bytes_raw != 0 ? r.comm_bytes_raw : r.comm_bytes;
       cr.compress_ns = r.compress_ns;
+      cr.comm_bytes_cross_node = r.comm_bytes_cross_node;
       const uint32_t size = result->struct_size;
       std::memcpy(result, &cr, std::min<size_t>(size, sizeof cr));
       result->struct_size = size;

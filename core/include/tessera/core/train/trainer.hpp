@@ -91,6 +91,9 @@ struct StepMetrics {
   // step (max over ranks).
   int64_t comm_bytes_raw = 0;
   double compress_seconds = 0;
+  // Of comm_bytes, the bytes per step sent across nodes by a hierarchical
+  // reduction (max over ranks; 0 without one).
+  int64_t comm_bytes_cross_node = 0;
   // Pipelines (0 otherwise): measured idle share of the schedule by the
   // wall clock and on the schedule's CPU clock (tessera_step_result), mean
   // over ranks and the log window's steps, and the schedule's formula.
