@@ -71,7 +71,7 @@ TEST(CastCompressor, Fp16DivideByWorldKeepsTheSumFinite) {
   const float big = 65504.0F * 0.9F;
   const std::vector<std::vector<float>> grads(kRanks, std::vector<float>(kN, big));
   {
-    const Compressors c("fp16", "", kRanks);
+    const Compressors c("fp16", "divide_by_world = true", kRanks);
     std::vector<State> states = make_states(c, kN);
     for (const float v : summable_round(states, grads, TESSERA_F16)) {
       ASSERT_TRUE(std::isfinite(v));
@@ -79,7 +79,7 @@ TEST(CastCompressor, Fp16DivideByWorldKeepsTheSumFinite) {
     }
   }
   {
-    const Compressors c("fp16", "divide_by_world = false", kRanks);
+    const Compressors c("fp16", "", kRanks);  // divide_by_world defaults to false
     std::vector<State> states = make_states(c, kN);
     for (const float v : summable_round(states, grads, TESSERA_F16)) {
       EXPECT_EQ(v, std::numeric_limits<float>::infinity());

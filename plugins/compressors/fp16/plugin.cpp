@@ -13,9 +13,9 @@ namespace {
 constexpr tessera_option_decl kFp16Options[] = {
     {"scale", TESSERA_OPT_FLOAT, "1.0",
      "multiplies the gradients before the cast and divides the sum after it (positive, finite)"},
-    {"divide_by_world", TESSERA_OPT_BOOL, "true",
+    {"divide_by_world", TESSERA_OPT_BOOL, "false",
      "also divide by the ranks of the bucket before the cast, so the sum stays within one "
-     "rank's range (f16 overflows above 65504)"},
+     "rank's range (f16 overflows above 65504; small gradients lose more to underflow)"},
 };
 
 class Fp16Compressor {
