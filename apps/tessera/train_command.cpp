@@ -37,15 +37,22 @@ void print_dry_run(const Config& config, const train::RunPlan& plan, std::ostrea
   Config resolved = config;
   resolved.backend.options = options_table(plan.backend_options);
   resolved.strategy.options = options_table(plan.strategy_options);
+  if (resolved.compression && !plan.compressor.empty()) {
+    resolved.compression->options = options_table(plan.compressor_options);
+  }
   out << "# tessera train --dry-run: the resolved configuration"
       << (config.file.empty() ? std::string() : " of " + config.file.string())
       << " (plugin options with their declared defaults)\n"
       << to_toml(resolved) << "\n# plugins serving each role\n"
-      << fmt::format("#   {:<9} {:<10} {}\n", "backend", plan.backend,
+      << fmt::format("#   {:<10} {:<10} {}\n", "backend", plan.backend,
                      display_path(plan.backend_file))
-      << fmt::format("#   {:<9} {:<10} {}\n", "strategy", plan.strategy,
+      << fmt::format("#   {:<10} {:<10} {}\n", "strategy", plan.strategy,
                      display_path(plan.strategy_file))
-      << fmt::format("#   {:<9} {:<10} {}\n", "model", plan.model, display_path(plan.model_file))
+      << fmt::format("#   {:<10} {:<10} {}\n", "model", plan.model, display_path(plan.model_file))
+      << (plan.compressor.empty()
+              ? std::string()
+              : fmt::format("#   {:<10} {:<10} {}\n", "compressor", plan.compressor,
+                            display_path(plan.compressor_file)))
       << "# plan\n"
       << fmt::format("#   {:<16} {} ({})\n", "ranks", plan.world_size,
                      plan.thread_ranks ? "threads of this process"
