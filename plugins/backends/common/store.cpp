@@ -15,6 +15,7 @@
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/redis_store.h>
 
+#include "common/tcp_store.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::backend_store {
@@ -110,6 +111,62 @@ class RedisRendezvous final : public Store {
   std::unique_ptr<gloo::rendezvous::RedisStore> store_;
 };
 
+// gloo's store interface on a TCP store client: get and wait block in the
+// server, bounded by the run's timeout (gloo's zero timeout means "the
+// default", which is the run's timeout here).
+class GlooTcpStore final : public gloo::rendezvous::Store {
+ public:
+  explicit GlooTcpStore(const StoreConfig& config)
+      : client_(config.tcp_host, config.tcp_port, config.run_id, config.timeout_ms,
+                "MASTER_ADDR:MASTER_PORT"),
+        timeout_ms_(config.timeout_ms) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    client_.set(key, data);
+  }
+  std::vector<char> get(const std::string& key) override { return client_.get(key, timeout_ms_); }
+  void wait(const std::vector<std::string>& keys) override { client_.wait(keys, timeout_ms_); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    client_.wait(keys, timeout.count() > 0 ? static_cast<int64_t>(timeout.count()) : timeout_ms_);
+  }
+
+  TcpStoreClient& client() noexcept { return client_; }
+
+ private:
+  TcpStoreClient client_;
+  int64_t timeout_ms_;
+};
+
+class TcpRendezvous final : public Store {
+ public:
+  TcpRendezvous(const StoreConfig& config, const std::string& plugin)
+      : Store(plugin), store_(make(config, plugin)) {}
+
+  gloo::rendezvous::Store& gloo() noexcept override { return *store_; }
+
+  bool has(const std::vector<std::string>& keys) override {
+    try {
+      return store_->client().check(keys);
+    } catch (const Error& e) {
+      throw Error(e.status(), detail::concat(plugin(), ": ", e.what()));
+    }
+  }
+
+  [[nodiscard]] std::string description() const override { return store_->client().description(); }
+
+ private:
+  static std::unique_ptr<GlooTcpStore> make(const StoreConfig& config, const std::string& plugin) {
+    try {
+      return std::make_unique<GlooTcpStore>(config);
+    } catch (const Error& e) {
+      throw Error(e.status(), detail::concat(plugin, ": ", e.what()));
+    }
+  }
+
+  std::unique_ptr<GlooTcpStore> store_;
+};
+
 constexpr std::string_view kStartHint =
     "start every rank with `tessera launch -n N -- <program>` (or torchrun), which sets RANK "
     "and WORLD_SIZE";
@@ -185,14 +242,38 @@ EnvLookup process_environment() {
 
 std::string StoreConfig::description() const {
   if (kind == StoreKind::kFile) return "file store at '" + dir + "'";
+  if (kind == StoreKind::kTcp) {
+    return "TCP store at " + tcp_host + ":" + std::to_string(tcp_port) +
+           " (MASTER_ADDR:MASTER_PORT)";
+  }
   return "Redis store at " + redis_host + ":" + std::to_string(redis_port);
 }
 
 StoreConfig resolve_store_config(const sdk::Options& options, const EnvLookup& env,
                                  const std::string& plugin) {
   StoreConfig c;
-  const std::string store = options.get_string("store");
-  if (store == "file") {
+  std::string store = options.get_string("store");
+  if (store.empty()) {
+    const auto addr = env("MASTER_ADDR");
+    const auto port = env("MASTER_PORT");
+    const bool master = addr && !addr->empty() && port && !port->empty();
+    store = master ? "tcp" : "file";
+  }
+  if (store == "tcp") {
+    c.kind = StoreKind::kTcp;
+    const auto addr = env("MASTER_ADDR");
+    const auto port = env("MASTER_PORT");
+    TESSERA_CHECK(addr && !addr->empty() && port && !port->empty(), TESSERA_ERR_INVALID_ARGUMENT,
+                  plugin,
+                  ": the TCP store needs MASTER_ADDR and MASTER_PORT (the address and port rank "
+                  "0 serves it on; `tessera launch` sets them)");
+    const auto parsed = parse_int(*port);
+    TESSERA_CHECK(parsed && *parsed >= 1 && *parsed <= 65535, TESSERA_ERR_INVALID_ARGUMENT, plugin,
+                  ": environment variable MASTER_PORT='", *port,
+                  "' is not a port number in 1..65535 (the TCP store's port)");
+    c.tcp_host = *addr;
+    c.tcp_port = static_cast<int32_t>(*parsed);
+  } else if (store == "file") {
     c.kind = StoreKind::kFile;
     c.dir = option_or_env(options, "store_dir", env, "TESSERA_RENDEZVOUS_DIR", "");
     TESSERA_CHECK(!c.dir.empty(), TESSERA_ERR_INVALID_ARGUMENT, plugin,
@@ -207,8 +288,9 @@ StoreConfig resolve_store_config(const sdk::Options& options, const EnvLookup& e
                   " option redis_port must be in 1..65535, got ", port);
     c.redis_port = static_cast<int32_t>(port);
   } else {
-    throw Error(TESSERA_ERR_INVALID_ARGUMENT, detail::concat(plugin, " option store = '", store,
-                                                             "' is not \"file\" or \"redis\""));
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                detail::concat(plugin, " option store = '", store,
+                               "' is not \"tcp\", \"file\" or \"redis\""));
   }
   c.run_id = option_or_env(options, "run_id", env, "TESSERA_RUN_ID", "tessera");
   return c;
@@ -252,7 +334,51 @@ std::vector<char> Store::await(const std::string& key, int64_t timeout_ms,
 
 std::unique_ptr<Store> open_store(const StoreConfig& config, const std::string& plugin) {
   if (config.kind == StoreKind::kFile) return std::make_unique<FileRendezvous>(config.dir, plugin);
+  if (config.kind == StoreKind::kTcp) return std::make_unique<TcpRendezvous>(config, plugin);
   return std::make_unique<RedisRendezvous>(config.redis_host, config.redis_port, plugin);
+}
+
+StoreService::StoreService(const StoreConfig& config, const std::string& plugin, Log log)
+    : config_(config), plugin_(plugin), log_(std::move(log)) {
+  try {
+    server_ = std::make_unique<TcpStoreServer>(config.tcp_host, config.tcp_port);
+  } catch (const Error& e) {
+    throw Error(e.status(),
+                detail::concat(plugin, " (rank 0, MASTER_ADDR:MASTER_PORT): ", e.what()));
+  }
+  if (log_) {
+    log_(detail::concat(plugin_, ": rank 0 serves the TCP store on ", config_.tcp_host, ":",
+                        server_->port()));
+  }
+}
+
+StoreService::~StoreService() {
+  const auto linger =
+      std::chrono::milliseconds(config_.timeout_ms > 0 ? config_.timeout_ms : 60000);
+  // The clients first (bounded): a rank still reading a key gets it before
+  // the run's keys go, then the server stops.
+  const size_t connected = server_->connections();
+  const size_t stragglers = server_->await_clients(linger);
+  const size_t removed = server_->erase_prefix(config_.run_id + "/");
+  (void)server_->stop(std::chrono::milliseconds(0));
+  if (!log_) return;
+  try {
+    log_(detail::concat(plugin_, ": the TCP store on ", config_.tcp_host, ":", server_->port(),
+                        " removed the ", removed, " keys of run '", config_.run_id,
+                        "' and stopped holding ", server_->count(""), " keys, ", stragglers, " of ",
+                        connected, " clients still connected",
+                        stragglers == 0 ? "" : " after waiting for them"));
+  } catch (...) {
+    // A destructor reports what it can.
+  }
+}
+
+int32_t StoreService::port() const noexcept { return server_->port(); }
+
+std::shared_ptr<StoreService> serve_store(const StoreConfig& config, int32_t rank,
+                                          const std::string& plugin, StoreService::Log log) {
+  if (config.kind != StoreKind::kTcp || rank != 0) return nullptr;
+  return std::make_shared<StoreService>(config, plugin, std::move(log));
 }
 
 }  // namespace tessera::backend_store

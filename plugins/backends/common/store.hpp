@@ -1,6 +1,7 @@
-// The rendezvous store of the backends that run one process per rank:
-// gloo's file store (a directory every rank can reach) or its Redis store,
-// the options that choose it, and waiting for a key another rank writes.
+// The rendezvous store of the backends that run one process per rank: the
+// TCP store rank 0 serves on MASTER_ADDR:MASTER_PORT (tcp_store.hpp), gloo's
+// file store (a directory every rank can reach) or its Redis store, the
+// options that choose it, and waiting for a key another rank writes.
 // Shared by the gloo and nccl plugins; messages name the plugin using it.
 #pragma once
 
@@ -19,10 +20,14 @@
 
 namespace tessera::backend_store {
 
+class TcpStoreServer;
+
 // The option declarations naming the store, for a plugin's option table.
 inline constexpr tessera_option_decl kStoreOption = {
-    "store", TESSERA_OPT_STRING, "file",
-    "rendezvous store: \"file\" (a directory every rank can reach) or \"redis\""};
+    "store", TESSERA_OPT_STRING, "",
+    "rendezvous store: \"tcp\" (served by rank 0 on $MASTER_ADDR:$MASTER_PORT), \"file\" (a "
+    "directory every rank can reach) or \"redis\"; empty: tcp when MASTER_ADDR and MASTER_PORT "
+    "are set, else file"};
 inline constexpr tessera_option_decl kStoreDirOption = {
     "store_dir", TESSERA_OPT_STRING, "",
     "directory of the file store; empty: $TESSERA_RENDEZVOUS_DIR (set by `tessera launch`)"};
@@ -58,21 +63,29 @@ Ranks resolve_ranks(const EnvLookup& env, const tessera_backend_config& config,
                     const std::string& plugin);
 
 // Where the rendezvous keys live.
-enum class StoreKind { kFile, kRedis };
+enum class StoreKind { kFile, kRedis, kTcp };
 
 struct StoreConfig {
   StoreKind kind = StoreKind::kFile;
   std::string dir;         // kFile
   std::string redis_host;  // kRedis
   int32_t redis_port = 6379;
-  std::string run_id;  // key namespace
+  std::string tcp_host;  // kTcp: $MASTER_ADDR
+  int32_t tcp_port = 0;  // kTcp: $MASTER_PORT
+  std::string run_id;    // key namespace
+  // kTcp: how long a rank tries to reach the store, and the bound of the
+  // replies it waits for (< 0: none). The plugin sets its own timeout here.
+  int64_t timeout_ms = 60000;
 
-  // "file store at 'DIR'" or "Redis store at HOST:PORT", for messages.
+  // "file store at 'DIR'", "Redis store at HOST:PORT" or "TCP store at
+  // HOST:PORT (MASTER_ADDR:MASTER_PORT)", for messages.
   [[nodiscard]] std::string description() const;
 };
 
 // Resolves the store options (kStoreOption ... kRunIdOption, which the
-// plugin must declare) and their environment fallbacks. Throws
+// plugin must declare) and their environment fallbacks. Without a `store`
+// option, the store is "tcp" when MASTER_ADDR and MASTER_PORT are both set
+// (and not empty), else "file". Throws
 // Error(INVALID_ARGUMENT) naming `plugin` and the option or variable that is
 // missing or wrong.
 StoreConfig resolve_store_config(const sdk::Options& options, const EnvLookup& env,
@@ -115,9 +128,39 @@ class Store {
 };
 
 // Opens the store `config` names for `plugin`. Throws Error(INVALID_ARGUMENT)
-// naming the directory when it does not exist or is not writable, or
+// naming the directory when it does not exist or is not writable,
 // Error(PEER_LOST) naming host and port when the Redis server cannot be
-// reached.
+// reached, or Error(TIMEOUT) naming MASTER_ADDR:MASTER_PORT and the timeout
+// when no TCP store answers there in time.
 std::unique_ptr<Store> open_store(const StoreConfig& config, const std::string& plugin);
+
+// The TCP store served by rank 0 for the whole run. On destruction it waits
+// (at most the config's timeout, or 60 s when it has none) for the other
+// ranks to disconnect, so a late reader is not cut off, then removes the
+// run's keys, reports them through `log` and stops.
+class StoreService {
+ public:
+  using Log = std::function<void(const std::string&)>;
+  StoreService(const StoreConfig& config, const std::string& plugin, Log log);
+  StoreService(const StoreService&) = delete;
+  StoreService& operator=(const StoreService&) = delete;
+  ~StoreService();
+
+  // The port it listens on.
+  [[nodiscard]] int32_t port() const noexcept;
+
+ private:
+  std::unique_ptr<TcpStoreServer> server_;
+  StoreConfig config_;
+  std::string plugin_;
+  Log log_;
+};
+
+// The service `config` asks this process to host: a StoreService for the
+// TCP store on rank 0, nullptr otherwise. Throws Error(INVALID_ARGUMENT)
+// naming `plugin`, MASTER_ADDR:MASTER_PORT and the address when it cannot
+// bind it (in use, or not an address of this machine).
+std::shared_ptr<StoreService> serve_store(const StoreConfig& config, int32_t rank,
+                                          const std::string& plugin, StoreService::Log log);
 
 }  // namespace tessera::backend_store

@@ -39,6 +39,11 @@ GlooBackend::GlooBackend(const sdk::Host& host, const sdk::Options& options,
              algorithm_name(settings_.algorithm), ", timeout ", settings_.timeout_ms, " ms");
   if (ignore_sigpipe())
     host.debug("gloo: SIGPIPE is ignored from now on (closed peers fail writes)");
+  store_service_ =
+      backend_store::serve_store(settings_.store, settings_.rank, "gloo",
+                                 [host, rank = settings_.rank](const std::string& text) {
+                                   host.log(TESSERA_LOG_DEBUG, rank, text);
+                                 });
 }
 
 std::unique_ptr<sdk::Comm> GlooBackend::connect(int32_t rank) {
@@ -47,6 +52,7 @@ std::unique_ptr<sdk::Comm> GlooBackend::connect(int32_t rank) {
                 rank, " differs from RANK=", s.rank,
                 " of this process (gloo runs one rank per process; connect with -1)");
   auto engine = std::make_shared<Engine>(host(), s);
+  engine->store_service = store_service_;
   engine->device = make_device(s);
   engine->prefix = s.store.run_id + "/c" + std::to_string(connects_++);
   host().log(TESSERA_LOG_DEBUG, s.rank, "gloo: rank ", s.rank, " binds to ",

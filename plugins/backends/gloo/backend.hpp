@@ -1,5 +1,5 @@
 // The gloo backend: one process is one rank; ranks find each other through
-// a file or Redis store and talk over gloo's TCP transport.
+// a TCP, file or Redis store and talk over gloo's TCP transport.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,9 @@ class GlooBackend final : public sdk::Backend {
  public:
   // Resolves the options, the config and the environment (RANK,
   // WORLD_SIZE, ...; see Settings::from, which throws INVALID_ARGUMENT
-  // naming what is missing or wrong). Connects nothing yet.
+  // naming what is missing or wrong). With the TCP store, rank 0 starts
+  // serving it here (INVALID_ARGUMENT naming the address when it cannot).
+  // Connects nothing yet.
   GlooBackend(const sdk::Host& host, const sdk::Options& options,
               const tessera_backend_config& config);
 
@@ -29,6 +31,9 @@ class GlooBackend final : public sdk::Backend {
 
  private:
   Settings settings_;
+  // The TCP store this process serves as rank 0 (null otherwise); every
+  // world's engine shares it, so it lives until the last communicator goes.
+  std::shared_ptr<backend_store::StoreService> store_service_;
   uint64_t connects_ = 0;
 };
 

@@ -14,9 +14,11 @@
 namespace tessera::gloo_backend {
 
 // Members are destroyed in reverse order: the watchdog and the control
-// service stop before the device goes. Every connect opens its own store
-// client (open_store), so groups may be formed from several threads.
+// service stop before the device goes, and the TCP store rank 0 serves (if
+// any) last. Every connect opens its own store client (open_store), so
+// groups may be formed from several threads.
 struct Engine {
+  std::shared_ptr<backend_store::StoreService> store_service;  // rank 0's TCP store, or null
   sdk::Host host;
   Settings settings;
   DeviceChoice device;

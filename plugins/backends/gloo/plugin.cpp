@@ -5,5 +5,5 @@
 
 TESSERA_REGISTER_BACKEND(tessera::gloo_backend::GlooBackend, "gloo", "1.0.0",
                          "one process per rank over gloo's TCP transport; rendezvous through a "
-                         "file or Redis store",
+                         "TCP, file or Redis store",
                          TESSERA_BACKEND_CAP_CPU_BUFFERS, tessera::gloo_backend::kOptions)

@@ -44,6 +44,7 @@ Settings Settings::from(const sdk::Options& options, const tessera_backend_confi
   s.timeout_ms = config.timeout_ms;
 
   s.store = backend_store::resolve_store_config(options, env, "gloo");
+  s.store.timeout_ms = s.timeout_ms;
   s.interface = options.get_string("interface");
   s.hostname = options.get_string("hostname");
   s.master_addr = env("MASTER_ADDR").value_or("");

@@ -73,7 +73,8 @@ struct Settings {
     return requested == 0 ? timeout_ms : requested;
   }
 
-  // "file store at DIR" or "Redis store at HOST:PORT", for messages.
+  // "TCP store at HOST:PORT (...)", "file store at DIR" or "Redis store at
+  // HOST:PORT", for messages.
   [[nodiscard]] std::string store_description() const { return store.description(); }
 };
 

@@ -23,6 +23,11 @@ NcclBackend::NcclBackend(const sdk::Host& host, const sdk::Options& options,
              settings_.local_rank, " of ", devices, ", ", settings_.store.description(),
              ", run id '", settings_.store.run_id, "', timeout ", settings_.timeout_ms, " ms",
              settings_.stage_host ? ", host buffers staged" : "");
+  store_service_ =
+      backend_store::serve_store(settings_.store, settings_.rank, "nccl",
+                                 [host, rank = settings_.rank](const std::string& text) {
+                                   host.log(TESSERA_LOG_DEBUG, rank, text);
+                                 });
 }
 
 std::unique_ptr<sdk::Comm> NcclBackend::connect(int32_t rank) {
@@ -33,6 +38,7 @@ std::unique_ptr<sdk::Comm> NcclBackend::connect(int32_t rank) {
   cuda_check(cudaSetDevice(s.local_rank), "cudaSetDevice",
              detail::concat("rank ", s.rank, ", LOCAL_RANK=", s.local_rank));
   auto engine = std::make_shared<Engine>(host(), s);
+  engine->store_service = store_service_;
   engine->prefix = s.store.run_id + "/nccl/c" + std::to_string(connects_++);
 
   const auto store = backend_store::open_store(s.store, "nccl");

@@ -1,6 +1,6 @@
 // The nccl backend: one process is one rank on one GPU (LOCAL_RANK picks
 // it); rank 0 makes the ncclUniqueId and hands it to the others through the
-// file or Redis store the process backends share.
+// TCP, file or Redis store the process backends share.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +28,9 @@ class NcclBackend final : public sdk::Backend {
 
  private:
   Settings settings_;
+  // The TCP store this process serves as rank 0 (null otherwise), shared
+  // with every world's engine so it lives until the last communicator goes.
+  std::shared_ptr<backend_store::StoreService> store_service_;
   uint64_t connects_ = 0;
 };
 

@@ -12,10 +12,12 @@
 
 namespace tessera::nccl_backend {
 
-// What every communicator of one connect shares.
+// What every communicator of one connect shares; the TCP store rank 0
+// serves (if any) goes last.
 struct Engine {
   Engine(const sdk::Host& h, const Settings& s)
       : host(h), settings(s), watchdog(s.local_rank, std::chrono::milliseconds(s.watchdog_ms)) {}
+  std::shared_ptr<backend_store::StoreService> store_service;  // rank 0's TCP store, or null
   sdk::Host host;
   Settings settings;
   std::string prefix;  // store namespace of this world: "<run_id>/c<connect number>"

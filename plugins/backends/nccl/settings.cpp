@@ -44,6 +44,7 @@ Settings Settings::from(const sdk::Options& options, const tessera_backend_confi
                 "nccl: timeout_ms must be > 0 (or < 0 for none), got 0");
   s.timeout_ms = config.timeout_ms;
   s.store = backend_store::resolve_store_config(options, env, "nccl");
+  s.store.timeout_ms = s.timeout_ms;
   s.stage_host = options.get_bool("stage_host");
   s.watchdog_ms = options.get_int("watchdog_ms");
   TESSERA_CHECK(s.watchdog_ms >= 1 && s.watchdog_ms <= 10000, TESSERA_ERR_INVALID_ARGUMENT,
