@@ -1,12 +1,17 @@
 // Multi-process behaviour specific to the gloo backend, with each rank a
 // forked child: a killed rank is named by every survivor, ranks that never
-// arrive are named at connect, a receive nobody sends to names its peer, and
-// the raw library calls compute what the checked path computes.
+// arrive are named at connect, a receive nobody sends to names its peer, the
+// raw library calls compute what the checked path computes, and ranks meet
+// through the TCP store rank 0 serves with only MASTER_ADDR and MASTER_PORT
+// (and fail within the timeout when rank 0 is gone).
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <chrono>
 #include <cstring>
+#include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "process_ranks.hpp"
@@ -165,6 +170,64 @@ TEST(GlooProcesses, RawCallsComputeWhatPostComputes) {
     });
     for (const auto& o : outcomes) EXPECT_EQ(o.exit_code, 0) << algorithm << describe(outcomes);
   }
+}
+
+// Only MASTER_ADDR and MASTER_PORT: no store option and no directory.
+std::map<std::string, std::string> tcp_only(int port) {
+  return {{"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", std::to_string(port)},
+          {"TESSERA_RENDEZVOUS_DIR", ""}};
+}
+
+TEST(GlooProcesses, TcpStoreWithOnlyMasterAddrAndPort) {
+  const auto outcomes =
+      run_ranks(3, {0, 1, 2}, tcp_only(free_port()), [](int rank, std::string& text) {
+        auto backend = open_gloo({}, milliseconds(10000));
+        auto world = backend->connect();
+        std::vector<float> v(1000, static_cast<float>(rank + 1));
+        world->allreduce(std::span<float>(v), TESSERA_SUM);
+        // Splits meet through the store too.
+        auto half = world->split(rank % 2, rank);
+        std::vector<float> h(10, static_cast<float>(rank + 1));
+        half->allreduce(std::span<float>(h), TESSERA_SUM);
+        text = std::to_string(v[999]) + " " + std::to_string(h[0]);
+        // Rank 0 serves the store: it leaving first must not fail the others.
+        if (rank != 0) std::this_thread::sleep_for(milliseconds(200));
+        return 0;
+      });
+  ASSERT_EQ(outcomes.size(), 3U);
+  for (const auto& o : outcomes) EXPECT_EQ(o.exit_code, 0) << describe(outcomes);
+  EXPECT_EQ(outcomes[0].text, "6.000000 4.000000") << describe(outcomes);  // ranks 0 and 2
+  EXPECT_EQ(outcomes[1].text, "6.000000 2.000000") << describe(outcomes);
+  EXPECT_EQ(outcomes[2].text, "6.000000 4.000000") << describe(outcomes);
+}
+
+TEST(GlooProcesses, TcpStoreGoneBeforeConnectFailsWithinTheTimeout) {
+  // Rank 0 starts serving the store, then dies before anyone connects.
+  const auto outcomes =
+      run_ranks(2, {0, 1}, tcp_only(free_port()), [](int rank, std::string& text) {
+        auto backend = open_gloo({}, milliseconds(1500));
+        if (rank == 0) ::raise(SIGKILL);
+        std::this_thread::sleep_for(milliseconds(300));
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          auto world = backend->connect();
+        } catch (const Error& e) {
+          const auto waited =
+              std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start)
+                  .count();
+          text = e.what();
+          if (waited > 4000) text += " (after " + std::to_string(waited) + " ms)";
+          return e.status() == TESSERA_ERR_TIMEOUT && waited <= 4000 ? 0 : 2;
+        }
+        text = "connect succeeded without rank 0";
+        return 3;
+      });
+  ASSERT_EQ(outcomes.size(), 2U);
+  EXPECT_EQ(outcomes[0].exit_code, -SIGKILL) << describe(outcomes);
+  EXPECT_EQ(outcomes[1].exit_code, 0) << describe(outcomes);
+  EXPECT_TRUE(contains(outcomes[1].text, "MASTER_ADDR:MASTER_PORT")) << describe(outcomes);
+  EXPECT_TRUE(contains(outcomes[1].text, "1500 ms")) << describe(outcomes);
 }
 
 }  // namespace
