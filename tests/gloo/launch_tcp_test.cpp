@@ -24,7 +24,7 @@ namespace tessera::glootest {
 namespace {
 
 std::filesystem::path write_config(const std::filesystem::path& dir) {
-  const auto path = dir / "run.toml";
+  auto path = dir / "run.toml";
   std::ofstream out(path);
   out << "[run]\nworld_size = 2\nsteps = 8\nseed = 3\nlog_every = 1\nlog_level = \"debug\"\n\n"
       << "[backend]\nname = \"gloo\"\ntimeout_s = 20\n\n"

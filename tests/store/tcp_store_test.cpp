@@ -137,6 +137,7 @@ TEST_F(TcpStore, AddFromManyThreadsCountsEveryOne) {
   constexpr int kThreads = 8;
   constexpr int kAdds = 25;
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   std::atomic<int64_t> max_seen{0};
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&] {
@@ -164,6 +165,7 @@ TEST_F(TcpStore, AddFromManyThreadsCountsEveryOne) {
 TEST_F(TcpStore, OneClientSharedByThreads) {
   auto c = client();
   std::vector<std::thread> threads;
+  threads.reserve(4);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&c, t] {
       for (int i = 0; i < 20; ++i) {
@@ -205,6 +207,7 @@ TEST_F(TcpStore, CompareAndSet) {
   // Racing creators: exactly one wins.
   std::atomic<int> winners{0};
   std::vector<std::thread> threads;
+  threads.reserve(6);
   for (int t = 0; t < 6; ++t) {
     threads.emplace_back([&, t] {
       auto own = client();

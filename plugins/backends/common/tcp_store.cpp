@@ -510,7 +510,10 @@ TcpStoreServer::TcpStoreServer(const std::string& host, int32_t port)
                   detail::concat("cannot serve the TCP store on ", where,
                                  ": the address is in use (another run or program listens on "
                                  "port ",
-                                 port, "; choose another MASTER_PORT)"));
+                                 port,
+                                 ": choose another MASTER_PORT; under torchrun, whose agent "
+                                 "serves its own store there, set store = \"file\" or "
+                                 "\"redis\")"));
     }
     throw Error(TESSERA_ERR_INVALID_ARGUMENT, detail::concat("cannot serve the TCP store on ",
                                                              where, ": ", errno_text(last_err)));
