@@ -45,6 +45,21 @@
 
 namespace tessera::sdk {
 
+namespace codec_detail {
+// Nanoseconds since `t0` on the steady clock: the compressor's time.
+inline int64_t elapsed_ns(std::chrono::steady_clock::time_point t0) noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+      .count();
+}
+// Bytes `comm` counts for `coll` over `elements` f32 values: the volume an
+// encoding's bytes are compared with.
+inline int64_t f32_volume(const CommView& comm, tessera_coll_type coll,
+                          uint64_t elements) noexcept {
+  const tessera_buffer all = wire_buffer(nullptr, elements, TESSERA_F32);
+  return comm.bytes_sent(CommView::args(coll, all, all));
+}
+}  // namespace codec_detail
+
 class GradCodec {
  public:
   // None: f32 on the wire.
@@ -235,8 +250,7 @@ class BucketCodec {
   }
   // What f32 would send for `coll` over the bucket.
   [[nodiscard]] int64_t ring_bytes(tessera_coll_type coll) const noexcept {
-    const tessera_buffer all = wire_buffer(nullptr, elements_, TESSERA_F32);
-    return comm_->bytes_sent(CommView::args(coll, all, all));
+    return codec_detail::f32_volume(*comm_, coll, elements_);
   }
   void begin(CommView& comm, std::span<float> values, std::span<float> piece) {
     TESSERA_CHECK(mode_ == Mode::kIdle, TESSERA_ERR_INTERNAL,
@@ -356,9 +370,7 @@ class BucketCodec {
                                       wire_buffer(recv, bytes * n, TESSERA_U8)));
     });
   }
-  static int64_t since(Clock::time_point t0) noexcept {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-  }
+  static int64_t since(Clock::time_point t0) noexcept { return codec_detail::elapsed_ns(t0); }
 
   Host host_;
   int32_t rank_;

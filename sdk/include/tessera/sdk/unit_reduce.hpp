@@ -193,11 +193,6 @@ class UnitReducer {
   void accumulate(Slot& s);
   // state.encode(full, out), its time counted on comm_.
   void encode(CompressorBucket& state, std::span<const float> full, void* out);
-  static int64_t elapsed_ns(std::chrono::steady_clock::time_point t0) noexcept {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                                t0)
-        .count();
-  }
   static void free_buffers(Slot& s) noexcept {
     s.full.release();
     s.wire.release();
@@ -307,11 +302,9 @@ inline void UnitReducer::start(int32_t owner, std::span<float> piece, bool block
       const tessera_coll_args args =
           CommView::args(TESSERA_COLL_REDUCE_SCATTER, wire_buffer(s.wire.data(), total, wire_),
                          wire_buffer(s.recv16.data(), pieces, wire_));
-      const tessera_buffer f32 = wire_buffer(nullptr, total, TESSERA_F32);
-      comm_.count_compression(
-          comm_.bytes_sent(CommView::args(TESSERA_COLL_REDUCE_SCATTER, f32, f32)) -
-              comm_.bytes_sent(args),
-          0);
+      comm_.count_compression(codec_detail::f32_volume(comm_, TESSERA_COLL_REDUCE_SCATTER, total) -
+                                  comm_.bytes_sent(args),
+                              0);
       s.op = comm_.start(args);
     }
     ++reduce_scatters_;
@@ -347,7 +340,7 @@ inline void UnitReducer::finish(int32_t owner) {
 inline void UnitReducer::encode(CompressorBucket& state, std::span<const float> full, void* out) {
   const auto t0 = std::chrono::steady_clock::now();
   state.encode(full, out);
-  comm_.count_compression(0, elapsed_ns(t0));
+  comm_.count_compression(0, codec_detail::elapsed_ns(t0));
 }
 
 inline void UnitReducer::accumulate(Slot& s) {
@@ -374,7 +367,7 @@ inline void UnitReducer::accumulate(Slot& s) {
     const uint64_t offset =
         comm_.size() == 1 ? 0 : static_cast<uint64_t>(comm_.rank()) * s.piece.size();
     s.state->decode(s.recv16.data(), 1, offset, s.recv.span());
-    comm_.count_compression(0, elapsed_ns(t0));
+    comm_.count_compression(0, codec_detail::elapsed_ns(t0));
   }
   const float* in = s.recv.data();
   for (size_t i = 0; i < s.piece.size(); ++i) s.piece[i] += in[i];
