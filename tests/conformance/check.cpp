@@ -4,6 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "reference.hpp"
 #include "tessera/sdk/dtype.hpp"
 
 namespace tessera::conformance {
@@ -18,6 +19,20 @@ std::string OpDesc::text() const {
   if (peer >= 0) out << " peer=" << peer;
   if (tag >= 0) out << " tag=" << tag;
   return out.str();
+}
+
+double rounding_tolerance(const OpDesc& op) noexcept {
+  if (op.op != TESSERA_AVG || !is_floating(op.dtype)) return 0.0;
+  switch (op.dtype) {
+    case TESSERA_F64:
+      return 0x1p-51;
+    case TESSERA_F16:
+      return 0x1p-9;
+    case TESSERA_BF16:
+      return 0x1p-6;
+    default:
+      return 0x1p-22;
+  }
 }
 
 std::string where(const Communicator& comm) {

@@ -5,6 +5,8 @@
 // value the index, the expected and the actual value.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <exception>
 #include <initializer_list>
@@ -63,16 +65,27 @@ void guarded(const Communicator& comm, const OpDesc& op, F&& fn) {
 [[noreturn]] void fail_value(const Communicator& comm, const OpDesc& op, std::string_view part,
                              uint64_t index, double expected, double got);
 
+// The relative error a result of `op` may carry: zero, except for avg over
+// floating dtypes, which the ABI lets a backend compute as a sum of inputs
+// scaled by 1/size (NCCL's ncclAvg does): two units in the last place of
+// the dtype, relative to max(1, |expected|).
+double rounding_tolerance(const OpDesc& op) noexcept;
+
 // Throws (through fail_value) for the first element i in [0, count) where
-// got[offset + i] differs from expected(i), an integer or double.
+// got[offset + i] differs from expected(i), an integer or double, by more
+// than rounding_tolerance(op) allows.
 template <typename Expected>
 void expect_values(const Communicator& comm, const OpDesc& op, const TypedBuffer& got,
                    uint64_t offset, uint64_t count, Expected&& expected,
                    std::string_view part = {}) {
+  const double tolerance = rounding_tolerance(op);
   for (uint64_t i = 0; i < count; ++i) {
     const auto want = static_cast<double>(expected(i));
     const double have = got.get(offset + i);
-    if (have != want) fail_value(comm, op, part, offset + i, want, have);
+    if (have == want) continue;
+    if (tolerance == 0.0 || !(std::abs(have - want) <= tolerance * std::max(1.0, std::abs(want)))) {
+      fail_value(comm, op, part, offset + i, want, have);
+    }
   }
 }
 

@@ -87,7 +87,8 @@ int64_t reduction_expected(tessera_reduce_op op, tessera_dtype dtype, int size,
     }
   }
   // Integer division truncates toward zero, as the ABI specifies for avg;
-  // for floating dtypes the float_avg_input pattern makes it exact.
+  // for floating dtypes the float_avg_input pattern makes the true average
+  // exact (a backend may still be off in the last bits: rounding_tolerance).
   if (op == TESSERA_AVG) acc /= size;
   return acc;
 }

@@ -74,7 +74,9 @@ enum {
 };
 
 /* Reduction operators. AVG is SUM divided by the group size (integer types
- * divide with truncation toward zero). */
+ * divide with truncation toward zero; for floating types a backend may
+ * instead sum inputs scaled by 1/size, as NCCL does, which can differ from
+ * SUM / size in the last bits). */
 typedef int32_t tessera_reduce_op;
 enum {
   TESSERA_SUM = 0,
