@@ -61,6 +61,7 @@ std::unique_ptr<sdk::Comm> NcclBackend::connect(int32_t rank) {
   config.blocking = 0;
   ncclComm_t comm = nullptr;
   ncclResult_t r = ncclCommInitRankConfig(&comm, s.world_size, id, s.rank, &config);
+  if (r == ncclSuccess && comm != nullptr) (void)ncclCommGetAsyncError(comm, &r);
   const auto start = Clock::now();
   while (r == ncclInProgress && comm != nullptr) {
     const auto waited =

@@ -1,5 +1,8 @@
 #include "comm.hpp"
 
+#include <atomic>
+#include <memory>
+#include <thread>
 #include <utility>
 
 #include "tessera/sdk/coll.hpp"
@@ -127,8 +130,8 @@ std::string NcclComm::label_of(const tessera_coll_args& a) {
   return detail::concat(name, " #", group_->next_seq());
 }
 
-void NcclComm::enqueue(const tessera_coll_args& a, const std::string& label,
-                       Clock::time_point deadline) {
+std::shared_ptr<Event> NcclComm::start(const tessera_coll_args& a, const std::string& label,
+                                       Clock::time_point deadline) {
   void* scratch = nullptr;
   if (a.coll == TESSERA_COLL_BARRIER) {
     scratch = group_->scratch().reserve(sizeof(float), "barrier scratch on " + group_->where());
@@ -136,9 +139,11 @@ void NcclComm::enqueue(const tessera_coll_args& a, const std::string& label,
   const int32_t rank = group_->rank();
   const int32_t size = group_->size();
   cudaStream_t stream = group_->stream();
-  group_->enqueue(label, deadline, [&](ncclComm_t comm) {
-    return nccl_calls(a, rank, size, comm, stream, scratch);
-  });
+  auto event = std::make_shared<Event>();
+  group_->start(
+      label, deadline,
+      [&](ncclComm_t comm) { return nccl_calls(a, rank, size, comm, stream, scratch); }, event);
+  return event;
 }
 
 std::unique_ptr<sdk::Work> NcclComm::post(const tessera_coll_args& args, bool nonblocking) {
@@ -157,10 +162,8 @@ std::unique_ptr<sdk::Work> NcclComm::post(const tessera_coll_args& args, bool no
     post_staged(args, label, timeout_ms);
     return nullptr;
   }
-  enqueue(args, label, deadline_after(timeout_ms));
-  auto event = std::make_shared<Event>();
-  group_->watch(event, label, timeout_ms);
-  auto work = std::make_unique<NcclWork>(group_, std::move(event), label);
+  auto work =
+      std::make_unique<NcclWork>(group_, start(args, label, deadline_after(timeout_ms)), label);
   if (!nonblocking) {
     work->wait(-1);
     return nullptr;
@@ -188,15 +191,16 @@ void NcclComm::post_staged(const tessera_coll_args& args, const std::string& lab
     a.recv.data = group_->staged_recv().reserve(bytes, "staging for " + where);
     a.recv.device = tessera_device{TESSERA_DEVICE_CUDA, group_->device()};
   }
-  enqueue(a, label, deadline_after(timeout_ms));
-  auto event = std::make_shared<Event>();
-  group_->watch(event, label, timeout_ms);
-  NcclWork work(group_, std::move(event), label);
+  NcclWork work(group_, start(a, label, deadline_after(timeout_ms)), label);
   work.wait(-1);
   if (use_recv) {
+    // On the group's stream, then waited for: ordered after the operation
+    // whatever stream the copy engine would otherwise pick.
     const size_t bytes = a.recv.count * dtype_bytes(a.recv.dtype);
-    cuda_check(cudaMemcpy(args.recv.data, a.recv.data, bytes, cudaMemcpyDeviceToHost),
-               "cudaMemcpy (device staging to host)", where);
+    cuda_check(cudaMemcpyAsync(args.recv.data, a.recv.data, bytes, cudaMemcpyDeviceToHost, stream),
+               "cudaMemcpyAsync (device staging to host)", where);
+    cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (device staging to host)",
+               where);
   }
 }
 
@@ -206,12 +210,26 @@ std::unique_ptr<sdk::Comm> NcclComm::split(int32_t color, int32_t key) {
   const std::string label = detail::concat("split ", number);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  ncclComm_t child = nullptr;
+  // NCCL writes the new communicator into the slot from its own thread once
+  // the split is done, which may be after ncclCommSplit returned: the slot
+  // lives on the heap and is left to NCCL if that never happens in time.
+  auto slot = std::make_unique<ncclComm_t>(nullptr);
   const auto deadline = deadline_after(engine_->settings.timeout_ms);
   group_->enqueue(label, deadline, [&](ncclComm_t comm) {
-    return ncclCommSplit(comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config);
+    return ncclCommSplit(comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, slot.get(), &config);
   });
-  if (color < 0 || child == nullptr) return nullptr;
+  if (color < 0) return nullptr;
+  ncclComm_t child = nullptr;
+  while ((child = std::atomic_ref<ncclComm_t>(*slot).load(std::memory_order_acquire)) == nullptr) {
+    if (Clock::now() >= deadline) {
+      (void)slot.release();  // NOLINT(bugprone-unused-return-value): NCCL may still write it
+      throw Error(TESSERA_ERR_TIMEOUT,
+                  detail::concat("nccl: ", label, " (colour ", color, ") of ", group_->where(),
+                                 " timed out after ", engine_->settings.timeout_ms,
+                                 " ms before NCCL handed out the new communicator"));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
   // The child is non-blocking too: wait until it is ready.
   ncclResult_t state = ncclInProgress;
   while (state == ncclInProgress) {

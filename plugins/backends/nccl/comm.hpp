@@ -38,8 +38,10 @@ class NcclComm final : public sdk::Comm {
   void raw(const tessera_coll_args& args) override;
 
  private:
-  // Enqueues `a` (device buffers) on the group's stream.
-  void enqueue(const tessera_coll_args& a, const std::string& label, Clock::time_point deadline);
+  // Starts `a` (device buffers) on the group's stream; the event completes
+  // with it (see Group::start).
+  std::shared_ptr<Event> start(const tessera_coll_args& a, const std::string& label,
+                               Clock::time_point deadline);
   // Runs `a` on host buffers through the group's device staging buffers,
   // to completion.
   void post_staged(const tessera_coll_args& a, const std::string& label, int64_t timeout_ms);

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -38,9 +39,18 @@ class Event {
   Event& operator=(const Event&) = delete;
   ~Event();
   [[nodiscard]] cudaEvent_t get() const noexcept { return event_; }
+  // Records the event on `stream` (after what is enqueued there).
+  [[nodiscard]] cudaError_t record(cudaStream_t stream) noexcept {
+    const cudaError_t err = cudaEventRecord(event_, stream);
+    if (err == cudaSuccess) recorded_.store(true, std::memory_order_release);
+    return err;
+  }
+  // False while the operation is still being enqueued (see Group::start).
+  [[nodiscard]] bool recorded() const noexcept { return recorded_.load(std::memory_order_acquire); }
 
  private:
   cudaEvent_t event_ = nullptr;
+  std::atomic<bool> recorded_{false};
 };
 
 // A device allocation grown on demand (staging, the barrier's scratch).

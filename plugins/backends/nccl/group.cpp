@@ -94,52 +94,128 @@ void Group::fail(tessera_status status, const std::string& message) noexcept {
   fail_locked(status, message);
 }
 
+ncclResult_t Group::call_locked(std::unique_lock<std::mutex>& lock, const std::string& label,
+                                Clock::time_point deadline,
+                                const std::function<ncclResult_t(ncclComm_t)>& call,
+                                bool may_defer) {
+  if (failed_.load(std::memory_order_relaxed)) return ncclInternalError;
+  if (comm_ == nullptr) {
+    fail_locked(TESSERA_ERR_PEER_LOST, detail::concat("nccl: ", where(), " has no communicator"));
+    return ncclInternalError;
+  }
+  ncclResult_t r = call(comm_);
+  // Non-blocking communicator: the call, or what it started in the
+  // background (a split's new communicator), may still be in progress even
+  // when it returned ncclSuccess; the communicator's state says when it is
+  // done, and the next call must not come before.
+  if (r == ncclSuccess) (void)ncclCommGetAsyncError(comm_, &r);
+  while (r == ncclInProgress && !may_defer) {
+    if (Clock::now() >= deadline) {
+      fail_locked(TESSERA_ERR_TIMEOUT,
+                  detail::concat("nccl: ", label, " on ", where(),
+                                 " could not be enqueued before its timeout; the NCCL "
+                                 "communicator was aborted (ncclCommAbort)"));
+      return ncclInternalError;
+    }
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    lock.lock();
+    if (comm_ == nullptr) return ncclInternalError;
+    (void)ncclCommGetAsyncError(comm_, &r);
+  }
+  if (r != ncclSuccess && r != ncclInProgress && comm_ != nullptr) {
+    fail_locked(status_of(r), detail::concat("nccl: ", label, " on ", where(),
+                                             " failed: ", nccl_error_text(r, comm_)));
+  }
+  return r;
+}
+
+void Group::finish_deferred_locked(ncclResult_t state) noexcept {
+  if (!deferred_ || state == ncclInProgress) return;
+  if (state != ncclSuccess) {
+    const std::string label =
+        pending_.empty() ? std::string("an operation") : pending_.back().label;
+    fail_locked(status_of(state), detail::concat("nccl: ", label, " on ", where(),
+                                                 " failed: ", nccl_error_text(state, comm_)));
+    return;
+  }
+  const cudaError_t err = deferred_->record(stream_);
+  deferred_.reset();
+  if (err != cudaSuccess) {
+    fail_locked(TESSERA_ERR_INTERNAL, detail::concat("nccl: cudaEventRecord on ", where(),
+                                                     " failed: ", cudaGetErrorString(err)));
+  }
+}
+
+void Group::settle_locked(std::unique_lock<std::mutex>& lock, Clock::time_point deadline) {
+  while (deferred_ && !failed_.load(std::memory_order_relaxed) && comm_ != nullptr) {
+    ncclResult_t r = ncclSuccess;
+    (void)ncclCommGetAsyncError(comm_, &r);
+    if (r != ncclInProgress) {
+      finish_deferred_locked(r);
+      return;
+    }
+    if (Clock::now() >= deadline) {
+      fail_locked(
+          TESSERA_ERR_TIMEOUT,
+          detail::concat(
+              "nccl: ", pending_.empty() ? std::string("an operation") : pending_.back().label,
+              " on ", where(),
+              " was still being enqueued when the next operation's timeout "
+              "passed (a peer is missing, late or gone); the NCCL "
+              "communicator was aborted (ncclCommAbort)"));
+      return;
+    }
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    lock.lock();
+  }
+}
+
 void Group::enqueue(const std::string& label, Clock::time_point deadline,
                     const std::function<ncclResult_t(ncclComm_t)>& call) {
   {
     std::unique_lock<std::mutex> lock(mu_);
-    if (!failed_.load(std::memory_order_relaxed) && comm_ != nullptr) {
-      ncclResult_t r = call(comm_);
-      // Non-blocking communicator: the call may still be in progress.
-      while (r == ncclInProgress) {
-        if (Clock::now() >= deadline) {
-          fail_locked(TESSERA_ERR_TIMEOUT,
-                      detail::concat("nccl: ", label, " on ", where(),
-                                     " could not be enqueued before its timeout; the NCCL "
-                                     "communicator was aborted (ncclCommAbort)"));
-          break;
+    settle_locked(lock, deadline);
+    (void)call_locked(lock, label, deadline, call, false);
+  }
+  throw_if_failed();
+}
+
+void Group::start(const std::string& label, Clock::time_point deadline,
+                  const std::function<ncclResult_t(ncclComm_t)>& call,
+                  const std::shared_ptr<Event>& event) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    settle_locked(lock, deadline);
+    const ncclResult_t r = call_locked(lock, label, deadline, call, true);
+    if (!failed_.load(std::memory_order_relaxed)) {
+      pending_.push_back(Pending{event, label, Clock::now(), deadline});
+      if (r == ncclInProgress) {
+        deferred_ = event;
+      } else {
+        const cudaError_t err = event->record(stream_);
+        if (err != cudaSuccess) {
+          fail_locked(TESSERA_ERR_INTERNAL,
+                      detail::concat("nccl: cudaEventRecord after ", label, " on ", where(),
+                                     " failed: ", cudaGetErrorString(err)));
         }
-        lock.unlock();
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
-        lock.lock();
-        if (comm_ == nullptr) break;
-        (void)ncclCommGetAsyncError(comm_, &r);
       }
-      if (r != ncclSuccess && r != ncclInProgress && comm_ != nullptr) {
-        fail_locked(status_of(r), detail::concat("nccl: ", label, " on ", where(),
-                                                 " failed: ", nccl_error_text(r, comm_)));
-      }
-    } else if (!failed_.load(std::memory_order_relaxed)) {
-      fail_locked(TESSERA_ERR_PEER_LOST, detail::concat("nccl: ", where(), " has no communicator"));
     }
   }
   throw_if_failed();
 }
 
-void Group::watch(const std::shared_ptr<Event>& event, std::string label, int64_t timeout_ms) {
-  cuda_check(cudaEventRecord(event->get(), stream_), "cudaEventRecord",
-             detail::concat(label, " on ", where()));
-  const auto start = Clock::now();
-  const auto deadline =
-      timeout_ms < 0 ? Clock::time_point::max() : start + std::chrono::milliseconds(timeout_ms);
-  const std::lock_guard<std::mutex> lock(mu_);
-  pending_.push_back(Pending{event, std::move(label), start, deadline});
-}
-
 void Group::poll() noexcept {
   const std::lock_guard<std::mutex> lock(mu_);
   if (failed_.load(std::memory_order_relaxed) || comm_ == nullptr) return;
-  while (!pending_.empty()) {
+  if (deferred_) {
+    ncclResult_t state = ncclSuccess;
+    (void)ncclCommGetAsyncError(comm_, &state);
+    finish_deferred_locked(state);
+    if (failed_.load(std::memory_order_relaxed)) return;
+  }
+  while (!pending_.empty() && pending_.front().event->recorded()) {
     const cudaError_t q = cudaEventQuery(pending_.front().event->get());
     if (q == cudaErrorNotReady) break;
     if (q != cudaSuccess) {
@@ -175,6 +251,11 @@ void Group::poll() noexcept {
 
 bool NcclWork::test() {
   if (done_) return true;
+  if (!event_->recorded()) {
+    group_->poll();
+    group_->throw_if_failed();
+    if (!event_->recorded()) return false;
+  }
   const cudaError_t q = cudaEventQuery(event_->get());
   if (q == cudaSuccess && !group_->failed()) {
     done_ = true;

@@ -49,16 +49,23 @@ class Group {
   // "group 'world' (rank 1 of 4)".
   [[nodiscard]] std::string where() const;
 
-  // Runs `enqueue` with the communicator while no one can abort it, then
+  // Runs `call` with the communicator while no one can abort it, then
   // waits (at most until `deadline`) while NCCL reports ncclInProgress.
   // Throws the group's error if it has failed, or fails it (and throws)
-  // when `enqueue` returns an error or the deadline passes.
+  // when `call` returns an error or the deadline passes.
   void enqueue(const std::string& label, Clock::time_point deadline,
                const std::function<ncclResult_t(ncclComm_t)>& call);
 
-  // Records `event` after what is enqueued on the stream and watches it
-  // until it completes: past `deadline` the group fails with a timeout.
-  void watch(const std::shared_ptr<Event>& event, std::string label, int64_t timeout_ms);
+  // Starts an operation without waiting for peers: runs `call` and watches
+  // `event` until the operation completes, failing the group past
+  // `deadline`. While NCCL still reports ncclInProgress (the first
+  // operation on a communicator connects to its peers, and that needs them
+  // to post theirs) the call returns at once; the event is recorded when
+  // NCCL is done enqueuing, seen by poll() or by the next call on the
+  // group, which waits for it as NCCL requires.
+  void start(const std::string& label, Clock::time_point deadline,
+             const std::function<ncclResult_t(ncclComm_t)>& call,
+             const std::shared_ptr<Event>& event);
 
   // Looks at the pending operations and NCCL's asynchronous error; fails the
   // group when one is late or NCCL reports an error. Called by the watchdog
@@ -94,6 +101,18 @@ class Group {
 
   void abort_locked() noexcept;
   void fail_locked(tessera_status status, const std::string& message) noexcept;
+  // Runs `call` and, unless `may_defer`, waits while NCCL reports
+  // ncclInProgress; returns NCCL's state (ncclInProgress only when
+  // deferred). Fails the group on an error or at `deadline`.
+  ncclResult_t call_locked(std::unique_lock<std::mutex>& lock, const std::string& label,
+                           Clock::time_point deadline,
+                           const std::function<ncclResult_t(ncclComm_t)>& call, bool may_defer);
+  // Waits (until `deadline`) for a deferred start to be enqueued and
+  // records its event.
+  void settle_locked(std::unique_lock<std::mutex>& lock, Clock::time_point deadline);
+  // Records the deferred start's event once NCCL no longer reports
+  // ncclInProgress (`state`); fails the group on an error.
+  void finish_deferred_locked(ncclResult_t state) noexcept;
 
   std::string name_;
   int32_t rank_ = 0;
@@ -104,6 +123,7 @@ class Group {
   mutable std::mutex mu_;  // guards comm_, pending_, status_, message_
   ncclComm_t comm_ = nullptr;
   std::deque<Pending> pending_;
+  std::shared_ptr<Event> deferred_;  // a started operation NCCL is still enqueuing
   std::atomic<bool> failed_{false};
   tessera_status status_ = TESSERA_OK;
   std::string message_;
