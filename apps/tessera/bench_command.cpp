@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <span>
 #include <string>
 
 #include <fmt/format.h>
 
+#include "bench_buffer.hpp"
 #include "bench_launch.hpp"
 #include "bench_report.hpp"
 #include "cli_error.hpp"
@@ -62,6 +64,11 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& args) {
   cmd->add_flag("--check-collectives", args.check_collectives,
                 "Run every operation through the host's checked layer, which compares it across "
                 "the ranks first (what `tessera train` does with backend.check_collectives)");
+  cmd->add_option("--device", args.device,
+                  "Where the buffers live: cpu, or cuda (this rank's CUDA device, LOCAL_RANK or "
+                  "0; the backend must take CUDA buffers)")
+      ->type_name("DEVICE")
+      ->capture_default_str();
   cmd->add_option("--option", args.options, "Backend option key=value (repeatable)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false)
@@ -82,6 +89,11 @@ BenchRequest validate_bench_args(const BenchArgs& args) {
     throw UsageError("unknown reduction '" + args.redop + "' for --redop (use " + redop_list() +
                      ")");
   }
+  const auto device = parse_bench_device(args.device);
+  if (!device) {
+    throw UsageError("unknown device '" + args.device + "' for --device (use " +
+                     bench_device_list() + ")");
+  }
   const bool ranks_given = args.ranks_option != nullptr && args.ranks_option->count() > 0;
   if (ranks_given && args.ranks < 1) {
     throw UsageError("--ranks must be at least 1, got " + std::to_string(args.ranks));
@@ -99,7 +111,8 @@ BenchRequest validate_bench_args(const BenchArgs& args) {
         fmt::format("--timeout-s must be a positive number of seconds up to {} (7 days), got {}",
                     kMaxTimeoutSeconds, args.timeout_s));
   }
-  req.spec = BenchSpec{*op, *dtype, *redop, args.iters, args.warmup, args.compare_raw};
+  req.spec = BenchSpec{
+      *op, *dtype, *redop, args.iters, args.warmup, args.compare_raw, tessera_device{*device, 0}};
   req.sizes = expand_sizes(parse_size_range(args.sizes), static_cast<uint64_t>(args.step_factor));
   req.ranks = ranks_given ? args.ranks : -1;
   req.timeout_s = args.timeout_s;
@@ -127,11 +140,18 @@ toml::table backend_options(const LoadedPlugin& plugin, const std::vector<std::s
 }  // namespace
 
 int run_bench_command(const GlobalOptions& global, const BenchArgs& args, std::ostream& out) {
-  const BenchRequest req = validate_bench_args(args);
+  BenchRequest req = validate_bench_args(args);
   const Session session = open_session(global);
   const auto plugin = session.registry->get(TESSERA_KIND_BACKEND, args.backend);
-  const bool threads =
-      (backend_capabilities(plugin->descriptor()) & TESSERA_BACKEND_CAP_THREAD_RANKS) != 0;
+  const uint32_t capabilities = backend_capabilities(plugin->descriptor());
+  const bool threads = (capabilities & TESSERA_BACKEND_CAP_THREAD_RANKS) != 0;
+  if (req.spec.device.type == TESSERA_DEVICE_CUDA) {
+    if ((capabilities & TESSERA_BACKEND_CAP_CUDA_BUFFERS) == 0) {
+      throw UsageError("--device cuda: backend '" + args.backend + "' takes no CUDA buffers");
+    }
+    req.spec.device =
+        bench_cuda_device(std::getenv("LOCAL_RANK"));  // NOLINT(concurrency-mt-unsafe)
+  }
   if (threads && req.ranks < 1) {
     throw UsageError("--ranks is required with backend '" + args.backend +
                      "' (its ranks are threads of this process)");

@@ -31,6 +31,7 @@ struct BenchArgs {
   std::vector<std::string> options;  // backend options, key=value
   bool compare_raw = false;          // also time the backend's raw library call
   bool check_collectives = false;    // through the checked layer (verify)
+  std::string device = "cpu";        // where the buffers live: cpu or cuda
 };
 
 // Registers `bench` with its `collectives` subcommand on `app`; returns the
@@ -47,7 +48,8 @@ struct BenchRequest {
 
 // Checks every flag and throws UsageError naming the flag and value for an
 // unknown op/dtype/redop, ranks < 1, iters < 1, warmup < 0, step factor < 2,
-// timeout <= 0, or an invalid size/range.
+// timeout <= 0, an unknown --device, or an invalid size/range. The device's
+// ordinal is left 0 (run_bench_command picks it).
 BenchRequest validate_bench_args(const BenchArgs& args);
 
 // Validates the flags, scans plugins, opens the backend with its --option
@@ -55,7 +57,10 @@ BenchRequest validate_bench_args(const BenchArgs& args);
 // and prints it to `out`. Returns kExitOk, or kExitFailure when any element
 // was wrong, through the plugin or (with --compare-raw) the raw call, after
 // printing the table. A backend without a raw call for the op under
-// --compare-raw is a UsageError. Backend failures throw.
+// --compare-raw is a UsageError. --device cuda with a backend that takes no
+// CUDA buffers, or in a build without the CUDA Toolkit, is a UsageError;
+// without a usable device (or LOCAL_RANK beyond the device count) it throws
+// tessera::Error before the backend is opened. Backend failures throw.
 int run_bench_command(const GlobalOptions& global, const BenchArgs& args, std::ostream& out);
 
 }  // namespace tessera::cli

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <vector>
 
-#include "aligned_buffer.hpp"
+#include "bench_buffer.hpp"
 #include "bench_check.hpp"
 #include "cli_error.hpp"
 #include "tessera/sdk/dtype.hpp"
@@ -28,43 +28,41 @@ BenchPlan plan_bench(const BenchSpec& spec, const std::vector<uint64_t>& request
 
 namespace {
 
-// Buffers of one rank for one size, filled for the timed runs.
+// Buffers of one rank for one size, filled for the timed runs (on the
+// spec's device).
 struct RankBuffers {
-  AlignedBuffer send;
-  AlignedBuffer recv;
+  BenchBuffer send;
+  BenchBuffer recv;  // unused for in-place ops
   tessera_buffer send_view{};
   tessera_buffer recv_view{};
 };
 
-RankBuffers make_buffers(const CheckCase& c, const CheckReference& ref, int rank) {
-  const size_t elt = tessera_dtype_size(c.dtype);
+RankBuffers make_buffers(const BenchSpec& spec, const CheckCase& c, const CheckReference& ref,
+                         int rank) {
   RankBuffers b;
-  b.send = AlignedBuffer(c.layout.send_count * elt);
-  b.recv = AlignedBuffer(c.layout.recv_count * elt);
-  ref.fill_input(rank, b.send.data());
-  b.recv.touch();
-  b.send_view = cpu_buffer(b.send.data(), c.layout.send_count, c.dtype);
-  b.recv_view =
-      c.layout.in_place ? b.send_view : cpu_buffer(b.recv.data(), c.layout.recv_count, c.dtype);
+  b.send = BenchBuffer(spec.device, c.layout.send_count, c.dtype);
+  if (!c.layout.in_place) b.recv = BenchBuffer(spec.device, c.layout.recv_count, c.dtype);
+  ref.fill_input(rank, b.send.host());
+  b.send.to_device();
+  b.send_view = b.send.view();
+  b.recv_view = c.layout.in_place ? b.send_view : b.recv.view();
   return b;
 }
 
 // Element-wise largest of every rank's `local` values, gathered through
 // `comm` (all ranks pass the same number of values).
-std::vector<double> max_over_ranks(Communicator& comm, std::vector<double> local) {
+std::vector<double> max_over_ranks(Communicator& comm, const tessera_device& device,
+                                   std::vector<double> local) {
   const size_t n = local.size();
   std::vector<double> all(n * static_cast<size_t>(comm.size()));
-  comm.allgather(cpu_buffer(local.data(), n, TESSERA_F64),
-                 cpu_buffer(all.data(), all.size(), TESSERA_F64));
+  allgather_values(comm, device, local, all);
   for (size_t k = 0; k < all.size(); ++k) local[k % n] = std::max(local[k % n], all[k]);
   return local;
 }
 
-uint64_t sum_over_ranks(Communicator& comm, uint64_t local) {
-  auto value = static_cast<int64_t>(local);
-  comm.allreduce(cpu_buffer(&value, 1, TESSERA_I64), cpu_buffer(&value, 1, TESSERA_I64),
-                 TESSERA_SUM);
-  return static_cast<uint64_t>(value);
+// Mismatch counts summed over the ranks.
+uint64_t count_over_ranks(Communicator& comm, const tessera_device& device, uint64_t local) {
+  return static_cast<uint64_t>(sum_over_ranks(comm, device, static_cast<int64_t>(local)));
 }
 
 // The two ways an operation is run: through the plugin (the normal path)
@@ -111,7 +109,7 @@ PathTimes time_both_paths(Communicator& comm, const BenchSpec& spec, const Check
       local[slot] = time_block(comm, path, spec.iters, c, b);
     }
   }
-  const std::vector<double> rounds = max_over_ranks(comm, local);
+  const std::vector<double> rounds = max_over_ranks(comm, spec.device, local);
   PathTimes best{rounds[0], rounds[1]};
   for (size_t slot = 2; slot < rounds.size(); slot += 2) {
     best.tessera_us = std::min(best.tessera_us, rounds[slot]);
@@ -121,18 +119,23 @@ PathTimes time_both_paths(Communicator& comm, const BenchSpec& spec, const Check
 }
 
 // Resets the result (and, for in-place broadcast, the root's input), runs
-// the op once on `path` and counts this rank's mismatches.
+// the op once on `path` and counts this rank's mismatches (on the host copy
+// of the result).
 uint64_t check_once(Communicator& comm, Path path, const CheckCase& c, const CheckReference& ref,
                     RankBuffers& b) {
   const int rank = comm.rank();
-  ref.fill_input(rank, b.send.data());
+  ref.fill_input(rank, b.send.host());
   if (c.layout.in_place) {
-    if (rank != 0) ref.fill_sentinel(b.send.data(), c.layout.send_count);
+    if (rank != 0) ref.fill_sentinel(b.send.host(), c.layout.send_count);
   } else {
-    ref.fill_sentinel(b.recv.data(), c.layout.recv_count);
+    ref.fill_sentinel(b.recv.host(), c.layout.recv_count);
+    b.recv.to_device();
   }
+  b.send.to_device();
   run_path(comm, path, c, b);
-  return ref.count_wrong(rank, c.layout.in_place ? b.send.data() : b.recv.data());
+  BenchBuffer& result = c.layout.in_place ? b.send : b.recv;
+  result.to_host();
+  return ref.count_wrong(rank, result.host());
 }
 
 BenchRow run_size(Communicator& comm, const BenchSpec& spec, uint64_t bytes) {
@@ -140,7 +143,7 @@ BenchRow run_size(Communicator& comm, const BenchSpec& spec, uint64_t bytes) {
   const CheckCase c{spec.op, spec.dtype, spec.redop, ranks,
                     op_layout(spec.op, bytes, spec.dtype, ranks)};
   const CheckReference ref(c);
-  RankBuffers b = make_buffers(c, ref, comm.rank());
+  RankBuffers b = make_buffers(spec, c, ref, comm.rank());
 
   BenchRow row;
   row.bytes = bytes;
@@ -151,14 +154,15 @@ BenchRow run_size(Communicator& comm, const BenchSpec& spec, uint64_t bytes) {
     row.raw_time_us = t.raw_us;
   } else {
     for (int i = 0; i < spec.warmup; ++i) run_path(comm, Path::kTessera, c, b);
-    row.time_us = max_over_ranks(comm, {time_block(comm, Path::kTessera, spec.iters, c, b)})[0];
+    row.time_us =
+        max_over_ranks(comm, spec.device, {time_block(comm, Path::kTessera, spec.iters, c, b)})[0];
   }
   row.algbw_gbps = row.time_us > 0.0 ? static_cast<double>(bytes) / row.time_us / 1e3 : 0.0;
   row.busbw_gbps = row.algbw_gbps * busbw_factor(spec.op, ranks);
-  row.wrong = sum_over_ranks(comm, check_once(comm, Path::kTessera, c, ref, b));
+  row.wrong = count_over_ranks(comm, spec.device, check_once(comm, Path::kTessera, c, ref, b));
   if (spec.compare_raw) {
     row.compared_raw = true;
-    row.raw_wrong = sum_over_ranks(comm, check_once(comm, Path::kRaw, c, ref, b));
+    row.raw_wrong = count_over_ranks(comm, spec.device, check_once(comm, Path::kRaw, c, ref, b));
   }
   return row;
 }

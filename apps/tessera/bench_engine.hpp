@@ -13,6 +13,10 @@
 // each path reports its best round: on a shared machine interference only
 // ever adds time, and alternating the order exposes both paths to the same
 // drift. Both results are checked.
+//
+// With a CUDA device in the spec every buffer is device memory: the pattern
+// is copied in and the results copied out before and after the timed loops,
+// and the check runs on the host copy.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +36,9 @@ struct BenchSpec {
   int iters = 20;            // >= 1
   int warmup = 5;            // >= 0
   bool compare_raw = false;  // also time the backend's raw library call
+  // Where every buffer lives, the bookkeeping exchanges' included (see
+  // bench_buffer.hpp): host memory, or this rank's CUDA device.
+  tessera_device device{TESSERA_DEVICE_CPU, 0};
 };
 
 // Rounds per path with compare_raw (see the top of this file).

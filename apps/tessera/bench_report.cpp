@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "bench_buffer.hpp"
 #include "tessera/sdk/dtype.hpp"
 #include "tessera/sdk/error.hpp"
 
@@ -39,6 +40,16 @@ std::string redop_text(const BenchSpec& spec) {
   return op_reduces(spec.op) ? std::string(reduce_op_name(spec.redop)) : "none";
 }
 
+// The header's device: rank 0's; process ranks on CUDA each use their own
+// LOCAL_RANK's device.
+std::string device_header(const tessera_device& device, int ranks, bool thread_ranks) {
+  std::string text = device_text(device);
+  if (device.type == TESSERA_DEVICE_CUDA && !thread_ranks && ranks > 1) {
+    text += " (rank 0; every rank on the device of its LOCAL_RANK)";
+  }
+  return text;
+}
+
 }  // namespace
 
 TextBenchReporter::TextBenchReporter(BenchHeader header, std::ostream& out)
@@ -60,6 +71,7 @@ void TextBenchReporter::print_header(const BenchPlan& plan, bool thread_ranks) {
                       header_.backend, plan.ranks,
                       thread_ranks ? "threads of one process" : "one per process", coll_name(s.op),
                       dtype_name(s.dtype), redop_text(s))
+       << fmt::format("# device: {}\n", device_header(s.device, plan.ranks, thread_ranks))
        << fmt::format(
               "# iters: {}  warmup: {}  timeout: {} s  check: every rank vs host reference\n",
               s.iters, s.warmup, header_.timeout_s);
@@ -92,10 +104,11 @@ void TextBenchReporter::open_csv() {
     throw Error(TESSERA_ERR_INVALID_ARGUMENT,
                 "cannot write CSV file '" + header_.csv_path + "': " + why);
   }
-  *csv_ << "backend,ranks,op,size_bytes,count,type,redop,time_us,algbw_gbps,busbw_gbps,wrong,"
-           "memcpy_gbps"
-        << (header_.spec.compare_raw ? ",raw_time_us,tessera_raw_ratio,overhead_us,raw_wrong\n"
-                                     : "\n");
+  *csv_
+      << "backend,ranks,op,size_bytes,count,type,redop,device,time_us,algbw_gbps,busbw_gbps,wrong,"
+         "memcpy_gbps"
+      << (header_.spec.compare_raw ? ",raw_time_us,tessera_raw_ratio,overhead_us,raw_wrong\n"
+                                   : "\n");
 }
 
 void TextBenchReporter::row(const BenchRow& r) {
@@ -119,10 +132,10 @@ void TextBenchReporter::row(const BenchRow& r) {
   }
   out_ << table_.format_row(cells) << '\n' << std::flush;
   if (csv_) {
-    *csv_ << fmt::format("{},{},{},{},{},{},{},{:.3f},{:.4f},{:.4f},{},{:.4f}", header_.backend,
+    *csv_ << fmt::format("{},{},{},{},{},{},{},{},{:.3f},{:.4f},{:.4f},{},{:.4f}", header_.backend,
                          ranks_, coll_name(s.op), r.bytes, r.count, dtype_name(s.dtype),
-                         redop_text(s), r.time_us, r.algbw_gbps, r.busbw_gbps, r.wrong,
-                         memcpy_.gb_per_s);
+                         redop_text(s), device_text(s.device), r.time_us, r.algbw_gbps,
+                         r.busbw_gbps, r.wrong, memcpy_.gb_per_s);
     if (s.compare_raw) {
       *csv_ << fmt::format(",{:.3f},{},{:.3f},{}", r.raw_time_us, ratio_text(r),
                            r.time_us - r.raw_time_us, r.raw_wrong);

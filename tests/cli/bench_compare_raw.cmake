@@ -10,7 +10,8 @@ tessera_add_plugin(NAME cli_solo_raw KIND backend SOURCES fixtures/solo_raw_back
 
 # ---- below the command line: the reporter's columns and launch_bench over
 # real plugins, linked from the CLI's own library (apps/tessera). ----
-add_executable(tessera_cli_bench_tests bench_compare_raw_test.cpp bench_raw_report_test.cpp)
+add_executable(tessera_cli_bench_tests bench_compare_raw_test.cpp bench_raw_report_test.cpp
+  bench_device_test.cpp)
 target_link_libraries(tessera_cli_bench_tests PRIVATE tessera_cli GTest::gtest_main)
 target_compile_definitions(tessera_cli_bench_tests PRIVATE
   TESSERA_CLI_PLUGIN_DIR="${TESSERA_PLUGIN_OUTPUT_DIR}"
@@ -23,6 +24,17 @@ endif()
 gtest_discover_tests(tessera_cli_bench_tests
   DISCOVERY_MODE PRE_TEST
   PROPERTIES LABELS "cli" TIMEOUT 120)
+
+# The stand-in of a build without the CUDA Toolkit, on its own (the CLI's
+# library holds the CUDA one where the toolkit was found).
+add_executable(tessera_cli_device_none_tests bench_device_none_test.cpp
+  "${PROJECT_SOURCE_DIR}/apps/tessera/bench_device_none.cpp")
+target_include_directories(tessera_cli_device_none_tests PRIVATE "${PROJECT_SOURCE_DIR}/apps/tessera")
+target_link_libraries(tessera_cli_device_none_tests PRIVATE Tessera::sdk GTest::gtest_main)
+tessera_target_warnings(tessera_cli_device_none_tests)
+gtest_discover_tests(tessera_cli_device_none_tests
+  DISCOVERY_MODE PRE_TEST
+  PROPERTIES LABELS "cli" TIMEOUT 60)
 
 # ---- the built executable ----
 # Every column of every row, and the CSV's extra columns.

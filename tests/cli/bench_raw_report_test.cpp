@@ -146,9 +146,9 @@ TEST(BenchRawReport, CsvHasTheSameRawColumns) {
   ASSERT_TRUE(std::getline(in, header));
   ASSERT_TRUE(std::getline(in, row));
   EXPECT_EQ(header,
-            "backend,ranks,op,size_bytes,count,type,redop,time_us,algbw_gbps,busbw_gbps,wrong,"
-            "memcpy_gbps,raw_time_us,tessera_raw_ratio,overhead_us,raw_wrong");
-  EXPECT_EQ(row.rfind("fake,2,allreduce,1024,256,f32,sum,30.000,", 0), 0U) << row;
+            "backend,ranks,op,size_bytes,count,type,redop,device,time_us,algbw_gbps,busbw_gbps,"
+            "wrong,memcpy_gbps,raw_time_us,tessera_raw_ratio,overhead_us,raw_wrong");
+  EXPECT_EQ(row.rfind("fake,2,allreduce,1024,256,f32,sum,cpu,30.000,", 0), 0U) << row;
   EXPECT_TRUE(row.ends_with(",20.000,1.500,10.000,2")) << row;
   std::filesystem::remove(path);
 }
