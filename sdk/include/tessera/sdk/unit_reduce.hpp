@@ -327,7 +327,9 @@ inline void UnitReducer::finish(int32_t owner) {
     accumulate(s);
     return;
   }
-  if (!s.op.pending()) return;
+  // Nothing started, or already accumulated. An operation the backend
+  // finished before returning (no work handle) still has to be accumulated.
+  if (s.piece.empty()) return;
   try {
     s.op.wait(host_);
   } catch (...) {
