@@ -45,18 +45,22 @@ ncclResult_t nccl_calls(const tessera_coll_args& a, int32_t rank, int32_t size, 
   const size_t esz = dtype_bytes(dt);
   const uint64_t n = sdk::coll_block_count(a, size);
   const auto p = static_cast<uint64_t>(size);
+  // Averaging over one rank is the identity; NCCL's own one-rank path for
+  // ncclAvg left the last element of an f64 buffer of 3001 unwritten on an
+  // H100 (NCCL 2.28.9, non-blocking communicator), while ncclSum is a copy.
+  const ncclRedOp_t op = size == 1 && a.op == TESSERA_AVG ? ncclSum : nccl_op(a.op);
   switch (a.coll) {
     case TESSERA_COLL_ALLREDUCE:
-      return ncclAllReduce(a.send.data, a.recv.data, n, type, nccl_op(a.op), comm, stream);
+      return ncclAllReduce(a.send.data, a.recv.data, n, type, op, comm, stream);
     case TESSERA_COLL_BROADCAST:
       return ncclBroadcast(rank == a.root ? a.send.data : a.recv.data, a.recv.data, n, type, a.root,
                            comm, stream);
     case TESSERA_COLL_REDUCE:
-      return ncclReduce(a.send.data, a.recv.data, n, type, nccl_op(a.op), a.root, comm, stream);
+      return ncclReduce(a.send.data, a.recv.data, n, type, op, a.root, comm, stream);
     case TESSERA_COLL_ALLGATHER:
       return ncclAllGather(a.send.data, a.recv.data, n, type, comm, stream);
     case TESSERA_COLL_REDUCE_SCATTER:
-      return ncclReduceScatter(a.send.data, a.recv.data, n, type, nccl_op(a.op), comm, stream);
+      return ncclReduceScatter(a.send.data, a.recv.data, n, type, op, comm, stream);
     case TESSERA_COLL_BARRIER:
       return ncclAllReduce(scratch, scratch, 1, ncclFloat32, ncclSum, comm, stream);
     case TESSERA_COLL_SEND:

@@ -274,6 +274,10 @@ bool NcclWork::test() {
 }
 
 void NcclWork::wait(int64_t timeout_ms) {
+  // Polls without sleeping for the first moments (an operation on a GPU
+  // often takes microseconds, and a sleep would add tens of them to each),
+  // then backs off so that a long wait leaves the core to others.
+  constexpr auto kSpin = std::chrono::milliseconds(2);
   const auto start = Clock::now();
   auto pause = std::chrono::microseconds(10);
   while (!test()) {
@@ -281,6 +285,10 @@ void NcclWork::wait(int64_t timeout_ms) {
       throw Error(TESSERA_ERR_TIMEOUT,
                   detail::concat("nccl: waiting for ", label_, " on ", group_->where(),
                                  " timed out after ", ms_since(start), " ms"));
+    }
+    if (Clock::now() - start < kSpin) {
+      std::this_thread::yield();
+      continue;
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(1000));
