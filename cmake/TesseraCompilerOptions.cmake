@@ -27,8 +27,13 @@ add_compile_options(-fmacro-prefix-map=${PROJECT_SOURCE_DIR}/=)
 # Unity builds (CMAKE_UNITY_BUILD=ON, which scripts/common.sh passes): the
 # generated unity sources #include the .cpp files, and clang-tidy, which
 # scripts/tidy.sh runs over those unity sources, would report each include
-# as bugprone-suspicious-include. Called once at the end of the top-level
-# CMakeLists.txt, for every target of the project.
+# as bugprone-suspicious-include. A target of TESSERA_UNITY_SPLIT_AT sources
+# or more is compiled in two halves instead of one: on two cores its one
+# long translation unit would otherwise be the tail of the build (the core
+# library at the start, the strategy tests at the end). Called once at the
+# end of the top-level CMakeLists.txt, for every target of the project.
+set(TESSERA_UNITY_SPLIT_AT 24 CACHE STRING
+    "Unity builds: targets with at least this many sources compile in two batches")
 function(tessera_unity_build_settings dir)
   get_property(targets DIRECTORY "${dir}" PROPERTY BUILDSYSTEM_TARGETS)
   foreach(target IN LISTS targets)
@@ -36,6 +41,13 @@ function(tessera_unity_build_settings dir)
     if(NOT type STREQUAL "INTERFACE_LIBRARY" AND NOT type STREQUAL "UTILITY")
       set_property(TARGET ${target} PROPERTY UNITY_BUILD_CODE_BEFORE_INCLUDE
                    "// NOLINTNEXTLINE(bugprone-suspicious-include)")
+      get_target_property(sources ${target} SOURCES)
+      list(FILTER sources INCLUDE REGEX "[.]cpp$")
+      list(LENGTH sources count)
+      if(count GREATER_EQUAL TESSERA_UNITY_SPLIT_AT)
+        math(EXPR half "(${count} + 1) / 2")
+        set_property(TARGET ${target} PROPERTY UNITY_BUILD_BATCH_SIZE ${half})
+      endif()
     endif()
   endforeach()
   get_property(subdirs DIRECTORY "${dir}" PROPERTY SUBDIRECTORIES)

@@ -12,6 +12,7 @@
 #include "tessera/core/byte_size.hpp"
 #include "tessera/core/comm.hpp"
 #include "tessera/core/config.hpp"
+#include "tessera/core/memory.hpp"
 #include "tessera/core/model/model.hpp"
 
 namespace tessera::cli {
