@@ -136,8 +136,10 @@ typedef struct tessera_backend_api {
 
   /* Runs one operation. With `work` NULL it returns when the operation is
    * complete. Otherwise it may return at once with *work set; buffers must
-   * stay untouched until the work completes. Operations on one comm take
-   * effect in the order they were posted, blocking or not. */
+   * stay untouched until the work completes. It may also complete the
+   * operation before returning and leave *work NULL: callers treat that as
+   * done. Operations on one comm take effect in the order they were posted,
+   * blocking or not. */
   tessera_status (*post)(tessera_comm* comm, const tessera_coll_args* args, tessera_work** work);
 
   /* Waits for `work` to finish: TESSERA_OK, its error, or TESSERA_ERR_TIMEOUT

@@ -122,7 +122,9 @@ class UnitReducer {
   // Whether a reduce-scatter of `owner` is in flight.
   [[nodiscard]] bool pending(int32_t owner) const {
     const Slot& s = slot(owner);
-    return s.op.pending() || (s.bucket && s.bucket->pending());
+    // A started reduce-scatter stays pending until its piece is added, also
+    // when the backend finished it before returning (no work handle).
+    return !s.piece.empty() || (s.bucket && s.bucket->pending());
   }
   // Reduce-scatters posted on `comm` since construction (none with one rank).
   [[nodiscard]] int64_t reduce_scatters() const noexcept { return reduce_scatters_; }
