@@ -8,6 +8,7 @@
 
 #include "bench_device.hpp"
 #include "cli_error.hpp"
+#include "usage_error_of.hpp"
 
 namespace tessera::cli {
 namespace {
@@ -15,15 +16,7 @@ namespace {
 constexpr const char* kBuiltWithout =
     "--device cuda: this tessera was built without the CUDA Toolkit";
 
-template <typename Fn>
-std::string usage_error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::usage_error_of;
 
 TEST(BenchDeviceNone, EveryDeviceCallIsTheBuiltWithoutUsageError) {
   EXPECT_FALSE(cuda_built());

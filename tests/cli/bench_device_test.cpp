@@ -16,20 +16,12 @@
 #include "bench_command.hpp"
 #include "bench_report.hpp"
 #include "cli_error.hpp"
+#include "usage_error_of.hpp"
 
 namespace tessera::cli {
 namespace {
 
-// The message of the UsageError `fn` throws ("" if none).
-template <typename Fn>
-std::string usage_error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::usage_error_of;
 
 TEST(BenchDevice, FlagValues) {
   EXPECT_EQ(parse_bench_device("cpu"), TESSERA_DEVICE_CPU);

@@ -17,22 +17,6 @@ namespace {
 
 constexpr int kAgreementSalt = 100;
 
-// Unit roundoff of a floating dtype.
-double unit_roundoff(tessera_dtype dtype) noexcept {
-  switch (dtype) {
-    case TESSERA_F32:
-      return 0x1.0p-24;
-    case TESSERA_F64:
-      return 0x1.0p-53;
-    case TESSERA_F16:
-      return 0x1.0p-11;
-    case TESSERA_BF16:
-      return 0x1.0p-8;
-    default:
-      return 0.0;
-  }
-}
-
 // Input of `rank`: noise in [-1, 1) for sum/avg, 1 + noise/8 for prod, so
 // products stay near one.
 double agreement_input(tessera_reduce_op op, int rank, uint64_t index) noexcept {

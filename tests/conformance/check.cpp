@@ -22,17 +22,8 @@ std::string OpDesc::text() const {
 }
 
 double rounding_tolerance(const OpDesc& op) noexcept {
-  if (op.op != TESSERA_AVG || !is_floating(op.dtype)) return 0.0;
-  switch (op.dtype) {
-    case TESSERA_F64:
-      return 0x1p-51;
-    case TESSERA_F16:
-      return 0x1p-9;
-    case TESSERA_BF16:
-      return 0x1p-6;
-    default:
-      return 0x1p-22;
-  }
+  // Two units in the last place: four unit roundoffs.
+  return op.op == TESSERA_AVG ? 4.0 * unit_roundoff(op.dtype) : 0.0;
 }
 
 std::string where(const Communicator& comm) {

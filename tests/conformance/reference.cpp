@@ -45,6 +45,21 @@ bool is_floating(tessera_dtype dtype) noexcept {
          dtype == TESSERA_BF16;
 }
 
+double unit_roundoff(tessera_dtype dtype) noexcept {
+  switch (dtype) {
+    case TESSERA_F32:
+      return 0x1.0p-24;
+    case TESSERA_F64:
+      return 0x1.0p-53;
+    case TESSERA_F16:
+      return 0x1.0p-11;
+    case TESSERA_BF16:
+      return 0x1.0p-8;
+    default:
+      return 0.0;
+  }
+}
+
 int64_t reduction_input(tessera_reduce_op op, tessera_dtype dtype, int size, int rank,
                         uint64_t index) noexcept {
   switch (op) {

@@ -21,6 +21,9 @@ inline constexpr int64_t kSentinel = 123;
 // True for the floating-point dtypes (f32, f64, f16, bf16).
 bool is_floating(tessera_dtype dtype) noexcept;
 
+// Unit roundoff of a floating dtype (2^-24 for f32); 0 for the others.
+double unit_roundoff(tessera_dtype dtype) noexcept;
+
 // Input of `rank` (of `size` ranks) at element `index` for a reduction with
 // `op` in `dtype`:
 //   sum, avg (integers)  1..7 in magnitude, negative for some elements of
