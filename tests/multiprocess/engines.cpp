@@ -14,6 +14,9 @@
 #ifndef TESSERA_MP_MPIEXEC
 #define TESSERA_MP_MPIEXEC ""
 #endif
+#ifndef TESSERA_MP_NCCL_RANK
+#error "TESSERA_MP_NCCL_RANK must name tests/multiprocess/nccl_rank.sh"
+#endif
 
 namespace tessera::mptest {
 
@@ -25,6 +28,8 @@ const char* engine_name(Engine e) noexcept {
       return "mpi";
     case Engine::kGloo:
       return "gloo";
+    case Engine::kNccl:
+      return "nccl";
   }
   return "?";
 }
@@ -39,6 +44,9 @@ std::string engine_unavailable(Engine e) {
   }
   if (e == Engine::kMpi && std::string(TESSERA_MP_MPIEXEC).empty()) {
     return "mpirun was not found at configure time";
+  }
+  if (e == Engine::kNccl && !std::filesystem::exists("/dev/nvidia0")) {
+    return "no NVIDIA GPU here (/dev/nvidia0 missing): the nccl runs need one";
   }
   return {};
 }
@@ -76,23 +84,30 @@ std::vector<std::string> train_command(Engine e, int ranks, const std::filesyste
     case Engine::kGloo:
       cmd = {TESSERA_MP_TESSERA, "launch", "-n", n, "--run-id", mark, "--"};
       break;
+    case Engine::kNccl:
+      cmd = {TESSERA_MP_TESSERA,  "launch", "-n", n, "--run-id", mark, "--", "sh",
+             TESSERA_MP_NCCL_RANK};
+      break;
   }
   cmd.insert(cmd.end(), {TESSERA_MP_TESSERA, "train", config.string(), "--set",
                          std::string("backend.name=\"") + engine_name(e) + "\"", "--set",
                          "run.world_size=" + n});
+  // The models compute on the host: nccl stages their buffers.
+  if (e == Engine::kNccl) cmd.insert(cmd.end(), {"--set", "backend.options.stage_host=true"});
   for (const auto& s : sets) cmd.insert(cmd.end(), {"--set", s});
   return cmd;
 }
 
 std::filesystem::path write_gpt_config(const std::filesystem::path& dir, int steps,
-                                       int checkpoint_every, double timeout_s) {
+                                       int checkpoint_every, double timeout_s,
+                                       const std::string& strategy) {
   const auto path = dir / "run.toml";
   std::ofstream out(path);
   out << "[run]\nsteps = " << steps << "\nseed = 7\nlog_every = 1\n\n"
       << "[backend]\ntimeout_s = " << timeout_s << "\n\n"
-      << "[strategy]\nname = \"ddp\"\n\n"
-      << "[strategy.options]\nbucket_mb = 1\n\n"
-      << "[model]\nname = \"gpt\"\nlayers = 2\nd_model = 32\nheads = 2\nseq_len = 16\n"
+      << "[strategy]\nname = \"" << strategy << "\"\n\n";
+  if (strategy == "ddp" || strategy == "zero1") out << "[strategy.options]\nbucket_mb = 1\n\n";
+  out << "[model]\nname = \"gpt\"\nlayers = 2\nd_model = 32\nheads = 2\nseq_len = 16\n"
       << "vocab = 256\n\n"
       << "[data]\nkind = \"text\"\npath = \"/usr/share/common-licenses/GPL-3\"\n"
       << "batch_size = 12\n\n"

@@ -1,6 +1,7 @@
-// The three ways of starting the same `tessera train` run that the
-// multi-process tests compare: in-memory ranks as threads, Open MPI under
-// mpirun, Gloo under `tessera launch`.
+// The ways of starting the same `tessera train` run that the multi-process
+// tests compare: in-memory ranks as threads, Open MPI under mpirun, Gloo
+// and NCCL under `tessera launch` (NCCL with stage_host, its ranks through
+// nccl_rank.sh, which puts several on one GPU when there are fewer GPUs).
 #pragma once
 
 #include <filesystem>
@@ -21,7 +22,7 @@ using test::processes_with_env;
 using test::read_text;
 using test::TempDir;
 
-enum class Engine { kInmemory, kMpi, kGloo };
+enum class Engine { kInmemory, kMpi, kGloo, kNccl };
 
 const char* engine_name(Engine e) noexcept;
 
@@ -32,7 +33,7 @@ std::string engine_param_name(const ParamInfo& p) {
 }
 
 // Empty when `e` can run here; else why not (plugin not built, mpirun
-// missing), for GTEST_SKIP.
+// missing, no GPU for nccl), for GTEST_SKIP.
 std::string engine_unavailable(Engine e);
 
 // The command line that runs `tessera train config` with `ranks` ranks on
@@ -53,11 +54,13 @@ test::ChildOptions launched(const std::filesystem::path& log);
 // launcher, OMPI_COMM_WORLD_RANK under mpirun).
 const char* rank_env_key(Engine e) noexcept;
 
-// Writes a small gpt training config (ddp, AdamW with eps 1e-5, synthetic
-// text from the GPL, a checkpoint every `checkpoint_every` steps into
-// `dir`/ckpt) to `dir`/run.toml and returns its path.
+// Writes a small gpt training config (`strategy`, with 1 MB buckets for ddp
+// and zero1; AdamW with eps 1e-5, synthetic text from the GPL, a checkpoint
+// every `checkpoint_every` steps into `dir`/ckpt) to `dir`/run.toml and
+// returns its path.
 std::filesystem::path write_gpt_config(const std::filesystem::path& dir, int steps,
-                                       int checkpoint_every, double timeout_s);
+                                       int checkpoint_every, double timeout_s,
+                                       const std::string& strategy = "ddp");
 
 // The largest |a[i] - b[i]| and the largest |b[i]|, for a relative
 // comparison of a tensor with its reference (sizes must be equal).

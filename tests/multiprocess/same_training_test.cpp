@@ -1,7 +1,8 @@
 // Same training, any backend: `ddp` on the reference gpt with two ranks gives
 // the same parameters and optimizer state on mpi and on gloo as on the
 // in-memory backend (ranks as threads), within float tolerance — the only
-// difference allowed is the order in which each engine adds gradients.
+// difference allowed is the order in which each engine adds gradients. On a
+// machine with a GPU, the data-parallel strategies on nccl too.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -15,15 +16,18 @@ namespace {
 constexpr int kTrainingRanks = 2;
 constexpr int kSteps = 8;
 
-// Runs the config on `e` into `dir`/<engine>; returns the final checkpoint.
+// Runs the config on `e` (with strategy `strategy`) into
+// `dir`/<engine>-<strategy>; returns the final checkpoint.
 std::filesystem::path train(Engine e, const std::filesystem::path& config,
-                            const std::filesystem::path& dir) {
-  const auto ckpt = dir / engine_name(e);
-  const auto log = dir / (std::string(engine_name(e)) + ".log");
-  ChildProcess child(
-      train_command(e, kTrainingRanks, config, {"checkpoint.dir=\"" + ckpt.string() + "\""},
-                    "same-" + std::string(engine_name(e))),
-      launched(log));
+                            const std::filesystem::path& dir, const std::string& strategy = "ddp") {
+  const std::string name = std::string(engine_name(e)) + "-" + strategy;
+  const auto ckpt = dir / name;
+  const auto log = dir / (name + ".log");
+  ChildProcess child(train_command(e, kTrainingRanks, config,
+                                   {"checkpoint.dir=\"" + ckpt.string() + "\"",
+                                    "strategy.name=\"" + strategy + "\""},
+                                   "same-" + name),
+                     launched(log));
   const ChildExit exit = child.wait(std::chrono::minutes(4));
   EXPECT_TRUE(exit.ok()) << engine_name(e) << " run " << exit.describe() << ":\n" << read_text(log);
   return ckpt / "step-00000008" / "model.safetensors";
@@ -46,6 +50,28 @@ TEST_P(SameTraining, MatchesInmemory) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, SameTraining, ::testing::Values(Engine::kMpi, Engine::kGloo),
                          engine_param_name<::testing::TestParamInfo<Engine>>);
+
+// On nccl (label gpu; skipped without a GPU), every data-parallel strategy:
+// the models compute on the host and nccl stages their buffers through the
+// GPU, so each must end exactly where it ends on the in-memory backend.
+class NcclStrategies : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(NcclStrategies, MatchInmemory) {
+  if (const std::string why = engine_unavailable(Engine::kNccl); !why.empty()) GTEST_SKIP() << why;
+  const std::string strategy = GetParam();
+  const TempDir dir("same-nccl");
+  const auto config = write_gpt_config(dir.path(), kSteps, 0, 60.0, strategy);
+  const auto expected_file = train(Engine::kInmemory, config, dir.path(), strategy);
+  const auto actual_file = train(Engine::kNccl, config, dir.path(), strategy);
+  if (HasFailure()) return;
+  expect_close(tensors_of_file(actual_file), tensors_of_file(expected_file), strategy + " on nccl");
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, NcclStrategies,
+                         ::testing::Values("ddp", "zero1", "zero2", "zero3", "fsdp"),
+                         [](const ::testing::TestParamInfo<const char*>& p) {
+                           return std::string(p.param);
+                         });
 
 }  // namespace
 }  // namespace tessera::mptest
