@@ -190,9 +190,9 @@ void NcclComm::post_staged(const tessera_coll_args& args, const std::string& lab
                "cudaMemcpyAsync (host to device staging)", where);
     a.send.device = tessera_device{TESSERA_DEVICE_CUDA, group_->device()};
   }
+  const size_t recv_bytes = use_recv ? a.recv.count * dtype_bytes(a.recv.dtype) : 0;
   if (use_recv) {
-    const size_t bytes = a.recv.count * dtype_bytes(a.recv.dtype);
-    a.recv.data = group_->staged_recv().reserve(bytes, "staging for " + where);
+    a.recv.data = group_->staged_recv().reserve(recv_bytes, "staging for " + where);
     a.recv.device = tessera_device{TESSERA_DEVICE_CUDA, group_->device()};
   }
   NcclWork work(group_, start(a, label, deadline_after(timeout_ms)), label);
@@ -200,9 +200,9 @@ void NcclComm::post_staged(const tessera_coll_args& args, const std::string& lab
   if (use_recv) {
     // On the group's stream, then waited for: ordered after the operation
     // whatever stream the copy engine would otherwise pick.
-    const size_t bytes = a.recv.count * dtype_bytes(a.recv.dtype);
-    cuda_check(cudaMemcpyAsync(args.recv.data, a.recv.data, bytes, cudaMemcpyDeviceToHost, stream),
-               "cudaMemcpyAsync (device staging to host)", where);
+    cuda_check(
+        cudaMemcpyAsync(args.recv.data, a.recv.data, recv_bytes, cudaMemcpyDeviceToHost, stream),
+        "cudaMemcpyAsync (device staging to host)", where);
     cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (device staging to host)",
                where);
   }
