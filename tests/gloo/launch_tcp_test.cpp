@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../support/child_process.hpp"
+#include "../support/loopback.hpp"
 #include "../support/temp_dir.hpp"
 #include "process_ranks.hpp"
 
@@ -80,7 +81,7 @@ TEST(GlooLaunch, TwoNodesMeetWithOnlyMasterAddrAndPort) {
   // The port is free when chosen; another program may take it before rank
   // 0 binds it, so an address in use is tried again on another port.
   for (int attempt = 0; attempt < 3; ++attempt) {
-    port = free_port();
+    port = test::free_loopback_port();
     nodes = launch_two(config, port);
     if (nodes[0].out.find("in use") == std::string::npos) break;
   }

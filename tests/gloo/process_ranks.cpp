@@ -1,9 +1,6 @@
 #include "process_ranks.hpp"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -71,20 +68,6 @@ std::vector<RankOutcome> run_ranks(int world_size, const std::vector<int>& ranks
     outcomes.push_back(outcome);
   }
   return outcomes;
-}
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  auto* sa =
-      reinterpret_cast<sockaddr*>(&addr);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
-  const bool ok = fd >= 0 && ::bind(fd, sa, len) == 0 && ::getsockname(fd, sa, &len) == 0;
-  if (fd >= 0) ::close(fd);
-  if (!ok) throw std::runtime_error("cannot bind a port on 127.0.0.1");
-  return ntohs(addr.sin_port);
 }
 
 std::unique_ptr<Backend> open_gloo(const std::vector<std::string>& options,

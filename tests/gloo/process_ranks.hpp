@@ -36,10 +36,6 @@ std::vector<RankOutcome> run_ranks(int world_size, const std::vector<int>& ranks
                                    const Scenario& scenario,
                                    std::chrono::milliseconds limit = std::chrono::seconds(60));
 
-// A TCP port free on 127.0.0.1 right now (bound with port 0, then closed),
-// for the TCP store of a test's ranks.
-int free_port();
-
 // In a child: the gloo backend from the build tree's plugin directory, with
 // `options` ("key=value") and the default operation timeout `timeout`.
 std::unique_ptr<Backend> open_gloo(const std::vector<std::string>& options,

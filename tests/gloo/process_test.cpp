@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "../support/loopback.hpp"
 #include "process_ranks.hpp"
 #include "tessera/sdk/error.hpp"
 
@@ -180,21 +181,22 @@ std::map<std::string, std::string> tcp_only(int port) {
 }
 
 TEST(GlooProcesses, TcpStoreWithOnlyMasterAddrAndPort) {
-  const auto outcomes =
-      run_ranks(3, {0, 1, 2}, tcp_only(free_port()), [](int rank, std::string& text) {
-        auto backend = open_gloo({}, milliseconds(10000));
-        auto world = backend->connect();
-        std::vector<float> v(1000, static_cast<float>(rank + 1));
-        world->allreduce(std::span<float>(v), TESSERA_SUM);
-        // Splits meet through the store too.
-        auto half = world->split(rank % 2, rank);
-        std::vector<float> h(10, static_cast<float>(rank + 1));
-        half->allreduce(std::span<float>(h), TESSERA_SUM);
-        text = std::to_string(v[999]) + " " + std::to_string(h[0]);
-        // Rank 0 serves the store: it leaving first must not fail the others.
-        if (rank != 0) std::this_thread::sleep_for(milliseconds(200));
-        return 0;
-      });
+  const auto outcomes = run_ranks(3, {0, 1, 2}, tcp_only(test::free_loopback_port()),
+                                  [](int rank, std::string& text) {
+                                    auto backend = open_gloo({}, milliseconds(10000));
+                                    auto world = backend->connect();
+                                    std::vector<float> v(1000, static_cast<float>(rank + 1));
+                                    world->allreduce(std::span<float>(v), TESSERA_SUM);
+                                    // Splits meet through the store too.
+                                    auto half = world->split(rank % 2, rank);
+                                    std::vector<float> h(10, static_cast<float>(rank + 1));
+                                    half->allreduce(std::span<float>(h), TESSERA_SUM);
+                                    text = std::to_string(v[999]) + " " + std::to_string(h[0]);
+                                    // Rank 0 serves the store: it leaving first must not fail the
+                                    // others.
+                                    if (rank != 0) std::this_thread::sleep_for(milliseconds(200));
+                                    return 0;
+                                  });
   ASSERT_EQ(outcomes.size(), 3U);
   for (const auto& o : outcomes) EXPECT_EQ(o.exit_code, 0) << describe(outcomes);
   EXPECT_EQ(outcomes[0].text, "6.000000 4.000000") << describe(outcomes);  // ranks 0 and 2
@@ -205,7 +207,7 @@ TEST(GlooProcesses, TcpStoreWithOnlyMasterAddrAndPort) {
 TEST(GlooProcesses, TcpStoreGoneBeforeConnectFailsWithinTheTimeout) {
   // Rank 0 starts serving the store, then dies before anyone connects.
   const auto outcomes =
-      run_ranks(2, {0, 1}, tcp_only(free_port()), [](int rank, std::string& text) {
+      run_ranks(2, {0, 1}, tcp_only(test::free_loopback_port()), [](int rank, std::string& text) {
         auto backend = open_gloo({}, milliseconds(1500));
         if (rank == 0) ::raise(SIGKILL);
         std::this_thread::sleep_for(milliseconds(300));

@@ -3,12 +3,8 @@
 // size, a directory for the file store, MASTER_ADDR and MASTER_PORT for the
 // TCP store (the default when both are set) and a port free to serve it on,
 // a known algorithm.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <stdlib.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <map>
 #include <optional>
@@ -17,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "../support/error_of.hpp"
+#include "../support/loopback.hpp"
 #include "process_ranks.hpp"
 #include "tessera/sdk/error.hpp"
 
@@ -56,20 +54,11 @@ class ScopedEnv {
 
 // The error opening the backend throws (fails the test if it opens).
 Error open_error(const std::vector<std::string>& options, int world_size = -1) {
-  try {
-    auto backend = open_gloo(options, std::chrono::milliseconds(2000), world_size);
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "the gloo backend opened although it should not";
-  return Error(TESSERA_OK, "");
+  return test::thrown_error(
+      [&] { auto backend = open_gloo(options, std::chrono::milliseconds(2000), world_size); });
 }
 
-void expect_mentions(const std::string& text, std::initializer_list<std::string> words) {
-  for (const auto& w : words) {
-    EXPECT_NE(text.find(w), std::string::npos) << "'" << w << "' missing from: " << text;
-  }
-}
+using test::expect_mentions;
 
 TEST(GlooSettings, MissingRankVariablesNameThemAndTheLauncher) {
   const ScopedEnv env({{"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}});
@@ -124,43 +113,18 @@ TEST(GlooSettings, TcpStoreNeedsMasterAddrAndPort) {
   expect_mentions(open_error({"store=tcp"}).what(), {"MASTER_PORT='0'", "1..65535"});
 }
 
-// A socket listening on a free port of 127.0.0.1, so that port is in use.
-class BusyPort {
- public:
-  BusyPort() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    auto* sa =
-        reinterpret_cast<sockaddr*>(&addr);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
-    if (::bind(fd_, sa, len) != 0 || ::listen(fd_, 4) != 0 || ::getsockname(fd_, sa, &len) != 0) {
-      throw std::runtime_error("cannot listen on 127.0.0.1");
-    }
-    port_ = ntohs(addr.sin_port);
-  }
-  BusyPort(const BusyPort&) = delete;
-  BusyPort& operator=(const BusyPort&) = delete;
-  ~BusyPort() { ::close(fd_); }
-  [[nodiscard]] std::string port() const { return std::to_string(port_); }
-
- private:
-  int fd_ = -1;
-  int port_ = 0;
-};
-
 TEST(GlooSettings, TcpIsTheDefaultWithMasterAddrAndPort) {
   // Rank 0 serves the store at backend creation: on a port in use it says so.
-  const BusyPort busy;
+  const test::LoopbackListener busy;  // the port is in use
   const ScopedEnv env({{"RANK", "0"},
                        {"WORLD_SIZE", "1"},
                        {"TESSERA_RENDEZVOUS_DIR", "/tmp"},
                        {"MASTER_ADDR", "127.0.0.1"},
-                       {"MASTER_PORT", busy.port()}});
+                       {"MASTER_PORT", std::to_string(busy.port())}});
   const Error e = open_error({});
   EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT);
-  expect_mentions(e.what(), {"gloo", "127.0.0.1:" + busy.port(), "in use", "MASTER_PORT"});
+  expect_mentions(e.what(),
+                  {"gloo", "127.0.0.1:" + std::to_string(busy.port()), "in use", "MASTER_PORT"});
   // An explicit store option wins over the rule.
   EXPECT_NO_THROW(open_gloo({"store=file"}, std::chrono::milliseconds(2000)));
 }
@@ -170,7 +134,7 @@ TEST(GlooSettings, OneRankWorldOverTheTcpStore) {
                        {"WORLD_SIZE", "1"},
                        {"TESSERA_RENDEZVOUS_DIR", std::nullopt},
                        {"MASTER_ADDR", "127.0.0.1"},
-                       {"MASTER_PORT", std::to_string(free_port())}});
+                       {"MASTER_PORT", std::to_string(test::free_loopback_port())}});
   auto backend = open_gloo({}, std::chrono::milliseconds(3000));
   auto world = backend->connect();
   std::vector<float> v(3, 2.0F);

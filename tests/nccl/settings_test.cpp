@@ -72,11 +72,7 @@ Error open_error(const std::vector<std::string>& options, int world_size = -1) {
   return test::thrown_error([&] { auto backend = open_nccl(options, world_size); });
 }
 
-void expect_mentions(const std::string& text, std::initializer_list<const char*> words) {
-  for (const char* w : words) {
-    EXPECT_NE(text.find(w), std::string::npos) << "'" << w << "' missing from: " << text;
-  }
-}
+using test::expect_mentions;
 
 const std::map<std::string, std::optional<std::string>> kOneRank = {
     {"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}, {"TESSERA_RENDEZVOUS_DIR", "/tmp"}};

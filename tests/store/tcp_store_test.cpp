@@ -3,11 +3,7 @@
 // atomicity under several client threads, namespaces, the end of a run's
 // keys, and the failures a rank meets (nothing answers, a silent peer, the
 // server gone mid-get, the address in use). Every wait is bounded.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -17,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "../support/error_of.hpp"
+#include "../support/loopback.hpp"
 #include "common/store.hpp"
 #include "common/tcp_store.hpp"
 #include "tessera/sdk/error.hpp"
@@ -34,54 +32,11 @@ int64_t ms_since(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
 }
 
-// A socket listening on 127.0.0.1 at a port the system chose; it accepts
-// nobody, so the kernel completes handshakes and then nothing answers.
-class Listener {
- public:
-  Listener() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    auto* sa = reinterpret_cast<sockaddr*>(&addr);  // NOLINT
-    if (::bind(fd_, sa, len) != 0 || ::listen(fd_, 16) != 0 || ::getsockname(fd_, sa, &len) != 0) {
-      throw std::runtime_error("cannot listen on 127.0.0.1");
-    }
-    port_ = ntohs(addr.sin_port);
-  }
-  Listener(const Listener&) = delete;
-  Listener& operator=(const Listener&) = delete;
-  ~Listener() { ::close(fd_); }
-  [[nodiscard]] int32_t port() const { return port_; }
-
- private:
-  int fd_ = -1;
-  int32_t port_ = 0;
-};
+using test::expect_mentions;
+using Listener = test::LoopbackListener;
 
 // A port nothing listens on right now.
-int32_t closed_port() {
-  const Listener l;
-  return l.port();
-}
-
-template <typename F>
-Error error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no tessera::Error was thrown";
-  return Error(TESSERA_OK, "");
-}
-
-void expect_mentions(const std::string& text, std::initializer_list<std::string> words) {
-  for (const auto& w : words) {
-    EXPECT_NE(text.find(w), std::string::npos) << "'" << w << "' missing from: " << text;
-  }
-}
+int32_t closed_port() { return test::free_loopback_port(); }
 
 class TcpStore : public ::testing::Test {
  protected:
@@ -122,7 +77,7 @@ TEST_F(TcpStore, BlockingGetIsReleasedByALaterSet) {
 TEST_F(TcpStore, GetTimesOutNamingTheKey) {
   auto c = client();
   const auto start = Clock::now();
-  const Error e = error_of([&] { (void)c->get("never/written", 200); });
+  const Error e = test::thrown_error([&] { (void)c->get("never/written", 200); });
   const int64_t waited = ms_since(start);
   EXPECT_EQ(e.status(), TESSERA_ERR_TIMEOUT);
   expect_mentions(e.what(), {"'never/written'", "200 ms", "127.0.0.1"});
@@ -157,7 +112,7 @@ TEST_F(TcpStore, AddFromManyThreadsCountsEveryOne) {
   EXPECT_EQ(c->add("counter", -200), kThreads * kAdds - 200);
   EXPECT_EQ(c->add("fresh", 5), 5);
   c->set("word", bytes("abc"));
-  const Error e = error_of([&] { (void)c->add("word", 1); });
+  const Error e = test::thrown_error([&] { (void)c->add("word", 1); });
   EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT);
   expect_mentions(e.what(), {"'run/word'", "not an integer"});
 }
@@ -233,7 +188,7 @@ TEST_F(TcpStore, WaitAndCheck) {
   EXPECT_TRUE(waiter->check({}));
 
   const auto start = Clock::now();
-  const Error e = error_of([&] { waiter->wait({"a", "c", "d"}, 150); });
+  const Error e = test::thrown_error([&] { waiter->wait({"a", "c", "d"}, 150); });
   EXPECT_EQ(e.status(), TESSERA_ERR_TIMEOUT);
   expect_mentions(e.what(), {"'c', 'd'", "150 ms"});
   EXPECT_EQ(std::string(e.what()).find("'a'"), std::string::npos) << e.what();
@@ -273,7 +228,8 @@ TEST_F(TcpStore, NamespacesKeepRunsApart) {
 TEST_F(TcpStore, ServerGoneMidGetIsAnErrorNotAHang) {
   auto c = client("run", 10000);
   const auto start = Clock::now();
-  auto got = std::async(std::launch::async, [&] { return error_of([&] { c->get("k", 10000); }); });
+  auto got = std::async(std::launch::async,
+                        [&] { return test::thrown_error([&] { c->get("k", 10000); }); });
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(server.stop(0ms), 1U);  // one client was connected
   ASSERT_EQ(got.wait_for(5s), std::future_status::ready) << "get still blocked after the stop";
@@ -282,10 +238,10 @@ TEST_F(TcpStore, ServerGoneMidGetIsAnErrorNotAHang) {
   expect_mentions(e.what(), {"TCP store at 127.0.0.1", "'k'"});
   EXPECT_LT(ms_since(start), 5000);
   // Later requests fail at once.
-  const Error again = error_of([&] { c->set("x", bytes("1")); });
+  const Error again = test::thrown_error([&] { c->set("x", bytes("1")); });
   EXPECT_EQ(again.status(), TESSERA_ERR_PEER_LOST);
   // Nobody can connect any more.
-  const Error refused = error_of([&] { (void)client("run", 200); });
+  const Error refused = test::thrown_error([&] { (void)client("run", 200); });
   EXPECT_EQ(refused.status(), TESSERA_ERR_TIMEOUT);
 }
 
@@ -310,7 +266,7 @@ TEST_F(TcpStore, StopWaitsForClientsBoundedly) {
 TEST(TcpStoreFailures, NothingAnswersNamesTheAddressAndTimeout) {
   const int32_t port = closed_port();
   const auto start = Clock::now();
-  const Error e = error_of(
+  const Error e = test::thrown_error(
       [&] { const TcpStoreClient c("127.0.0.1", port, "run", 300, "MASTER_ADDR:MASTER_PORT"); });
   EXPECT_EQ(e.status(), TESSERA_ERR_TIMEOUT);
   expect_mentions(e.what(), {"127.0.0.1:" + std::to_string(port), "MASTER_ADDR:MASTER_PORT",
@@ -334,7 +290,8 @@ TEST(TcpStoreFailures, ClientRetriesUntilTheServerComes) {
 TEST(TcpStoreFailures, SilentPeerIsBoundedByTheTimeout) {
   const Listener silent;
   const auto start = Clock::now();
-  const Error e = error_of([&] { const TcpStoreClient c("127.0.0.1", silent.port(), "", 300); });
+  const Error e =
+      test::thrown_error([&] { const TcpStoreClient c("127.0.0.1", silent.port(), "", 300); });
   EXPECT_EQ(e.status(), TESSERA_ERR_TIMEOUT);
   expect_mentions(e.what(), {"did not answer", "300 ms"});
   EXPECT_LT(ms_since(start), 2000);
@@ -342,7 +299,7 @@ TEST(TcpStoreFailures, SilentPeerIsBoundedByTheTimeout) {
 
 TEST(TcpStoreFailures, AddressInUseIsNamed) {
   const Listener busy;
-  const Error e = error_of([&] { const TcpStoreServer s("127.0.0.1", busy.port()); });
+  const Error e = test::thrown_error([&] { const TcpStoreServer s("127.0.0.1", busy.port()); });
   EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT);
   expect_mentions(e.what(), {"127.0.0.1:" + std::to_string(busy.port()), "in use", "MASTER_PORT"});
 }
@@ -375,7 +332,8 @@ TEST(TcpStoreService, RankZeroServesAndCleansUpTheRun) {
     rank0->gloo().set("run-7/c0/mesh/0", bytes("addr"));
     EXPECT_EQ(text(rank1->gloo().get("run-7/c0/mesh/0")), "addr");
     EXPECT_TRUE(rank1->has({"run-7/c0/id", "run-7/c0/mesh/0"}));
-    const Error e = error_of([&] { (void)rank1->await("run-7/c9", 100, "rank 3's address"); });
+    const Error e =
+        test::thrown_error([&] { (void)rank1->await("run-7/c9", 100, "rank 3's address"); });
     EXPECT_EQ(e.status(), TESSERA_ERR_TIMEOUT);
     expect_mentions(e.what(), {"gloo:", "rank 3's address", "'run-7/c9'", "TCP store"});
   }
@@ -384,7 +342,7 @@ TEST(TcpStoreService, RankZeroServesAndCleansUpTheRun) {
   ASSERT_EQ(log.size(), 2U);
   expect_mentions(log[0], {"rank 0 serves the TCP store on 127.0.0.1:"});
   expect_mentions(log[1], {"removed the 2 keys of run 'run-7'", "holding 0 keys", ", 0 of "});
-  const Error gone = error_of([&] { (void)open_store(config, "gloo"); });
+  const Error gone = test::thrown_error([&] { (void)open_store(config, "gloo"); });
   EXPECT_EQ(gone.status(), TESSERA_ERR_TIMEOUT);
 }
 
@@ -394,7 +352,7 @@ TEST(TcpStoreService, BusyPortNamesPluginAndAddress) {
   config.kind = StoreKind::kTcp;
   config.tcp_host = "127.0.0.1";
   config.tcp_port = busy.port();
-  const Error e = error_of([&] { (void)serve_store(config, 0, "nccl", nullptr); });
+  const Error e = test::thrown_error([&] { (void)serve_store(config, 0, "nccl", nullptr); });
   EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT);
   expect_mentions(e.what(), {"nccl", "MASTER_ADDR:MASTER_PORT", "in use",
                              "127.0.0.1:" + std::to_string(busy.port())});

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <exception>
+#include <initializer_list>
 #include <string>
 #include <utility>
 
@@ -32,6 +33,14 @@ Error thrown_error(Body&& body) {
 template <typename Body>
 std::string error_of(Body&& body) {
   return thrown_error(std::forward<Body>(body)).what();
+}
+
+// Checks that `text` (an error message, usually) mentions every one of
+// `words`, naming each one missing.
+inline void expect_mentions(const std::string& text, std::initializer_list<std::string> words) {
+  for (const auto& w : words) {
+    EXPECT_NE(text.find(w), std::string::npos) << "'" << w << "' missing from: " << text;
+  }
 }
 
 }  // namespace tessera::test
