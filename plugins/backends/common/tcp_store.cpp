@@ -841,24 +841,23 @@ bool TcpStoreClient::check(const std::vector<std::string>& keys) {
   return in.u8() != 0;
 }
 
-int64_t TcpStoreClient::delete_prefix(const std::string& prefix) {
+int64_t TcpStoreClient::prefix_request(uint8_t op, const std::string& prefix,
+                                       const std::string& what) {
   Bytes body;
-  put_u8(body, static_cast<uint8_t>(Op::kDeletePrefix));
-  put_bytes(body, ns_.empty() ? prefix : ns_ + "/" + prefix);
-  const Bytes reply = request(body, timeout_ms_, "deleting the keys under '" + prefix + "'");
+  put_u8(body, op);
+  put_bytes(body, full_key(prefix));
+  const Bytes reply = request(body, timeout_ms_, what + " under '" + prefix + "'");
   Reader in(reply);
   (void)in.u8();
   return in.i64();
 }
 
+int64_t TcpStoreClient::delete_prefix(const std::string& prefix) {
+  return prefix_request(static_cast<uint8_t>(Op::kDeletePrefix), prefix, "deleting the keys");
+}
+
 int64_t TcpStoreClient::count(const std::string& prefix) {
-  Bytes body;
-  put_u8(body, static_cast<uint8_t>(Op::kCount));
-  put_bytes(body, ns_.empty() ? prefix : ns_ + "/" + prefix);
-  const Bytes reply = request(body, timeout_ms_, "counting the keys under '" + prefix + "'");
-  Reader in(reply);
-  (void)in.u8();
-  return in.i64();
+  return prefix_request(static_cast<uint8_t>(Op::kCount), prefix, "counting the keys");
 }
 
 }  // namespace tessera::backend_store

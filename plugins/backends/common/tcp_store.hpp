@@ -131,6 +131,9 @@ class TcpStoreClient {
   std::vector<char> request(const std::vector<char>& body, int64_t reply_timeout_ms,
                             const std::string& doing);
   [[nodiscard]] std::string full_key(const std::string& key) const;
+  // Sends operation `op` on the keys under `prefix` ("<what> under
+  // '<prefix>'" in errors) and returns the count in the reply.
+  int64_t prefix_request(uint8_t op, const std::string& prefix, const std::string& what);
 
   std::string host_;
   int32_t port_;
