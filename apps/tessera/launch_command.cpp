@@ -1,15 +1,21 @@
 #include "launch_command.hpp"
 
+#include <unistd.h>
 #include <algorithm>
+
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 
 #include "cli_error.hpp"
+#include "launch_elastic.hpp"
+#include "launch_output.hpp"
 #include "launch_process.hpp"
 #include "launch_signals.hpp"
 #include "launch_supervisor.hpp"
@@ -44,23 +50,37 @@ void check_arguments(const LaunchArgs& args, std::span<char* const> argv) {
     throw UsageError(
         fmt::format("-n/--nproc-per-node must be at least 1, got {}", args.nproc_per_node));
   }
-  if (args.nnodes < 1) {
-    throw UsageError(fmt::format("--nnodes must be at least 1, got {}", args.nnodes));
+  const auto [min_nodes, max_nodes] = parse_nnodes(args.nnodes);
+  if (args.max_restarts < 0) {
+    throw UsageError(fmt::format("--max-restarts must be zero or more, got {}", args.max_restarts));
   }
-  if (args.node_rank < 0 || args.node_rank >= args.nnodes) {
+  const bool elastic = is_elastic(args);
+  if (elastic && args.node_rank_given) {
+    throw UsageError(fmt::format(
+        "--node-rank cannot be given to an elastic launch (--nnodes {}, --max-restarts {}): the "
+        "launchers' rendezvous numbers the nodes",
+        args.nnodes, args.max_restarts));
+  }
+  if (!elastic && (args.node_rank < 0 || args.node_rank >= min_nodes)) {
     throw UsageError(fmt::format("--node-rank {} is outside [0, {}) (--nnodes {})", args.node_rank,
-                                 args.nnodes, args.nnodes));
+                                 min_nodes, min_nodes));
+  }
+  for (const auto& [flag, value] : {std::pair{"--rdzv-timeout", args.rdzv_timeout_s},
+                                    std::pair{"--rdzv-last-call", args.rdzv_last_call_s}}) {
+    if (!(value >= 0.0) || value > 1e9) {
+      throw UsageError(fmt::format("{} must be zero or more seconds, got {}", flag, value));
+    }
   }
   if (args.master_port != 0 && (args.master_port < 1 || args.master_port > 65535)) {
     throw UsageError(
         fmt::format("--master-port must be a TCP port in 1..65535, got {}", args.master_port));
   }
-  if (args.nnodes > 1 && args.master_addr.empty()) {
+  if (max_nodes > 1 && args.master_addr.empty()) {
     throw UsageError(fmt::format(
         "--master-addr is required with --nnodes {} (every node must name the same master)",
         args.nnodes));
   }
-  if (args.nnodes > 1 && args.master_port == 0) {
+  if (max_nodes > 1 && args.master_port == 0) {
     throw UsageError(fmt::format(
         "--master-port is required with --nnodes {} (every node must name the same port)",
         args.nnodes));
@@ -81,11 +101,25 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& args) {
       ->type_name("N")
       ->required();
   cmd->add_option("--nnodes", args.nnodes,
-                  "Nodes taking part, each running its own `tessera launch` (default 1)")
-      ->type_name("M");
+                  "Nodes taking part, each running its own `tessera launch` (default 1); "
+                  "MIN:MAX: an elastic launch that runs with any count in that range")
+      ->type_name("M|MIN:MAX");
   cmd->add_option("--node-rank", args.node_rank,
-                  "Index of this node in [0, nnodes); its ranks are K*N .. K*N+N-1 (default 0)")
+                  "Index of this node in [0, nnodes); its ranks are K*N .. K*N+N-1 (default 0; "
+                  "not with an elastic launch, where the rendezvous numbers the nodes)")
+      ->type_name("K")
+      ->each([&args](const std::string&) { args.node_rank_given = true; });
+  cmd->add_option("--max-restarts", args.max_restarts,
+                  "Elastic: times the command is started again on the nodes left after a rank "
+                  "fails (default 0)")
       ->type_name("K");
+  cmd->add_option("--rdzv-timeout", args.rdzv_timeout_s,
+                  "Elastic: seconds a round of the rendezvous waits for MIN nodes (default 300)")
+      ->type_name("S");
+  cmd->add_option("--rdzv-last-call", args.rdzv_last_call_s,
+                  "Elastic: seconds a round stays open for more nodes once MIN have joined "
+                  "(default 10; it closes at once with MAX)")
+      ->type_name("S");
   cmd->add_option("--master-addr", args.master_addr,
                   "MASTER_ADDR for every rank (default 127.0.0.1; required with --nnodes > 1)")
       ->type_name("ADDR");
@@ -110,18 +144,24 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& args) {
   return cmd;
 }
 
+bool is_elastic(const LaunchArgs& args) {
+  const auto [min_nodes, max_nodes] = parse_nnodes(args.nnodes);
+  return min_nodes != max_nodes || args.max_restarts > 0;
+}
+
 LaunchTopology plan_launch(const LaunchArgs& args, std::span<char* const> argv) {
   check_arguments(args, argv);
+  const int max_nodes = parse_nnodes(args.nnodes).second;
   LaunchTopology topology;
   topology.nproc_per_node = args.nproc_per_node;
-  topology.nnodes = args.nnodes;
+  topology.nnodes = max_nodes;
   topology.node_rank = args.node_rank;
   topology.master_addr = args.master_addr.empty() ? kDefaultMasterAddr : args.master_addr;
   topology.master_port =
       args.master_port != 0 ? args.master_port : find_free_port(topology.master_addr);
   if (!args.run_id.empty()) {
     topology.run_id = args.run_id;
-  } else if (args.nnodes > 1) {
+  } else if (max_nodes > 1 || is_elastic(args)) {
     topology.run_id = fmt::format("{}:{}", topology.master_addr, topology.master_port);
   } else {
     topology.run_id = random_run_id();
@@ -129,8 +169,128 @@ LaunchTopology plan_launch(const LaunchArgs& args, std::span<char* const> argv) 
   return topology;
 }
 
+namespace {
+
+std::chrono::milliseconds milliseconds_of(double seconds) {
+  return std::chrono::milliseconds(std::llround(std::min(seconds, 1e9) * 1000.0));
+}
+
+// Starts this node's ranks of `topology` under `supervisor`, each with the
+// rank variables and `extra` on top of this process's environment.
+void start_ranks(RankSupervisor& supervisor, const LaunchArgs& args, const LaunchTopology& topology,
+                 const std::vector<std::pair<std::string, std::string>>& extra = {}) {
+  const std::vector<std::string> base = current_environment();
+  for (int local = 0; local < topology.nproc_per_node; ++local) {
+    auto variables = rank_variables(topology, local);
+    variables.insert(variables.end(), extra.begin(), extra.end());
+    SpawnRequest request;
+    request.rank = topology.node_rank * topology.nproc_per_node + local;
+    request.command = args.command;
+    request.environment = merge_environment(base, variables);
+    request.capture_output = !args.no_prefix;
+    supervisor.add(request.rank, spawn_rank(request), !args.no_prefix);
+  }
+}
+
+void launcher_message(const std::string& text) {
+  (void)write_all(STDERR_FILENO, "tessera launch: " + text + "\n");
+}
+
+// The elastic launch: rounds of the rendezvous, each starting and watching
+// this node's ranks, until one round succeeds here, the restarts run out,
+// or the launcher is interrupted.
+int run_elastic(const LaunchArgs& args, const LaunchTopology& planned, SignalPipe& signals,
+                const SuperviseOptions& base) {
+  ElasticSettings settings;
+  std::tie(settings.min_nodes, settings.max_nodes) = parse_nnodes(args.nnodes);
+  settings.max_restarts = args.max_restarts;
+  settings.nproc_per_node = args.nproc_per_node;
+  settings.master_addr = planned.master_addr;
+  settings.master_port = planned.master_port;
+  settings.run_id = planned.run_id;
+  settings.join_timeout = milliseconds_of(args.rdzv_timeout_s);
+  settings.last_call = milliseconds_of(args.rdzv_last_call_s);
+  ElasticRendezvous rendezvous(settings, launcher_message);
+
+  bool interrupted = false;
+  const auto stop_waiting = [&] {
+    for (const int sig : signals.take()) interrupted |= sig == SIGINT || sig == SIGTERM;
+    return interrupted;
+  };
+  bool failed_here = false;
+  for (;;) {
+    const std::optional<RoundAssignment> round = rendezvous.join(stop_waiting);
+    if (!round) {
+      if (interrupted) {
+        launcher_message("elastic: interrupted while waiting for a round; exiting");
+        return 1;
+      }
+      launcher_message(failed_here ? "elastic: the run finished on the other nodes after this "
+                                     "node's ranks failed"
+                                   : "elastic: the run finished before this node took part");
+      return failed_here ? 1 : 0;
+    }
+    const LaunchTopology& t = round->topology;
+    const int first = t.node_rank * t.nproc_per_node;
+    launcher_message(fmt::format(
+        "elastic: round {}: {} node{} (--nnodes {}), this is node {}: world size {}, ranks {}..{}, "
+        "MASTER_ADDR:MASTER_PORT {}:{}; {} of {} restarts left",
+        round->round, round->nodes, round->nodes == 1 ? "" : "s", args.nnodes, round->node,
+        t.nnodes * t.nproc_per_node, first, first + t.nproc_per_node - 1, t.master_addr,
+        t.master_port, settings.max_restarts - round->round, settings.max_restarts));
+
+    RankSupervisor supervisor;
+    start_ranks(supervisor, args, t,
+                {{"TESSERA_RESTART_COUNT", std::to_string(round->round)},
+                 {"TESSERA_MAX_RESTARTS", std::to_string(settings.max_restarts)}});
+    SuperviseOptions options = base;
+    options.on_failure = [&](const std::string& what) {
+      rendezvous.report_failure(round->round, fmt::format("node {}: {}", round->node, what));
+    };
+    options.stop_requested = [&]() -> std::optional<std::string> {
+      const std::optional<std::string> failure = rendezvous.failure(round->round);
+      if (!failure) return std::nullopt;
+      return fmt::format("elastic: round {} failed ({})", round->round, *failure);
+    };
+    if (supervisor.supervise(signals, options) == 0) {
+      rendezvous.finished(round->round, round->node);
+      launcher_message(fmt::format("elastic: round {} finished on this node", round->round));
+      return 0;
+    }
+    failed_here = true;
+    // Ranks stopped by the launcher alone report nothing through on_failure.
+    rendezvous.report_failure(round->round, fmt::format("node {}: its ranks failed", round->node));
+    const std::string why = rendezvous.failure(round->round).value_or("unknown");
+    if (supervisor.interrupted()) {
+      launcher_message(
+          fmt::format("elastic: interrupted in round {}; not restarting", round->round));
+      return 1;
+    }
+    if (round->round >= settings.max_restarts) {
+      launcher_message(
+          fmt::format("elastic: round {} failed ({}); no restarts left (--max-restarts "
+                      "{})",
+                      round->round, why, settings.max_restarts));
+      return 1;
+    }
+    launcher_message(
+        fmt::format("elastic: round {} failed ({}); restarting on the nodes left "
+                    "(restart {} of {})",
+                    round->round, why, round->round + 1, settings.max_restarts));
+    rendezvous.advance(round->round);
+  }
+}
+
+}  // namespace
+
 int run_launch_command(const LaunchArgs& args, std::span<char* const> argv) {
   LaunchTopology topology = plan_launch(args, argv);
+  SuperviseOptions options;
+  options.grace = milliseconds_of(args.grace_s);
+  if (is_elastic(args)) {
+    SignalPipe signals;
+    return run_elastic(args, topology, signals, options);
+  }
   std::optional<RendezvousDir> rendezvous;
   const char* existing = std::getenv("TESSERA_RENDEZVOUS_DIR");  // NOLINT(concurrency-mt-unsafe)
   if (existing != nullptr && *existing != '\0') {
@@ -143,19 +303,7 @@ int run_launch_command(const LaunchArgs& args, std::span<char* const> argv) {
   // Declared after the directory, so the ranks are gone before it is removed.
   SignalPipe signals;
   RankSupervisor supervisor;
-  const std::vector<std::string> base = current_environment();
-  for (int local = 0; local < topology.nproc_per_node; ++local) {
-    SpawnRequest request;
-    request.rank = topology.node_rank * topology.nproc_per_node + local;
-    request.command = args.command;
-    request.environment = merge_environment(base, rank_variables(topology, local));
-    request.capture_output = !args.no_prefix;
-    supervisor.add(request.rank, spawn_rank(request), !args.no_prefix);
-  }
-
-  SuperviseOptions options;
-  const double grace_ms = std::min(args.grace_s, 1e9) * 1000.0;
-  options.grace = std::chrono::milliseconds(std::llround(grace_ms));
+  start_ranks(supervisor, args, topology);
   return supervisor.supervise(signals, options);
 }
 

@@ -3,6 +3,9 @@
 // [ARGS...]`: starts N local processes of COMMAND, one rank each, with the
 // torchrun-style environment (RANK, WORLD_SIZE, LOCAL_RANK, ...) that the
 // process backends read, and watches them until they have all ended.
+// With `--nnodes MIN:MAX` or `--max-restarts K` the launch is elastic (see
+// launch_elastic.hpp): node ranks come from a rendezvous of the launchers,
+// and a failed rank restarts the command on every node that is left.
 #pragma once
 
 #include <span>
@@ -17,8 +20,12 @@ namespace tessera::cli {
 
 struct LaunchArgs {
   int nproc_per_node = 0;            // -n / --nproc-per-node (required)
-  int nnodes = 1;                    // --nnodes
+  std::string nnodes = "1";          // --nnodes: N, or MIN:MAX for an elastic launch
   int node_rank = 0;                 // --node-rank
+  bool node_rank_given = false;      // --node-rank was on the command line
+  int max_restarts = 0;              // --max-restarts
+  double rdzv_timeout_s = 300.0;     // --rdzv-timeout
+  double rdzv_last_call_s = 10.0;    // --rdzv-last-call
   std::string master_addr;           // --master-addr; empty: 127.0.0.1 on one node
   int master_port = 0;               // --master-port; 0: not given
   std::string run_id;                // --run-id; empty: chosen
@@ -42,6 +49,10 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& args);
 // 1..65535, --master-addr/--master-port missing with several nodes, negative
 // --grace) and tessera::Error when no free port can be found.
 LaunchTopology plan_launch(const LaunchArgs& args, std::span<char* const> argv);
+
+// Whether the arguments ask for an elastic launch (--nnodes MIN:MAX with
+// MIN < MAX, or --max-restarts > 0). Throws UsageError for a bad --nnodes.
+bool is_elastic(const LaunchArgs& args);
 
 // Runs the subcommand: plans the launch, creates the rendezvous directory on
 // one node (unless TESSERA_RENDEZVOUS_DIR is already set, which is then

@@ -24,11 +24,11 @@ std::string rank_list(const std::vector<int>& ranks) {
   return fmt::format("rank{} {}", ranks.size() == 1 ? "" : "s", fmt::join(ranks, ", "));
 }
 
-std::string seconds(std::chrono::milliseconds duration) {
+}  // namespace
+
+std::string duration_text(std::chrono::milliseconds duration) {
   return fmt::format("{:g} s", static_cast<double>(duration.count()) / 1000.0);
 }
-
-}  // namespace
 
 RankSupervisor::~RankSupervisor() {
   for (Rank& r : ranks_) {
@@ -109,7 +109,13 @@ bool RankSupervisor::reap(const SuperviseOptions& options) {
       message(options, fmt::format("rank {} (pid {}) {}", r.rank, r.pid, describe_exit(status)));
     }
     if (!exited_cleanly(r.wait_status)) {
-      if (!first_failed_) first_failed_ = r.rank;
+      if (!first_failed_) {
+        first_failed_ = r.rank;
+        if (options.on_failure && !r.stopped_by_launcher) {
+          options.on_failure(
+              fmt::format("rank {} (pid {}) {}", r.rank, r.pid, describe_exit(r.wait_status)));
+        }
+      }
       failed = true;
     }
   }
@@ -152,6 +158,7 @@ int RankSupervisor::supervise(SignalPipe& signals, const SuperviseOptions& optio
   std::optional<Clock::time_point> kill_at;
   bool term_sent = false;
   bool kill_sent = false;
+  auto next_stop_check = Clock::now();
   std::vector<pollfd> fds;
   std::vector<Stream*> streams;
 
@@ -180,6 +187,7 @@ int RankSupervisor::supervise(SignalPipe& signals, const SuperviseOptions& optio
 
     for (const int sig : signals.take()) {
       if (sig != SIGINT && sig != SIGTERM) continue;
+      interrupted_ = true;
       const auto got = signal_running(sig, false);
       if (!got.empty()) {
         message(options,
@@ -191,23 +199,31 @@ int RankSupervisor::supervise(SignalPipe& signals, const SuperviseOptions& optio
     }
     (void)reap(options);
     if (first_failed_ && !term_at) term_at = Clock::now() + options.grace;
+    if (!stopped_for_ && !term_sent && options.stop_requested && any_running() &&
+        Clock::now() >= next_stop_check) {
+      next_stop_check = Clock::now() + kMaxPollWait;
+      stopped_for_ = options.stop_requested();
+      if (stopped_for_) term_at = Clock::now();
+    }
 
     const auto after = Clock::now();
     if (term_at && !term_sent && after >= *term_at) {
       term_sent = true;
       kill_at = after + options.kill_after;
       const auto got = signal_running(SIGTERM, true);
-      if (!got.empty()) {
+      if (!got.empty() && stopped_for_ && !first_failed_) {
+        message(options, fmt::format("{}; sending SIGTERM to {}", *stopped_for_, rank_list(got)));
+      } else if (!got.empty()) {
         message(options, fmt::format("{} still running {} after rank {} failed (--grace); "
                                      "sending SIGTERM",
-                                     rank_list(got), seconds(options.grace), *first_failed_));
+                                     rank_list(got), duration_text(options.grace), *first_failed_));
       }
     } else if (kill_at && !kill_sent && after >= *kill_at) {
       kill_sent = true;
       const auto got = signal_running(SIGKILL, true);
       if (!got.empty()) {
         message(options, fmt::format("{} still running {} after SIGTERM; sending SIGKILL",
-                                     rank_list(got), seconds(options.kill_after)));
+                                     rank_list(got), duration_text(options.kill_after)));
       }
     }
   }

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +17,9 @@
 
 namespace tessera::cli {
 
+// "2.5 s", for messages.
+std::string duration_text(std::chrono::milliseconds duration);
+
 struct SuperviseOptions {
   // After the first rank fails, how long the others may keep running (they
   // usually fail on their own with the useful error) before SIGTERM.
@@ -24,6 +28,15 @@ struct SuperviseOptions {
   std::chrono::milliseconds kill_after{5000};
   // Where the launcher's own messages go.
   int message_fd = 2;
+  // Elastic launches (may be empty): asked about every 250 ms while ranks
+  // run whether something outside this launcher ended the round (a rank of
+  // another node failed); a reason returned is reported and the running
+  // ranks get SIGTERM at once (SIGKILL `kill_after` later).
+  std::function<std::optional<std::string>()> stop_requested;
+  // Elastic launches (may be empty): told once, as soon as the first of
+  // this launcher's ranks fails, what happened ("rank 2 (pid 7) exited with
+  // status 1"), so the other nodes can stop theirs without waiting.
+  std::function<void(const std::string&)> on_failure;
 };
 
 // Owns the started ranks. Add each one as soon as it is spawned; if anything
@@ -55,6 +68,13 @@ class RankSupervisor {
   //    outcome is written.
   // Returns 0 when every rank exited with status 0, else 1.
   int supervise(SignalPipe& signals, const SuperviseOptions& options);
+
+  // After supervise(): whether the launcher received SIGINT or SIGTERM
+  // (forwarded to the ranks), and the reason stop_requested gave, if any.
+  [[nodiscard]] bool interrupted() const noexcept { return interrupted_; }
+  [[nodiscard]] const std::optional<std::string>& stopped_for() const noexcept {
+    return stopped_for_;
+  }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -89,6 +109,8 @@ class RankSupervisor {
 
   std::vector<Rank> ranks_;
   std::optional<int> first_failed_;
+  bool interrupted_ = false;
+  std::optional<std::string> stopped_for_;
 };
 
 }  // namespace tessera::cli

@@ -45,6 +45,41 @@ TEST(LaunchFailure, NonZeroExitIsReported) {
       << r.err;
 }
 
+// An elastic launch on one node: every start sees TESSERA_RESTART_COUNT and
+// TESSERA_MAX_RESTARTS; rank 1 fails the first start only, so the second
+// one finishes.
+TEST(LaunchFailure, ElasticRestartAfterAFailedRank) {
+  const CliResult r = run_cli({"launch", "-n", "2", "--max-restarts", "2", "--rdzv-last-call", "0",
+                               "--", "/bin/sh", "-c",
+                               "echo start $TESSERA_RESTART_COUNT of $TESSERA_MAX_RESTARTS; "
+                               "if [ $RANK = 1 ] && [ $TESSERA_RESTART_COUNT = 0 ]; then exit 3; "
+                               "fi; exit 0"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "[rank 1] start 0 of 2\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "[rank 1] start 1 of 2\n")) << r.out;
+  EXPECT_FALSE(contains(r.out, "start 2 of 2")) << r.out;
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex("elastic: round 0 failed \\(node 0: rank 1 \\(pid [0-9]+\\) exited with "
+                        "status 3\\); restarting on the nodes left \\(restart 1 of 2\\)")))
+      << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "elastic: round 1: 1 node (--nnodes 1), this is node 0: world size "
+                       "2, ranks 0..1"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "elastic: round 1 finished on this node")) << r.err;
+}
+
+TEST(LaunchFailure, ElasticRestartsRunOut) {
+  const CliResult r = run_cli({"launch", "-n", "1", "--max-restarts", "1", "--rdzv-last-call", "0",
+                               "--", "/bin/sh", "-c", "exit 4"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "restarting on the nodes left (restart 1 of 1)")) << r.err;
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex("elastic: round 1 failed \\(node 0: rank 0 \\(pid [0-9]+\\) exited with "
+                        "status 4\\); no restarts left \\(--max-restarts 1\\)")))
+      << r.err;
+}
+
 TEST(LaunchFailure, KilledRankStopsASleepingSiblingAfterGrace) {
   // Rank 0 kills itself once rank 1 sleeps; rank 1 would sleep forever.
   const CliResult r = run_cli({"launch", "-n", "2", "--grace", "1", "--", "/bin/sh", "-c",

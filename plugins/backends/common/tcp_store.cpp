@@ -709,6 +709,23 @@ std::string TcpStoreClient::description() const {
   return d;
 }
 
+std::string TcpStoreClient::local_address() const {
+  sockaddr_storage local{};
+  socklen_t len = sizeof(local);
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-reinterpret-cast): the sockets API
+  TESSERA_CHECK(::getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &len) == 0,
+                TESSERA_ERR_INTERNAL, "cannot read the local address of the connection to the ",
+                description(), ": ", errno_text(errno));
+  std::array<char, NI_MAXHOST> text{};
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-reinterpret-cast): the sockets API
+  const int rv = ::getnameinfo(reinterpret_cast<const sockaddr*>(&local), len, text.data(),
+                               static_cast<socklen_t>(text.size()), nullptr, 0, NI_NUMERICHOST);
+  TESSERA_CHECK(rv == 0, TESSERA_ERR_INTERNAL,
+                "cannot print the local address of the connection to the ", description(), ": ",
+                ::gai_strerror(rv));
+  return text.data();
+}
+
 std::string TcpStoreClient::full_key(const std::string& key) const {
   return ns_.empty() ? key : ns_ + "/" + key;
 }

@@ -94,6 +94,11 @@ class TcpStoreClient {
   // "TCP store at HOST:PORT", for messages.
   [[nodiscard]] std::string description() const;
 
+  // This end's address on the connection (numeric, e.g. "127.0.0.1"): the
+  // address of this machine on the route to the store, which the other
+  // clients can reach it at too.
+  [[nodiscard]] std::string local_address() const;
+
   // Writes `value` under `key` (replacing a value there).
   void set(const std::string& key, const std::vector<char>& value);
 
