@@ -39,16 +39,18 @@ sanitized_labels="unit|conformance|train|strategies"
 #   under TSan all but the two-rank ones.
 sanitized_exclude='^(threads2[.])?(EstimateTest|EstimateParallel|CheckpointingPeak)[.]|Equivalence.*llama'
 asan_exclude="$sanitized_exclude|^threads2[.]"
-tsan_exclude="$sanitized_exclude|^threads2[.].*world[134]"
+# (Under TSan also checkpoint.python_reader, whose writer is one of the
+# single-threaded targets that tree does not build.)
+tsan_exclude="$sanitized_exclude|^threads2[.].*world[134]|^checkpoint[.]python_reader$"
 run_sanitized() {
-  local name="$1" sanitizers="$2" exclude="$3"
+  local name="$1" sanitizers="$2" exclude="$3" target="$4"
   local dir="$TESSERA_BUILD_DIR-$name"
   phase "$name build (clang, -fsanitize=$sanitizers)"
   configure "$dir" -DTESSERA_WERROR=ON "-DTESSERA_SANITIZE=$sanitizers" \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
     "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
-  build "$dir" tessera_inprocess_tests
+  build "$dir" "$target"
   phase "$name tests ($sanitized_labels)"
   ctest --test-dir "$dir" --output-on-failure -j "$TESSERA_JOBS" --timeout 600 \
     -L "$sanitized_labels" -E "$exclude"
@@ -56,6 +58,9 @@ run_sanitized() {
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
-run_sanitized asan "address;undefined" "$asan_exclude"
-run_sanitized tsan "thread" "$tsan_exclude"
+run_sanitized asan "address;undefined" "$asan_exclude" tessera_inprocess_tests
+# ThreadSanitizer only where threads meet: tessera_threaded_tests leaves out
+# the test layers that run on one thread (tests/CMakeLists.txt); their tests
+# are then not registered in that tree, so the same labels select the rest.
+run_sanitized tsan "thread" "$tsan_exclude" tessera_threaded_tests
 log "all tests passed"
