@@ -1,7 +1,15 @@
 #include "launch_elastic.hpp"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -10,6 +18,7 @@
 
 #include "cli_error.hpp"
 #include "common/tcp_store.hpp"
+#include "launch_output.hpp"
 #include "launch_supervisor.hpp"
 #include "tessera/sdk/error.hpp"
 
@@ -23,6 +32,8 @@ using backend_store::TcpStoreServer;
 constexpr std::chrono::milliseconds kPoll{50};
 // Polling a round that this launcher waits to join, less often.
 constexpr std::chrono::milliseconds kIdlePoll{200};
+// The store process stops this long after the last launcher disconnected.
+constexpr std::chrono::milliseconds kStoreLinger{5000};
 
 std::vector<char> bytes(const std::string& text) { return {text.begin(), text.end()}; }
 std::string text(const std::vector<char>& value) { return {value.begin(), value.end()}; }
@@ -57,32 +68,114 @@ std::pair<int, int> parse_nnodes(const std::string& text) {
   return {*low, *high};
 }
 
+namespace {
+
+// What the store process tells the launcher that started it.
+struct StoreStart {
+  char served = 0;  // 'S': serving; 'E': the address could not be bound
+  pid_t pid = 0;
+};
+
+// The store process: serves `host`:`port` until no launcher has been
+// connected for kStoreLinger (or none came within `first_client`), then
+// exits. Never returns.
+[[noreturn]] void run_store_process(const std::string& host, int port,
+                                    std::chrono::milliseconds first_client, int report_fd) {
+  for (const int sig : {SIGINT, SIGTERM, SIGCHLD, SIGHUP}) (void)::signal(sig, SIG_DFL);
+  (void)::signal(SIGPIPE, SIG_IGN);
+  // Holds none of the launcher's output: a reader of it sees its end when
+  // the launchers end, not when this process does.
+  const int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  for (const int fd : {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO}) (void)::dup2(null_fd, fd);
+  StoreStart start;
+  start.pid = ::getpid();
+  std::unique_ptr<TcpStoreServer> server;
+  try {
+    server = std::make_unique<TcpStoreServer>(host, port);
+    start.served = 'S';
+  } catch (const std::exception&) {
+    start.served = 'E';
+  }
+  (void)write_all(report_fd, std::string_view(reinterpret_cast<const char*>(&start),  // NOLINT
+                                              sizeof start));
+  ::close(report_fd);
+  if (server) {
+    auto quiet_since = Clock::now();
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (server->connections() > 0) {
+        quiet_since = Clock::now();
+      } else if (Clock::now() - quiet_since >=
+                 (server->accepted() > 0 ? kStoreLinger : first_client)) {
+        break;
+      }
+    }
+    (void)server->stop(std::chrono::milliseconds(0));
+  }
+  ::_exit(0);
+}
+
+// Starts the store process for the launchers on `host`:`port`, detached
+// from this launcher (its own session, reparented to init) so that it
+// outlives it: any launcher, the first one included, may be lost. Returns
+// its pid, or 0 when the address could not be bound there (another
+// launcher's store process serves it).
+pid_t start_store_process(const std::string& host, int port,
+                          std::chrono::milliseconds first_client) {
+  std::array<int, 2> fds{};
+  TESSERA_CHECK(::pipe2(fds.data(), O_CLOEXEC) == 0, TESSERA_ERR_INTERNAL,
+                "elastic: cannot make a pipe for the rendezvous store: ", std::strerror(errno));
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(fds[0]);
+    (void)::setsid();
+    const pid_t store = ::fork();
+    if (store != 0) ::_exit(store < 0 ? 1 : 0);
+    run_store_process(host, port, first_client, fds[1]);
+  }
+  ::close(fds[1]);
+  if (child < 0) {
+    ::close(fds[0]);
+    throw Error(TESSERA_ERR_INTERNAL, fmt::format("elastic: cannot start the rendezvous store: {}",
+                                                  std::strerror(errno)));
+  }
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  StoreStart start;
+  size_t got = 0;
+  while (got < sizeof start) {
+    const ssize_t n =
+        ::read(fds[0], reinterpret_cast<char*>(&start) + got, sizeof start - got);  // NOLINT
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fds[0]);
+  return got == sizeof start && start.served == 'S' ? start.pid : 0;
+}
+
+}  // namespace
+
 ElasticRendezvous::ElasticRendezvous(ElasticSettings settings, Log log)
     : settings_(std::move(settings)), log_(std::move(log)) {
-  const std::string where = fmt::format("{}:{}", settings_.master_addr, settings_.master_port);
-  try {
-    server_ = std::make_unique<TcpStoreServer>(settings_.master_addr, settings_.master_port);
-    log_(fmt::format("elastic: serving the rendezvous store on {}", where));
-  } catch (const Error&) {
-    // Another launcher serves it (or the port is taken by something else,
-    // which the client's hello names).
+  const pid_t store =
+      start_store_process(settings_.master_addr, settings_.master_port, settings_.join_timeout);
+  if (store > 0) {
+    log_(
+        fmt::format("elastic: serving the rendezvous store on {}:{} (pid {}, until no launcher "
+                    "is connected)",
+                    settings_.master_addr, settings_.master_port, store));
   }
+  // Otherwise another launcher's store serves it, or the port is taken by
+  // something else, which the client's hello names.
   client_ = std::make_unique<TcpStoreClient>(
       settings_.master_addr, settings_.master_port, settings_.run_id + "/elastic",
       settings_.join_timeout.count(),
       "--master-addr:--master-port, the rendezvous of the launchers");
 }
 
-ElasticRendezvous::~ElasticRendezvous() {
-  client_.reset();
-  if (!server_) return;
-  const size_t left = server_->await_clients(settings_.join_timeout);
-  if (left > 0) {
-    log_(fmt::format("elastic: stopping the rendezvous store with {} launcher{} still connected",
-                     left, left == 1 ? "" : "s"));
-  }
-  (void)server_->stop(std::chrono::milliseconds(0));
-}
+ElasticRendezvous::~ElasticRendezvous() = default;
 
 int64_t ElasticRendezvous::current_round() { return client_->add("current", 0); }
 

@@ -20,7 +20,6 @@
 
 namespace tessera::backend_store {
 class TcpStoreClient;
-class TcpStoreServer;
 }  // namespace tessera::backend_store
 
 namespace tessera::cli {
@@ -47,9 +46,10 @@ struct RoundAssignment {
   LaunchTopology topology;  // what its ranks are told (MASTER_* of the round)
 };
 
-// One launcher's side of the rendezvous. Serves the store when it can bind
-// the master address (the first launcher there), else connects to the one
-// that does. Not thread-safe.
+// One launcher's side of the rendezvous. The first launcher on the master
+// address starts the store there, in a process of its own that outlives
+// it (any launcher may be lost) and stops once no launcher has been
+// connected for a few seconds; the others connect to it. Not thread-safe.
 class ElasticRendezvous {
  public:
   using Log = std::function<void(const std::string&)>;
@@ -61,8 +61,6 @@ class ElasticRendezvous {
   ElasticRendezvous(ElasticSettings settings, Log log);
   ElasticRendezvous(const ElasticRendezvous&) = delete;
   ElasticRendezvous& operator=(const ElasticRendezvous&) = delete;
-  // A serving launcher waits (at most the join timeout) for the others to
-  // disconnect before it stops the store, so their last reads succeed.
   ~ElasticRendezvous();
 
   // Joins the current round, or the next one if the current has closed
@@ -87,8 +85,6 @@ class ElasticRendezvous {
   // join stop waiting.
   void finished(int round, int node);
 
-  [[nodiscard]] bool serving() const noexcept { return server_ != nullptr; }
-
  private:
   // Waits until round `round` is over (a failure moved the job on, or the
   // run finished). Returns false when the run finished or `interrupted`.
@@ -97,7 +93,6 @@ class ElasticRendezvous {
 
   ElasticSettings settings_;
   Log log_;
-  std::unique_ptr<backend_store::TcpStoreServer> server_;
   std::unique_ptr<backend_store::TcpStoreClient> client_;
 };
 

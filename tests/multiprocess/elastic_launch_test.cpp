@@ -2,8 +2,9 @@
 // side by side on this machine, one rank each, training the tiny gpt with
 // ddp on gloo and a checkpoint every few steps (`checkpoint.resume = true`).
 //
-// - A node lost: one launcher (not the one serving the rendezvous store) is
-//   SIGKILLed mid-run; its rank dies with it. The other two stop their
+// - A node lost: the launcher that started the rendezvous store is
+//   SIGKILLed mid-run; its rank dies with it (the store lives on in a
+//   process of its own). The other two stop their
 //   ranks, meet again as a world of 2 and resume from the last checkpoint.
 //   Their final parameters and optimizer state equal, within 1e-5, a run
 //   that resumes a copy of that same checkpoint on 2 in-memory ranks (ddp
@@ -115,17 +116,18 @@ TEST_F(ElasticLaunch, LostNodeRestartsTheOthersAtWorldTwoFromTheCheckpoint) {
   for (const char* tag : {"a", "b", "c"}) {
     launchers.push_back(start_elastic_node(dir, config, port, tag));
   }
-  // Mid-run: every node is in round 0 and a few checkpoints exist.
+  // Mid-run: every node is in round 0 and a few checkpoints are complete.
   ASSERT_TRUE(eventually(kElasticLimit, [&] {
-    return std::filesystem::exists(ckpt / train::checkpoint_dir_name(3 * kElasticCheckpointEvery));
+    return latest_step(ckpt) >= 3 * kElasticCheckpointEvery;
   })) << node_logs(launchers);
   for (const ElasticNode& l : launchers) {
     ASSERT_TRUE(node_log_has(l, "round 0: 3 nodes")) << node_logs(launchers);
   }
-  // A node that does not serve the rendezvous store goes away.
+  // The node that started the rendezvous store goes away: the store, in a
+  // process of its own, stays for the others.
   ElasticNode* lost = nullptr;
   for (ElasticNode& l : launchers) {
-    if (!node_log_has(l, "serving the rendezvous store")) lost = &l;
+    if (node_log_has(l, "serving the rendezvous store")) lost = &l;
   }
   ASSERT_NE(lost, nullptr) << node_logs(launchers);
   lost->process->signal(SIGKILL);
@@ -194,7 +196,7 @@ TEST_F(ElasticLaunch, LateNodeJoinsAtTheNextRestart) {
     return node_log_has(launchers[2], "round 0 closed with 2 nodes before this one joined");
   })) << node_logs(launchers);
   ASSERT_TRUE(eventually(kElasticLimit, [&] {
-    return std::filesystem::exists(ckpt / train::checkpoint_dir_name(2 * kElasticCheckpointEvery));
+    return latest_step(ckpt) >= 2 * kElasticCheckpointEvery;
   })) << node_logs(launchers);
   // A rank of round 0 fails; its launcher stays.
   const std::vector<pid_t> rank =

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "tessera/core/train/checkpointing.hpp"
+
 #ifndef TESSERA_MP_TESSERA
 #error "TESSERA_MP_TESSERA must name the tessera executable"
 #endif
@@ -117,6 +119,12 @@ std::filesystem::path write_gpt_config(const std::filesystem::path& dir, int ste
       << "\n";
   if (!out) throw std::runtime_error("cannot write " + path.string());
   return path;
+}
+
+int64_t latest_step(const std::filesystem::path& ckpt) {
+  const std::string text = read_text(ckpt / "latest");
+  const auto step = train::parse_checkpoint_dir_name(text.substr(0, text.find('\n')));
+  return step ? *step : -1;
 }
 
 TensorDiff tensor_diff(std::span<const float> a, std::span<const float> b) {

@@ -4,6 +4,7 @@
 // nccl_rank.sh, which puts several on one GPU when there are fewer GPUs).
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <span>
 #include <string>
@@ -61,6 +62,10 @@ const char* rank_env_key(Engine e) noexcept;
 std::filesystem::path write_gpt_config(const std::filesystem::path& dir, int steps,
                                        int checkpoint_every, double timeout_s,
                                        const std::string& strategy = "ddp");
+
+// The step `latest` names in the checkpoint directory `ckpt` (the last
+// complete checkpoint), or -1 when there is none yet.
+int64_t latest_step(const std::filesystem::path& ckpt);
 
 // The largest |a[i] - b[i]| and the largest |b[i]|, for a relative
 // comparison of a tensor with its reference (sizes must be equal).

@@ -30,13 +30,6 @@ constexpr int kFaultRanks = 3;
 constexpr int kVictim = 1;
 constexpr double kTimeoutS = 5.0;
 
-// The step `latest` names in `ckpt`, or -1.
-int64_t latest_step(const std::filesystem::path& ckpt) {
-  const std::string text = read_text(ckpt / "latest");
-  const auto step = train::parse_checkpoint_dir_name(text.substr(0, text.find('\n')));
-  return step ? *step : -1;
-}
-
 // Lines of `log` that report the loss of rank kVictim inside a collective.
 std::vector<std::string> error_lines(const std::string& log) {
   static const std::regex names_victim("rank " + std::to_string(kVictim) + "[^0-9]");

@@ -242,6 +242,7 @@ struct TcpStoreServer::State {
   std::condition_variable changed;  // a key was written, a client left, or stopping
   std::map<std::string, Bytes> data;
   size_t connected = 0;
+  size_t accepted = 0;  // connections ever served
   bool stopping = false;
 
   int listen_fd = -1;
@@ -444,6 +445,7 @@ struct TcpStoreServer::State {
           return;
         }
         ++connected;
+        ++accepted;
       }
       const std::lock_guard lock(connections_mutex);
       Connection& c = connections.emplace_back();
@@ -539,6 +541,11 @@ TcpStoreServer::~TcpStoreServer() { (void)stop(std::chrono::milliseconds(0)); }
 size_t TcpStoreServer::connections() const {
   const std::lock_guard lock(state_->mutex);
   return state_->connected;
+}
+
+size_t TcpStoreServer::accepted() const {
+  const std::lock_guard lock(state_->mutex);
+  return state_->accepted;
 }
 
 size_t TcpStoreServer::count(const std::string& prefix) const {

@@ -46,6 +46,9 @@ class TcpStoreServer {
   // Clients connected now.
   [[nodiscard]] size_t connections() const;
 
+  // Clients that have connected since it started, gone or not.
+  [[nodiscard]] size_t accepted() const;
+
   // Keys under `prefix` (every key: "").
   [[nodiscard]] size_t count(const std::string& prefix) const;
 
