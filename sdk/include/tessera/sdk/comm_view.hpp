@@ -68,6 +68,20 @@ class PendingOp {
     detail::check_host_call(host, s, "wait");
   }
 
+  // Never blocks: true (and the operation released) once it has finished,
+  // false while it is still running; throws the operation's error. For
+  // loops that serve several peers at once (work_test).
+  [[nodiscard]] bool done(const Host& host) {
+    if (work_ == nullptr) return true;
+    int32_t finished = 0;
+    const tessera_status s = api_->work_test(work_, &finished);
+    if (s == TESSERA_OK && finished == 0) return false;
+    api_->work_free(work_);
+    work_ = nullptr;
+    detail::check_host_call(host, s, "test");
+    return true;
+  }
+
  private:
   void drop() noexcept {
     if (work_ != nullptr) {
