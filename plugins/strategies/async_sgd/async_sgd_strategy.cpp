@@ -1,0 +1,310 @@
+// The `async_sgd` strategy (see async_sgd_strategy.hpp).
+//
+// Messages travel on a communicator split from the world at construction,
+// so they never meet the host's own collectives. Every message has a fixed
+// size both sides know: a push is one gradient shard (shard_size_
+// elements, padding zero) followed by kHeader values (the step's number
+// and learning rate); a reply is one parameter shard. Pushes and replies
+// have tags of their own.
+//
+// A server keeps one receive posted per worker for that worker's next
+// push, also across its step() returns: a fast worker's push of step t + 1
+// may arrive while the server is still in step t, and which step the host
+// runs next without a collective in between is something no rank knows.
+// The receives stay on the strategy's own communicator, where the host
+// posts nothing; the destructor finishes them (each worker that stepped
+// sends its servers one stop message). This is the one exception to
+// "no operation pending when a call returns" (docs/strategies/async_sgd.md).
+#include "async_sgd_strategy.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "tessera/sdk/clip.hpp"
+#include "tessera/sdk/data_parallel.hpp"
+#include "tessera/sdk/flat_state.hpp"
+
+namespace tessera::strategies {
+
+namespace {
+
+constexpr int32_t kPushTag = 1;
+constexpr int32_t kReplyTag = 2;
+// After the shard: the step's number (its int64 bits in two floats), the
+// step's learning rate.
+constexpr uint64_t kHeader = 3;
+constexpr int64_t kStopStep = -1;
+
+void write_header(std::span<float> header, int64_t step, float lr) {
+  std::memcpy(header.data(), &step, sizeof step);
+  header[2] = lr;
+}
+int64_t header_step(std::span<const float> header) {
+  int64_t step = 0;
+  std::memcpy(&step, header.data(), sizeof step);
+  return step;
+}
+
+// The server's poll loop sleeps this long after a round that found nothing
+// ready, doubling up to kMaxIdle: short enough for a small model's step,
+// long enough not to starve the in-memory backend's other rank threads.
+constexpr std::chrono::microseconds kMinIdle{20};
+constexpr std::chrono::microseconds kMaxIdle{1000};
+
+}  // namespace
+
+void AsyncSgdStrategy::check(const sdk::Host& /*host*/, const sdk::Options& options,
+                             int32_t world_size) {
+  (void)AsyncSgdOptions::read(options, world_size);
+}
+
+AsyncSgdStrategy::AsyncSgdStrategy(const sdk::Host& host, const sdk::Options& options,
+                                   sdk::StrategyEnv& env)
+    : host_(host),
+      env_(env),
+      options_(AsyncSgdOptions::read(options, env.world_size())),
+      flat_(env.model()),
+      ps_(env.world().split(0, env.rank())) {
+  const int32_t servers = options_.servers;
+  const int32_t w = workers();
+  layout_.struct_size = sizeof layout_;
+  layout_.data_size = w;
+  layout_.data_rank = is_server() ? 0 : env.rank() - servers;
+  shard_size_ = sdk::even_shard(flat_.total(), servers, 0).shard_size;
+  const size_t message = static_cast<size_t>(shard_size_ + kHeader);
+  if (is_server()) {
+    shard_ = sdk::even_shard(flat_.total(), servers, env.rank());
+    const auto n = static_cast<size_t>(shard_.real.size());
+    params_ = sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_PARAMS, n);
+    optim_ = env.optimizer().make_state(n);
+    if (options_.staleness == 0) {
+      sum_ = sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_GRADS, n);
+    }
+    for (int32_t i = 0; i < w; ++i) {
+      push_in_.emplace_back(host, env.rank(), TESSERA_MEM_COMM, message);
+      reply_.emplace_back(host, env.rank(), TESSERA_MEM_COMM, static_cast<size_t>(shard_size_));
+    }
+    push_ops_.resize(static_cast<size_t>(w));
+    reply_ops_.resize(static_cast<size_t>(w));
+    clock_.assign(static_cast<size_t>(w), 0);
+    held_.assign(static_cast<size_t>(w), 0);
+    replied_.assign(static_cast<size_t>(w), 0);
+    lr_.assign(static_cast<size_t>(w), 0.0f);
+  } else {
+    replica_ = std::make_unique<sdk::ReplicatedParams>(
+        host, flat_, env.rank(), true,
+        shard_size_ * static_cast<uint64_t>(servers) - flat_.total());
+    runner_ = std::make_unique<sdk::UnitRunner>(host, env.model(), env.rank(), true,
+                                                options_.activation_checkpointing);
+    for (int32_t k = 0; k < servers; ++k) {
+      push_out_.emplace_back(host, env.rank(), TESSERA_MEM_COMM, message);
+    }
+  }
+  if (env.rank() == 0) {
+    host_.debug("async_sgd: ", flat_.total(), " parameters, ", servers, " servers of ", shard_size_,
+                " elements, ", w, " workers, staleness ", options_.staleness);
+  }
+}
+
+AsyncSgdStrategy::~AsyncSgdStrategy() {
+  // A worker's stop message matches the receive its servers posted for its
+  // next push; a failed send only means the server is gone.
+  if (!is_server() && stepped_) {
+    for (int32_t k = 0; k < options_.servers; ++k) {
+      try {
+        std::span<float> out = push_out_[static_cast<size_t>(k)].span();
+        std::fill(out.begin(), out.end(), 0.0f);
+        write_header(out.subspan(static_cast<size_t>(shard_size_)), kStopStep, 0.0f);
+        ps_->send(std::span<const float>(out), k, kPushTag);
+      } catch (const std::exception& e) {
+        host_.warn("async_sgd: worker rank ", env_.rank(), " could not stop server ", k, ": ",
+                   e.what());
+      }
+    }
+  }
+  for (size_t i = 0; i < push_ops_.size(); ++i) {
+    try {
+      push_ops_[i].wait(host_);
+    } catch (const std::exception& e) {
+      host_.warn("async_sgd: server ", env_.rank(), ": the receive for worker rank ",
+                 static_cast<int32_t>(i) + options_.servers, " ended with: ", e.what());
+    }
+  }
+  for (sdk::PendingOp& op : reply_ops_) {
+    try {
+      op.wait(host_);
+    } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): reported by the step
+    }
+  }
+}
+
+void AsyncSgdStrategy::load(const sdk::StateReader& reader) {
+  if (is_server()) {
+    sdk::read_params(reader, flat_, shard_.real, params_.span());
+    sdk::read_optimizer_state(reader, flat_, env_.optimizer(), optim_, shard_.real);
+  } else {
+    sdk::read_params(reader, flat_, sdk::FlatRange{0, flat_.total()}, replica_->params());
+  }
+}
+
+sdk::StepResult AsyncSgdStrategy::step(const sdk::StepArgs& args) {
+  if (std::binary_search(options_.delay_ranks.begin(), options_.delay_ranks.end(), env_.rank()) &&
+      options_.delay_ms > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(options_.delay_ms));
+  }
+  const sdk::CommMeter meter({ps_.get()});
+  sdk::StepResult result = is_server() ? server_step(args) : worker_step(args);
+  meter.add_to(result);
+  return result;
+}
+
+sdk::StepResult AsyncSgdStrategy::worker_step(const sdk::StepArgs& args) {
+  stepped_ = true;
+  replica_->zero_grads();
+  sdk::StepResult result;
+  result.loss = runner_->run(args.micro_batches, args.loss_scales, replica_->param_ptrs(),
+                             replica_->grad_ptrs());
+  // This rank's gradient is its share of the global mean's; the servers
+  // rescale it. The norm reported is that of the rescaled gradient.
+  result.grad_norm = std::sqrt(sdk::sum_squares(replica_->grads())) * workers();
+  const std::span<float> grads = replica_->padded_grads();
+  const std::span<float> params = replica_->padded_params();
+  const auto s = static_cast<size_t>(shard_size_);
+  std::vector<sdk::PendingOp> sends;
+  std::vector<sdk::PendingOp> recvs;
+  for (int32_t k = 0; k < options_.servers; ++k) {
+    const std::span<float> out = push_out_[static_cast<size_t>(k)].span();
+    std::copy_n(grads.begin() + static_cast<std::ptrdiff_t>(k * s), s, out.begin());
+    write_header(out.subspan(s), args.step, args.lr);
+    sends.push_back(ps_->start_send(std::span<const float>(out), k, kPushTag));
+    recvs.push_back(ps_->start_recv(params.subspan(k * s, s), k, kReplyTag));
+  }
+  for (sdk::PendingOp& op : sends) op.wait(host_);
+  for (sdk::PendingOp& op : recvs) op.wait(host_);
+  return result;
+}
+
+void AsyncSgdStrategy::post_push_receive(int32_t w) {
+  push_ops_[static_cast<size_t>(w)] =
+      ps_->start_recv(push_in_[static_cast<size_t>(w)].span(), options_.servers + w, kPushTag);
+}
+
+void AsyncSgdStrategy::apply(std::span<float> grad, int64_t update, float lr,
+                             double max_grad_norm) {
+  sdk::scale_in_place(grad, sdk::clip_coefficient(sdk::sum_squares(grad), max_grad_norm));
+  env_.optimizer().step(optim_, 0, params_.span(), grad, update, lr);
+}
+
+void AsyncSgdStrategy::arrive(int32_t w) {
+  const auto i = static_cast<size_t>(w);
+  const auto n = static_cast<size_t>(shard_.real.size());
+  const std::span<float> in = push_in_[i].span();
+  const std::span<const float> header = in.subspan(static_cast<size_t>(shard_size_));
+  const int64_t step = header_step(header);
+  TESSERA_CHECK(step == clock_[i] + 1, TESSERA_ERR_INTERNAL, "async_sgd: server ", env_.rank(),
+                " received step ", step, " from worker rank ", options_.servers + w,
+                ", whose last push was step ", clock_[i]);
+  clock_[i] = step;
+  held_[i] = step;
+  lr_[i] = header[2];
+  if (options_.staleness > 0) {
+    // Applied on arrival as an update of its own: rescaled by the number of
+    // workers (their mean is the global mean's gradient) and with lr / W,
+    // so that a round of W pushes moves plain SGD as one synchronous step.
+    const std::span<float> grad = in.first(n);
+    sdk::scale_in_place(grad, static_cast<float>(workers()));
+    apply(grad, ++updates_, lr_[i] / static_cast<float>(workers()), max_grad_norm_);
+    post_push_receive(w);
+    return;
+  }
+  // Staleness 0: once every worker has pushed this step, their gradients
+  // summed in worker order make one update, as an allreduce would.
+  if (*std::min_element(clock_.begin(), clock_.end()) < step) return;
+  const std::span<float> sum = sum_.span();
+  std::copy_n(push_in_[0].span().begin(), n, sum.begin());
+  for (size_t j = 1; j < push_in_.size(); ++j) {
+    const std::span<const float> g = push_in_[j].span();
+    for (size_t e = 0; e < n; ++e) sum[e] += g[e];
+  }
+  updates_ = step;
+  apply(sum, step, lr_[i], max_grad_norm_);
+  for (int32_t j = 0; j < workers(); ++j) post_push_receive(j);
+}
+
+bool AsyncSgdStrategy::send_allowed_replies() {
+  const int64_t min_clock = *std::min_element(clock_.begin(), clock_.end());
+  bool sent = false;
+  const auto n = static_cast<size_t>(shard_.real.size());
+  for (size_t i = 0; i < held_.size(); ++i) {
+    if (held_[i] == 0 || held_[i] - min_clock > options_.staleness) continue;
+    reply_ops_[i].wait(host_);  // the previous reply, long received
+    const std::span<float> out = reply_[i].span();
+    std::copy_n(params_.span().begin(), n, out.begin());
+    reply_ops_[i] = ps_->start_send(std::span<const float>(out),
+                                    options_.servers + static_cast<int32_t>(i), kReplyTag);
+    max_lead_ = std::max(max_lead_, held_[i] - min_clock);
+    replied_[i] = held_[i];
+    held_[i] = 0;
+    sent = true;
+  }
+  return sent;
+}
+
+sdk::StepResult AsyncSgdStrategy::server_step(const sdk::StepArgs& args) {
+  max_grad_norm_ = args.max_grad_norm;
+  const int32_t w = workers();
+  if (!serving_) {
+    // The first step (args.step after a resume): every worker pushes it next.
+    std::fill(clock_.begin(), clock_.end(), args.step - 1);
+    std::fill(replied_.begin(), replied_.end(), args.step - 1);
+    updates_ = options_.staleness > 0 ? (args.step - 1) * w : 0;
+    for (int32_t i = 0; i < w; ++i) post_push_receive(i);
+    serving_ = true;
+  }
+  auto idle = kMinIdle;
+  int64_t idle_ns = 0;
+  for (;;) {
+    bool progress = false;
+    for (int32_t i = 0; i < w; ++i) {
+      sdk::PendingOp& op = push_ops_[static_cast<size_t>(i)];
+      if (op.pending() && op.done(host_)) {
+        arrive(i);
+        progress = true;
+      }
+    }
+    progress = send_allowed_replies() || progress;
+    if (std::all_of(replied_.begin(), replied_.end(), [&](int64_t r) { return r >= args.step; })) {
+      break;
+    }
+    if (progress) {
+      idle = kMinIdle;
+    } else {
+      const auto t0 = std::chrono::steady_clock::now();
+      std::this_thread::sleep_for(idle);
+      idle_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     std::chrono::steady_clock::now() - t0)
+                     .count();
+      idle = std::min(idle * 2, kMaxIdle);
+    }
+  }
+  // The replies of this step (and any later ones) go to workers waiting
+  // for them: done at once.
+  for (sdk::PendingOp& op : reply_ops_) op.wait(host_);
+  const auto [lo, hi] = std::minmax_element(clock_.begin(), clock_.end());
+  host_.debug("async_sgd: server ", env_.rank(), " step ", args.step, ": worker clocks ", *lo, "..",
+              *hi, ", max lead ", max_lead_, " (staleness ", options_.staleness, "), ", updates_,
+              " updates");
+  sdk::StepResult result;
+  result.comm_wait_ns = idle_ns;
+  return result;
+}
+
+void AsyncSgdStrategy::save(const sdk::StateWriter& writer) {
+  if (!is_server()) return;
+  sdk::write_params(writer, flat_, shard_.real, params_.span());
+  sdk::write_optimizer_state(writer, flat_, env_.optimizer(), optim_, shard_.real);
+}
+
+}  // namespace tessera::strategies

@@ -1,0 +1,109 @@
+// The `async_sgd` strategy: a parameter server with bounded staleness
+// (stale-synchronous parallel). The first `servers` ranks of the world are
+// parameter servers, each holding one even shard of the flat parameter
+// vector and the optimizer state for it; the other ranks are workers, the
+// data-parallel slices, each holding a full replica of the parameters and
+// its gradients. A worker pushes each shard of its gradient to its server
+// and waits for the server's reply with the fresh parameter shard; a
+// server answers a push of step k once k is at most `staleness` steps
+// ahead of the slowest worker. docs/strategies/async_sgd.md describes it
+// for users.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "async_sgd_options.hpp"
+#include "tessera/sdk/comm_view.hpp"
+#include "tessera/sdk/flat_params.hpp"
+#include "tessera/sdk/replicated_params.hpp"
+#include "tessera/sdk/strategy.hpp"
+#include "tessera/sdk/tracked_buffer.hpp"
+#include "tessera/sdk/unit_runner.hpp"
+
+namespace tessera::strategies {
+
+class AsyncSgdStrategy final : public sdk::Strategy {
+ public:
+  // Refuses what AsyncSgdOptions::read refuses for `world_size` ranks.
+  static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
+
+  // Collective: splits the world once into the communicator the pushes and
+  // replies travel on (every rank, same order). A server allocates its
+  // parameter shard (PARAMS), the optimizer state for it and one push and
+  // one reply buffer per worker (COMM); a worker allocates the replica
+  // (PARAMS, GRADS) and one push buffer per server (COMM).
+  AsyncSgdStrategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env);
+  // Finishes the receives a server keeps posted for the workers' next
+  // pushes: each worker that stepped sends its servers a stop message.
+  ~AsyncSgdStrategy() override;
+  AsyncSgdStrategy(const AsyncSgdStrategy&) = delete;
+  AsyncSgdStrategy& operator=(const AsyncSgdStrategy&) = delete;
+
+  // Workers are data ranks 0 .. workers-1; servers report data rank 0 (they
+  // ignore their batches).
+  [[nodiscard]] tessera_strategy_layout layout() const override { return layout_; }
+
+  // Collective. A server reads its shard of the parameters and, when the
+  // reader has it, of the optimizer state; a worker reads every parameter.
+  void load(const sdk::StateReader& reader) override;
+  // Worker: forward/backward, push, wait for the replies. Server: serve
+  // pushes until every worker's push of this step is answered (see the
+  // .cpp). Errors of a peer or the backend propagate as tessera::Error.
+  sdk::StepResult step(const sdk::StepArgs& args) override;
+  // Servers write their shard of the parameters and of the optimizer state
+  // (each element exactly once over the world); workers write nothing, also
+  // when the writer wants all replicas: their replica is a cache of the
+  // servers' parameters that may be up to `staleness` updates old.
+  void save(const sdk::StateWriter& writer) override;
+
+ private:
+  [[nodiscard]] bool is_server() const noexcept { return env_.rank() < options_.servers; }
+  [[nodiscard]] int32_t workers() const noexcept { return env_.world_size() - options_.servers; }
+  sdk::StepResult worker_step(const sdk::StepArgs& args);
+  sdk::StepResult server_step(const sdk::StepArgs& args);
+  // Server: handles worker w's push that has just arrived in push_[w].
+  void arrive(int32_t w);
+  // Server: sends every reply the staleness bound allows; true if it sent one.
+  bool send_allowed_replies();
+  // Server: applies `grad` (the real elements of the shard) as one
+  // optimizer update, clipped by its own norm.
+  void apply(std::span<float> grad, int64_t update, float lr, double max_grad_norm);
+  void post_push_receive(int32_t w);
+
+  sdk::Host host_;
+  sdk::StrategyEnv& env_;
+  AsyncSgdOptions options_;
+  tessera_strategy_layout layout_{};
+  sdk::FlatLayout flat_;
+  std::unique_ptr<sdk::CommView> ps_;  // pushes and replies; every rank of the world
+  uint64_t shard_size_ = 0;            // padded elements per server
+
+  // ---- worker ----
+  std::unique_ptr<sdk::ReplicatedParams> replica_;  // padded to servers x shard_size_
+  std::unique_ptr<sdk::UnitRunner> runner_;
+  std::vector<sdk::TrackedBuffer<float>> push_out_;  // per server: shard + header
+  bool stepped_ = false;
+
+  // ---- server ----
+  sdk::ShardRange shard_{};
+  sdk::TrackedBuffer<float> params_;  // this server's shard (real elements)
+  sdk::OptimState optim_;
+  sdk::TrackedBuffer<float> sum_;                   // staleness 0: the step's summed gradient
+  std::vector<sdk::TrackedBuffer<float>> push_in_;  // per worker: shard + header
+  std::vector<sdk::TrackedBuffer<float>> reply_;    // per worker: the parameter shard sent
+  std::vector<sdk::PendingOp> push_ops_;            // per worker: receive of its next push
+  std::vector<sdk::PendingOp> reply_ops_;           // per worker: its last reply
+  std::vector<int64_t> clock_;                      // per worker: last step pushed
+  std::vector<int64_t> held_;                       // per worker: push awaiting a reply, 0: none
+  std::vector<int64_t> replied_;                    // per worker: last step answered
+  std::vector<float> lr_;                           // per worker: lr of its held push (staleness 0)
+  int64_t updates_ = 0;                             // optimizer updates applied
+  int64_t max_lead_ = 0;                            // largest k - min clock of a reply
+  double max_grad_norm_ = 0;                        // of the step being served
+  bool serving_ = false;                            // receives posted
+};
+
+}  // namespace tessera::strategies
