@@ -2,10 +2,13 @@
 // the same parameters and optimizer state on mpi and on gloo as on the
 // in-memory backend (ranks as threads), within float tolerance — the only
 // difference allowed is the order in which each engine adds gradients. On a
-// machine with a GPU, the data-parallel strategies on nccl too.
+// machine with a GPU, the data-parallel strategies on nccl too. And
+// `async_sgd` at staleness 0 (synchronous SGD: one server, two workers as
+// processes) ends where in-memory `ddp` on two ranks does.
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "checkpoint_tensors.hpp"
 #include "engines.hpp"
@@ -16,18 +19,19 @@ namespace {
 constexpr int kTrainingRanks = 2;
 constexpr int kSteps = 8;
 
-// Runs the config on `e` (with strategy `strategy`) into
-// `dir`/<engine>-<strategy>; returns the final checkpoint.
+// Runs the config on `e` (with strategy `strategy` on `ranks` ranks, and
+// the overrides `sets`) into `dir`/<engine>-<strategy>; returns the final
+// checkpoint.
 std::filesystem::path train(Engine e, const std::filesystem::path& config,
-                            const std::filesystem::path& dir, const std::string& strategy = "ddp") {
+                            const std::filesystem::path& dir, const std::string& strategy = "ddp",
+                            int ranks = kTrainingRanks, const std::vector<std::string>& sets = {}) {
   const std::string name = std::string(engine_name(e)) + "-" + strategy;
   const auto ckpt = dir / name;
   const auto log = dir / (name + ".log");
-  ChildProcess child(train_command(e, kTrainingRanks, config,
-                                   {"checkpoint.dir=\"" + ckpt.string() + "\"",
-                                    "strategy.name=\"" + strategy + "\""},
-                                   "same-" + name),
-                     launched(log));
+  std::vector<std::string> all{"checkpoint.dir=\"" + ckpt.string() + "\"",
+                               "strategy.name=\"" + strategy + "\""};
+  all.insert(all.end(), sets.begin(), sets.end());
+  ChildProcess child(train_command(e, ranks, config, all, "same-" + name), launched(log));
   const ChildExit exit = child.wait(std::chrono::minutes(4));
   EXPECT_TRUE(exit.ok()) << engine_name(e) << " run " << exit.describe() << ":\n" << read_text(log);
   return ckpt / "step-00000008" / "model.safetensors";
@@ -49,6 +53,29 @@ TEST_P(SameTraining, MatchesInmemory) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, SameTraining, ::testing::Values(Engine::kMpi, Engine::kGloo),
+                         engine_param_name<::testing::TestParamInfo<Engine>>);
+
+// async_sgd with staleness 0 sums the two workers' gradients on its server
+// and applies one AdamW update per step, as ddp does: one server and two
+// workers, each a process, against ddp on two in-memory ranks.
+class AsyncSgdProcesses : public ::testing::TestWithParam<Engine> {};
+
+TEST_P(AsyncSgdProcesses, StalenessZeroMatchesInmemoryDdp) {
+  const Engine engine = GetParam();
+  if (const std::string why = engine_unavailable(engine); !why.empty()) GTEST_SKIP() << why;
+  const TempDir dir("async-sgd");
+  const auto config = write_gpt_config(dir.path(), kSteps, 0, 60.0);
+  const auto expected_file = train(Engine::kInmemory, config, dir.path());
+  const auto actual_file =
+      train(engine, config, dir.path(), "async_sgd", kTrainingRanks + 1,
+            {"strategy.options={}", "strategy.options.servers=1", "strategy.options.staleness=0"});
+  if (HasFailure()) return;
+  expect_close(tensors_of_file(actual_file), tensors_of_file(expected_file),
+               std::string("async_sgd on ") + engine_name(engine));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, AsyncSgdProcesses,
+                         ::testing::Values(Engine::kMpi, Engine::kGloo),
                          engine_param_name<::testing::TestParamInfo<Engine>>);
 
 // On nccl (label gpu; skipped without a GPU), every data-parallel strategy:
