@@ -219,6 +219,8 @@ TEST(AutoSelect, CandidatesComeFromTheDeclaredOptions) {
   // One micro-batch: hybrid's default 1f1b would be refused, gpipe runs.
   EXPECT_TRUE(has("hybrid|dp = 1, pp = 2, tp = 2, schedule = \"gpipe\""));
   EXPECT_FALSE(has("hybrid|dp = 1, pp = 2, tp = 2, schedule = \"gpipe\", dp_shard = \"zero1\""));
+  // async_sgd has an estimate but is never proposed: it is not exact.
+  EXPECT_FALSE(has("async_sgd|"));
   EXPECT_EQ(r.rows.size(), r.estimated.size());
 
   // One rank: `none` and no model-parallel candidate.

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "../support/error_of.hpp"
+#include "estimate_support.hpp"
 #include "resume_support.hpp"
 #include "strategy_support.hpp"
 #include "tessera/core/train/trainer.hpp"
@@ -128,6 +129,22 @@ TEST(AsyncSgdCheckpoint, ResumesUnderDdpAndBack) {
   const RunSpec ddp = ddp_like(async, 2);
   expect_continues(async, ddp);
   expect_continues(ddp, async, "sharded");
+}
+
+// The estimate against a run at staleness 0 (where every server step
+// sends one reply per worker): the largest rank's peaks (a worker's
+// replica and push buffers, a server's optimizer shard and message
+// buffers) and the bytes a rank sends per step.
+TEST(AsyncSgdEstimate, MatchesTheRun) {
+  expect_estimate_matches_run(
+      estimate_spec(kQuickstartGpt, "async_sgd", 3, "servers = 1\nstaleness = 0"));
+  expect_estimate_matches_run(
+      estimate_spec(kQuickstartGpt, "async_sgd", 4, "servers = 2\nstaleness = 0"));
+}
+
+TEST(AsyncSgdEstimate, RefusesWhatCheckRefuses) {
+  expect_mentions(estimate_refusal(estimate_spec(kQuickstartGpt, "async_sgd", 1, "servers = 1")),
+                  {"servers", "1"});
 }
 
 }  // namespace

@@ -189,6 +189,9 @@ std::vector<Candidate> make_candidates(
     const std::string name = info->name;
     if (name == "none") {
       if (env.world_size() == 1) b.add(*info, "");
+    } else if (name == "async_sgd") {
+      // Not a candidate: asynchronous updates are not exact (it trains as
+      // ddp only at staleness 0, where ddp does the same with no server).
     } else if (name == "fsdp") {
       b.fsdp(*info);
     } else if (name == "pipeline") {

@@ -20,10 +20,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <thread>
 
 #include "tessera/sdk/clip.hpp"
 #include "tessera/sdk/data_parallel.hpp"
+#include "tessera/sdk/estimate_formulas.hpp"
 #include "tessera/sdk/flat_state.hpp"
 
 namespace tessera::strategies {
@@ -58,6 +60,48 @@ constexpr std::chrono::microseconds kMaxIdle{1000};
 void AsyncSgdStrategy::check(const sdk::Host& /*host*/, const sdk::Options& options,
                              int32_t world_size) {
   (void)AsyncSgdOptions::read(options, world_size);
+}
+
+sdk::Estimate AsyncSgdStrategy::estimate(const sdk::Host& /*host*/, const sdk::Options& options,
+                                         const sdk::EstimateArgs& args) {
+  const AsyncSgdOptions o = AsyncSgdOptions::read(options, args.world_size);
+  const sdk::ModelDesc& model = args.model;
+  const int32_t servers = o.servers;
+  const int32_t workers = args.world_size - servers;
+  const int64_t psi = model.params();
+  const int64_t shard = (psi + servers - 1) / servers;
+  const int64_t message = shard + static_cast<int64_t>(kHeader);
+  sdk::Estimate e = sdk::data_parallel_estimate(model, workers, o.activation_checkpointing);
+  // A worker: the replica padded to whole shards, its gradients, one push
+  // buffer per server. A server: its shard, the optimizer state for it,
+  // the summed gradient at staleness 0, a push and a reply buffer per
+  // worker.
+  const int64_t worker[] = {4 * shard * servers, 4 * shard * servers, 0, 4 * message * servers};
+  const int64_t server[] = {4 * shard, o.staleness == 0 ? 4 * shard : 0,
+                            4 * shard * model.optimizer_slots(), 4 * (message + shard) * workers};
+  const tessera_mem_category categories[] = {TESSERA_MEM_PARAMS, TESSERA_MEM_GRADS,
+                                             TESSERA_MEM_OPTIMIZER, TESSERA_MEM_COMM};
+  // The categories of the largest rank: a worker unless the servers'
+  // message buffers outgrow the worker's activations.
+  int64_t worker_total = e[TESSERA_MEM_ACTIVATIONS];
+  int64_t server_total = 0;
+  for (size_t c = 0; c < std::size(categories); ++c) {
+    worker_total += worker[c];
+    server_total += server[c];
+  }
+  const bool server_largest = server_total > worker_total;
+  if (server_largest) e[TESSERA_MEM_ACTIVATIONS] = 0;
+  for (size_t c = 0; c < std::size(categories); ++c) {
+    e[categories[c]] = server_largest ? server[c] : worker[c];
+  }
+  e.memory_total = std::max(worker_total, server_total);
+  // Per step a worker sends a push to every server, a server a reply to
+  // every worker.
+  const int64_t worker_bytes = 4 * message * servers;
+  const int64_t server_bytes = 4 * shard * workers;
+  e.add_traffic("data", args.world_size, std::max(worker_bytes, server_bytes),
+                std::max(servers, workers));
+  return e;
 }
 
 AsyncSgdStrategy::AsyncSgdStrategy(const sdk::Host& host, const sdk::Options& options,

@@ -17,6 +17,7 @@
 
 #include "async_sgd_options.hpp"
 #include "tessera/sdk/comm_view.hpp"
+#include "tessera/sdk/estimate.hpp"
 #include "tessera/sdk/flat_params.hpp"
 #include "tessera/sdk/replicated_params.hpp"
 #include "tessera/sdk/strategy.hpp"
@@ -29,6 +30,15 @@ class AsyncSgdStrategy final : public sdk::Strategy {
  public:
   // Refuses what AsyncSgdOptions::read refuses for `world_size` ranks.
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
+
+  // The estimate (strategy 2.3; docs/strategies/async_sgd.md, "Memory and
+  // traffic"): the categories of the largest rank (a worker, or a server
+  // whose message buffers outgrow it), the busier one's bytes sent per
+  // step, a worker's FLOPs. Refuses what
+  // check() refuses. (The `auto` selector never proposes async_sgd: it is
+  // not exact.)
+  static sdk::Estimate estimate(const sdk::Host& host, const sdk::Options& options,
+                                const sdk::EstimateArgs& args);
 
   // Collective: splits the world once into the communicator the pushes and
   // replies travel on (every rank, same order). A server allocates its
