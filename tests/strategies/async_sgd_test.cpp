@@ -109,6 +109,17 @@ TEST(AsyncSgdTraining, SlowWorkerBoundsTheLead) {
   EXPECT_LE(lead, 2) << log;
 }
 
+// A server that fails (here: the NaN gradients of a learning rate of
+// 1e30, refused by its clipping) fails the run with its own error; the
+// workers waiting for its replies are released, and nothing hangs.
+TEST(AsyncSgdTraining, AFailingServerFailsTheRun) {
+  RunSpec s = async_spec("mlp", 1, 2, 4, "sgd");
+  s.lr = 1e30;
+  s.grad_clip = 0;
+  const std::string msg = error_of([&] { (void)run(s); });
+  expect_mentions(msg, {"rank 0", "async_sgd", "NaN"});
+}
+
 TEST(AsyncSgdOptions, BadOptionsAreRefused) {
   std::string msg = refusal(async_spec("mlp", 2, 0, 0));
   expect_mentions(msg, {"async_sgd", "servers", "2"});

@@ -12,9 +12,13 @@
 // may arrive while the server is still in step t, and which step the host
 // runs next without a collective in between is something no rank knows.
 // The receives stay on the strategy's own communicator, where the host
-// posts nothing; the destructor finishes them (each worker that stepped
-// sends its servers one stop message). This is the one exception to
-// "no operation pending when a call returns" (docs/strategies/async_sgd.md).
+// posts nothing. This is the one exception to "no operation pending when a
+// call returns" (docs/strategies/async_sgd.md). At the end of a run each
+// worker that stepped sends each server one stop message, which the
+// receive posted for its next push takes; the server's destructor waits
+// for them. A rank whose step fails, or that is destroyed while an
+// exception unwinds (the host failed on it), aborts the communicator
+// instead, with its error, so that no peer waits for it until the timeout.
 #include "async_sgd_strategy.hpp"
 
 #include <algorithm>
@@ -37,6 +41,7 @@ constexpr int32_t kReplyTag = 2;
 // After the shard: the step's number (its int64 bits in two floats), the
 // step's learning rate.
 constexpr uint64_t kHeader = 3;
+// The step number of a worker's stop message.
 constexpr int64_t kStopStep = -1;
 
 void write_header(std::span<float> header, int64_t step, float lr) {
@@ -153,12 +158,13 @@ AsyncSgdStrategy::AsyncSgdStrategy(const sdk::Host& host, const sdk::Options& op
 }
 
 AsyncSgdStrategy::~AsyncSgdStrategy() {
-  // A worker's stop message matches the receive its servers posted for its
-  // next push; a failed send only means the server is gone.
-  if (!is_server() && stepped_) {
+  if (failed_ || std::uncaught_exceptions() > 0) {
+    abort_messages(
+        ::tessera::detail::concat("async_sgd: rank ", env_.rank(), " stopped on an error"));
+  } else if (!is_server() && stepped_) {
     for (int32_t k = 0; k < options_.servers; ++k) {
       try {
-        std::span<float> out = push_out_[static_cast<size_t>(k)].span();
+        const std::span<float> out = push_out_[static_cast<size_t>(k)].span();
         std::fill(out.begin(), out.end(), 0.0f);
         write_header(out.subspan(static_cast<size_t>(shard_size_)), kStopStep, 0.0f);
         ps_->send(std::span<const float>(out), k, kPushTag);
@@ -172,8 +178,10 @@ AsyncSgdStrategy::~AsyncSgdStrategy() {
     try {
       push_ops_[i].wait(host_);
     } catch (const std::exception& e) {
-      host_.warn("async_sgd: server ", env_.rank(), ": the receive for worker rank ",
-                 static_cast<int32_t>(i) + options_.servers, " ended with: ", e.what());
+      if (!failed_) {
+        host_.warn("async_sgd: server ", env_.rank(), ": the receive for worker rank ",
+                   static_cast<int32_t>(i) + options_.servers, " ended with: ", e.what());
+      }
     }
   }
   for (sdk::PendingOp& op : reply_ops_) {
@@ -182,6 +190,10 @@ AsyncSgdStrategy::~AsyncSgdStrategy() {
     } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): reported by the step
     }
   }
+}
+
+void AsyncSgdStrategy::abort_messages(const std::string& reason) noexcept {
+  ps_->api()->comm_abort(ps_->raw(), reason.c_str());
 }
 
 void AsyncSgdStrategy::load(const sdk::StateReader& reader) {
@@ -199,9 +211,24 @@ sdk::StepResult AsyncSgdStrategy::step(const sdk::StepArgs& args) {
     std::this_thread::sleep_for(std::chrono::milliseconds(options_.delay_ms));
   }
   const sdk::CommMeter meter({ps_.get()});
-  sdk::StepResult result = is_server() ? server_step(args) : worker_step(args);
+  sdk::StepResult result;
+  try {
+    result = is_server() ? server_step(args) : worker_step(args);
+  } catch (const std::exception& e) {
+    fail(e);
+    throw;
+  }
   meter.add_to(result);
   return result;
+}
+
+void AsyncSgdStrategy::fail(const std::exception& e) noexcept {
+  failed_ = true;
+  try {
+    abort_messages(
+        ::tessera::detail::concat("async_sgd: rank ", env_.rank(), " failed: ", e.what()));
+  } catch (...) {  // NOLINT(bugprone-empty-catch): only allocation can fail here
+  }
 }
 
 sdk::StepResult AsyncSgdStrategy::worker_step(const sdk::StepArgs& args) {
@@ -225,8 +252,13 @@ sdk::StepResult AsyncSgdStrategy::worker_step(const sdk::StepArgs& args) {
     sends.push_back(ps_->start_send(std::span<const float>(out), k, kPushTag));
     recvs.push_back(ps_->start_recv(params.subspan(k * s, s), k, kReplyTag));
   }
-  for (sdk::PendingOp& op : sends) op.wait(host_);
-  for (sdk::PendingOp& op : recvs) op.wait(host_);
+  try {
+    for (sdk::PendingOp& op : sends) op.wait(host_);
+    for (sdk::PendingOp& op : recvs) op.wait(host_);
+  } catch (const std::exception& e) {
+    fail(e);  // the operations still pending fail at once
+    throw;
+  }
   return result;
 }
 

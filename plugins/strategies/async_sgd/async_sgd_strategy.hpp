@@ -12,7 +12,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "async_sgd_options.hpp"
@@ -47,7 +49,9 @@ class AsyncSgdStrategy final : public sdk::Strategy {
   // (PARAMS, GRADS) and one push buffer per server (COMM).
   AsyncSgdStrategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env);
   // Finishes the receives a server keeps posted for the workers' next
-  // pushes: each worker that stepped sends its servers a stop message.
+  // pushes: each worker that stepped sends its servers a stop message, and
+  // the servers wait for them. After a failed step, or while an exception
+  // unwinds, the rank aborts the strategy's communicator instead.
   ~AsyncSgdStrategy() override;
   AsyncSgdStrategy(const AsyncSgdStrategy&) = delete;
   AsyncSgdStrategy& operator=(const AsyncSgdStrategy&) = delete;
@@ -82,6 +86,12 @@ class AsyncSgdStrategy final : public sdk::Strategy {
   // optimizer update, clipped by its own norm.
   void apply(std::span<float> grad, int64_t update, float lr, double max_grad_norm);
   void post_push_receive(int32_t w);
+  // Aborts the strategy's communicator: every operation on it, pending or
+  // later, fails on every rank with `reason`.
+  void abort_messages(const std::string& reason) noexcept;
+  // After this rank's step failed with `e`: aborts the communicator with
+  // e's message, so that no peer waits for this rank until its timeout.
+  void fail(const std::exception& e) noexcept;
 
   sdk::Host host_;
   sdk::StrategyEnv& env_;
@@ -114,6 +124,8 @@ class AsyncSgdStrategy final : public sdk::Strategy {
   int64_t max_lead_ = 0;                            // largest k - min clock of a reply
   double max_grad_norm_ = 0;                        // of the step being served
   bool serving_ = false;                            // receives posted
+
+  bool failed_ = false;  // a step failed on this rank (the communicator is aborted)
 };
 
 }  // namespace tessera::strategies
