@@ -14,6 +14,11 @@
 #                        sleeping DELAY_MS per step: synchronous SGD with a
 #                        straggler, what ddp does with one
 #   async s=4 slowed     the same at staleness 4
+#   async s=0 rotating   both workers slowed in turn: world rank 1 sleeps
+#                        DELAY_MS at even steps, rank 2 at odd ones
+#                        (delay_every = 2), so every step has a straggler
+#                        and each worker is one every other step
+#   async s=4 rotating   the same at staleness 4
 # Printed per row: the mean step time of the slowest rank over the run
 # (the host's summary), the steps per second it makes, and the final loss.
 set -euo pipefail
@@ -59,4 +64,10 @@ for backend in inmemory gloo; do
     "${slowed[@]}"
   row "${backend}" "async s=4 slowed" 3 "${async[@]}" --set 'strategy.options.staleness=4' \
     "${slowed[@]}"
+  rotating=(--set "strategy.options.delay_ms=${delay}" --set 'strategy.options.delay_ranks="1,2"'
+            --set 'strategy.options.delay_every=2')
+  row "${backend}" "async s=0 rotating" 3 "${async[@]}" --set 'strategy.options.staleness=0' \
+    "${rotating[@]}"
+  row "${backend}" "async s=4 rotating" 3 "${async[@]}" --set 'strategy.options.staleness=4' \
+    "${rotating[@]}"
 done

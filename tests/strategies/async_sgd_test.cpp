@@ -109,6 +109,20 @@ TEST(AsyncSgdTraining, SlowWorkerBoundsTheLead) {
   EXPECT_LE(lead, 2) << log;
 }
 
+// Both workers slowed in turn (delay_every = 2: world rank 1 at even
+// steps, rank 2 at odd ones): the run completes within the same bound.
+TEST(AsyncSgdTraining, RotatingSlowdownBoundsTheLead) {
+  RunSpec s =
+      async_spec("mlp", 1, 2, 2, "sgd", "delay_ms = 5\ndelay_ranks = \"1,2\"\ndelay_every = 2\n");
+  s.steps = 12;
+  train::RunResult result;
+  const std::string log = debug_log_of(s, "strategy.async_sgd", &result);
+  EXPECT_EQ(result.last_step, 12);
+  const int64_t lead = max_lead(log);
+  ASSERT_GE(lead, 0) << log;
+  EXPECT_LE(lead, 2) << log;
+}
+
 // A server that fails (here: the NaN gradients of a learning rate of
 // 1e30, refused by its clipping) fails the run with its own error; the
 // workers waiting for its replies are released, and nothing hangs.
@@ -131,6 +145,8 @@ TEST(AsyncSgdOptions, BadOptionsAreRefused) {
   expect_mentions(msg, {"delay_ranks", "3"});
   msg = refusal(async_spec("mlp", 1, 2, 0, "sgd", "delay_ms = -5\n"));
   expect_mentions(msg, {"delay_ms", "-5"});
+  msg = refusal(async_spec("mlp", 1, 2, 0, "sgd", "delay_every = 0\n"));
+  expect_mentions(msg, {"async_sgd", "delay_every", "0"});
 }
 
 // Staleness 0 trains as ddp does, so a checkpoint of one continues under

@@ -26,6 +26,10 @@ inline constexpr tessera_option_decl kAsyncSgdOptions[] = {
      "on the ranks of delay_ranks"},
     {"delay_ranks", TESSERA_OPT_STRING, "",
      "world ranks that sleep delay_ms per step, comma-separated (\"1\", \"1,3\"); empty: none"},
+    {"delay_every", TESSERA_OPT_INT, "1",
+     "with delay_ms: the i-th rank of delay_ranks sleeps only at the steps t with t % "
+     "delay_every == i % delay_every (1: every step), so slowdowns can come and go, or move "
+     "from rank to rank"},
     sdk::kActivationCheckpointingOption,
 };
 
@@ -34,13 +38,14 @@ struct AsyncSgdOptions {
   int64_t staleness = 4;
   int64_t delay_ms = 0;
   std::vector<int32_t> delay_ranks;  // sorted, distinct world ranks
+  int64_t delay_every = 1;
   int64_t activation_checkpointing = 0;
 
   // Reads and checks the options for a world of `world_size` ranks.
   // Throws tessera::Error (invalid argument) naming the strategy, the
   // option and its value when servers < 1 or the world has no rank left
   // for a worker (world_size < servers + 1), staleness or delay_ms is
-  // negative, or delay_ranks is not a comma-separated list of ranks in
+  // negative, delay_every is below 1, or delay_ranks is not a comma-separated list of ranks in
   // [0, world_size).
   static AsyncSgdOptions read(const sdk::Options& options, int32_t world_size) {
     AsyncSgdOptions o;
@@ -61,6 +66,10 @@ struct AsyncSgdOptions {
     TESSERA_CHECK(o.delay_ms >= 0, TESSERA_ERR_INVALID_ARGUMENT,
                   "async_sgd: option 'delay_ms' = ", o.delay_ms, " must be >= 0");
     o.delay_ranks = parse_ranks(options.get_string("delay_ranks"), world_size);
+    o.delay_every = options.get_int("delay_every");
+    TESSERA_CHECK(o.delay_every >= 1, TESSERA_ERR_INVALID_ARGUMENT,
+                  "async_sgd: option 'delay_every' = ", o.delay_every,
+                  " must be >= 1 (1: the delayed ranks sleep at every step)");
     o.activation_checkpointing = sdk::read_activation_checkpointing(options, "async_sgd");
     return o;
   }

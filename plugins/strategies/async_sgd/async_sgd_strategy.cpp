@@ -206,8 +206,11 @@ void AsyncSgdStrategy::load(const sdk::StateReader& reader) {
 }
 
 sdk::StepResult AsyncSgdStrategy::step(const sdk::StepArgs& args) {
-  if (std::binary_search(options_.delay_ranks.begin(), options_.delay_ranks.end(), env_.rank()) &&
-      options_.delay_ms > 0) {
+  const auto delayed =
+      std::lower_bound(options_.delay_ranks.begin(), options_.delay_ranks.end(), env_.rank());
+  if (options_.delay_ms > 0 && delayed != options_.delay_ranks.end() && *delayed == env_.rank() &&
+      args.step % options_.delay_every ==
+          (delayed - options_.delay_ranks.begin()) % options_.delay_every) {
     std::this_thread::sleep_for(std::chrono::milliseconds(options_.delay_ms));
   }
   const sdk::CommMeter meter({ps_.get()});
