@@ -238,6 +238,14 @@ int run_elastic(const LaunchArgs& args, const LaunchTopology& planned, SignalPip
         round->round, round->nodes, round->nodes == 1 ? "" : "s", args.nnodes, round->node,
         t.nnodes * t.nproc_per_node, first, first + t.nproc_per_node - 1, t.master_addr,
         t.master_port, settings.max_restarts - round->round, settings.max_restarts));
+    if (!round->left.empty()) {
+      launcher_message(fmt::format("elastic: gone since round {}: {}", round->round - 1,
+                                   fmt::join(round->left, ", ")));
+    }
+    if (!round->joined.empty()) {
+      launcher_message(fmt::format("elastic: new since round {}: {}", round->round - 1,
+                                   fmt::join(round->joined, ", ")));
+    }
 
     RankSupervisor supervisor;
     start_ranks(supervisor, args, t,

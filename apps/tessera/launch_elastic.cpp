@@ -159,6 +159,9 @@ pid_t start_store_process(const std::string& host, int port,
 
 ElasticRendezvous::ElasticRendezvous(ElasticSettings settings, Log log)
     : settings_(std::move(settings)), log_(std::move(log)) {
+  std::array<char, 256> host{};
+  if (::gethostname(host.data(), host.size() - 1) != 0) host[0] = '\0';
+  id_ = fmt::format("{} pid {}", host.data(), ::getpid());
   const pid_t store =
       start_store_process(settings_.master_addr, settings_.master_port, settings_.join_timeout);
   if (store > 0) {
@@ -186,6 +189,7 @@ std::optional<RoundAssignment> ElasticRendezvous::join(const Interrupted& interr
     const auto arrival = static_cast<int>(client_->add(key(round, "joined"), 1));
     client_->set(key(round, fmt::format("nproc/{}", arrival - 1)),
                  bytes(std::to_string(settings_.nproc_per_node)));
+    client_->set(key(round, fmt::format("launcher/{}", arrival - 1)), bytes(id_));
 
     // The round closes at MAX nodes, or `last_call` after the count last
     // grew once it is at least MIN; whoever sees that first closes it.
@@ -260,7 +264,36 @@ std::optional<RoundAssignment> ElasticRendezvous::join(const Interrupted& interr
     a.topology.master_addr = master.substr(0, colon);
     a.topology.master_port = whole_number(master.substr(colon + 1)).value_or(0);
     a.topology.run_id = fmt::format("{}-r{}", settings_.run_id, round);
+    compare_with_previous(a);
     return a;
+  }
+}
+
+std::vector<std::string> ElasticRendezvous::launchers(int round, int nodes) {
+  std::vector<std::string> ids;
+  for (int k = 0; k < nodes; ++k) {
+    ids.push_back(text(
+        client_->get(key(round, fmt::format("launcher/{}", k)), settings_.join_timeout.count())));
+  }
+  return ids;
+}
+
+void ElasticRendezvous::compare_with_previous(RoundAssignment& a) {
+  if (a.round == 0) return;
+  const std::vector<std::string> now = launchers(a.round, a.nodes);
+  const int before_nodes =
+      whole_number(text(client_->get(key(a.round - 1, "closed"), settings_.join_timeout.count())))
+          .value_or(0);
+  const std::vector<std::string> before = launchers(a.round - 1, before_nodes);
+  for (size_t k = 0; k < before.size(); ++k) {
+    if (std::find(now.begin(), now.end(), before[k]) == now.end()) {
+      a.left.push_back(fmt::format("node {} ({})", k, before[k]));
+    }
+  }
+  for (size_t k = 0; k < now.size(); ++k) {
+    if (std::find(before.begin(), before.end(), now[k]) == before.end()) {
+      a.joined.push_back(fmt::format("node {} ({})", k, now[k]));
+    }
   }
 }
 

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "launch_env.hpp"
 
@@ -44,6 +45,11 @@ struct RoundAssignment {
   int node = 0;             // this launcher's index in the round (GROUP_RANK)
   int nodes = 1;            // launchers in the round
   LaunchTopology topology;  // what its ranks are told (MASTER_* of the round)
+  // Against the round before (empty in round 0): its launchers that are not
+  // in this round, and this round's that were not in it, as "node K (host
+  // pid P)" with K the node index in the round they were in.
+  std::vector<std::string> left;
+  std::vector<std::string> joined;
 };
 
 // One launcher's side of the rendezvous. The first launcher on the master
@@ -90,9 +96,14 @@ class ElasticRendezvous {
   // run finished). Returns false when the run finished or `interrupted`.
   bool await_next_round(int round, const Interrupted& interrupted);
   int64_t current_round();
+  // The launcher ids ("host pid P") of nodes 0 .. nodes-1 of `round`.
+  std::vector<std::string> launchers(int round, int nodes);
+  // Fills a.left and a.joined.
+  void compare_with_previous(RoundAssignment& a);
 
   ElasticSettings settings_;
   Log log_;
+  std::string id_;  // this launcher: "host pid P"
   std::unique_ptr<backend_store::TcpStoreClient> client_;
 };
 

@@ -130,6 +130,11 @@ TEST_F(ElasticLaunch, LostNodeRestartsTheOthersAtWorldTwoFromTheCheckpoint) {
     if (node_log_has(l, "serving the rendezvous store")) lost = &l;
   }
   ASSERT_NE(lost, nullptr) << node_logs(launchers);
+  std::smatch node;
+  const std::string lost_log = read_text(lost->log);
+  ASSERT_TRUE(
+      std::regex_search(lost_log, node, std::regex("round 0: 3 nodes .*this is node ([0-2])")))
+      << lost_log;
   lost->process->signal(SIGKILL);
 
   for (ElasticNode& l : launchers) {
@@ -140,6 +145,8 @@ TEST_F(ElasticLaunch, LostNodeRestartsTheOthersAtWorldTwoFromTheCheckpoint) {
     EXPECT_TRUE(node_log_has(l, "restarting on the nodes left (restart 1 of 1)"))
         << node_logs(launchers);
     EXPECT_TRUE(node_log_has(l, "round 1: 2 nodes")) << node_logs(launchers);
+    EXPECT_TRUE(node_log_has(l, "elastic: gone since round 0: node " + node[1].str() + " ("))
+        << node_logs(launchers);
     EXPECT_TRUE(node_log_has(l, "round 1 finished on this node")) << node_logs(launchers);
   }
   (void)lost->process->wait(std::chrono::seconds(10));
@@ -208,6 +215,8 @@ TEST_F(ElasticLaunch, LateNodeJoinsAtTheNextRestart) {
     const ChildExit exit = l.process->wait(kElasticLimit);
     ASSERT_TRUE(exit.ok()) << l.tag << " " << exit.describe() << node_logs(launchers);
     EXPECT_TRUE(node_log_has(l, "round 1: 3 nodes")) << node_logs(launchers);
+    EXPECT_TRUE(node_log_has(l, "elastic: new since round 0: node ")) << node_logs(launchers);
+    EXPECT_FALSE(node_log_has(l, "gone since round 0")) << node_logs(launchers);
     EXPECT_TRUE(node_log_has(l, "round 1 finished on this node")) << node_logs(launchers);
   }
   EXPECT_TRUE(std::filesystem::exists(ckpt / train::checkpoint_dir_name(kElasticSteps)))
