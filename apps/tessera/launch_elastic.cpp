@@ -271,6 +271,7 @@ std::optional<RoundAssignment> ElasticRendezvous::join(const Interrupted& interr
 
 std::vector<std::string> ElasticRendezvous::launchers(int round, int nodes) {
   std::vector<std::string> ids;
+  ids.reserve(static_cast<size_t>(std::max(nodes, 0)));
   for (int k = 0; k < nodes; ++k) {
     ids.push_back(text(
         client_->get(key(round, fmt::format("launcher/{}", k)), settings_.join_timeout.count())));
