@@ -591,6 +591,10 @@ inline sdk::Estimate PipelineEngine::estimate_for(const PipelineOptions& o,
         const int64_t grad = per_micro(model.unit(plan.begin(c) - 1).output_bytes) / out_div;
         e.bytes[0] += m * (grad + 8);
         e.messages[0] += 2 * static_cast<int64_t>(m);
+        // The gradient back waits in a copy the same way when the previous
+        // stage has not asked for it yet (it is busy with another
+        // micro-batch): one message per boundary.
+        e.memory[TESSERA_MEM_COMM] += grad + 8;
       }
     }
     for (const int64_t b : e.memory) e.sum += b;
