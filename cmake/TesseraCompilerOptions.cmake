@@ -14,7 +14,8 @@ endfunction()
 
 if(TESSERA_SANITIZE)
   string(REPLACE ";" "," _tessera_san "${TESSERA_SANITIZE}")
-  add_compile_options(-fsanitize=${_tessera_san} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  add_compile_options(
+    "$<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=${_tessera_san};-fno-omit-frame-pointer;-fno-sanitize-recover=all>")
   add_link_options(-fsanitize=${_tessera_san})
   message(STATUS "Tessera: sanitizers ${_tessera_san}")
 endif()
@@ -22,7 +23,8 @@ endif()
 # __FILE__ (in the location TESSERA_CHECK appends to its messages) relative
 # to the source tree, so messages and binaries carry no path of the build
 # machine.
-add_compile_options(-fmacro-prefix-map=${PROJECT_SOURCE_DIR}/=)
+# (C and C++ only: nvcc, for the CUDA units, has no such flag.)
+add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:-fmacro-prefix-map=${PROJECT_SOURCE_DIR}/=>")
 
 # Unity builds (CMAKE_UNITY_BUILD=ON, which scripts/common.sh passes): the
 # generated unity sources #include the .cpp files, and clang-tidy, which

@@ -82,6 +82,22 @@ void read_run(Section s, RunSection& run) {
                   std::to_string(threads));
     run.threads_per_rank = static_cast<int>(threads);
   }
+  std::string device;
+  if (s.read("device", device)) {
+    s.require("device", device == "cpu" || device == "cuda",
+              "must be \"cpu\" or \"cuda\"; got '" + device + "'");
+    run.device = device == "cuda" ? ComputeDevice::cuda : ComputeDevice::cpu;
+  }
+  std::string precision;
+  if (s.read("precision", precision)) {
+    s.require("precision", precision == "f32" || precision == "bf16",
+              "must be \"f32\" or \"bf16\"; got '" + precision + "'" +
+                  (precision == "f16" ? " (f16, which needs loss scaling, is not built yet)" : ""));
+    run.precision = precision == "bf16" ? ComputePrecision::bf16 : ComputePrecision::f32;
+    s.require("precision",
+              run.precision == ComputePrecision::f32 || run.device == ComputeDevice::cuda,
+              "\"bf16\" needs run.device = \"cuda\" (the CPU units compute in f32)");
+  }
 }
 
 // Paths written in the file are relative to the file's directory; paths

@@ -76,6 +76,12 @@ std::string to_toml(const Config& c) {
   if (c.run.memory_per_rank > 0) w.text("memory_per_rank", std::to_string(c.run.memory_per_rank));
   // 0 (the default) is the key left out.
   if (c.run.threads_per_rank > 0) w.integer("threads_per_rank", c.run.threads_per_rank);
+  if (c.run.device != ComputeDevice::cpu) {
+    w.text("device", std::string(compute_device_name(c.run.device)));
+  }
+  if (c.run.precision != ComputePrecision::f32) {
+    w.text("precision", std::string(compute_precision_name(c.run.precision)));
+  }
 
   w.section("plugins");
   std::vector<std::string> paths;

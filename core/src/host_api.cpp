@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <new>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <variant>
 
 #include "tessera/core/data/batch.hpp"
+#include "tessera/core/device.hpp"
 #include "tessera/core/logging.hpp"
 #include "tessera/core/memory.hpp"
 #include "tessera/core/options.hpp"
@@ -195,6 +198,58 @@ std::atomic<int> g_intra_op_threads{1};
 
 int32_t host_intra_op_threads(void* /*ctx*/) noexcept { return intra_op_threads(); }
 
+void host_compute_device(void* /*ctx*/, tessera_device* out) noexcept {
+  if (out == nullptr) return;
+  const bool cuda = run_device() == ComputeDevice::cuda;
+  *out = tessera_device{cuda ? TESSERA_DEVICE_CUDA : TESSERA_DEVICE_CPU,
+                        cuda ? rank_device_ordinal() : 0};
+}
+
+tessera_dtype host_compute_precision(void* /*ctx*/) noexcept {
+  return run_precision() == ComputePrecision::bf16 ? TESSERA_BF16 : TESSERA_F32;
+}
+
+constexpr std::size_t kHostAlignment = 64;
+
+void* host_mem_alloc(void* ctx, uint64_t bytes) noexcept {
+  const std::size_t size = std::max<std::size_t>(static_cast<std::size_t>(bytes), 1);
+  if (run_device() != ComputeDevice::cuda) {
+    void* ptr = ::operator new (size, std::align_val_t{kHostAlignment}, std::nothrow);
+    if (ptr == nullptr) {
+      host_set_error(ctx, TESSERA_ERR_OUT_OF_MEMORY,
+                     ("mem_alloc: cannot allocate " + std::to_string(bytes) + " B").c_str());
+      return nullptr;
+    }
+    std::memset(ptr, 0, size);
+    return ptr;
+  }
+  std::string error;
+  void* ptr = device::managed_alloc(rank_device_ordinal(), size, error);
+  if (ptr == nullptr)
+    host_set_error(ctx, TESSERA_ERR_OUT_OF_MEMORY, ("mem_alloc: " + error).c_str());
+  return ptr;
+}
+
+// Frees by what the pointer is, so memory of a CUDA run may outlive it.
+void host_mem_free(void* /*ctx*/, void* ptr, uint64_t /*bytes*/) noexcept {
+  if (ptr == nullptr) return;
+  int32_t ordinal = 0;
+  if (device::cuda_pointer(ptr, ordinal)) {
+    device::managed_free(ptr);
+  } else {
+    ::operator delete (ptr, std::align_val_t{kHostAlignment});
+  }
+}
+
+void host_pointer_device(void* /*ctx*/, const void* ptr, tessera_device* out) noexcept {
+  if (out == nullptr) return;
+  *out = tessera_device{TESSERA_DEVICE_CPU, 0};
+  int32_t ordinal = 0;
+  if (run_device() == ComputeDevice::cuda && device::cuda_pointer(ptr, ordinal)) {
+    *out = tessera_device{TESSERA_DEVICE_CUDA, ordinal};
+  }
+}
+
 }  // namespace
 
 int intra_op_threads() noexcept { return g_intra_op_threads.load(std::memory_order_relaxed); }
@@ -222,6 +277,11 @@ HostContext::HostContext(const std::string& logger_name) : logger_(get_logger(lo
   api_.batch_examples = &host_batch_examples;
   api_.batch_tensor = &host_batch_tensor;
   api_.intra_op_threads = &host_intra_op_threads;
+  api_.compute_device = &host_compute_device;
+  api_.mem_alloc = &host_mem_alloc;
+  api_.mem_free = &host_mem_free;
+  api_.pointer_device = &host_pointer_device;
+  api_.compute_precision = &host_compute_precision;
 }
 
 std::string take_thread_error() {

@@ -74,6 +74,14 @@ TEST(ConfigErrors, RangesAreCheckedWithTheLine) {
             "run.toml:2: 'run.threads_per_rank' must be >= 1, got 0");
   EXPECT_EQ(config_error("[run]\nthreads_per_rank = 5000\n"),
             "run.toml:2: 'run.threads_per_rank' must be at most 1024; got 5000");
+  EXPECT_EQ(config_error("[run]\ndevice = \"gpu\"\n"),
+            "run.toml:2: 'run.device' must be \"cpu\" or \"cuda\"; got 'gpu'");
+  EXPECT_EQ(config_error("[run]\ndevice = \"cuda\"\nprecision = \"f16\"\n"),
+            "run.toml:3: 'run.precision' must be \"f32\" or \"bf16\"; got 'f16' (f16, which "
+            "needs loss scaling, is not built yet)");
+  EXPECT_EQ(config_error("[run]\nprecision = \"bf16\"\n"),
+            "run.toml:2: 'run.precision' \"bf16\" needs run.device = \"cuda\" (the CPU units "
+            "compute in f32)");
   EXPECT_EQ(config_error("[backend]\ntimeout_s = 0\n"),
             "run.toml:2: 'backend.timeout_s' must be > 0.0, got 0.0");
   EXPECT_EQ(config_error("[data]\nbatch_size = 0\n"),

@@ -21,6 +21,8 @@ log_every = 10
 metrics = "runs/metrics.jsonl"
 log_level = "debug"
 threads_per_rank = 3
+device = "cuda"
+precision = "bf16"
 
 [plugins]
 paths = ["./plugins.d", "/opt/tessera/plugins"]
@@ -85,6 +87,8 @@ TEST(Config, FullConfigReadsEveryKey) {
   EXPECT_EQ(c.run.metrics, "runs/metrics.jsonl");
   EXPECT_EQ(c.run.log_level, "debug");
   EXPECT_EQ(c.run.threads_per_rank, 3);
+  EXPECT_EQ(c.run.device, ComputeDevice::cuda);
+  EXPECT_EQ(c.run.precision, ComputePrecision::bf16);
   ASSERT_EQ(c.plugins.paths.size(), 2u);
   EXPECT_EQ(c.plugins.paths[0], std::filesystem::path("./plugins.d"));  // parse_config: as written
   EXPECT_EQ(c.plugins.paths[1], std::filesystem::path("/opt/tessera/plugins"));

@@ -338,6 +338,14 @@ std::vector<std::string> describe_run(const PreparedRun& run, const Config& conf
     lines.push_back("checkpoint.resume: no checkpoint in '" + config.checkpoint.dir +
                     "' yet, starting from step 1");
   }
+  if (config.run.device == ComputeDevice::cuda) {
+    lines.emplace_back("device: cuda (each rank on the CUDA device of its LOCAL_RANK)");
+  }
+  if (config.run.precision == ComputePrecision::bf16) {
+    lines.emplace_back(
+        "precision: bf16 (matrix products on bfloat16 inputs, accumulated in f32; f32 "
+        "parameters, gradients and optimizer state)");
+  }
   if (!p.init_file.empty()) {
     lines.push_back("initial weights: " + p.init_file.string());
   } else {

@@ -17,6 +17,7 @@
 #include "prepared_run.hpp"
 #include "run_fingerprint.hpp"
 #include "tessera/core/comm.hpp"
+#include "tessera/core/device.hpp"
 #include "tessera/core/host_api.hpp"
 #include "tessera/core/logging.hpp"
 #include "tessera/core/memory.hpp"
@@ -58,9 +59,20 @@ RunLogOptions log_options(const Config& config, const PreparedRun& run, const Ru
   return o;
 }
 
+// The CPU's sgemm rate for MFU, or 0 (no MFU) on a CUDA run.
+double host_gemm_rate(int threads) {
+  return run_device() == ComputeDevice::cuda ? 0.0 : measure_gemm_rate(threads);
+}
+
 // "compute: 2 threads per rank (2 cores / 1 local rank), sgemm 160.2
 // GFLOP/s per rank (measured), model 10.94 GFLOP per step"
 std::string compute_line(const RunPlan& plan, double gemm_rate) {
+  if (run_device() == ComputeDevice::cuda) {
+    return fmt::format(
+        "compute: one CUDA device per rank (its LOCAL_RANK), model {:.2f} GFLOP per step (no MFU: "
+        "the device's peak is not measured)",
+        plan.model_flops_per_step / 1e9);
+  }
   return fmt::format(
       "compute: {} thread{} per rank ({}), sgemm {:.1f} GFLOP/s per rank (measured at start), "
       "model {:.2f} GFLOP per step",
@@ -147,7 +159,7 @@ RankOutput run_process_rank(Backend& backend, const RankShared& shared, const Ru
       if (rank == 0 && !config.checkpoint.dir.empty()) dir_lock.emplace(config.checkpoint.dir);
       MemoryTracker::instance().reset(world);
       // Every rank measures its own peak (the ranks of a node at once).
-      const double gemm_rate = measure_gemm_rate(run.plan.threads_per_rank);
+      const double gemm_rate = host_gemm_rate(run.plan.threads_per_rank);
       std::optional<RunLog> log;
       if (rank == 0) {
         log.emplace(log_options(config, *shared.run, options));
@@ -171,6 +183,9 @@ RankOutput run_process_rank(Backend& backend, const RankShared& shared, const Ru
 
 RunResult run_training(const Config& config, const PluginRegistry& registry,
                        const RunOptions& options) {
+  // The device first: a CUDA run without a device stops before any plugin
+  // is built, and the model builds its units for the device.
+  const RunDeviceGuard device(config.run.device, config.run.precision);
   PreparedRun run = detail::prepare_run(config, registry);
   // Every plugin of this process reads it through the host table.
   const IntraOpThreadsGuard intra_op(run.plan.threads_per_rank);
@@ -190,7 +205,7 @@ RunResult run_training(const Config& config, const PluginRegistry& registry,
   shared.fingerprint = detail::run_fingerprint(config, run.plan);
   shared.collect_final_state = options.collect_final_state;
   // Ranks as threads: measured once, before they start (one rank's threads).
-  if (backend->thread_ranks()) shared.gemm_rate = measure_gemm_rate(run.plan.threads_per_rank);
+  if (backend->thread_ranks()) shared.gemm_rate = host_gemm_rate(run.plan.threads_per_rank);
 
   std::vector<RankOutput> outputs;
   if (backend->thread_ranks()) {

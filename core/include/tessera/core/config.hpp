@@ -13,6 +13,8 @@
 
 #include <toml++/toml.h>
 
+#include "tessera/core/device.hpp"
+
 namespace tessera {
 
 // A plugin selection: its name and its own options sub-table (checked later
@@ -38,6 +40,10 @@ struct RunSection {
   // Threads for one operation of a rank (intra-op parallelism); 0: the
   // cores this process may use divided by the ranks on this node.
   int threads_per_rank = 0;
+  // Where each rank computes: the CPU, or a CUDA device per rank.
+  ComputeDevice device = ComputeDevice::cpu;
+  // The dtype of the models' matrix products; bf16 needs device = cuda.
+  ComputePrecision precision = ComputePrecision::f32;
 };
 
 struct PluginsSection {

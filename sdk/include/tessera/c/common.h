@@ -34,9 +34,11 @@ extern "C" {
  *   1.2  (no shared change; was the version of the whole ABI)
  *   1.3  descriptor api_major/api_minor: per-kind interface versions;
  *        host option_int_list, batch_examples, batch_tensor
- *   1.4  host intra_op_threads */
+ *   1.4  host intra_op_threads
+ *   1.5  host compute_device, mem_alloc, mem_free, pointer_device,
+ *        compute_precision */
 #define TESSERA_ABI_MAJOR 1
-#define TESSERA_ABI_MINOR 4
+#define TESSERA_ABI_MINOR 5
 
 /* Marks the single symbol a plugin exports; everything else is hidden. */
 #if defined(_WIN32)

@@ -116,6 +116,33 @@ typedef struct tessera_host_api {
    * >= 1): a model splits a GEMM or an element-wise pass over this many
    * threads (tessera/sdk/intra_op.hpp). */
   int32_t (*intra_op_threads)(void* ctx);
+
+  /* ---- ABI 1.5 (check struct_size before use) ---- */
+
+  /* The device the calling rank computes on (run.device): CPU, or the CUDA
+   * device of this rank (its LOCAL_RANK, or its index among the ranks of
+   * this process, modulo the devices present). */
+  void (*compute_device)(void* ctx, tessera_device* out);
+
+  /* `bytes` of zeroed memory that both the host and the compute device can
+   * read and write: on a CUDA run, CUDA managed memory of the rank's device
+   * (so kernels use it in place and host code still may touch it); on CPU,
+   * ordinary memory aligned to 64 bytes. NULL if it cannot be had (a
+   * message is left with set_error). Free it with mem_free, giving the same
+   * size. Not accounted: report it with mem_track. */
+  void* (*mem_alloc)(void* ctx, uint64_t bytes);
+  void (*mem_free)(void* ctx, void* ptr, uint64_t bytes);
+
+  /* The device whose kernels may read `ptr` in place: CUDA (with its
+   * ordinal) for CUDA device or managed memory, CPU for everything else,
+   * including NULL and every pointer on a CPU run. */
+  void (*pointer_device)(void* ctx, const void* ptr, tessera_device* out);
+
+  /* The dtype of the models' matrix products on this run (run.precision):
+   * TESSERA_F32, or TESSERA_BF16 (each product's inputs rounded to
+   * bfloat16 and accumulated in f32). Parameters, gradients and optimizer
+   * state stay f32 either way (the master copy). */
+  tessera_dtype (*compute_precision)(void* ctx);
 } tessera_host_api;
 
 #ifdef __cplusplus

@@ -106,6 +106,10 @@ class CommView {
                   "strategy environment has no communicator");
     rank_ = api_->comm_rank(comm_);
     size_ = api_->comm_size(comm_);
+    // A CUDA run on a backend that takes CUDA buffers: the buffers kernels
+    // read in place go to it as CUDA buffers (see place()).
+    on_device_ = host_.compute_device().type == TESSERA_DEVICE_CUDA &&
+                 (api_->capabilities & TESSERA_BACKEND_CAP_CUDA_BUFFERS) != 0;
   }
   CommView(const CommView&) = delete;
   CommView& operator=(const CommView&) = delete;
@@ -138,12 +142,14 @@ class CommView {
   // Runs `args` to completion (all of it counted as wait).
   void run(tessera_coll_args args) {
     args.struct_size = sizeof args;
+    place(args);
     stats_.bytes_sent += bytes_sent(args);
     wait_timed([&] { return api_->post(comm_, &args, nullptr); }, coll_name(args.coll));
   }
   // Starts `args`; buffers must stay untouched until the op is waited on.
   [[nodiscard]] PendingOp start(tessera_coll_args args) {
     args.struct_size = sizeof args;
+    place(args);
     stats_.bytes_sent += bytes_sent(args);
     tessera_work* work = nullptr;
     detail::check_host_call(host_, api_->post(comm_, &args, &work), coll_name(args.coll));
@@ -259,6 +265,26 @@ class CommView {
   }
 
  private:
+  // On a CUDA run over a backend that takes CUDA buffers, buffers built as
+  // CPU ones (buffer()) whose memory the device reads in place (the host's
+  // managed memory, TrackedBuffer) go as CUDA buffers, so the backend works
+  // on them where they are. Send and receive stay CPU buffers when either
+  // is ordinary host memory (a backend takes both on one kind of device).
+  void place(tessera_coll_args& a) const noexcept {
+    if (!on_device_) return;
+    tessera_buffer* sides[] = {&a.send, &a.recv};
+    tessera_device device{TESSERA_DEVICE_CPU, 0};
+    for (tessera_buffer* b : sides) {
+      if (b->data == nullptr || b->count == 0) continue;
+      if (b->device.type != TESSERA_DEVICE_CPU) return;
+      const tessera_device d = host_.pointer_device(b->data);
+      if (d.type != TESSERA_DEVICE_CUDA) return;
+      device = d;
+    }
+    if (device.type != TESSERA_DEVICE_CUDA) return;
+    for (tessera_buffer* b : sides) b->device = device;
+  }
+
   template <typename Fn>
   void wait_timed(Fn&& fn, const char* what) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -279,6 +305,7 @@ class CommView {
   const tessera_backend_api* api_;
   tessera_comm* comm_;
   bool owned_;
+  bool on_device_ = false;
   int32_t rank_ = 0;
   int32_t size_ = 1;
   CommStats stats_;

@@ -59,6 +59,28 @@ class Host {
     return api_ != nullptr ? api_->thread_rank(api_->ctx) : TESSERA_RANK_UNKNOWN;
   }
 
+  // Whether the host has the device calls of ABI 1.5.
+  [[nodiscard]] bool has_devices() const noexcept {
+    return api_ != nullptr &&
+           api_->struct_size >= offsetof(tessera_host_api, compute_precision) + sizeof(void*);
+  }
+  // The device the calling rank computes on (CPU before host ABI 1.5).
+  [[nodiscard]] tessera_device compute_device() const noexcept {
+    tessera_device d{TESSERA_DEVICE_CPU, 0};
+    if (has_devices()) api_->compute_device(api_->ctx, &d);
+    return d;
+  }
+  // The dtype of the models' matrix products (F32 before host ABI 1.5).
+  [[nodiscard]] tessera_dtype compute_precision() const noexcept {
+    return has_devices() ? api_->compute_precision(api_->ctx) : TESSERA_F32;
+  }
+  // The device whose kernels read `ptr` in place (CPU before host ABI 1.5).
+  [[nodiscard]] tessera_device pointer_device(const void* ptr) const noexcept {
+    tessera_device d{TESSERA_DEVICE_CPU, 0};
+    if (has_devices()) api_->pointer_device(api_->ctx, ptr, &d);
+    return d;
+  }
+
  private:
   const tessera_host_api* api_;
 };

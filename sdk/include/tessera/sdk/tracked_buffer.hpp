@@ -7,7 +7,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <new>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -16,8 +19,55 @@
 
 namespace tessera::sdk {
 
+// Allocates what a rank's compute device reads in place: on a run whose
+// compute device is not the CPU, through the host's mem_alloc (host ABI
+// 1.5; CUDA managed memory, so kernels use the buffer where it is and host
+// code still reads and writes it); otherwise, and without a host, with
+// ordinary new. Decided once, when the allocator is made.
+template <typename T>
+class ComputeAllocator {
+ public:
+  using value_type = T;
+  using propagate_on_container_copy_assignment = std::true_type;
+  using propagate_on_container_move_assignment = std::true_type;
+  using propagate_on_container_swap = std::true_type;
+
+  ComputeAllocator() noexcept = default;
+  explicit ComputeAllocator(const tessera_host_api* host) noexcept
+      : host_(Host(host).compute_device().type != TESSERA_DEVICE_CPU ? host : nullptr) {}
+  template <typename U>
+  ComputeAllocator(
+      const ComputeAllocator<U>& other) noexcept  // NOLINT(google-explicit-constructor)
+      : host_(other.host()) {}
+
+  [[nodiscard]] T* allocate(size_t n) {
+    if (host_ == nullptr) return std::allocator<T>().allocate(n);
+    void* p = host_->mem_alloc(host_->ctx, static_cast<uint64_t>(n * sizeof(T)));
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t n) noexcept {
+    if (host_ == nullptr) {
+      std::allocator<T>().deallocate(p, n);
+    } else {
+      host_->mem_free(host_->ctx, p, static_cast<uint64_t>(n * sizeof(T)));
+    }
+  }
+  // The host that allocates, or null for ordinary memory.
+  [[nodiscard]] const tessera_host_api* host() const noexcept { return host_; }
+
+  template <typename U>
+  friend bool operator==(const ComputeAllocator& a, const ComputeAllocator<U>& b) noexcept {
+    return a.host() == b.host();
+  }
+
+ private:
+  const tessera_host_api* host_ = nullptr;
+};
+
 // Owns `size()` elements of T (value-initialised: zero for arithmetic types
-// and for tessera::half / tessera::bfloat16). Every change of the allocation
+// and for tessera::half / tessera::bfloat16), in memory the rank's compute
+// device reads in place (ComputeAllocator). Every change of the allocation
 // is reported as a delta of `capacity * sizeof(T)` bytes to the host for
 // (rank, category); destruction reports the release. Movable, not copyable.
 // Allocation failure throws std::bad_alloc (the SDK's forwarders turn it
@@ -29,7 +79,10 @@ class TrackedBuffer {
   // `count` zeroed elements for `rank` (a world rank, or TESSERA_RANK_UNKNOWN
   // for the calling thread's rank) in `category`.
   TrackedBuffer(const Host& host, int32_t rank, tessera_mem_category category, size_t count = 0)
-      : host_(host.raw()), rank_(rank), category_(category) {
+      : host_(host.raw()),
+        rank_(rank),
+        category_(category),
+        values_(ComputeAllocator<T>(host.raw())) {
     resize(count);
   }
   TrackedBuffer(TrackedBuffer&& o) noexcept
@@ -61,7 +114,8 @@ class TrackedBuffer {
   void resize(size_t count) {
     if (count == values_.size()) return;
     if (count < values_.size()) {
-      std::vector<T> smaller(values_.begin(), values_.begin() + static_cast<std::ptrdiff_t>(count));
+      Values smaller(values_.begin(), values_.begin() + static_cast<std::ptrdiff_t>(count),
+                     values_.get_allocator());
       values_.swap(smaller);
     } else {
       values_.reserve(count);  // exactly `count`: what is reported is what is needed
@@ -71,7 +125,7 @@ class TrackedBuffer {
   }
   // Frees everything and reports the release; the buffer becomes empty.
   void release() noexcept {
-    std::vector<T>().swap(values_);
+    Values(values_.get_allocator()).swap(values_);
     report();
   }
   // Sets every element to zero (keeps the allocation).
@@ -102,10 +156,12 @@ class TrackedBuffer {
     tracked_ = now;
   }
 
+  using Values = std::vector<T, ComputeAllocator<T>>;
+
   const tessera_host_api* host_ = nullptr;
   int32_t rank_ = TESSERA_RANK_UNKNOWN;
   tessera_mem_category category_ = TESSERA_MEM_OTHER;
-  std::vector<T> values_;
+  Values values_;
   int64_t tracked_ = 0;  // bytes reported and not yet released
 };
 

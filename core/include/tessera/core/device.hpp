@@ -1,0 +1,73 @@
+// The device a run computes on (run.device) and the few CUDA runtime calls
+// the host makes for it: counting devices, managed memory for the buffers
+// strategies keep (tessera_host_api.mem_alloc), and telling which device a
+// pointer lives on. device/cuda.cpp implements the CUDA part over the
+// static CUDA runtime when the CUDA Toolkit was found at build time (so
+// the host still starts where there is no driver); device/none.cpp
+// otherwise, where every call that needs a device fails with "built
+// without the CUDA Toolkit".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace tessera {
+
+enum class ComputeDevice { cpu, cuda };
+
+// The dtype of the models' matrix products (run.precision).
+enum class ComputePrecision { f32, bf16 };
+
+// "cpu" | "cuda".
+std::string_view compute_device_name(ComputeDevice device) noexcept;
+// "f32" | "bf16".
+std::string_view compute_precision_name(ComputePrecision precision) noexcept;
+
+// The device of the current run, what tessera_host_api.compute_device
+// reports to every plugin of this process (CPU until a run sets it), and
+// the CUDA devices it found then.
+ComputeDevice run_device() noexcept;
+ComputePrecision run_precision() noexcept;
+// The CUDA ordinal of the calling rank on a CUDA run: its LOCAL_RANK when
+// the environment sets one, else its rank in this process, modulo the
+// devices present. 0 on a CPU run.
+int32_t rank_device_ordinal() noexcept;
+
+// Sets the run's device and precision for one scope (a run) and restores
+// the previous ones at its end. For CUDA it first checks that a device is there: throws
+// tessera::Error (unsupported) `run.device = "cuda": no CUDA device
+// (cudaGetDeviceCount: <why>)`, or `... this tessera was built without the
+// CUDA Toolkit`, before anything of the run is built.
+class RunDeviceGuard {
+ public:
+  explicit RunDeviceGuard(ComputeDevice device, ComputePrecision precision = ComputePrecision::f32);
+  RunDeviceGuard(const RunDeviceGuard&) = delete;
+  RunDeviceGuard& operator=(const RunDeviceGuard&) = delete;
+  ~RunDeviceGuard();
+
+ private:
+  ComputeDevice previous_;
+  ComputePrecision previous_precision_;
+  int32_t previous_count_;
+};
+
+namespace device {
+
+// Whether this host was built with the CUDA Toolkit.
+bool cuda_built() noexcept;
+// The CUDA devices present (> 0); throws tessera::Error (unsupported)
+// "no CUDA device (cudaGetDeviceCount: <why>)" or "this tessera was built
+// without the CUDA Toolkit".
+int32_t cuda_device_count();
+// `bytes` of zeroed CUDA managed memory associated with device `ordinal`;
+// nullptr with `error` set when the runtime refuses.
+void* managed_alloc(int32_t ordinal, std::size_t bytes, std::string& error) noexcept;
+// Frees what managed_alloc returned.
+void managed_free(void* ptr) noexcept;
+// Whether `ptr` is CUDA device or managed memory, and of which device.
+bool cuda_pointer(const void* ptr, int32_t& ordinal) noexcept;
+
+}  // namespace device
+}  // namespace tessera
