@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "llama.hpp"
+#include "tessera/models/cuda_units.hpp"
 #include "tessera/sdk/model.hpp"
 
 namespace {
@@ -26,6 +27,7 @@ constexpr tessera_option_decl kLlamaOptions[] = {
 
 std::unique_ptr<tessera::sdk::model::Model> make_llama(const tessera::sdk::Host& host,
                                                        const tessera::sdk::Options& options) {
+  tessera::model::cuda::require_cpu(host, "llama");
   const tessera::model::LlamaConfig config = tessera::model::parse_llama_config(options);
   if (config.kv_replicated) {
     host.info("kv_replicated: under tensor parallelism every rank keeps all ", config.kv_heads,

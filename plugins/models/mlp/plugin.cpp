@@ -1,8 +1,10 @@
 // The `mlp` model plugin: its declared options and registration.
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "mlp.hpp"
+#include "tessera/models/cuda_units.hpp"
 #include "tessera/sdk/model.hpp"
 
 namespace {
@@ -14,11 +16,33 @@ constexpr tessera_option_decl kMlpOptions[] = {
     {"activation", TESSERA_OPT_STRING, "\"relu\"", "activation of hidden layers: relu | gelu"},
 };
 
-std::unique_ptr<tessera::sdk::model::Model> make_mlp(const tessera::sdk::Host& /*host*/,
+// On a CUDA run every unit is replaced by its CUDA version, which keeps
+// the CPU unit for its parameters, cost and initialisation.
+std::vector<std::unique_ptr<tessera::model::Unit>> cuda_units(
+    const tessera::sdk::Host& host, const tessera::model::MlpConfig& config,
+    std::vector<std::unique_ptr<tessera::model::Unit>> units) {
+  namespace cuda = tessera::model::cuda;
+  const cuda::UnitFactory& factory = cuda::load_units("mlp");
+  const cuda::UnitActivation act = config.activation == tessera::model::kernels::Activation::gelu
+                                       ? cuda::UnitActivation::gelu
+                                       : cuda::UnitActivation::relu;
+  int64_t width = config.input;
+  for (std::size_t i = 0; i < config.hidden.size(); ++i) {
+    units[i] = factory.dense(host.raw(), std::move(units[i]), width, config.hidden[i], act);
+    width = config.hidden[i];
+  }
+  units.back() = factory.classifier(host.raw(), std::move(units.back()), width, config.classes);
+  return units;
+}
+
+std::unique_ptr<tessera::sdk::model::Model> make_mlp(const tessera::sdk::Host& host,
                                                      const tessera::sdk::Options& options) {
   const tessera::model::MlpConfig config = tessera::model::parse_mlp_config(options);
+  std::vector<std::unique_ptr<tessera::model::Unit>> units =
+      tessera::model::build_mlp_units(config);
+  if (tessera::model::cuda::wants_cuda(host)) units = cuda_units(host, config, std::move(units));
   return std::make_unique<tessera::sdk::model::Model>(
-      "mlp", tessera::model::build_mlp_units(config),
+      "mlp", std::move(units),
       tessera::sdk::model::DataSpec::classification(config.input, config.classes));
 }
 

@@ -1,0 +1,294 @@
+// What the CUDA units share (units.cpp, gpt_units.cpp): error checks, the
+// per-thread stream and cuBLAS handle, device arrays, operands that may be
+// ordinary host memory, row-major GEMMs and the twin-wrapping base unit.
+// Internal to libtessera_cuda_units.so; everything is inline.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "device_kernels.hpp"
+#include "tessera/models/cuda_units.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::model::cuda {
+
+inline void check(cudaError_t err, const std::string& unit, const char* call) {
+  if (err == cudaSuccess) return;
+  (void)cudaGetLastError();
+  throw Error(err == cudaErrorMemoryAllocation ? TESSERA_ERR_OUT_OF_MEMORY : TESSERA_ERR_INTERNAL,
+              ::tessera::detail::concat("unit '", unit, "': ", call, " failed: ",
+                                        cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
+}
+
+inline void check(cublasStatus_t status, const std::string& unit, const char* call) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  throw Error(TESSERA_ERR_INTERNAL,
+              ::tessera::detail::concat("unit '", unit, "': ", call,
+                                        " failed: ", cublasGetStatusString(status)));
+}
+
+// A stream and a cuBLAS handle on it, per thread and device, the run's
+// precision of matrix products, and scratch for their 16-bit inputs.
+struct Lane {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  tessera_dtype precision = TESSERA_F32;
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+  Lane() = default;
+  Lane(const Lane&) = delete;
+  Lane& operator=(const Lane&) = delete;
+  ~Lane() {
+    if (scratch != nullptr) cudaFree(scratch);
+    if (blas != nullptr) cublasDestroy(blas);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+  // At least `bytes` of device scratch (grown after the stream's work).
+  void* ensure_scratch(size_t bytes, const std::string& unit);
+};
+
+// Makes the rank's device current and returns this thread's lane on it.
+inline Lane& lane(const sdk::Host& host, const std::string& unit) {
+  const tessera_device device = host.compute_device();
+  TESSERA_CHECK(device.type == TESSERA_DEVICE_CUDA, TESSERA_ERR_UNSUPPORTED, "unit '", unit,
+                "' computes on CUDA, but this rank's device is the CPU");
+  check(cudaSetDevice(device.index), unit, "cudaSetDevice");
+  thread_local std::map<int32_t, std::unique_ptr<Lane>> lanes;
+  std::unique_ptr<Lane>& slot = lanes[device.index];
+  if (!slot) {
+    auto made = std::make_unique<Lane>();
+    check(cudaStreamCreateWithFlags(&made->stream, cudaStreamNonBlocking), unit,
+          "cudaStreamCreate");
+    check(cublasCreate(&made->blas), unit, "cublasCreate");
+    check(cublasSetStream(made->blas, made->stream), unit, "cublasSetStream");
+    slot = std::move(made);
+    slot->precision = -1;  // the math mode is set below
+  }
+  const tessera_dtype precision = host.compute_precision();
+  if (slot->precision != precision) {
+    // Plain f32 products (no TF32), so results follow the CPU's to
+    // rounding; bf16 products on the tensor cores, accumulated in f32.
+    check(cublasSetMathMode(slot->blas,
+                            precision == TESSERA_BF16 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH),
+          unit, "cublasSetMathMode");
+    slot->precision = precision;
+  }
+  return *slot;
+}
+
+inline void* Lane::ensure_scratch(size_t bytes, const std::string& unit) {
+  if (bytes > scratch_bytes) {
+    check(cudaStreamSynchronize(stream), unit, "cudaStreamSynchronize");
+    if (scratch != nullptr) check(cudaFree(scratch), unit, "cudaFree");
+    scratch = nullptr;
+    scratch_bytes = 0;
+    check(cudaMalloc(&scratch, bytes), unit, "cudaMalloc");
+    scratch_bytes = bytes;
+  }
+  return scratch;
+}
+
+// Device memory that grows and is kept (a context's activations);
+// `managed` memory the host may read too (what a unit hands back).
+class DeviceArray {
+ public:
+  explicit DeviceArray(bool managed = false) : managed_(managed) {}
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+  template <typename T = float>
+  T* ensure(size_t count, const std::string& unit) {
+    const size_t bytes = count * sizeof(T);
+    if (bytes > bytes_) {
+      if (data_ != nullptr) check(cudaFree(data_), unit, "cudaFree");
+      data_ = nullptr;
+      bytes_ = 0;
+      check(managed_ ? cudaMallocManaged(&data_, bytes) : cudaMalloc(&data_, bytes), unit,
+            managed_ ? "cudaMallocManaged" : "cudaMalloc");
+      bytes_ = bytes;
+    }
+    return static_cast<T*>(data_);
+  }
+  template <typename T = float>
+  [[nodiscard]] T* get() const noexcept {
+    return static_cast<T*>(data_);
+  }
+  [[nodiscard]] size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  bool managed_;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Whether the device reads `ptr` in place (device or managed memory).
+inline bool device_readable(const void* ptr) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+}
+
+// `count` floats at `ptr` as the device reads them: `ptr` itself, or a
+// copy in `staging` when it is ordinary host memory.
+inline const float* readable(const float* ptr, size_t count, DeviceArray& staging, const Lane& l,
+                             const std::string& unit) {
+  if (ptr == nullptr || device_readable(ptr)) return ptr;
+  float* copy = staging.ensure(count, unit);
+  check(cudaMemcpyAsync(copy, ptr, count * sizeof(float), cudaMemcpyHostToDevice, l.stream), unit,
+        "cudaMemcpyAsync");
+  return copy;
+}
+
+// A gradient the unit adds into: in place, or through a device copy that
+// finish() adds back to the host buffer.
+class GradTarget {
+ public:
+  GradTarget(float* grad, size_t count, DeviceArray& staging, const Lane& l,
+             const std::string& unit)
+      : host_(grad), count_(count) {
+    if (device_readable(grad)) {
+      device_ = grad;
+      host_ = nullptr;
+      return;
+    }
+    device_ = staging.ensure(count, unit);
+    check(cudaMemcpyAsync(device_, grad, count * sizeof(float), cudaMemcpyHostToDevice, l.stream),
+          unit, "cudaMemcpyAsync");
+  }
+  [[nodiscard]] float* device() const noexcept { return device_; }
+  void finish(const Lane& l, const std::string& unit) const {
+    if (host_ == nullptr) return;
+    check(cudaMemcpyAsync(host_, device_, count_ * sizeof(float), cudaMemcpyDeviceToHost, l.stream),
+          unit, "cudaMemcpyAsync");
+  }
+
+ private:
+  float* host_;
+  float* device_ = nullptr;
+  size_t count_;
+};
+
+// C[M,N] = alpha·op(A)·op(B) + beta·C, row-major, through cuBLAS's
+// column-major GEMM on the transposes. A and B are contiguous (their
+// leading dimension is their row length). Under bf16 precision both are
+// rounded to bfloat16 first and the product is accumulated in f32 into
+// the f32 C.
+inline void gemm(Lane& l, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                 int64_t ldc, const std::string& unit) {
+  if (m == 0 || n == 0) return;
+  if (l.precision == TESSERA_BF16) {
+    const int64_t a_count = (trans_a ? k : m) * lda;
+    const int64_t b_count = (trans_b ? n : k) * ldb;
+    constexpr int64_t kAlign = 128;  // elements: 256 bytes between the two inputs
+    const int64_t b_at = (a_count + kAlign - 1) / kAlign * kAlign;
+    auto* scratch = static_cast<char*>(
+        l.ensure_scratch(static_cast<size_t>(b_at + b_count) * kBf16Bytes, unit));
+    void* a16 = scratch;
+    void* b16 = scratch + static_cast<size_t>(b_at) * kBf16Bytes;
+    to_bf16(a, a16, a_count, l.stream);
+    to_bf16(b, b16, b_count, l.stream);
+    check(cublasGemmEx(l.blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                       trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+                       static_cast<int>(m), static_cast<int>(k), &alpha, b16, CUDA_R_16BF,
+                       static_cast<int>(ldb), a16, CUDA_R_16BF, static_cast<int>(lda), &beta, c,
+                       CUDA_R_32F, static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          unit, "cublasGemmEx");
+    return;
+  }
+  check(
+      cublasSgemm(l.blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                  static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b,
+                  static_cast<int>(ldb), a, static_cast<int>(lda), &beta, c, static_cast<int>(ldc)),
+      unit, "cublasSgemm");
+}
+
+inline void finish_call(const Lane& l, const std::string& unit) {
+  check(cudaStreamSynchronize(l.stream), unit, "cudaStreamSynchronize");
+}
+
+// The input rows of a unit in `saved` (device memory): the batch's features
+// when first, else the previous unit's output, `width` columns.
+inline int64_t take_input(const Unit& unit, int64_t width, const UnitInput& input,
+                          DeviceArray& saved, const Lane& l) {
+  const std::string& name = unit.name();
+  const float* from = nullptr;
+  int64_t rows = 0;
+  if (unit.is_first()) {
+    TESSERA_CHECK(
+        input.batch != nullptr && !input.batch->is_sequence() && input.batch->features == width,
+        TESSERA_ERR_INVALID_ARGUMENT, "unit '", name, "': needs a classification batch with ",
+        width, " features");
+    from = input.batch->inputs.data();
+    rows = input.batch->size;
+  } else {
+    TESSERA_CHECK(!input.x.empty() && input.x.cols == width, TESSERA_ERR_INVALID_ARGUMENT, "unit '",
+                  name, "': input has ", input.x.cols, " columns, expected ", width);
+    from = input.x.data;
+    rows = input.x.rows;
+  }
+  const auto count = static_cast<size_t>(rows * width);
+  float* to = saved.ensure(count, name);
+  if (count > 0) {
+    check(cudaMemcpyAsync(to, from, count * sizeof(float), cudaMemcpyDefault, l.stream), name,
+          "cudaMemcpyAsync");
+  }
+  return rows;
+}
+
+inline void check_untensored(const Unit& unit, const UnitInput& input) {
+  TESSERA_CHECK(input.tp == nullptr || input.tp->size <= 1, TESSERA_ERR_UNSUPPORTED, "unit '",
+                unit.name(), "': tensor parallelism is not built for CUDA units");
+}
+
+inline Act act_of(UnitActivation a) noexcept {
+  return a == UnitActivation::relu ? Act::relu : a == UnitActivation::gelu ? Act::gelu : Act::none;
+}
+
+// What the CUDA units share: the twin that gives name, parameters, cost and
+// initialisation.
+class TwinnedUnit : public Unit {
+ public:
+  TwinnedUnit(const tessera_host_api* host, std::unique_ptr<Unit> twin)
+      : Unit(twin->name(), twin->is_first(), twin->is_last()), host_(host), twin_(std::move(twin)) {
+    specs_.assign(twin_->params().begin(), twin_->params().end());
+  }
+  [[nodiscard]] UnitCost cost() const override { return twin_->cost(); }
+  void init(std::span<float* const> params, uint64_t seed) const override {
+    twin_->init(params, seed);
+  }
+
+ protected:
+  void check_counts(size_t params, size_t grads) const {
+    TESSERA_CHECK(params == specs_.size() && (grads == 0 || grads == specs_.size()),
+                  TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': expected ", specs_.size(),
+                  " parameter buffers, got ", params);
+  }
+  sdk::Host host_;
+
+ private:
+  std::unique_ptr<Unit> twin_;
+};
+
+// The gpt units (gpt_units.cpp), as UnitFactory hands them out.
+std::unique_ptr<Unit> make_gpt_embedding(const tessera_host_api* host, std::unique_ptr<Unit> twin,
+                                         int64_t vocab, int64_t d, int64_t seq_len);
+std::unique_ptr<Unit> make_gpt_block(const tessera_host_api* host, std::unique_ptr<Unit> twin,
+                                     int64_t d, int64_t heads, int64_t hidden);
+std::unique_ptr<Unit> make_gpt_head(const tessera_host_api* host, std::unique_ptr<Unit> twin,
+                                    int64_t vocab, int64_t d);
+
+}  // namespace tessera::model::cuda

@@ -1,0 +1,452 @@
+// gpt's CUDA units (see tessera/models/cuda_units.hpp): the embedding, the
+// pre-LN decoder block with fused causal attention (no seq×seq matrix in
+// device memory: the backward recomputes the probabilities from q, k and
+// each row's log-sum-exp), and the final LayerNorm with the head. The same
+// arithmetic as GptEmbedding, GptBlock and GptHead on one rank, in an
+// order of summation of the device's.
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "device_support.hpp"
+
+namespace tessera::model::cuda {
+namespace {
+
+// Device views of a unit's parameters, staged where they are host memory.
+class Operands {
+ public:
+  void bind(std::span<const float* const> params, std::span<const ParamSpec> specs, const Lane& l,
+            const std::string& unit) {
+    if (staging_.size() != params.size()) {
+      staging_ = std::vector<DeviceArray>(params.size());
+    }
+    ptr_.assign(params.size(), nullptr);
+    for (size_t i = 0; i < params.size(); ++i) {
+      ptr_[i] = readable(params[i], static_cast<size_t>(specs[i].numel()), staging_[i], l, unit);
+    }
+  }
+  const float* operator[](size_t i) const noexcept { return ptr_[i]; }
+
+ private:
+  std::vector<DeviceArray> staging_;
+  std::vector<const float*> ptr_;
+};
+
+// Device targets of a unit's gradients, added back to host memory at finish().
+class GradTargets {
+ public:
+  void bind(std::span<float* const> grads, std::span<const ParamSpec> specs, const Lane& l,
+            const std::string& unit) {
+    if (staging_.size() != grads.size()) staging_ = std::vector<DeviceArray>(grads.size());
+    targets_.clear();
+    for (size_t i = 0; i < grads.size(); ++i) {
+      targets_.emplace_back(grads[i], static_cast<size_t>(specs[i].numel()), staging_[i], l, unit);
+    }
+  }
+  float* operator[](size_t i) const noexcept { return targets_[i].device(); }
+  void finish(const Lane& l, const std::string& unit) const {
+    for (const GradTarget& t : targets_) t.finish(l, unit);
+  }
+
+ private:
+  std::vector<DeviceArray> staging_;
+  std::vector<GradTarget> targets_;
+};
+
+void copy_device(float* to, const float* from, size_t count, const Lane& l,
+                 const std::string& unit) {
+  if (count == 0) return;
+  check(cudaMemcpyAsync(to, from, count * sizeof(float), cudaMemcpyDefault, l.stream), unit,
+        "cudaMemcpyAsync");
+}
+
+// The batch's token ids (or targets) in [0, bound), uploaded into `to`.
+const int32_t* upload_ids(std::span<const int32_t> ids, int64_t bound, const char* what,
+                          DeviceArray& to, const Lane& l, const std::string& unit) {
+  for (size_t r = 0; r < ids.size(); ++r) {
+    TESSERA_CHECK(ids[r] >= 0 && ids[r] < bound, TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit,
+                  "': ", what, " ", ids[r], " at position ", r, " is outside [0, ", bound, ")");
+  }
+  auto* device = to.ensure<int32_t>(ids.size(), unit);
+  if (!ids.empty()) {
+    check(cudaMemcpyAsync(device, ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                          l.stream),
+          unit, "cudaMemcpyAsync");
+  }
+  return device;
+}
+
+void require_sequences(const Unit& unit, const UnitInput& input) {
+  check_untensored(unit, input);
+  TESSERA_CHECK(input.batch != nullptr && input.batch->is_sequence(), TESSERA_ERR_INVALID_ARGUMENT,
+                "unit '", unit.name(), "': needs a sequence batch");
+}
+
+// The previous unit's output [batch·seq, d], copied into `saved`.
+int64_t take_rows(const Unit& unit, int64_t d, const UnitInput& input, DeviceArray& saved,
+                  const Lane& l) {
+  const int64_t n = input.batch->size * input.batch->seq_len;
+  TESSERA_CHECK(!input.x.empty() && input.x.rows == n && input.x.cols == d,
+                TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit.name(), "': input is ", input.x.rows,
+                "x", input.x.cols, ", expected ", n, "x", d);
+  copy_device(saved.ensure(static_cast<size_t>(n * d), unit.name()), input.x.data,
+              static_cast<size_t>(n * d), l, unit.name());
+  return n;
+}
+
+// ---- embedding ----
+
+struct GptEmbeddingContext final : UnitContext {
+  int64_t batch = -1;
+  int64_t seq = 0;
+  Operands params;
+  GradTargets grads;
+  DeviceArray tokens, staging_dx;
+  DeviceArray x{true};
+  [[nodiscard]] std::size_t bytes() const noexcept override { return tokens.bytes() + x.bytes(); }
+};
+
+class CudaGptEmbedding final : public TwinnedUnit {
+ public:
+  CudaGptEmbedding(const tessera_host_api* host, std::unique_ptr<Unit> twin, int64_t vocab,
+                   int64_t d, int64_t seq_len)
+      : TwinnedUnit(host, std::move(twin)), vocab_(vocab), d_(d), seq_len_(seq_len) {}
+
+  [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override {
+    return std::make_unique<GptEmbeddingContext>();
+  }
+
+  ConstView forward(UnitContext& ctx_base, std::span<const float* const> params,
+                    const UnitInput& input) const override {
+    check_counts(params.size(), 0);
+    require_sequences(*this, input);
+    auto& c = dynamic_cast<GptEmbeddingContext&>(ctx_base);
+    const int64_t seq = input.batch->seq_len;
+    TESSERA_CHECK(seq <= seq_len_, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                  "': the batch's sequences have ", seq, " tokens, more than seq_len ", seq_len_);
+    Lane& l = lane(host_, name_);
+    c.batch = input.batch->size;
+    c.seq = seq;
+    const int32_t* tokens = upload_ids(input.batch->tokens, vocab_, "token", c.tokens, l, name_);
+    c.params.bind(params, specs_, l, name_);
+    const int64_t n = c.batch * seq;
+    float* x = c.x.ensure(static_cast<size_t>(n * d_), name_);
+    embedding_forward(tokens, c.params[0], c.params[1], c.batch, seq, d_, x, l.stream);
+    finish_call(l, name_);
+    return {x, n, d_};
+  }
+
+  ConstView backward(UnitContext& ctx_base, std::span<const float* const> params,
+                     std::span<float* const> grads, ConstView grad_output) const override {
+    check_counts(params.size(), grads.size());
+    auto& c = dynamic_cast<GptEmbeddingContext&>(ctx_base);
+    TESSERA_CHECK(c.batch >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                  "': backward without a forward on this context");
+    const int64_t n = c.batch * c.seq;
+    TESSERA_CHECK(grad_output.rows == n && grad_output.cols == d_ && !grad_output.empty(),
+                  TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': output gradient is ",
+                  grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", d_);
+    Lane& l = lane(host_, name_);
+    const float* dx =
+        readable(grad_output.data, static_cast<size_t>(n * d_), c.staging_dx, l, name_);
+    c.grads.bind(grads, specs_, l, name_);
+    embedding_backward(c.tokens.get<int32_t>(), dx, c.batch, c.seq, d_, c.grads[0], c.grads[1],
+                       l.stream);
+    c.grads.finish(l, name_);
+    finish_call(l, name_);
+    return {};
+  }
+
+ private:
+  int64_t vocab_;
+  int64_t d_;
+  int64_t seq_len_;
+};
+
+// ---- decoder block ----
+
+enum Param : std::size_t {
+  kLn1G,
+  kLn1B,
+  kQkvW,
+  kQkvB,
+  kAttnProjW,
+  kAttnProjB,
+  kLn2G,
+  kLn2B,
+  kFcW,
+  kFcB,
+  kProjW,
+  kProjB,
+  kParamCount
+};
+
+struct GptBlockContext final : UnitContext {
+  int64_t batch = -1;
+  int64_t seq = 0;
+  Operands params;
+  GradTargets grads;
+  // Kept from forward for backward.
+  DeviceArray x, h1, mean1, rstd1, qkv, attn, lse, x2, h2, mean2, rstd2, u, act;
+  // Backward scratch.
+  DeviceArray staging_dy, dact, du, dh2, dx2, dattn, delta, dqkv, dh1;
+  DeviceArray y{true}, dx{true};
+  [[nodiscard]] std::size_t bytes() const noexcept override {
+    std::size_t total = 0;
+    for (const DeviceArray* a :
+         {&x,   &h1,   &mean1, &rstd1, &qkv, &attn,  &lse,   &x2,   &h2,  &mean2, &rstd2, &u,
+          &act, &dact, &du,    &dh2,   &dx2, &dattn, &delta, &dqkv, &dh1, &y,     &dx}) {
+      total += a->bytes();
+    }
+    return total;
+  }
+};
+
+class CudaGptBlock final : public TwinnedUnit {
+ public:
+  CudaGptBlock(const tessera_host_api* host, std::unique_ptr<Unit> twin, int64_t d, int64_t heads,
+               int64_t hidden)
+      : TwinnedUnit(host, std::move(twin)), d_(d), heads_(heads), hidden_(hidden) {}
+
+  [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override {
+    return std::make_unique<GptBlockContext>();
+  }
+
+  ConstView forward(UnitContext& ctx_base, std::span<const float* const> params,
+                    const UnitInput& input) const override {
+    check_counts(params.size(), 0);
+    require_sequences(*this, input);
+    auto& c = dynamic_cast<GptBlockContext&>(ctx_base);
+    Lane& l = lane(host_, name_);
+    const int64_t n = take_rows(*this, d_, input, c.x, l);
+    c.batch = input.batch->size;
+    c.seq = input.batch->seq_len;
+    const int64_t d = d_;
+    const int64_t hid = hidden_;
+    const auto un = static_cast<size_t>(n);
+    c.params.bind(params, specs_, l, name_);
+    const Operands& p = c.params;
+    float* h1 = c.h1.ensure(un * d, name_);
+    layernorm_forward(c.x.get(), p[kLn1G], p[kLn1B], n, d, h1, c.mean1.ensure(un, name_),
+                      c.rstd1.ensure(un, name_), l.stream);
+    float* qkv = c.qkv.ensure(un * 3 * d, name_);
+    gemm(l, false, false, n, 3 * d, d, 1.0f, h1, d, p[kQkvW], 3 * d, 0.0f, qkv, 3 * d, name_);
+    bias_residual(qkv, p[kQkvB], nullptr, n, 3 * d, l.stream);
+    float* attn = c.attn.ensure(un * d, name_);
+    attention_forward(qkv, c.batch, c.seq, heads_, d / heads_, scale(), attn,
+                      c.lse.ensure(un * heads_, name_), l.stream);
+    float* x2 = c.x2.ensure(un * d, name_);
+    gemm(l, false, false, n, d, d, 1.0f, attn, d, p[kAttnProjW], d, 0.0f, x2, d, name_);
+    bias_residual(x2, p[kAttnProjB], c.x.get(), n, d, l.stream);
+    float* h2 = c.h2.ensure(un * d, name_);
+    layernorm_forward(x2, p[kLn2G], p[kLn2B], n, d, h2, c.mean2.ensure(un, name_),
+                      c.rstd2.ensure(un, name_), l.stream);
+    float* u = c.u.ensure(un * hid, name_);
+    float* act = c.act.ensure(un * hid, name_);
+    gemm(l, false, false, n, hid, d, 1.0f, h2, d, p[kFcW], hid, 0.0f, u, hid, name_);
+    bias_activation(u, p[kFcB], act, n, hid, Act::gelu, l.stream);
+    float* y = c.y.ensure(un * d, name_);
+    gemm(l, false, false, n, d, hid, 1.0f, act, hid, p[kProjW], d, 0.0f, y, d, name_);
+    bias_residual(y, p[kProjB], x2, n, d, l.stream);
+    finish_call(l, name_);
+    return {y, n, d};
+  }
+
+  ConstView backward(UnitContext& ctx_base, std::span<const float* const> params,
+                     std::span<float* const> grads, ConstView grad_output) const override {
+    check_counts(params.size(), grads.size());
+    auto& c = dynamic_cast<GptBlockContext&>(ctx_base);
+    TESSERA_CHECK(c.batch >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                  "': backward without a forward on this context");
+    const int64_t d = d_;
+    const int64_t hid = hidden_;
+    const int64_t n = c.batch * c.seq;
+    const auto un = static_cast<size_t>(n);
+    TESSERA_CHECK(grad_output.rows == n && grad_output.cols == d && !grad_output.empty(),
+                  TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': output gradient is ",
+                  grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", d);
+    Lane& l = lane(host_, name_);
+    c.params.bind(params, specs_, l, name_);
+    c.grads.bind(grads, specs_, l, name_);
+    const Operands& p = c.params;
+    const GradTargets& g = c.grads;
+    const float* dy = readable(grad_output.data, un * d, c.staging_dy, l, name_);
+    // MLP: y = x2 + gelu(h2·fc_w + fc_b)·proj_w + proj_b.
+    gemm(l, true, false, hid, d, n, 1.0f, c.act.get(), hid, dy, d, 1.0f, g[kProjW], d, name_);
+    column_sum_add(dy, n, d, g[kProjB], l.stream);
+    float* dact = c.dact.ensure(un * hid, name_);
+    gemm(l, false, true, n, hid, d, 1.0f, dy, d, p[kProjW], d, 0.0f, dact, hid, name_);
+    float* du = c.du.ensure(un * hid, name_);
+    activation_backward(c.u.get(), dact, du, n * hid, Act::gelu, l.stream);
+    gemm(l, true, false, d, hid, n, 1.0f, c.h2.get(), d, du, hid, 1.0f, g[kFcW], hid, name_);
+    column_sum_add(du, n, hid, g[kFcB], l.stream);
+    float* dh2 = c.dh2.ensure(un * d, name_);
+    gemm(l, false, true, n, d, hid, 1.0f, du, hid, p[kFcW], hid, 0.0f, dh2, d, name_);
+    // The residual's gradient plus the second LayerNorm's.
+    float* dx2 = c.dx2.ensure(un * d, name_);
+    copy_device(dx2, dy, un * d, l, name_);
+    layernorm_backward_input(c.x2.get(), p[kLn2G], c.mean2.get(), c.rstd2.get(), dh2, n, d, dx2,
+                             true, l.stream);
+    layernorm_backward_params(c.x2.get(), c.mean2.get(), c.rstd2.get(), dh2, n, d, g[kLn2G],
+                              g[kLn2B], l.stream);
+    // Attention: x2 = x + attn·attn_proj_w + attn_proj_b.
+    gemm(l, true, false, d, d, n, 1.0f, c.attn.get(), d, dx2, d, 1.0f, g[kAttnProjW], d, name_);
+    column_sum_add(dx2, n, d, g[kAttnProjB], l.stream);
+    float* dattn = c.dattn.ensure(un * d, name_);
+    gemm(l, false, true, n, d, d, 1.0f, dx2, d, p[kAttnProjW], d, 0.0f, dattn, d, name_);
+    float* dqkv = c.dqkv.ensure(un * 3 * d, name_);
+    attention_backward(c.qkv.get(), c.attn.get(), c.lse.get(), dattn, c.batch, c.seq, heads_,
+                       d / heads_, scale(), c.delta.ensure(un * heads_, name_), dqkv, l.stream);
+    gemm(l, true, false, d, 3 * d, n, 1.0f, c.h1.get(), d, dqkv, 3 * d, 1.0f, g[kQkvW], 3 * d,
+         name_);
+    column_sum_add(dqkv, n, 3 * d, g[kQkvB], l.stream);
+    float* dh1 = c.dh1.ensure(un * d, name_);
+    gemm(l, false, true, n, d, 3 * d, 1.0f, dqkv, 3 * d, p[kQkvW], 3 * d, 0.0f, dh1, d, name_);
+    // The input's gradient: the residual's plus the first LayerNorm's.
+    float* dx = c.dx.ensure(un * d, name_);
+    copy_device(dx, dx2, un * d, l, name_);
+    layernorm_backward_input(c.x.get(), p[kLn1G], c.mean1.get(), c.rstd1.get(), dh1, n, d, dx, true,
+                             l.stream);
+    layernorm_backward_params(c.x.get(), c.mean1.get(), c.rstd1.get(), dh1, n, d, g[kLn1G],
+                              g[kLn1B], l.stream);
+    c.grads.finish(l, name_);
+    finish_call(l, name_);
+    return {dx, n, d};
+  }
+
+ private:
+  [[nodiscard]] float scale() const {
+    const int64_t head_width = d_ / heads_;
+    return 1.0f / std::sqrt(static_cast<float>(head_width));
+  }
+  int64_t d_;
+  int64_t heads_;
+  int64_t hidden_;
+};
+
+// ---- final LayerNorm and head ----
+
+struct GptHeadContext final : UnitContext {
+  int64_t rows = -1;
+  float scale = 1.0f;
+  float loss = 0.0f;
+  Operands params;
+  GradTargets grads;
+  DeviceArray x, h, mean, rstd, logits, probs, targets, row_loss, loss_out, dlogits, dh;
+  DeviceArray dx{true};
+  [[nodiscard]] std::size_t bytes() const noexcept override {
+    std::size_t total = 0;
+    for (const DeviceArray* a :
+         {&x, &h, &mean, &rstd, &logits, &probs, &targets, &row_loss, &dlogits, &dh, &dx}) {
+      total += a->bytes();
+    }
+    return total;
+  }
+};
+
+class CudaGptHead final : public TwinnedUnit {
+ public:
+  CudaGptHead(const tessera_host_api* host, std::unique_ptr<Unit> twin, int64_t vocab, int64_t d)
+      : TwinnedUnit(host, std::move(twin)), vocab_(vocab), d_(d) {}
+
+  [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override {
+    return std::make_unique<GptHeadContext>();
+  }
+
+  ConstView forward(UnitContext& ctx_base, std::span<const float* const> params,
+                    const UnitInput& input) const override {
+    check_counts(params.size(), 0);
+    require_sequences(*this, input);
+    auto& c = dynamic_cast<GptHeadContext&>(ctx_base);
+    Lane& l = lane(host_, name_);
+    const int64_t n = take_rows(*this, d_, input, c.x, l);
+    TESSERA_CHECK(static_cast<int64_t>(input.batch->targets.size()) == n,
+                  TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': ", input.batch->targets.size(),
+                  " targets for ", n, " rows");
+    const auto un = static_cast<size_t>(n);
+    c.rows = n;
+    c.scale = input.loss_scale;
+    const int32_t* targets =
+        upload_ids(input.batch->targets, vocab_, "target", c.targets, l, name_);
+    c.params.bind(params, specs_, l, name_);
+    const Operands& p = c.params;
+    float* h = c.h.ensure(un * d_, name_);
+    layernorm_forward(c.x.get(), p[0], p[1], n, d_, h, c.mean.ensure(un, name_),
+                      c.rstd.ensure(un, name_), l.stream);
+    float* logits = c.logits.ensure(un * vocab_, name_);
+    gemm(l, false, true, n, vocab_, d_, 1.0f, h, d_, p[2], d_, 0.0f, logits, vocab_, name_);
+    float* probs = c.probs.ensure(un * vocab_, name_);
+    auto* row_loss = c.row_loss.ensure<double>(un, name_);
+    softmax_xent(logits, targets, n, vocab_, probs, row_loss, l.stream);
+    float* loss = c.loss_out.ensure(1, name_);
+    sum_loss(row_loss, n, static_cast<double>(input.loss_scale), loss, l.stream);
+    check(cudaMemcpyAsync(&c.loss, loss, sizeof(float), cudaMemcpyDeviceToHost, l.stream), name_,
+          "cudaMemcpyAsync");
+    finish_call(l, name_);
+    return {&c.loss, 1, 1};
+  }
+
+  ConstView backward(UnitContext& ctx_base, std::span<const float* const> params,
+                     std::span<float* const> grads, ConstView grad_output) const override {
+    check_counts(params.size(), grads.size());
+    auto& c = dynamic_cast<GptHeadContext&>(ctx_base);
+    TESSERA_CHECK(c.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                  "': backward without a forward on this context");
+    Lane& l = lane(host_, name_);
+    float g_out = 1.0f;
+    if (!grad_output.empty()) {
+      check(cudaMemcpy(&g_out, grad_output.data, sizeof(float), cudaMemcpyDefault), name_,
+            "cudaMemcpy");
+    }
+    const int64_t n = c.rows;
+    const auto un = static_cast<size_t>(n);
+    c.params.bind(params, specs_, l, name_);
+    c.grads.bind(grads, specs_, l, name_);
+    const Operands& p = c.params;
+    const GradTargets& g = c.grads;
+    float* dlogits = c.dlogits.ensure(un * vocab_, name_);
+    xent_backward(c.probs.get(), c.targets.get<int32_t>(), n, vocab_, c.scale * g_out, dlogits,
+                  l.stream);
+    gemm(l, true, false, vocab_, d_, n, 1.0f, dlogits, vocab_, c.h.get(), d_, 1.0f, g[2], d_,
+         name_);
+    float* dh = c.dh.ensure(un * d_, name_);
+    gemm(l, false, false, n, d_, vocab_, 1.0f, dlogits, vocab_, p[2], d_, 0.0f, dh, d_, name_);
+    float* dx = c.dx.ensure(un * d_, name_);
+    layernorm_backward_input(c.x.get(), p[0], c.mean.get(), c.rstd.get(), dh, n, d_, dx, false,
+                             l.stream);
+    layernorm_backward_params(c.x.get(), c.mean.get(), c.rstd.get(), dh, n, d_, g[0], g[1],
+                              l.stream);
+    c.grads.finish(l, name_);
+    finish_call(l, name_);
+    return {dx, n, d_};
+  }
+
+ private:
+  int64_t vocab_;
+  int64_t d_;
+};
+
+}  // namespace
+
+std::unique_ptr<Unit> make_gpt_embedding(const tessera_host_api* host, std::unique_ptr<Unit> twin,
+                                         int64_t vocab, int64_t d, int64_t seq_len) {
+  return std::make_unique<CudaGptEmbedding>(host, std::move(twin), vocab, d, seq_len);
+}
+
+std::unique_ptr<Unit> make_gpt_block(const tessera_host_api* host, std::unique_ptr<Unit> twin,
+                                     int64_t d, int64_t heads, int64_t hidden) {
+  return std::make_unique<CudaGptBlock>(host, std::move(twin), d, heads, hidden);
+}
+
+std::unique_ptr<Unit> make_gpt_head(const tessera_host_api* host, std::unique_ptr<Unit> twin,
+                                    int64_t vocab, int64_t d) {
+  return std::make_unique<CudaGptHead>(host, std::move(twin), vocab, d);
+}
+
+}  // namespace tessera::model::cuda

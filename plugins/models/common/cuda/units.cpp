@@ -1,0 +1,225 @@
+// The CUDA units (see tessera/models/cuda_units.hpp): GEMMs through cuBLAS
+// in f32 without TF32 (so a CUDA run matches the CPU one to float
+// rounding), bias, activations and the cross-entropy in device_kernels.cu.
+// Each call runs on its thread's stream of the rank's device and returns
+// once the device is done, so what it hands back may be read by the host.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "device_support.hpp"
+
+namespace tessera::model::cuda {
+namespace {
+struct DenseContext final : UnitContext {
+  int64_t rows = -1;
+  DeviceArray x, z, dz, staging_w, staging_b, staging_gw, staging_gb, staging_dy;
+  DeviceArray y{true}, dx{true};
+  [[nodiscard]] std::size_t bytes() const noexcept override {
+    return x.bytes() + z.bytes() + dz.bytes() + y.bytes() + dx.bytes();
+  }
+};
+
+class CudaDense final : public TwinnedUnit {
+ public:
+  CudaDense(const tessera_host_api* host, std::unique_ptr<Unit> twin, int64_t in, int64_t out,
+            UnitActivation act)
+      : TwinnedUnit(host, std::move(twin)), in_(in), out_(out), act_(act_of(act)) {}
+
+  [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override {
+    return std::make_unique<DenseContext>();
+  }
+
+  ConstView forward(UnitContext& ctx_base, std::span<const float* const> params,
+                    const UnitInput& input) const override {
+    check_counts(params.size(), 0);
+    check_untensored(*this, input);
+    auto& ctx = dynamic_cast<DenseContext&>(ctx_base);
+    Lane& l = lane(host_, name_);
+    const int64_t n = take_input(*this, in_, input, ctx.x, l);
+    ctx.rows = n;
+    const auto count = static_cast<size_t>(n * out_);
+    const float* w = readable(params[0], static_cast<size_t>(in_ * out_), ctx.staging_w, l, name_);
+    const float* b = readable(params[1], static_cast<size_t>(out_), ctx.staging_b, l, name_);
+    float* z = ctx.z.ensure(count, name_);
+    float* y = ctx.y.ensure(count, name_);
+    gemm(l, false, false, n, out_, in_, 1.0f, ctx.x.get(), in_, w, out_, 0.0f, z, out_, name_);
+    bias_activation(z, b, y, n, out_, act_, l.stream);
+    finish_call(l, name_);
+    return {y, n, out_};
+  }
+
+  ConstView backward(UnitContext& ctx_base, std::span<const float* const> params,
+                     std::span<float* const> grads, ConstView grad_output) const override {
+    check_counts(params.size(), grads.size());
+    auto& ctx = dynamic_cast<DenseContext&>(ctx_base);
+    TESSERA_CHECK(ctx.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                  "': backward without a forward on this context");
+    const int64_t n = ctx.rows;
+    TESSERA_CHECK(grad_output.rows == n && grad_output.cols == out_ && !grad_output.empty(),
+                  TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': output gradient is ",
+                  grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", out_);
+    Lane& l = lane(host_, name_);
+    const auto count = static_cast<size_t>(n * out_);
+    const float* dy = readable(grad_output.data, count, ctx.staging_dy, l, name_);
+    float* dz = ctx.dz.ensure(count, name_);
+    activation_backward(ctx.z.get(), dy, dz, static_cast<int64_t>(count), act_, l.stream);
+    const GradTarget gw(grads[0], static_cast<size_t>(in_ * out_), ctx.staging_gw, l, name_);
+    const GradTarget gb(grads[1], static_cast<size_t>(out_), ctx.staging_gb, l, name_);
+    // dW += xᵀ·dz, db += Σ_rows dz.
+    gemm(l, true, false, in_, out_, n, 1.0f, ctx.x.get(), in_, dz, out_, 1.0f, gw.device(), out_,
+         name_);
+    column_sum_add(dz, n, out_, gb.device(), l.stream);
+    gw.finish(l, name_);
+    gb.finish(l, name_);
+    ConstView result;
+    if (!is_first()) {
+      const float* w =
+          readable(params[0], static_cast<size_t>(in_ * out_), ctx.staging_w, l, name_);
+      float* dx = ctx.dx.ensure(static_cast<size_t>(n * in_), name_);
+      gemm(l, false, true, n, in_, out_, 1.0f, dz, out_, w, out_, 0.0f, dx, in_, name_);
+      result = {dx, n, in_};
+    }
+    finish_call(l, name_);
+    return result;
+  }
+
+ private:
+  int64_t in_;
+  int64_t out_;
+  Act act_;
+};
+
+struct HeadContext final : UnitContext {
+  int64_t rows = -1;
+  float scale = 1.0f;
+  float loss = 0.0f;
+  std::vector<int32_t> host_targets;
+  DeviceArray x, logits, probs, dlogits, targets, row_loss, loss_out, staging_w, staging_b,
+      staging_gw, staging_gb;
+  DeviceArray dx{true};
+  [[nodiscard]] std::size_t bytes() const noexcept override {
+    return x.bytes() + logits.bytes() + probs.bytes() + dlogits.bytes() + targets.bytes() +
+           row_loss.bytes() + dx.bytes();
+  }
+};
+
+class CudaClassifier final : public TwinnedUnit {
+ public:
+  CudaClassifier(const tessera_host_api* host, std::unique_ptr<Unit> twin, int64_t in,
+                 int64_t classes)
+      : TwinnedUnit(host, std::move(twin)), in_(in), classes_(classes) {}
+
+  [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override {
+    return std::make_unique<HeadContext>();
+  }
+
+  ConstView forward(UnitContext& ctx_base, std::span<const float* const> params,
+                    const UnitInput& input) const override {
+    check_counts(params.size(), 0);
+    check_untensored(*this, input);
+    auto& ctx = dynamic_cast<HeadContext&>(ctx_base);
+    Lane& l = lane(host_, name_);
+    const int64_t n = take_input(*this, in_, input, ctx.x, l);
+    TESSERA_CHECK(input.batch != nullptr && !input.batch->is_sequence() &&
+                      static_cast<int64_t>(input.batch->targets.size()) == n,
+                  TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                  "': needs a classification batch with one target per row (", n, " rows)");
+    for (int64_t r = 0; r < n; ++r) {
+      const int32_t t = input.batch->targets[static_cast<size_t>(r)];
+      TESSERA_CHECK(t >= 0 && t < classes_, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                    "': target ", t, " of row ", r, " is outside [0, ", classes_, ")");
+    }
+    ctx.rows = n;
+    ctx.scale = input.loss_scale;
+    const auto count = static_cast<size_t>(n * classes_);
+    auto* targets = ctx.targets.ensure<int32_t>(static_cast<size_t>(n), name_);
+    if (n > 0) {
+      check(cudaMemcpyAsync(targets, input.batch->targets.data(),
+                            static_cast<size_t>(n) * sizeof(int32_t), cudaMemcpyHostToDevice,
+                            l.stream),
+            name_, "cudaMemcpyAsync");
+    }
+    const float* w =
+        readable(params[0], static_cast<size_t>(in_ * classes_), ctx.staging_w, l, name_);
+    const float* b = readable(params[1], static_cast<size_t>(classes_), ctx.staging_b, l, name_);
+    float* logits = ctx.logits.ensure(count, name_);
+    float* probs = ctx.probs.ensure(count, name_);
+    auto* row_loss = ctx.row_loss.ensure<double>(static_cast<size_t>(n), name_);
+    auto* loss = ctx.loss_out.ensure(1, name_);
+    gemm(l, false, false, n, classes_, in_, 1.0f, ctx.x.get(), in_, w, classes_, 0.0f, logits,
+         classes_, name_);
+    bias_activation(logits, b, nullptr, n, classes_, Act::none, l.stream);
+    softmax_xent(logits, targets, n, classes_, probs, row_loss, l.stream);
+    sum_loss(row_loss, n, static_cast<double>(input.loss_scale), loss, l.stream);
+    check(cudaMemcpyAsync(&ctx.loss, loss, sizeof(float), cudaMemcpyDeviceToHost, l.stream), name_,
+          "cudaMemcpyAsync");
+    finish_call(l, name_);
+    return {&ctx.loss, 1, 1};
+  }
+
+  ConstView backward(UnitContext& ctx_base, std::span<const float* const> params,
+                     std::span<float* const> grads, ConstView grad_output) const override {
+    check_counts(params.size(), grads.size());
+    auto& ctx = dynamic_cast<HeadContext&>(ctx_base);
+    TESSERA_CHECK(ctx.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                  "': backward without a forward on this context");
+    Lane& l = lane(host_, name_);
+    float g = 1.0f;
+    if (!grad_output.empty()) {
+      check(cudaMemcpy(&g, grad_output.data, sizeof(float), cudaMemcpyDefault), name_,
+            "cudaMemcpy");
+    }
+    const int64_t n = ctx.rows;
+    const auto count = static_cast<size_t>(n * classes_);
+    float* dlogits = ctx.dlogits.ensure(count, name_);
+    xent_backward(ctx.probs.get(), ctx.targets.get<int32_t>(), n, classes_, ctx.scale * g, dlogits,
+                  l.stream);
+    const GradTarget gw(grads[0], static_cast<size_t>(in_ * classes_), ctx.staging_gw, l, name_);
+    const GradTarget gb(grads[1], static_cast<size_t>(classes_), ctx.staging_gb, l, name_);
+    gemm(l, true, false, in_, classes_, n, 1.0f, ctx.x.get(), in_, dlogits, classes_, 1.0f,
+         gw.device(), classes_, name_);
+    column_sum_add(dlogits, n, classes_, gb.device(), l.stream);
+    gw.finish(l, name_);
+    gb.finish(l, name_);
+    ConstView result;
+    if (!is_first()) {
+      const float* w =
+          readable(params[0], static_cast<size_t>(in_ * classes_), ctx.staging_w, l, name_);
+      float* dx = ctx.dx.ensure(static_cast<size_t>(n * in_), name_);
+      gemm(l, false, true, n, in_, classes_, 1.0f, dlogits, classes_, w, classes_, 0.0f, dx, in_,
+           name_);
+      result = {dx, n, in_};
+    }
+    finish_call(l, name_);
+    return result;
+  }
+
+ private:
+  int64_t in_;
+  int64_t classes_;
+};
+
+std::unique_ptr<Unit> make_dense(const tessera_host_api* host, std::unique_ptr<Unit> twin,
+                                 int64_t in, int64_t out, UnitActivation act) {
+  return std::make_unique<CudaDense>(host, std::move(twin), in, out, act);
+}
+
+std::unique_ptr<Unit> make_classifier(const tessera_host_api* host, std::unique_ptr<Unit> twin,
+                                      int64_t in, int64_t classes) {
+  return std::make_unique<CudaClassifier>(host, std::move(twin), in, classes);
+}
+
+constexpr UnitFactory kFactory{kUnitFactoryVersion, &make_dense,     &make_classifier,
+                               &make_gpt_embedding, &make_gpt_block, &make_gpt_head};
+
+}  // namespace
+}  // namespace tessera::model::cuda
+
+extern "C" __attribute__((visibility("default"))) const tessera::model::cuda::UnitFactory*
+TESSERA_CUDA_UNITS_ENTRY() {
+  return &tessera::model::cuda::kFactory;
+}
