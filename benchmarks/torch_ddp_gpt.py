@@ -43,7 +43,7 @@ class Block(nn.Module):
         shape = (b, t, self.heads, d // self.heads)
         q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
-        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
         att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(b, t, d)
         x = x + self.proj(y)
@@ -63,7 +63,7 @@ class Gpt(nn.Module):
 
     def forward(self, tokens, targets):
         t = tokens.shape[1]
-        x = self.wte(tokens) + self.wpe(torch.arange(t))
+        x = self.wte(tokens) + self.wpe(torch.arange(t, device=tokens.device))
         for block in self.blocks:
             x = block(x)
         logits = self.lnf(x) @ self.wte.weight.t()
