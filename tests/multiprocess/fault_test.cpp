@@ -125,7 +125,8 @@ TEST_P(Fault, KilledRankFailsTheOthersWithinTheTimeout) {
 INSTANTIATE_TEST_SUITE_P(Backends, Fault,
                          ::testing::Values(FaultCase{Engine::kMpi, true, false},
                                            FaultCase{Engine::kMpi, false, true},
-                                           FaultCase{Engine::kGloo, true, true}),
+                                           FaultCase{Engine::kGloo, true, true},
+                                           FaultCase{Engine::kNccl, true, true}),
                          fault_case_name);
 
 }  // namespace

@@ -85,7 +85,10 @@ std::unique_ptr<sdk::Comm> NcclBackend::connect(int32_t rank) {
                 detail::concat("nccl: connecting group 'world' (rank ", s.rank, " of ",
                                s.world_size, ") failed: ", text));
   }
-  auto group = std::make_shared<Group>("world", s.local_rank, comm);
+  engine->board = std::make_shared<ProgressBoard>(
+      [config = s.store] { return backend_store::open_store(config, "nccl"); });
+  auto group =
+      std::make_shared<Group>("world", s.local_rank, comm, engine->prefix + "/w", engine->board);
   host().log(TESSERA_LOG_DEBUG, s.rank, "nccl: world of ", s.world_size, " ranks connected");
   return std::make_unique<NcclComm>(std::move(engine), std::move(group));
 }

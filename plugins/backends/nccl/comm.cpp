@@ -144,9 +144,11 @@ std::shared_ptr<Event> NcclComm::start(const tessera_coll_args& a, const std::st
   const int32_t size = group_->size();
   cudaStream_t stream = group_->stream();
   auto event = std::make_shared<Event>();
+  const bool p2p = a.coll == TESSERA_COLL_SEND || a.coll == TESSERA_COLL_RECV;
   group_->start(
       label, deadline,
-      [&](ncclComm_t comm) { return nccl_calls(a, rank, size, comm, stream, scratch); }, event);
+      [&](ncclComm_t comm) { return nccl_calls(a, rank, size, comm, stream, scratch); }, event,
+      p2p ? 0 : group_->current_seq());
   return event;
 }
 
@@ -255,13 +257,21 @@ std::unique_ptr<sdk::Comm> NcclComm::split(int32_t color, int32_t key) {
                                                       group_->where(), " failed: ", text));
   }
   auto group = std::make_shared<Group>(
-      detail::concat(label, " colour ", color, " of ", group_->name()), group_->device(), child);
+      detail::concat(label, " colour ", color, " of ", group_->name()), group_->device(), child,
+      detail::concat(group_->key(), "/s", number, "/c", color), group_->board());
   return std::make_unique<NcclComm>(engine_, std::move(group));
 }
 
 void NcclComm::abort(const char* reason) noexcept {
   group_->fail(TESSERA_ERR_PEER_LOST,
                detail::concat("nccl: ", group_->where(), " was aborted: ", reason));
+  // ncclCommAbort ends this rank's communicator only: the others learn of
+  // it from the progress board once their operation on the group waits.
+  try {
+    if (group_->board()) group_->board()->abort(group_->key(), group_->rank(), reason);
+  } catch (...) {
+    // The store is gone too: the others' timeouts still apply.
+  }
 }
 
 void NcclComm::raw(const tessera_coll_args& args) {

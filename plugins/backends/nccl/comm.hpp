@@ -21,6 +21,7 @@ struct Engine {
   sdk::Host host;
   Settings settings;
   std::string prefix;  // store namespace of this world: "<run_id>/c<connect number>"
+  std::shared_ptr<ProgressBoard> board;  // what waiting ranks tell each other
   Watchdog watchdog;
 };
 

@@ -20,8 +20,13 @@ tessera_status status_of(ncclResult_t r) noexcept {
 
 }  // namespace
 
-Group::Group(std::string name, int32_t device, ncclComm_t comm)
-    : name_(std::move(name)), device_(device), comm_(comm) {
+Group::Group(std::string name, int32_t device, ncclComm_t comm, std::string key,
+             std::shared_ptr<ProgressBoard> board)
+    : name_(std::move(name)),
+      key_(std::move(key)),
+      board_(std::move(board)),
+      device_(device),
+      comm_(comm) {
   int rank = 0;
   int size = 1;
   (void)ncclCommUserRank(comm_, &rank);
@@ -184,13 +189,13 @@ void Group::enqueue(const std::string& label, Clock::time_point deadline,
 
 void Group::start(const std::string& label, Clock::time_point deadline,
                   const std::function<ncclResult_t(ncclComm_t)>& call,
-                  const std::shared_ptr<Event>& event) {
+                  const std::shared_ptr<Event>& event, uint64_t seq) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     settle_locked(lock, deadline);
     const ncclResult_t r = call_locked(lock, label, deadline, call, true);
     if (!failed_.load(std::memory_order_relaxed)) {
-      pending_.push_back(Pending{event, label, Clock::now(), deadline});
+      pending_.push_back(Pending{event, label, Clock::now(), deadline, seq});
       if (r == ncclInProgress) {
         deferred_ = event;
       } else {
@@ -233,19 +238,63 @@ void Group::poll() noexcept {
   if (r != ncclSuccess && r != ncclInProgress) {
     const std::string what =
         pending_.empty() ? std::string("the last operation") : pending_.front().label;
+    const std::string absent =
+        pending_.empty() ? std::string() : absent_locked(pending_.front().seq);
     fail_locked(status_of(r), detail::concat("nccl: ", what, " on ", where(),
-                                             " failed: ", nccl_error_text(r, comm_),
+                                             " failed: ", nccl_error_text(r, comm_), absent,
                                              "; the NCCL communicator was aborted"));
     return;
   }
   if (!pending_.empty() && Clock::now() >= pending_.front().deadline) {
     const Pending& late = pending_.front();
+    const std::string absent = absent_locked(late.seq);
     fail_locked(TESSERA_ERR_TIMEOUT,
                 detail::concat("nccl: ", late.label, " on ", where(), " timed out after ",
-                               ms_since(late.start),
-                               " ms (a peer is missing, late or gone); the NCCL communicator was "
-                               "aborted (ncclCommAbort) and every later operation on the group "
-                               "fails"));
+                               ms_since(late.start), " ms",
+                               absent.empty() ? " (a peer is missing, late or gone)" : absent,
+                               "; the NCCL communicator was aborted (ncclCommAbort) and every "
+                               "later operation on the group fails"));
+  }
+}
+
+std::string Group::absent_locked(uint64_t seq) const {
+  return seq != 0 && seq == absent_seq_ ? absent_text(absent_) : std::string();
+}
+
+void Group::exchange_progress() noexcept {
+  if (!board_) return;
+  uint64_t seq = 0;
+  std::string label;
+  bool publish = false;
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    if (failed_.load(std::memory_order_relaxed) || pending_.empty() || size_ < 2) return;
+    const Pending& front = pending_.front();
+    if (front.seq == 0) return;  // a send or receive names its peer already
+    const auto now = Clock::now();
+    const auto interval = std::clamp<Clock::duration>(
+        (front.deadline - front.start) / 4, std::chrono::milliseconds(10), std::chrono::seconds(1));
+    if (now - front.start < interval) return;
+    if (published_ == front.seq && now - looked_ < interval) return;
+    seq = front.seq;
+    label = front.label;
+    publish = published_ != seq;
+    published_ = seq;
+    looked_ = now;
+  }
+  try {
+    if (publish) board_->arrived(key_, rank_, seq);
+    if (const std::optional<std::string> by = board_->aborted(key_)) {
+      fail(TESSERA_ERR_PEER_LOST, detail::concat("nccl: ", label, " on ", where(),
+                                                 " failed: the group was aborted by ", *by));
+      return;
+    }
+    std::vector<int32_t> absent = board_->absent(key_, size_, rank_, seq);
+    const std::lock_guard<std::mutex> lock(mu_);
+    absent_seq_ = seq;
+    absent_ = std::move(absent);
+  } catch (...) {
+    // Diagnostics only: the operation's own timeout still applies.
   }
 }
 
@@ -320,7 +369,10 @@ void Watchdog::loop() {
       if (auto p = g.lock()) live.push_back(std::move(p));
     }
     lock.unlock();
-    for (const auto& g : live) g->poll();
+    for (const auto& g : live) {
+      g->poll();
+      g->exchange_progress();
+    }
     live.clear();
     lock.lock();
     cv_.wait_for(lock, period_, [this] { return stopping_; });

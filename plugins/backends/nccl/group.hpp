@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cuda.hpp"
+#include "progress.hpp"
 #include "tessera/c/common.h"
 #include "tessera/sdk/backend.hpp"
 
@@ -33,8 +34,10 @@ using Clock = std::chrono::steady_clock;
 class Group {
  public:
   // Takes ownership of `comm` (an initialised non-blocking communicator) and
-  // creates the group's stream on `device`.
-  Group(std::string name, int32_t device, ncclComm_t comm);
+  // creates the group's stream on `device`. `key` names the group in the
+  // store, the same on every member; `board` is the run's progress board.
+  Group(std::string name, int32_t device, ncclComm_t comm, std::string key,
+        std::shared_ptr<ProgressBoard> board);
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
   // Finalises and destroys the communicator (aborts it when that fails or
@@ -48,6 +51,8 @@ class Group {
   [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
   // "group 'world' (rank 1 of 4)".
   [[nodiscard]] std::string where() const;
+  [[nodiscard]] const std::string& key() const noexcept { return key_; }
+  [[nodiscard]] const std::shared_ptr<ProgressBoard>& board() const noexcept { return board_; }
 
   // Runs `call` with the communicator while no one can abort it, then
   // waits (at most until `deadline`) while NCCL reports ncclInProgress.
@@ -63,14 +68,23 @@ class Group {
   // to post theirs) the call returns at once; the event is recorded when
   // NCCL is done enqueuing, seen by poll() or by the next call on the
   // group, which waits for it as NCCL requires.
+  // `seq` is the collective's number on the group (0 for a send or a
+  // receive), for the progress board.
   void start(const std::string& label, Clock::time_point deadline,
              const std::function<ncclResult_t(ncclComm_t)>& call,
-             const std::shared_ptr<Event>& event);
+             const std::shared_ptr<Event>& event, uint64_t seq = 0);
 
   // Looks at the pending operations and NCCL's asynchronous error; fails the
   // group when one is late or NCCL reports an error. Called by the watchdog
   // and by waiting work.
   void poll() noexcept;
+
+  // The progress board, for a collective that has waited a quarter of its
+  // timeout (at least 10 ms, at most 1 s): writes once that this rank is
+  // in it, then every such interval reads which ranks are not and whether
+  // a rank aborted the group, failing it with that rank's reason. Called
+  // by the watchdog, never under the group's lock (the store may block).
+  void exchange_progress() noexcept;
 
   // Makes the group fail with `status` and `message` (the first failure
   // wins) and aborts the communicator. Safe from any thread.
@@ -84,6 +98,7 @@ class Group {
   uint64_t next_split() noexcept { return ++splits_; }
   // Collectives and per-peer messages take a number on the group.
   uint64_t next_seq() noexcept { return ++seq_; }
+  [[nodiscard]] uint64_t current_seq() const noexcept { return seq_; }
   uint64_t next_send(int32_t peer);
   uint64_t next_recv(int32_t peer);
 
@@ -97,7 +112,10 @@ class Group {
     std::string label;
     Clock::time_point start;
     Clock::time_point deadline;
+    uint64_t seq = 0;  // collective number; 0 for point-to-point
   };
+  // " (rank 1 never arrived)" when the board said so for collective `seq`.
+  [[nodiscard]] std::string absent_locked(uint64_t seq) const;
 
   void abort_locked() noexcept;
   void fail_locked(tessera_status status, const std::string& message) noexcept;
@@ -115,6 +133,8 @@ class Group {
   void finish_deferred_locked(ncclResult_t state) noexcept;
 
   std::string name_;
+  std::string key_;
+  std::shared_ptr<ProgressBoard> board_;
   int32_t rank_ = 0;
   int32_t size_ = 1;
   int32_t device_ = 0;
@@ -127,6 +147,11 @@ class Group {
   std::atomic<bool> failed_{false};
   tessera_status status_ = TESSERA_OK;
   std::string message_;
+  // The progress board's view of the collective that waits longest.
+  uint64_t published_ = 0;  // the collective this rank said it waits in
+  Clock::time_point looked_{};
+  uint64_t absent_seq_ = 0;
+  std::vector<int32_t> absent_;
 
   uint64_t splits_ = 0;
   uint64_t seq_ = 0;
