@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "bench_device.hpp"
+#include "tessera/core/device.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::cli {
@@ -29,16 +30,11 @@ void use_device(int32_t ordinal) { check_cuda(cudaSetDevice(ordinal), "cudaSetDe
 bool cuda_built() noexcept { return true; }
 
 int32_t cuda_device_count() {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess || count <= 0) {
-    const std::string why =
-        err != cudaSuccess ? std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err)
-                           : "0 devices";
-    throw Error(TESSERA_ERR_UNSUPPORTED,
-                "--device cuda: no CUDA device (cudaGetDeviceCount: " + why + ")");
+  try {
+    return device::cuda_device_count();
+  } catch (const Error& e) {
+    throw Error(e.status(), std::string("--device cuda: ") + e.what());
   }
-  return static_cast<int32_t>(count);
 }
 
 CudaMemory::CudaMemory(int32_t ordinal, size_t bytes) : ordinal_(ordinal) {

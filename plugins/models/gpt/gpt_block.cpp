@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "gpt.hpp"
+#include "tessera/models/gpt_params.hpp"
 #include "tessera/models/kernels.hpp"
 #include "tessera/models/tensor_parallel.hpp"
 #include "tessera/sdk/error.hpp"
@@ -12,21 +13,7 @@
 namespace tessera::model {
 namespace {
 
-enum Param : std::size_t {
-  kLn1G,
-  kLn1B,
-  kQkvW,
-  kQkvB,
-  kAttnProjW,
-  kAttnProjB,
-  kLn2G,
-  kLn2B,
-  kFcW,
-  kFcB,
-  kProjW,
-  kProjB,
-  kParamCount
-};
+using enum gpt_block::Param;
 
 struct BlockContext final : UnitContext {
   int64_t batch = -1;

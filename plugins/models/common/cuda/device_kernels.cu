@@ -263,9 +263,29 @@ __global__ void embedding_backward_wpe_kernel(const float* dx, int64_t batch, in
   dwpe[i] += sum;
 }
 
+// Where one (example, head) of the attention kernels lives (blockIdx.y is
+// example · heads + head): position t's q, k and v in the fused
+// [batch·seq, 3·d] qkv, and the index of its row of this head in a
+// [batch·seq, d] tensor (the output and its gradient) or in qkv.
+struct HeadRows {
+  int64_t bh, d, stride, col, row0;
+  const float* base;
+  __device__ HeadRows(const float* qkv, int64_t seq, int64_t heads, int64_t dh)
+      : bh(blockIdx.y), d(heads * dh), stride(3 * heads * dh) {
+    const int64_t b = bh / heads;
+    col = (bh - b * heads) * dh;
+    row0 = b * seq;
+    base = qkv != nullptr ? qkv + row0 * stride : nullptr;
+  }
+  __device__ const float* q(int64_t t) const { return base + t * stride + col; }
+  __device__ const float* k(int64_t t) const { return base + t * stride + d + col; }
+  __device__ const float* v(int64_t t) const { return base + t * stride + 2 * d + col; }
+  __device__ int64_t row(int64_t t) const { return (row0 + t) * d + col; }
+  __device__ int64_t qkv_row(int64_t t) const { return (row0 + t) * stride + col; }
+};
+
 // Attention: grid (seq, batch·heads), one block per query row i of one
-// head; scores of keys 0..i in shared memory (seq floats), then q and
-// the output row (dh floats each).
+// head; scores of keys 0..i in shared memory (seq floats), then q (dh).
 __global__ void attention_forward_kernel(const float* qkv, int64_t seq, int64_t heads, int64_t dh,
                                          float scale, float* out, float* lse) {
   extern __shared__ float smem[];
@@ -273,17 +293,12 @@ __global__ void attention_forward_kernel(const float* qkv, int64_t seq, int64_t 
   float* scores = smem;          // seq
   float* q = smem + seq;         // dh
   const int64_t i = blockIdx.x;  // query position
-  const int64_t bh = blockIdx.y;
-  const int64_t b = bh / heads;
-  const int64_t h = bh - b * heads;
-  const int64_t d = heads * dh;
-  const int64_t stride = 3 * d;
-  const float* base = qkv + b * seq * stride;
-  for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) q[e] = base[i * stride + h * dh + e];
+  const HeadRows at(qkv, seq, heads, dh);
+  for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) q[e] = at.q(i)[e];
   __syncthreads();
   float mx = -FLT_MAX;
   for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) {
-    const float* k = base + j * stride + d + h * dh;
+    const float* k = at.k(j);
     float s = 0.0f;
     for (int64_t e = 0; e < dh; ++e) s += q[e] * k[e];
     s *= scale;
@@ -299,13 +314,13 @@ __global__ void attention_forward_kernel(const float* qkv, int64_t seq, int64_t 
   }
   sum = block_sum(sum, reduce);  // also orders the writes above before the reads below
   const float inv = 1.0f / sum;
-  float* o = out + (b * seq + i) * d + h * dh;
+  float* o = out + at.row(i);
   for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) {
     float acc = 0.0f;
-    for (int64_t j = 0; j <= i; ++j) acc += scores[j] * base[j * stride + 2 * d + h * dh + e];
+    for (int64_t j = 0; j <= i; ++j) acc += scores[j] * at.v(j)[e];
     o[e] = acc * inv;
   }
-  if (threadIdx.x == 0) lse[bh * seq + i] = mx + logf(sum);
+  if (threadIdx.x == 0) lse[at.bh * seq + i] = mx + logf(sum);
 }
 
 // delta[b, h, i] = dout_i · out_i (= Σ_j p_ij · dp_ij).
@@ -313,18 +328,33 @@ __global__ void attention_delta_kernel(const float* out, const float* dout, int6
                                        int64_t heads, int64_t dh, float* delta) {
   __shared__ float reduce[kThreads];
   const int64_t i = blockIdx.x;
-  const int64_t bh = blockIdx.y;
-  const int64_t b = bh / heads;
-  const int64_t h = bh - b * heads;
-  const int64_t d = heads * dh;
-  const int64_t at = (b * seq + i) * d + h * dh;
+  const HeadRows at(nullptr, seq, heads, dh);
+  const int64_t r = at.row(i);
   float s = 0.0f;
-  for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) s += out[at + e] * dout[at + e];
+  for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) s += out[r + e] * dout[r + e];
   s = block_sum(s, reduce);
-  if (threadIdx.x == 0) delta[bh * seq + i] = s;
+  if (threadIdx.x == 0) delta[at.bh * seq + i] = s;
 }
 
-// dq_i = scale · Σ_{j<=i} ds_ij k_j with ds_ij = p_ij (dp_ij - delta_i).
+// p_ij and ds_ij = p_ij (dp_ij - delta_i) of query i and key j, with
+// dp_ij = dout_i · v_j.
+struct ScoreGrad {
+  float p;
+  float ds;
+};
+__device__ ScoreGrad score_grad(const float* q, const float* k, const float* v, const float* go,
+                                int64_t dh, float scale, float lse, float delta) {
+  float s = 0.0f;
+  float dp = 0.0f;
+  for (int64_t e = 0; e < dh; ++e) {
+    s += q[e] * k[e];
+    dp += go[e] * v[e];
+  }
+  const float p = expf(s * scale - lse);
+  return {p, p * (dp - delta)};
+}
+
+// dq_i = scale · Σ_{j<=i} ds_ij k_j.
 __global__ void attention_dq_kernel(const float* qkv, const float* lse, const float* dout,
                                     const float* delta, int64_t seq, int64_t heads, int64_t dh,
                                     float scale, float* dqkv) {
@@ -333,36 +363,22 @@ __global__ void attention_dq_kernel(const float* qkv, const float* lse, const fl
   float* q = smem + seq;  // dh
   float* go = q + dh;     // dh: dout_i
   const int64_t i = blockIdx.x;
-  const int64_t bh = blockIdx.y;
-  const int64_t b = bh / heads;
-  const int64_t h = bh - b * heads;
-  const int64_t d = heads * dh;
-  const int64_t stride = 3 * d;
-  const float* base = qkv + b * seq * stride;
+  const HeadRows at(qkv, seq, heads, dh);
   for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) {
-    q[e] = base[i * stride + h * dh + e];
-    go[e] = dout[(b * seq + i) * d + h * dh + e];
+    q[e] = at.q(i)[e];
+    go[e] = dout[at.row(i) + e];
   }
   __syncthreads();
-  const float l = lse[bh * seq + i];
-  const float di = delta[bh * seq + i];
+  const float l = lse[at.bh * seq + i];
+  const float di = delta[at.bh * seq + i];
   for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) {
-    const float* k = base + j * stride + d + h * dh;
-    const float* v = base + j * stride + 2 * d + h * dh;
-    float s = 0.0f;
-    float dp = 0.0f;
-    for (int64_t e = 0; e < dh; ++e) {
-      s += q[e] * k[e];
-      dp += go[e] * v[e];
-    }
-    const float p = expf(s * scale - l);
-    ds[j] = p * (dp - di);
+    ds[j] = score_grad(q, at.k(j), at.v(j), go, dh, scale, l, di).ds;
   }
   __syncthreads();
-  float* dq = dqkv + (b * seq + i) * stride + h * dh;
+  float* dq = dqkv + at.qkv_row(i);
   for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) {
     float acc = 0.0f;
-    for (int64_t j = 0; j <= i; ++j) acc += ds[j] * base[j * stride + d + h * dh + e];
+    for (int64_t j = 0; j <= i; ++j) acc += ds[j] * at.k(j)[e];
     dq[e] = acc * scale;
   }
 }
@@ -377,39 +393,27 @@ __global__ void attention_dkv_kernel(const float* qkv, const float* lse, const f
   float* k = ps + seq;           // dh
   float* v = k + dh;             // dh
   const int64_t j = blockIdx.x;  // key position
-  const int64_t bh = blockIdx.y;
-  const int64_t b = bh / heads;
-  const int64_t h = bh - b * heads;
-  const int64_t d = heads * dh;
-  const int64_t stride = 3 * d;
-  const float* base = qkv + b * seq * stride;
+  const HeadRows at(qkv, seq, heads, dh);
   for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) {
-    k[e] = base[j * stride + d + h * dh + e];
-    v[e] = base[j * stride + 2 * d + h * dh + e];
+    k[e] = at.k(j)[e];
+    v[e] = at.v(j)[e];
   }
   __syncthreads();
   for (int64_t i = j + threadIdx.x; i < seq; i += blockDim.x) {
-    const float* q = base + i * stride + h * dh;
-    const float* go = dout + (b * seq + i) * d + h * dh;
-    float s = 0.0f;
-    float dp = 0.0f;
-    for (int64_t e = 0; e < dh; ++e) {
-      s += q[e] * k[e];
-      dp += go[e] * v[e];
-    }
-    const float p = expf(s * scale - lse[bh * seq + i]);
-    ps[i] = p;
-    ds[i] = p * (dp - delta[bh * seq + i]);
+    const ScoreGrad g = score_grad(at.q(i), k, v, dout + at.row(i), dh, scale, lse[at.bh * seq + i],
+                                   delta[at.bh * seq + i]);
+    ps[i] = g.p;
+    ds[i] = g.ds;
   }
   __syncthreads();
-  float* dk = dqkv + (b * seq + j) * stride + d + h * dh;
-  float* dv = dk + d;
+  float* dk = dqkv + at.qkv_row(j) + at.d;
+  float* dv = dk + at.d;
   for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) {
     float acc_k = 0.0f;
     float acc_v = 0.0f;
     for (int64_t i = j; i < seq; ++i) {
-      acc_k += ds[i] * base[i * stride + h * dh + e];
-      acc_v += ps[i] * dout[(b * seq + i) * d + h * dh + e];
+      acc_k += ds[i] * at.q(i)[e];
+      acc_v += ps[i] * dout[at.row(i) + e];
     }
     dk[e] = acc_k * scale;
     dv[e] = acc_v;

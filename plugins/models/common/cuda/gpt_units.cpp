@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "device_support.hpp"
+#include "tessera/models/gpt_params.hpp"
 
 namespace tessera::model::cuda {
 namespace {
@@ -171,21 +172,7 @@ class CudaGptEmbedding final : public TwinnedUnit {
 
 // ---- decoder block ----
 
-enum Param : std::size_t {
-  kLn1G,
-  kLn1B,
-  kQkvW,
-  kQkvB,
-  kAttnProjW,
-  kAttnProjB,
-  kLn2G,
-  kLn2B,
-  kFcW,
-  kFcB,
-  kProjW,
-  kProjB,
-  kParamCount
-};
+using enum gpt_block::Param;
 
 struct GptBlockContext final : UnitContext {
   int64_t batch = -1;

@@ -59,10 +59,14 @@ class Host {
     return api_ != nullptr ? api_->thread_rank(api_->ctx) : TESSERA_RANK_UNKNOWN;
   }
 
-  // Whether the host has the device calls of ABI 1.5.
+  // Whether the host has the device calls of ABI 1.5 (a table that is big
+  // enough but leaves them null, as a test's stand-in may, has none).
   [[nodiscard]] bool has_devices() const noexcept {
     return api_ != nullptr &&
-           api_->struct_size >= offsetof(tessera_host_api, compute_precision) + sizeof(void*);
+           api_->struct_size >= offsetof(tessera_host_api, compute_precision) + sizeof(void*) &&
+           api_->compute_device != nullptr && api_->mem_alloc != nullptr &&
+           api_->mem_free != nullptr && api_->pointer_device != nullptr &&
+           api_->compute_precision != nullptr;
   }
   // The device the calling rank computes on (CPU before host ABI 1.5).
   [[nodiscard]] tessera_device compute_device() const noexcept {
