@@ -132,6 +132,22 @@ TEST(AsyncSgdTraining, AFailingServerFailsTheRun) {
   expect_mentions(msg, {"rank 0", "async_sgd", "NaN"});
 }
 
+// A worker stuck in its step (here: asleep for longer than the backend's
+// timeout) stops the run within the timeout. Which rank's timeout comes
+// first is a race: the server's error names the stuck worker as the
+// slowest, the other worker's says that the server holds its reply back
+// for staleness.
+TEST(AsyncSgdTraining, AStuckWorkerStopsTheRunSayingWhy) {
+  RunSpec s = async_spec("mlp", 1, 2, 1, "sgd", "delay_ms = 2500\ndelay_ranks = \"1\"\n");
+  s.timeout_s = 1;
+  const std::string msg = error_of([&] { (void)run(s); });
+  EXPECT_NE(msg.find("timed out"), std::string::npos) << msg;
+  const bool server = msg.find("rank 1 is the slowest") != std::string::npos;
+  const bool worker = msg.find("holds its reply to step") != std::string::npos &&
+                      msg.find("staleness 1") != std::string::npos;
+  EXPECT_TRUE(server || worker) << msg;
+}
+
 TEST(AsyncSgdOptions, BadOptionsAreRefused) {
   std::string msg = refusal(async_spec("mlp", 2, 0, 0));
   expect_mentions(msg, {"async_sgd", "servers", "2"});

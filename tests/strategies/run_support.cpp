@@ -38,7 +38,7 @@ std::string config_toml(const RunSpec& spec) {
   t << "[run]\nworld_size = " << spec.world << "\nthreads_per_rank = " << spec.threads_per_rank
     << "\nsteps = " << spec.steps << "\nseed = 7\nlog_every = " << std::max<int64_t>(spec.steps, 1)
     << "\n\n"
-    << "[backend]\nname = \"inmemory\"\ntimeout_s = 60\n"
+    << "[backend]\nname = \"inmemory\"\ntimeout_s = " << spec.timeout_s << "\n"
     << "[backend.options]\nspin_us = 0\n\n"
     << "[strategy]\nname = \"" << spec.strategy << "\"\n"
     << "[strategy.options]\n"

@@ -44,6 +44,7 @@ struct RunSpec {
   std::string model_table;       // the [model] table's lines; empty: model_toml(model)
   std::string strategy_options;  // TOML lines of [strategy.options]
   std::string extra_toml;        // more tables appended as is (e.g. [checkpoint])
+  double timeout_s = 60;         // [backend] timeout_s
 };
 
 // The [model] table of the tiny test models (gpt with a tied head, llama

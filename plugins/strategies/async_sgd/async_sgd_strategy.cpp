@@ -257,9 +257,25 @@ sdk::StepResult AsyncSgdStrategy::worker_step(const sdk::StepArgs& args) {
   }
   try {
     for (sdk::PendingOp& op : sends) op.wait(host_);
-    for (sdk::PendingOp& op : recvs) op.wait(host_);
   } catch (const std::exception& e) {
     fail(e);  // the operations still pending fail at once
+    throw;
+  }
+  try {
+    for (sdk::PendingOp& op : recvs) op.wait(host_);
+  } catch (const Error& e) {
+    // A server holds a reply back while this worker leads the slowest
+    // worker by more than `staleness`: the wait may be for another worker.
+    const Error held(
+        e.status(),
+        detail::concat(e.what(), "; a server holds its reply to step ", args.step,
+                       " back while this worker is more than staleness ", options_.staleness,
+                       " steps ahead of the slowest worker (the server's "
+                       "error names the workers' steps)"));
+    fail(held);
+    throw held;
+  } catch (const std::exception& e) {
+    fail(e);
     throw;
   }
   return result;
@@ -331,6 +347,25 @@ bool AsyncSgdStrategy::send_allowed_replies() {
   return sent;
 }
 
+std::string AsyncSgdStrategy::clocks_text() const {
+  // A worker that waits for its reply stops pushing: the one whose clock
+  // holds the others back (by more than `staleness`) is the one to look at.
+  const auto slowest = std::min_element(clock_.begin(), clock_.end());
+  std::string text = "the workers' last pushes on this server:";
+  for (size_t i = 0; i < clock_.size(); ++i) {
+    text += detail::concat(i == 0 ? " " : ", ", "rank ", options_.servers + static_cast<int32_t>(i),
+                           " step ", clock_[i]);
+  }
+  const int64_t lead = *std::max_element(clock_.begin(), clock_.end()) - *slowest;
+  if (lead > 0) {
+    text += detail::concat(
+        " (rank ", options_.servers + static_cast<int32_t>(slowest - clock_.begin()),
+        " is the slowest; the others wait for it once they lead by more than staleness ",
+        options_.staleness, ")");
+  }
+  return text;
+}
+
 sdk::StepResult AsyncSgdStrategy::server_step(const sdk::StepArgs& args) {
   max_grad_norm_ = args.max_grad_norm;
   const int32_t w = workers();
@@ -348,7 +383,13 @@ sdk::StepResult AsyncSgdStrategy::server_step(const sdk::StepArgs& args) {
     bool progress = false;
     for (int32_t i = 0; i < w; ++i) {
       sdk::PendingOp& op = push_ops_[static_cast<size_t>(i)];
-      if (op.pending() && op.done(host_)) {
+      bool done = false;
+      try {
+        done = op.pending() && op.done(host_);
+      } catch (const Error& e) {
+        throw Error(e.status(), detail::concat(e.what(), "; ", clocks_text()));
+      }
+      if (done) {
         arrive(i);
         progress = true;
       }

@@ -76,6 +76,9 @@ class AsyncSgdStrategy final : public sdk::Strategy {
  private:
   [[nodiscard]] bool is_server() const noexcept { return env_.rank() < options_.servers; }
   [[nodiscard]] int32_t workers() const noexcept { return env_.world_size() - options_.servers; }
+  // "the workers' last pushes on this server: rank 1 step 40, rank 2 step
+  // 43 (rank 1 is the slowest; ...)", for a server's failed receive.
+  [[nodiscard]] std::string clocks_text() const;
   sdk::StepResult worker_step(const sdk::StepArgs& args);
   sdk::StepResult server_step(const sdk::StepArgs& args);
   // Server: handles worker w's push that has just arrived in push_[w].
