@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "device_kernels.hpp"
 #include "tessera/models/cuda_units.hpp"
@@ -152,8 +153,8 @@ inline const float* readable(const float* ptr, size_t count, DeviceArray& stagin
   return copy;
 }
 
-// A gradient the unit adds into: in place, or through a device copy that
-// finish() adds back to the host buffer.
+// A gradient the unit adds into: in place, or through a device copy of it
+// that finish() copies back to the host buffer.
 class GradTarget {
  public:
   GradTarget(float* grad, size_t count, DeviceArray& staging, const Lane& l,
@@ -180,6 +181,73 @@ class GradTarget {
   float* device_ = nullptr;
   size_t count_;
 };
+
+// Device views of a unit's parameters, staged where they are host memory.
+class Operands {
+ public:
+  void bind(std::span<const float* const> params, std::span<const ParamSpec> specs, const Lane& l,
+            const std::string& unit) {
+    if (staging_.size() != params.size()) {
+      staging_ = std::vector<DeviceArray>(params.size());
+    }
+    ptr_.assign(params.size(), nullptr);
+    for (size_t i = 0; i < params.size(); ++i) {
+      ptr_[i] = readable(params[i], static_cast<size_t>(specs[i].numel()), staging_[i], l, unit);
+    }
+  }
+  const float* operator[](size_t i) const noexcept { return ptr_[i]; }
+
+ private:
+  std::vector<DeviceArray> staging_;
+  std::vector<const float*> ptr_;
+};
+
+// Device targets of a unit's gradients, copied back to host memory at finish().
+class GradTargets {
+ public:
+  void bind(std::span<float* const> grads, std::span<const ParamSpec> specs, const Lane& l,
+            const std::string& unit) {
+    if (staging_.size() != grads.size()) staging_ = std::vector<DeviceArray>(grads.size());
+    targets_.clear();
+    for (size_t i = 0; i < grads.size(); ++i) {
+      targets_.emplace_back(grads[i], static_cast<size_t>(specs[i].numel()), staging_[i], l, unit);
+    }
+  }
+  float* operator[](size_t i) const noexcept { return targets_[i].device(); }
+  void finish(const Lane& l, const std::string& unit) const {
+    for (const GradTarget& t : targets_) t.finish(l, unit);
+  }
+
+ private:
+  std::vector<DeviceArray> staging_;
+  std::vector<GradTarget> targets_;
+};
+
+inline void copy_device(float* to, const float* from, size_t count, const Lane& l,
+                        const std::string& unit) {
+  if (count == 0) return;
+  check(cudaMemcpyAsync(to, from, count * sizeof(float), cudaMemcpyDefault, l.stream), unit,
+        "cudaMemcpyAsync");
+}
+
+// The batch's token ids (or targets) in [0, bound), uploaded into `to`;
+// one outside is refused as "<what> <id> <at> <index> is outside [0,
+// bound)" (`at`: "at position", "of row").
+inline const int32_t* upload_ids(std::span<const int32_t> ids, int64_t bound, const char* what,
+                                 const char* at, DeviceArray& to, const Lane& l,
+                                 const std::string& unit) {
+  for (size_t r = 0; r < ids.size(); ++r) {
+    TESSERA_CHECK(ids[r] >= 0 && ids[r] < bound, TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit,
+                  "': ", what, " ", ids[r], " ", at, " ", r, " is outside [0, ", bound, ")");
+  }
+  auto* device = to.ensure<int32_t>(ids.size(), unit);
+  if (!ids.empty()) {
+    check(cudaMemcpyAsync(device, ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                          l.stream),
+          unit, "cudaMemcpyAsync");
+  }
+  return device;
+}
 
 // C[M,N] = alpha·op(A)·op(B) + beta·C, row-major, through cuBLAS's
 // column-major GEMM on the transposes. A and B are contiguous (their

@@ -19,70 +19,6 @@
 namespace tessera::model::cuda {
 namespace {
 
-// Device views of a unit's parameters, staged where they are host memory.
-class Operands {
- public:
-  void bind(std::span<const float* const> params, std::span<const ParamSpec> specs, const Lane& l,
-            const std::string& unit) {
-    if (staging_.size() != params.size()) {
-      staging_ = std::vector<DeviceArray>(params.size());
-    }
-    ptr_.assign(params.size(), nullptr);
-    for (size_t i = 0; i < params.size(); ++i) {
-      ptr_[i] = readable(params[i], static_cast<size_t>(specs[i].numel()), staging_[i], l, unit);
-    }
-  }
-  const float* operator[](size_t i) const noexcept { return ptr_[i]; }
-
- private:
-  std::vector<DeviceArray> staging_;
-  std::vector<const float*> ptr_;
-};
-
-// Device targets of a unit's gradients, added back to host memory at finish().
-class GradTargets {
- public:
-  void bind(std::span<float* const> grads, std::span<const ParamSpec> specs, const Lane& l,
-            const std::string& unit) {
-    if (staging_.size() != grads.size()) staging_ = std::vector<DeviceArray>(grads.size());
-    targets_.clear();
-    for (size_t i = 0; i < grads.size(); ++i) {
-      targets_.emplace_back(grads[i], static_cast<size_t>(specs[i].numel()), staging_[i], l, unit);
-    }
-  }
-  float* operator[](size_t i) const noexcept { return targets_[i].device(); }
-  void finish(const Lane& l, const std::string& unit) const {
-    for (const GradTarget& t : targets_) t.finish(l, unit);
-  }
-
- private:
-  std::vector<DeviceArray> staging_;
-  std::vector<GradTarget> targets_;
-};
-
-void copy_device(float* to, const float* from, size_t count, const Lane& l,
-                 const std::string& unit) {
-  if (count == 0) return;
-  check(cudaMemcpyAsync(to, from, count * sizeof(float), cudaMemcpyDefault, l.stream), unit,
-        "cudaMemcpyAsync");
-}
-
-// The batch's token ids (or targets) in [0, bound), uploaded into `to`.
-const int32_t* upload_ids(std::span<const int32_t> ids, int64_t bound, const char* what,
-                          DeviceArray& to, const Lane& l, const std::string& unit) {
-  for (size_t r = 0; r < ids.size(); ++r) {
-    TESSERA_CHECK(ids[r] >= 0 && ids[r] < bound, TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit,
-                  "': ", what, " ", ids[r], " at position ", r, " is outside [0, ", bound, ")");
-  }
-  auto* device = to.ensure<int32_t>(ids.size(), unit);
-  if (!ids.empty()) {
-    check(cudaMemcpyAsync(device, ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
-                          l.stream),
-          unit, "cudaMemcpyAsync");
-  }
-  return device;
-}
-
 void require_sequences(const Unit& unit, const UnitInput& input) {
   check_untensored(unit, input);
   TESSERA_CHECK(input.batch != nullptr && input.batch->is_sequence(), TESSERA_ERR_INVALID_ARGUMENT,
@@ -134,7 +70,8 @@ class CudaGptEmbedding final : public TwinnedUnit {
     Lane& l = lane(host_, name_);
     c.batch = input.batch->size;
     c.seq = seq;
-    const int32_t* tokens = upload_ids(input.batch->tokens, vocab_, "token", c.tokens, l, name_);
+    const int32_t* tokens =
+        upload_ids(input.batch->tokens, vocab_, "token", "at position", c.tokens, l, name_);
     c.params.bind(params, specs_, l, name_);
     const int64_t n = c.batch * seq;
     float* x = c.x.ensure(static_cast<size_t>(n * d_), name_);
@@ -360,7 +297,7 @@ class CudaGptHead final : public TwinnedUnit {
     c.rows = n;
     c.scale = input.loss_scale;
     const int32_t* targets =
-        upload_ids(input.batch->targets, vocab_, "target", c.targets, l, name_);
+        upload_ids(input.batch->targets, vocab_, "target", "at position", c.targets, l, name_);
     c.params.bind(params, specs_, l, name_);
     const Operands& p = c.params;
     float* h = c.h.ensure(un * d_, name_);

@@ -8,7 +8,6 @@
 #include <span>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "device_support.hpp"
 
@@ -16,7 +15,9 @@ namespace tessera::model::cuda {
 namespace {
 struct DenseContext final : UnitContext {
   int64_t rows = -1;
-  DeviceArray x, z, dz, staging_w, staging_b, staging_gw, staging_gb, staging_dy;
+  Operands params;
+  GradTargets grads;
+  DeviceArray x, z, dz, staging_dy;
   DeviceArray y{true}, dx{true};
   [[nodiscard]] std::size_t bytes() const noexcept override {
     return x.bytes() + z.bytes() + dz.bytes() + y.bytes() + dx.bytes();
@@ -42,12 +43,12 @@ class CudaDense final : public TwinnedUnit {
     const int64_t n = take_input(*this, in_, input, ctx.x, l);
     ctx.rows = n;
     const auto count = static_cast<size_t>(n * out_);
-    const float* w = readable(params[0], static_cast<size_t>(in_ * out_), ctx.staging_w, l, name_);
-    const float* b = readable(params[1], static_cast<size_t>(out_), ctx.staging_b, l, name_);
+    ctx.params.bind(params, specs_, l, name_);
     float* z = ctx.z.ensure(count, name_);
     float* y = ctx.y.ensure(count, name_);
-    gemm(l, false, false, n, out_, in_, 1.0f, ctx.x.get(), in_, w, out_, 0.0f, z, out_, name_);
-    bias_activation(z, b, y, n, out_, act_, l.stream);
+    gemm(l, false, false, n, out_, in_, 1.0f, ctx.x.get(), in_, ctx.params[0], out_, 0.0f, z, out_,
+         name_);
+    bias_activation(z, ctx.params[1], y, n, out_, act_, l.stream);
     finish_call(l, name_);
     return {y, n, out_};
   }
@@ -67,20 +68,17 @@ class CudaDense final : public TwinnedUnit {
     const float* dy = readable(grad_output.data, count, ctx.staging_dy, l, name_);
     float* dz = ctx.dz.ensure(count, name_);
     activation_backward(ctx.z.get(), dy, dz, static_cast<int64_t>(count), act_, l.stream);
-    const GradTarget gw(grads[0], static_cast<size_t>(in_ * out_), ctx.staging_gw, l, name_);
-    const GradTarget gb(grads[1], static_cast<size_t>(out_), ctx.staging_gb, l, name_);
+    ctx.grads.bind(grads, specs_, l, name_);
     // dW += xᵀ·dz, db += Σ_rows dz.
-    gemm(l, true, false, in_, out_, n, 1.0f, ctx.x.get(), in_, dz, out_, 1.0f, gw.device(), out_,
+    gemm(l, true, false, in_, out_, n, 1.0f, ctx.x.get(), in_, dz, out_, 1.0f, ctx.grads[0], out_,
          name_);
-    column_sum_add(dz, n, out_, gb.device(), l.stream);
-    gw.finish(l, name_);
-    gb.finish(l, name_);
+    column_sum_add(dz, n, out_, ctx.grads[1], l.stream);
+    ctx.grads.finish(l, name_);
     ConstView result;
     if (!is_first()) {
-      const float* w =
-          readable(params[0], static_cast<size_t>(in_ * out_), ctx.staging_w, l, name_);
+      ctx.params.bind(params, specs_, l, name_);
       float* dx = ctx.dx.ensure(static_cast<size_t>(n * in_), name_);
-      gemm(l, false, true, n, in_, out_, 1.0f, dz, out_, w, out_, 0.0f, dx, in_, name_);
+      gemm(l, false, true, n, in_, out_, 1.0f, dz, out_, ctx.params[0], out_, 0.0f, dx, in_, name_);
       result = {dx, n, in_};
     }
     finish_call(l, name_);
@@ -97,9 +95,9 @@ struct HeadContext final : UnitContext {
   int64_t rows = -1;
   float scale = 1.0f;
   float loss = 0.0f;
-  std::vector<int32_t> host_targets;
-  DeviceArray x, logits, probs, dlogits, targets, row_loss, loss_out, staging_w, staging_b,
-      staging_gw, staging_gb;
+  Operands params;
+  GradTargets grads;
+  DeviceArray x, logits, probs, dlogits, targets, row_loss, loss_out;
   DeviceArray dx{true};
   [[nodiscard]] std::size_t bytes() const noexcept override {
     return x.bytes() + logits.bytes() + probs.bytes() + dlogits.bytes() + targets.bytes() +
@@ -128,31 +126,19 @@ class CudaClassifier final : public TwinnedUnit {
                       static_cast<int64_t>(input.batch->targets.size()) == n,
                   TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                   "': needs a classification batch with one target per row (", n, " rows)");
-    for (int64_t r = 0; r < n; ++r) {
-      const int32_t t = input.batch->targets[static_cast<size_t>(r)];
-      TESSERA_CHECK(t >= 0 && t < classes_, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
-                    "': target ", t, " of row ", r, " is outside [0, ", classes_, ")");
-    }
+    const int32_t* targets =
+        upload_ids(input.batch->targets, classes_, "target", "of row", ctx.targets, l, name_);
     ctx.rows = n;
     ctx.scale = input.loss_scale;
     const auto count = static_cast<size_t>(n * classes_);
-    auto* targets = ctx.targets.ensure<int32_t>(static_cast<size_t>(n), name_);
-    if (n > 0) {
-      check(cudaMemcpyAsync(targets, input.batch->targets.data(),
-                            static_cast<size_t>(n) * sizeof(int32_t), cudaMemcpyHostToDevice,
-                            l.stream),
-            name_, "cudaMemcpyAsync");
-    }
-    const float* w =
-        readable(params[0], static_cast<size_t>(in_ * classes_), ctx.staging_w, l, name_);
-    const float* b = readable(params[1], static_cast<size_t>(classes_), ctx.staging_b, l, name_);
+    ctx.params.bind(params, specs_, l, name_);
     float* logits = ctx.logits.ensure(count, name_);
     float* probs = ctx.probs.ensure(count, name_);
     auto* row_loss = ctx.row_loss.ensure<double>(static_cast<size_t>(n), name_);
     auto* loss = ctx.loss_out.ensure(1, name_);
-    gemm(l, false, false, n, classes_, in_, 1.0f, ctx.x.get(), in_, w, classes_, 0.0f, logits,
-         classes_, name_);
-    bias_activation(logits, b, nullptr, n, classes_, Act::none, l.stream);
+    gemm(l, false, false, n, classes_, in_, 1.0f, ctx.x.get(), in_, ctx.params[0], classes_, 0.0f,
+         logits, classes_, name_);
+    bias_activation(logits, ctx.params[1], nullptr, n, classes_, Act::none, l.stream);
     softmax_xent(logits, targets, n, classes_, probs, row_loss, l.stream);
     sum_loss(row_loss, n, static_cast<double>(input.loss_scale), loss, l.stream);
     check(cudaMemcpyAsync(&ctx.loss, loss, sizeof(float), cudaMemcpyDeviceToHost, l.stream), name_,
@@ -178,20 +164,17 @@ class CudaClassifier final : public TwinnedUnit {
     float* dlogits = ctx.dlogits.ensure(count, name_);
     xent_backward(ctx.probs.get(), ctx.targets.get<int32_t>(), n, classes_, ctx.scale * g, dlogits,
                   l.stream);
-    const GradTarget gw(grads[0], static_cast<size_t>(in_ * classes_), ctx.staging_gw, l, name_);
-    const GradTarget gb(grads[1], static_cast<size_t>(classes_), ctx.staging_gb, l, name_);
+    ctx.grads.bind(grads, specs_, l, name_);
     gemm(l, true, false, in_, classes_, n, 1.0f, ctx.x.get(), in_, dlogits, classes_, 1.0f,
-         gw.device(), classes_, name_);
-    column_sum_add(dlogits, n, classes_, gb.device(), l.stream);
-    gw.finish(l, name_);
-    gb.finish(l, name_);
+         ctx.grads[0], classes_, name_);
+    column_sum_add(dlogits, n, classes_, ctx.grads[1], l.stream);
+    ctx.grads.finish(l, name_);
     ConstView result;
     if (!is_first()) {
-      const float* w =
-          readable(params[0], static_cast<size_t>(in_ * classes_), ctx.staging_w, l, name_);
+      ctx.params.bind(params, specs_, l, name_);
       float* dx = ctx.dx.ensure(static_cast<size_t>(n * in_), name_);
-      gemm(l, false, true, n, in_, classes_, 1.0f, dlogits, classes_, w, classes_, 0.0f, dx, in_,
-           name_);
+      gemm(l, false, true, n, in_, classes_, 1.0f, dlogits, classes_, ctx.params[0], classes_, 0.0f,
+           dx, in_, name_);
       result = {dx, n, in_};
     }
     finish_call(l, name_);
