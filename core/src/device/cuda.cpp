@@ -2,6 +2,7 @@
 // core/CMakeLists.txt).
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <string>
 
 #include "tessera/core/device.hpp"
@@ -35,9 +36,12 @@ void* managed_alloc(int32_t ordinal, std::size_t bytes, std::string& error) noex
     cudaError_t err = cudaSetDevice(ordinal);
     void* ptr = nullptr;
     if (err == cudaSuccess) err = cudaMallocManaged(&ptr, bytes, cudaMemAttachGlobal);
-    if (err == cudaSuccess) err = cudaMemset(ptr, 0, bytes);
-    if (err == cudaSuccess) err = cudaDeviceSynchronize();
-    if (err == cudaSuccess) return ptr;
+    if (err == cudaSuccess) {
+      // Zeroed from the host, where the caller (TrackedBuffer) touches it
+      // first anyway: no device-wide synchronisation per allocation.
+      std::memset(ptr, 0, bytes);
+      return ptr;
+    }
     (void)cudaGetLastError();
     if (ptr != nullptr) (void)cudaFree(ptr);
     error = "cudaMallocManaged of " + std::to_string(bytes) + " B on CUDA device " +
