@@ -23,8 +23,6 @@
 namespace tessera::cli {
 namespace {
 
-namespace fs = std::filesystem;
-
 constexpr int kStderrTailLines = 20;
 
 // A private scratch directory for the children's files, removed with its
@@ -33,7 +31,7 @@ class ScratchDir {
  public:
   ScratchDir() {
     std::error_code ec;
-    fs::path base = fs::temp_directory_path(ec);
+    std::filesystem::path base = std::filesystem::temp_directory_path(ec);
     if (ec) base = "/tmp";
     std::string pattern = (base / "tessera-bench-strategies-XXXXXX").string();
     if (::mkdtemp(pattern.data()) == nullptr) {
@@ -44,14 +42,14 @@ class ScratchDir {
   }
   ~ScratchDir() {
     std::error_code ec;
-    fs::remove_all(path_, ec);
+    std::filesystem::remove_all(path_, ec);
   }
   ScratchDir(const ScratchDir&) = delete;
   ScratchDir& operator=(const ScratchDir&) = delete;
-  [[nodiscard]] const fs::path& path() const noexcept { return path_; }
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
 
  private:
-  fs::path path_;
+  std::filesystem::path path_;
 };
 
 // `text` as a TOML basic string.
@@ -82,7 +80,7 @@ std::string join(const std::vector<std::string>& names) {
 // The path this process was started from, for re-running it.
 std::string self_executable() {
   std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) {
     throw Error(TESSERA_ERR_INTERNAL,
                 "cannot find this executable through /proc/self/exe: " + ec.message());
@@ -122,14 +120,15 @@ struct Planned {
 
 // Runs one strategy in a child process and reads back its metrics.
 StrategyRow run_one(const Planned& p, const GlobalOptions& global, const std::string& exe,
-                    const std::string& config, const fs::path& dir, const fs::path& metrics) {
+                    const std::string& config, const std::filesystem::path& dir,
+                    const std::filesystem::path& metrics) {
   std::vector<std::string> argv{exe};
   for (const auto& path : global.plugin_paths) argv.insert(argv.end(), {"--plugin-path", path});
   if (!global.log_level.empty()) argv.insert(argv.end(), {"--log-level", global.log_level});
   argv.insert(argv.end(), {"train", config});
   for (const auto& o : p.overrides) argv.insert(argv.end(), {"--set", o});
 
-  const fs::path err = dir / (p.stem + ".stderr");
+  const std::filesystem::path err = dir / (p.stem + ".stderr");
   const ChildOutcome outcome = run_child(argv, dir / (p.stem + ".stdout"), err);
   StrategyRow row{p.name, false, {}, outcome.max_rss_kib};
   std::string why;

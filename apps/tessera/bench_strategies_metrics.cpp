@@ -14,7 +14,7 @@
 namespace tessera::cli {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::json;
 
 [[noreturn]] void fail(const std::string& what, int64_t line, const std::string& message) {
   throw Error(TESSERA_ERR_INVALID_ARGUMENT,

@@ -26,8 +26,8 @@ namespace tessera::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using backend_store::TcpStoreClient;
-using backend_store::TcpStoreServer;
+using TcpStoreClient = backend_store::TcpStoreClient;
+using TcpStoreServer = backend_store::TcpStoreServer;
 
 constexpr std::chrono::milliseconds kPoll{50};
 // Polling a round that this launcher waits to join, less often.

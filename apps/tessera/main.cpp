@@ -22,9 +22,6 @@
 
 namespace {
 
-using tessera::cli::kExitFailure;
-using tessera::cli::kExitUsage;
-
 // One write of the whole line, so that ranks sharing a pipe (under mpirun)
 // never interleave inside each other's error line.
 int report(const char* message, int code) {
@@ -66,29 +63,28 @@ std::string parse_error_message(const CLI::App& app, const CLI::ParseError& e) {
 // Builds the command line, parses it and runs the chosen subcommand.
 // Returns the exit code; failures of a subcommand are reported here.
 int run(int argc, char** argv) {
-  namespace cli = tessera::cli;
   CLI::App app("Tessera: distributed training where everything that varies is a plugin", "tessera");
   app.fallthrough();  // global flags are accepted after the subcommand too
   app.require_subcommand(1);
 
-  cli::GlobalOptions global;
-  cli::PluginsArgs plugins_args;
-  cli::BenchArgs bench_args;
-  cli::BenchStrategiesArgs strategies_args;
-  cli::TrainArgs train_args;
-  cli::LaunchArgs launch_args;
-  cli::CheckpointArgs checkpoint_args;
-  cli::SelectArgs select_args;
-  cli::add_global_options(app, global);
-  CLI::App* train = cli::add_train_command(app, train_args);
-  CLI::App* plugins = cli::add_plugins_command(app, plugins_args);
-  CLI::App* bench = cli::add_bench_command(app, bench_args);
+  tessera::cli::GlobalOptions global;
+  tessera::cli::PluginsArgs plugins_args;
+  tessera::cli::BenchArgs bench_args;
+  tessera::cli::BenchStrategiesArgs strategies_args;
+  tessera::cli::TrainArgs train_args;
+  tessera::cli::LaunchArgs launch_args;
+  tessera::cli::CheckpointArgs checkpoint_args;
+  tessera::cli::SelectArgs select_args;
+  tessera::cli::add_global_options(app, global);
+  CLI::App* train = tessera::cli::add_train_command(app, train_args);
+  CLI::App* plugins = tessera::cli::add_plugins_command(app, plugins_args);
+  CLI::App* bench = tessera::cli::add_bench_command(app, bench_args);
   CLI::App* bench_strategies =
-      cli::add_bench_strategies_command(*bench->get_parent(), strategies_args);
-  CLI::App* version = cli::add_version_command(app);
-  CLI::App* launch = cli::add_launch_command(app, launch_args);
-  CLI::App* checkpoint = cli::add_checkpoint_command(app, checkpoint_args);
-  CLI::App* select = cli::add_select_command(app, select_args);
+      tessera::cli::add_bench_strategies_command(*bench->get_parent(), strategies_args);
+  CLI::App* version = tessera::cli::add_version_command(app);
+  CLI::App* launch = tessera::cli::add_launch_command(app, launch_args);
+  CLI::App* checkpoint = tessera::cli::add_checkpoint_command(app, checkpoint_args);
+  CLI::App* select = tessera::cli::add_select_command(app, select_args);
 
   try {
     app.parse(argc, argv);
@@ -97,32 +93,32 @@ int run(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    return report(parse_error_message(app, e).c_str(), kExitUsage);
+    return report(parse_error_message(app, e).c_str(), tessera::cli::kExitUsage);
   }
 
   try {
-    if (*train) return cli::run_train_command(global, train_args, std::cout);
-    if (*plugins) return cli::run_plugins_command(global, plugins_args, std::cout);
-    if (*bench) return cli::run_bench_command(global, bench_args, std::cout);
+    if (*train) return tessera::cli::run_train_command(global, train_args, std::cout);
+    if (*plugins) return tessera::cli::run_plugins_command(global, plugins_args, std::cout);
+    if (*bench) return tessera::cli::run_bench_command(global, bench_args, std::cout);
     if (*bench_strategies) {
-      return cli::run_bench_strategies_command(global, strategies_args, std::cout);
+      return tessera::cli::run_bench_strategies_command(global, strategies_args, std::cout);
     }
-    if (*version) return cli::run_version_command(std::cout);
-    if (*checkpoint) return cli::run_checkpoint_command(checkpoint_args, std::cout);
-    if (*select) return cli::run_select_command(global, select_args, std::cout);
+    if (*version) return tessera::cli::run_version_command(std::cout);
+    if (*checkpoint) return tessera::cli::run_checkpoint_command(checkpoint_args, std::cout);
+    if (*select) return tessera::cli::run_select_command(global, select_args, std::cout);
     if (*launch) {
-      return cli::run_launch_command(launch_args, {argv, static_cast<std::size_t>(argc)});
+      return tessera::cli::run_launch_command(launch_args, {argv, static_cast<std::size_t>(argc)});
     }
     return report(
         "no subcommand given (use train, select, plugins, bench collectives, bench strategies or "
         "version; launch to start ranks; checkpoint convert to merge a sharded checkpoint)",
-        kExitUsage);
-  } catch (const cli::UsageError& e) {
-    return report(e.what(), kExitUsage);
+        tessera::cli::kExitUsage);
+  } catch (const tessera::cli::UsageError& e) {
+    return report(e.what(), tessera::cli::kExitUsage);
   } catch (const std::bad_alloc&) {
-    return report("out of memory", kExitFailure);
+    return report("out of memory", tessera::cli::kExitFailure);
   } catch (const std::exception& e) {
-    return report(e.what(), kExitFailure);
+    return report(e.what(), tessera::cli::kExitFailure);
   }
 }
 
@@ -133,6 +129,6 @@ int main(int argc, char** argv) {
     return run(argc, argv);
   } catch (...) {
     std::cerr << "tessera: error: unexpected failure while setting up the command line\n";
-    return kExitFailure;
+    return tessera::cli::kExitFailure;
   }
 }

@@ -18,28 +18,26 @@
 namespace tessera {
 namespace {
 
-namespace fs = std::filesystem;
-
-[[noreturn]] void throw_errno(const char* what, const fs::path& path, int err) {
+[[noreturn]] void throw_errno(const char* what, const std::filesystem::path& path, int err) {
   throw Error(TESSERA_ERR_INTERNAL, detail::concat("atomic write: cannot ", what, " '",
                                                    path.string(), "': ", std::strerror(err)));
 }
 
 // `<path>.tmp.<pid>.<16 random hex digits>`: unique per process and attempt.
-fs::path temp_path_for(const fs::path& path) {
+std::filesystem::path temp_path_for(const std::filesystem::path& path) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   char suffix[64];
   std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%016llx", static_cast<long>(::getpid()),
                 static_cast<unsigned long long>(rng()));
-  fs::path temp = path;
+  std::filesystem::path temp = path;
   temp += suffix;
   return temp;
 }
 
 // Directory that holds `path` ("." for a bare file name).
-fs::path directory_of(const fs::path& path) {
-  fs::path dir = path.parent_path();
-  return dir.empty() ? fs::path(".") : dir;
+std::filesystem::path directory_of(const std::filesystem::path& path) {
+  std::filesystem::path dir = path.parent_path();
+  return dir.empty() ? std::filesystem::path(".") : dir;
 }
 
 // Closes `fd` on scope exit unless released; never throws.
@@ -64,7 +62,7 @@ class FdGuard {
 };
 
 // Flushes the directory entry changes (the rename) of `dir` to disk.
-void sync_directory(const fs::path& dir) {
+void sync_directory(const std::filesystem::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) throw_errno("open directory", dir, errno);
   FdGuard guard(fd);
@@ -87,13 +85,13 @@ void AtomicFileSink::write(const void* data, size_t size) {
   }
 }
 
-void write_file_atomically(const fs::path& path,
+void write_file_atomically(const std::filesystem::path& path,
                            const std::function<void(AtomicFileSink&)>& produce) {
   if (path.empty() || !path.has_filename()) {
     throw Error(TESSERA_ERR_INVALID_ARGUMENT,
                 detail::concat("atomic write: '", path.string(), "' is not a file path"));
   }
-  const fs::path temp = temp_path_for(path);
+  const std::filesystem::path temp = temp_path_for(path);
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) throw_errno("create temporary file", temp, errno);
   FdGuard guard(fd);
@@ -118,11 +116,11 @@ void write_file_atomically(const fs::path& path,
   sync_directory(directory_of(path));
 }
 
-void write_file_atomically(const fs::path& path, std::span<const std::byte> bytes) {
+void write_file_atomically(const std::filesystem::path& path, std::span<const std::byte> bytes) {
   write_file_atomically(path, [bytes](AtomicFileSink& sink) { sink.write(bytes); });
 }
 
-void write_file_atomically(const fs::path& path, std::string_view text) {
+void write_file_atomically(const std::filesystem::path& path, std::string_view text) {
   write_file_atomically(path, [text](AtomicFileSink& sink) { sink.write(text); });
 }
 
@@ -144,21 +142,21 @@ bool is_atomic_temp_name(std::string_view name) noexcept {
          std::all_of(hex.begin(), hex.end(), is_hex);
 }
 
-size_t remove_stale_temp_files(const fs::path& path) {
-  const fs::path dir = directory_of(path);
+size_t remove_stale_temp_files(const std::filesystem::path& path) {
+  const std::filesystem::path dir = directory_of(path);
   const std::string prefix = path.filename().string() + ".tmp.";
   std::error_code ec;
-  fs::directory_iterator it(dir, ec);
+  std::filesystem::directory_iterator it(dir, ec);
   if (ec == std::errc::no_such_file_or_directory) return 0;
   if (ec) {
     throw Error(TESSERA_ERR_INTERNAL, detail::concat("atomic write: cannot list directory '",
                                                      dir.string(), "': ", ec.message()));
   }
   size_t removed = 0;
-  for (const fs::directory_entry& entry : it) {
+  for (const std::filesystem::directory_entry& entry : it) {
     const std::string name = entry.path().filename().string();
     if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
-    const bool gone = fs::remove(entry.path(), ec);
+    const bool gone = std::filesystem::remove(entry.path(), ec);
     if (ec) {
       throw Error(TESSERA_ERR_INTERNAL,
                   detail::concat("atomic write: cannot remove stale temporary file '",

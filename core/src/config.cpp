@@ -18,8 +18,8 @@
 namespace tessera {
 namespace {
 
-using detail::Problems;
-using detail::Section;
+using Problems = detail::Problems;
+using Section = detail::Section;
 
 // A config is a few kilobytes; anything near this is not one.
 constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;

@@ -12,9 +12,6 @@
 namespace tessera {
 namespace {
 
-using detail::format_float;
-using detail::quote_toml_string;
-
 // Writes section headers and "key = literal" lines.
 class Writer {
  public:
@@ -27,10 +24,10 @@ class Writer {
     out_ << detail::toml_key(key) << " = " << literal << '\n';
   }
   void text(std::string_view key, std::string_view value) {
-    literal(key, quote_toml_string(value));
+    literal(key, detail::quote_toml_string(value));
   }
   void integer(std::string_view key, int64_t value) { literal(key, std::to_string(value)); }
-  void number(std::string_view key, double value) { literal(key, format_float(value)); }
+  void number(std::string_view key, double value) { literal(key, detail::format_float(value)); }
   void boolean(std::string_view key, bool value) { literal(key, value ? "true" : "false"); }
   void strings(std::string_view key, const std::vector<std::string>& values) {
     toml::array array;

@@ -29,7 +29,7 @@ struct alignas(64) Slot {
 }  // namespace memory_detail
 namespace {
 
-using memory_detail::Slot;
+using Slot = memory_detail::Slot;
 
 // Raises `peak` to `value` if it is larger (compare-and-swap loop).
 void raise_peak(std::atomic<int64_t>& peak, int64_t value) noexcept {

@@ -15,8 +15,6 @@
 namespace tessera {
 namespace {
 
-using detail::toml_type_phrase;
-
 // " (line N)", " (--set backend.options.x=1)" or empty: where a value came
 // from, for messages.
 std::string origin(const toml::node& node) {
@@ -175,7 +173,7 @@ OptionValues resolve_options(std::span<const tessera_option_decl> decls, const t
     if (!value) {
       throw Error(TESSERA_ERR_INVALID_ARGUMENT,
                   where + ": option '" + std::string(key) + "'" + origin(*node) + " must be " +
-                      type_phrase(decl->type) + ", got " + toml_type_phrase(node->type()));
+                      type_phrase(decl->type) + ", got " + detail::toml_type_phrase(node->type()));
     }
     if (const auto* number = std::get_if<double>(&*value); number && !std::isfinite(*number)) {
       throw Error(TESSERA_ERR_INVALID_ARGUMENT,

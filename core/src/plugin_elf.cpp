@@ -22,11 +22,11 @@
 namespace tessera::detail {
 namespace {
 
-using elf::BoundedFile;
-using elf::Ehdr;
-using elf::Phdr;
-using elf::Shdr;
-using elf::Sym;
+using BoundedFile = elf::BoundedFile;
+using Ehdr = elf::Ehdr;
+using Phdr = elf::Phdr;
+using Shdr = elf::Shdr;
+using Sym = elf::Sym;
 
 constexpr unsigned char kNativeClass = sizeof(void*) == 8 ? ELFCLASS64 : ELFCLASS32;
 constexpr unsigned char kNativeData =

@@ -19,8 +19,6 @@
 namespace tessera {
 namespace {
 
-namespace fs = std::filesystem;
-
 constexpr std::string_view kPrefix = "libtessera_";
 constexpr std::string_view kSuffix = ".so";
 
@@ -36,10 +34,10 @@ bool all_of_charset(std::string_view text, bool allow_underscore) noexcept {
 
 }  // namespace
 
-std::string detail::directory_key(const fs::path& dir) {
+std::string detail::directory_key(const std::filesystem::path& dir) {
   std::error_code ec;
-  fs::path key = fs::weakly_canonical(dir, ec);
-  if (ec) key = fs::absolute(dir, ec).lexically_normal();
+  std::filesystem::path key = std::filesystem::weakly_canonical(dir, ec);
+  if (ec) key = std::filesystem::absolute(dir, ec).lexically_normal();
   // "a/b/" and "a/b" name the same directory.
   if (!key.has_filename() && key.has_relative_path()) key = key.parent_path();
   return key.string();
@@ -70,24 +68,26 @@ int plugin_kind_from_name(std::string_view name) noexcept {
   return -1;
 }
 
-fs::path PluginRegistry::builtin_dir() {
+std::filesystem::path PluginRegistry::builtin_dir() {
   std::error_code ec;
-  const fs::path exe = boost::dll::program_location(ec);
+  const std::filesystem::path exe = boost::dll::program_location(ec);
   if (ec || exe.empty()) return {};
-  const fs::path prefix = exe.parent_path() / "..";
-  fs::path build_layout = (prefix / "lib" / "tessera" / "plugins").lexically_normal();
+  const std::filesystem::path prefix = exe.parent_path() / "..";
+  std::filesystem::path build_layout = (prefix / "lib" / "tessera" / "plugins").lexically_normal();
   // An install tree whose library directory is not "lib" (e.g. lib64 or a
   // multiarch directory) keeps its plugins under that directory instead.
-  fs::path install_layout = (prefix / TESSERA_PLUGIN_INSTALL_SUBDIR).lexically_normal();
-  if (install_layout != build_layout && !fs::is_directory(build_layout, ec) &&
-      fs::is_directory(install_layout, ec)) {
+  std::filesystem::path install_layout =
+      (prefix / TESSERA_PLUGIN_INSTALL_SUBDIR).lexically_normal();
+  if (install_layout != build_layout && !std::filesystem::is_directory(build_layout, ec) &&
+      std::filesystem::is_directory(install_layout, ec)) {
     return install_layout;
   }
   return build_layout;
 }
 
-std::vector<fs::path> PluginRegistry::search_path(const std::vector<fs::path>& config_paths) {
-  std::vector<fs::path> candidates = config_paths;
+std::vector<std::filesystem::path> PluginRegistry::search_path(
+    const std::vector<std::filesystem::path>& config_paths) {
+  std::vector<std::filesystem::path> candidates = config_paths;
   // The environment is only read here; nothing in the host writes it.
   if (const char* env = std::getenv("TESSERA_PLUGIN_PATH");  // NOLINT(concurrency-mt-unsafe)
       env != nullptr) {
@@ -98,7 +98,7 @@ std::vector<fs::path> PluginRegistry::search_path(const std::vector<fs::path>& c
       if (end == std::string_view::npos) end = value.size();
       const std::string entry(value.substr(start, end - start));
       std::error_code ec;
-      if (!entry.empty() && !fs::exists(entry, ec)) {
+      if (!entry.empty() && !std::filesystem::exists(entry, ec)) {
         // Only a warning: the variable is often set once for several
         // machines or build trees, and some of its directories may be
         // missing on this one.
@@ -110,9 +110,9 @@ std::vector<fs::path> PluginRegistry::search_path(const std::vector<fs::path>& c
   }
   candidates.push_back(builtin_dir());
 
-  std::vector<fs::path> result;
+  std::vector<std::filesystem::path> result;
   std::set<std::string> seen;
-  for (const fs::path& p : candidates) {
+  for (const std::filesystem::path& p : candidates) {
     if (p.empty()) continue;  // empty entries of TESSERA_PLUGIN_PATH mean nothing
     if (seen.insert(detail::directory_key(p)).second) result.push_back(p);
   }

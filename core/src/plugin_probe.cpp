@@ -34,7 +34,6 @@
 namespace tessera::detail {
 namespace {
 
-namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using Outcome = ProbeResult::Outcome;
 
@@ -50,14 +49,14 @@ std::optional<std::string> env_value(const char* name) {
   return std::string(value);
 }
 
-fs::path default_cache_file() {
+std::filesystem::path default_cache_file() {
   const auto xdg = env_value("XDG_CACHE_HOME");
-  if (xdg && !xdg->empty() && fs::path(*xdg).is_absolute()) {
-    return fs::path(*xdg) / "tessera" / "plugin-probe.txt";
+  if (xdg && !xdg->empty() && std::filesystem::path(*xdg).is_absolute()) {
+    return std::filesystem::path(*xdg) / "tessera" / "plugin-probe.txt";
   }
   const auto home = env_value("HOME");
-  if (home && !home->empty() && fs::path(*home).is_absolute()) {
-    return fs::path(*home) / ".cache" / "tessera" / "plugin-probe.txt";
+  if (home && !home->empty() && std::filesystem::path(*home).is_absolute()) {
+    return std::filesystem::path(*home) / ".cache" / "tessera" / "plugin-probe.txt";
   }
   return {};
 }
@@ -72,9 +71,9 @@ struct FileIdentity {
   friend bool operator==(const FileIdentity&, const FileIdentity&) = default;
 };
 
-std::optional<FileIdentity> identify(const fs::path& file) {
+std::optional<FileIdentity> identify(const std::filesystem::path& file) {
   std::error_code ec;
-  const fs::path canonical = fs::canonical(file, ec);
+  const std::filesystem::path canonical = std::filesystem::canonical(file, ec);
   if (ec) return std::nullopt;
   struct stat st {};
   if (::stat(canonical.c_str(), &st) != 0) return std::nullopt;
@@ -128,7 +127,7 @@ using CacheMap = std::map<std::string, CacheEntry>;  // by canonical path
 // Lines "<outcome> <code> <size> <mtime ns> <path>" after a header line.
 // A file that is missing, unreadable or of another format gives an empty
 // map; a malformed line is skipped.
-CacheMap read_cache(const fs::path& file) {
+CacheMap read_cache(const std::filesystem::path& file) {
   CacheMap cache;
   if (file.empty()) return cache;
   std::ifstream in(file);
@@ -154,9 +153,9 @@ CacheMap read_cache(const fs::path& file) {
 // Writes `cache` to `file` through a temporary file in the same directory
 // renamed over it, so a reader never sees half a file. Returns the reason
 // on failure, empty on success.
-std::string write_cache(const fs::path& file, const CacheMap& cache) {
+std::string write_cache(const std::filesystem::path& file, const CacheMap& cache) {
   std::error_code ec;
-  fs::create_directories(file.parent_path(), ec);
+  std::filesystem::create_directories(file.parent_path(), ec);
   if (ec) return fmt::format("cannot create {}: {}", file.parent_path().string(), ec.message());
   std::string temp = (file.parent_path() / (file.filename().string() + ".XXXXXX")).string();
   const int fd = ::mkstemp(temp.data());
@@ -420,7 +419,7 @@ std::string probe_rejection(const ProbeResult& result, const ProbeSettings& sett
   return {};
 }
 
-std::vector<ProbeResult> probe_libraries(const std::vector<fs::path>& files,
+std::vector<ProbeResult> probe_libraries(const std::vector<std::filesystem::path>& files,
                                          const ProbeSettings& settings, spdlog::logger& log) {
   std::vector<ProbeResult> results(files.size());
   if (!settings.enabled || files.empty()) return results;

@@ -33,15 +33,13 @@
 namespace tessera {
 namespace {
 
-namespace fs = std::filesystem;
-
 // An accepted plugin library. The library handle is the first member, so it
 // is released last, after the host context that the plugin may still
 // reference while its objects are destroyed.
 class LibraryPlugin final : public LoadedPlugin {
  public:
   LibraryPlugin(boost::dll::shared_library library, const tessera_plugin_descriptor* descriptor,
-                fs::path path)
+                std::filesystem::path path)
       : library_(std::move(library)),
         descriptor_(descriptor),
         path_(std::move(path)),
@@ -50,13 +48,13 @@ class LibraryPlugin final : public LoadedPlugin {
   [[nodiscard]] const tessera_plugin_descriptor& descriptor() const noexcept override {
     return *descriptor_;
   }
-  [[nodiscard]] const fs::path& path() const noexcept override { return path_; }
+  [[nodiscard]] const std::filesystem::path& path() const noexcept override { return path_; }
   [[nodiscard]] const HostContext& host() const noexcept override { return host_; }
 
  private:
   boost::dll::shared_library library_;
   const tessera_plugin_descriptor* descriptor_;
-  fs::path path_;
+  std::filesystem::path path_;
   HostContext host_;
 };
 
@@ -76,8 +74,9 @@ std::string loader_message(const std::exception& e) {
 
 // Identity of a candidate file: the canonical directory plus the file's own
 // name, so a symlinked plugin in another directory stays a separate file.
-std::string file_key(const fs::path& file) {
-  return (fs::path(detail::directory_key(file.parent_path())) / file.filename()).string();
+std::string file_key(const std::filesystem::path& file) {
+  return (std::filesystem::path(detail::directory_key(file.parent_path())) / file.filename())
+      .string();
 }
 
 std::string kind_label(tessera_plugin_kind kind) {
@@ -106,13 +105,13 @@ struct PluginRegistry::Impl {
   std::vector<std::pair<std::string, std::string>> claims;
   std::map<std::string, std::size_t> file_index;  // file_key -> records index
   std::map<Key, std::shared_ptr<LoadedPlugin>> accepted;
-  std::vector<fs::path> scanned_dirs;
+  std::vector<std::filesystem::path> scanned_dirs;
   std::set<std::string> scanned_dir_keys;
   std::vector<std::string> allow;
   std::shared_ptr<spdlog::logger> log = get_logger("core");
 
-  void examine(const std::vector<fs::path>& files);
-  Candidate inspect(const fs::path& file) const;
+  void examine(const std::vector<std::filesystem::path>& files);
+  Candidate inspect(const std::filesystem::path& file) const;
   void probe(std::vector<Candidate>& batch);
   void finish(Candidate& candidate);
   std::string load(PluginRecord& record, const std::string& file_kind,
@@ -121,10 +120,10 @@ struct PluginRegistry::Impl {
 
 // Runs every check on each of `files` not seen before and stores their
 // records in order; never throws for a bad file.
-void PluginRegistry::Impl::examine(const std::vector<fs::path>& files) {
+void PluginRegistry::Impl::examine(const std::vector<std::filesystem::path>& files) {
   std::vector<Candidate> batch;
   std::set<std::string> keys;
-  for (const fs::path& file : files) {
+  for (const std::filesystem::path& file : files) {
     const std::string key = file_key(file);
     if (file_index.count(key) != 0 || !keys.insert(key).second) continue;
     batch.push_back(inspect(file));
@@ -136,10 +135,11 @@ void PluginRegistry::Impl::examine(const std::vector<fs::path>& files) {
 
 // The checks that run no plugin code: file name, allow-list, ELF structure
 // and exports.
-PluginRegistry::Impl::Candidate PluginRegistry::Impl::inspect(const fs::path& file) const {
+PluginRegistry::Impl::Candidate PluginRegistry::Impl::inspect(
+    const std::filesystem::path& file) const {
   Candidate c;
   std::error_code ec;
-  c.record.path = fs::absolute(file, ec).lexically_normal();
+  c.record.path = std::filesystem::absolute(file, ec).lexically_normal();
   if (ec) c.record.path = file;
   if (!parse_plugin_filename(file.filename().string(), c.file_kind, c.file_name)) {
     c.reason = "file name does not follow the pattern libtessera_<kind>_<name>.so";
@@ -181,7 +181,7 @@ PluginRegistry::Impl::Candidate PluginRegistry::Impl::inspect(const fs::path& fi
 // Loads every file that passed the static checks in a probe process first
 // (or takes the cached outcome); one that crashes or hangs there is rejected.
 void PluginRegistry::Impl::probe(std::vector<Candidate>& batch) {
-  std::vector<fs::path> files;
+  std::vector<std::filesystem::path> files;
   std::vector<Candidate*> probed;
   for (Candidate& c : batch) {
     if (!c.to_load) continue;
@@ -231,7 +231,7 @@ void PluginRegistry::Impl::finish(Candidate& c) {
 // empty when accepted.
 std::string PluginRegistry::Impl::load(PluginRecord& record, const std::string& file_kind,
                                        const std::string& file_name) {
-  const fs::path& path = record.path;
+  const std::filesystem::path& path = record.path;
   const std::string entry_symbol = TESSERA_PLUGIN_ENTRY_SYMBOL;
   std::string no_entry = "does not export " + entry_symbol;
 
@@ -270,24 +270,24 @@ PluginRegistry::PluginRegistry() : impl_(std::make_unique<Impl>()) {}
 
 PluginRegistry::~PluginRegistry() = default;
 
-void PluginRegistry::scan(const std::vector<fs::path>& dirs) {
-  std::vector<fs::path> files;
-  for (const fs::path& dir : dirs) {
+void PluginRegistry::scan(const std::vector<std::filesystem::path>& dirs) {
+  std::vector<std::filesystem::path> files;
+  for (const std::filesystem::path& dir : dirs) {
     if (dir.empty() || !impl_->scanned_dir_keys.insert(detail::directory_key(dir)).second) {
       continue;
     }
     impl_->scanned_dirs.push_back(dir);
     std::error_code ec;
-    if (!fs::exists(dir, ec)) {
+    if (!std::filesystem::exists(dir, ec)) {
       impl_->log->debug("plugin directory {} does not exist", dir.string());
       continue;
     }
-    if (!fs::is_directory(dir, ec)) {
+    if (!std::filesystem::is_directory(dir, ec)) {
       impl_->log->warn("plugin directory {} is not a directory; skipped", dir.string());
       continue;
     }
-    std::vector<fs::path> candidates;
-    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::vector<std::filesystem::path> candidates;
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
       std::string kind;
       std::string name;
       if (!parse_plugin_filename(it->path().filename().string(), kind, name)) continue;
@@ -304,7 +304,7 @@ void PluginRegistry::scan(const std::vector<fs::path>& dirs) {
   impl_->examine(files);
 }
 
-const PluginRecord& PluginRegistry::load_file(const fs::path& file) {
+const PluginRecord& PluginRegistry::load_file(const std::filesystem::path& file) {
   impl_->examine({file});
   return impl_->records[impl_->file_index.at(file_key(file))];
 }
@@ -338,7 +338,7 @@ std::shared_ptr<LoadedPlugin> PluginRegistry::get(tessera_plugin_kind kind,
   }
   if (!claimed) {
     std::vector<std::string> dirs;
-    for (const fs::path& d : impl_->scanned_dirs) dirs.push_back(d.string());
+    for (const std::filesystem::path& d : impl_->scanned_dirs) dirs.push_back(d.string());
     message += dirs.empty() ? std::string("; no plugin directory was scanned")
                             : fmt::format("; searched {}", fmt::join(dirs, ", "));
   }

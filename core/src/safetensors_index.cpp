@@ -14,7 +14,6 @@
 namespace tessera {
 namespace {
 
-namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 
 // An index lists a few slices per tensor and rank; far below this even for
@@ -33,9 +32,10 @@ Error index_error(std::string_view where, std::string_view tensor, Args&&... wha
 // A slice file must stay inside the checkpoint directory.
 bool is_safe_relative(const std::string& file) {
   if (file.empty()) return false;
-  const fs::path p(file);
+  const std::filesystem::path p(file);
   if (p.is_absolute() || !p.has_filename()) return false;
-  return std::none_of(p.begin(), p.end(), [](const fs::path& part) { return part == ".."; });
+  return std::none_of(p.begin(), p.end(),
+                      [](const std::filesystem::path& part) { return part == ".."; });
 }
 
 // Reads a required field of `object`, or throws naming it.
@@ -265,7 +265,7 @@ void validate_index(const ShardedIndex& index, std::string_view where) {
   }
 }
 
-void write_index(const fs::path& path, const ShardedIndex& index) {
+void write_index(const std::filesystem::path& path, const ShardedIndex& index) {
   validate_index(index, path.string());
   Json root = Json::object();
   root["version"] = kShardedIndexVersion;
@@ -300,7 +300,7 @@ void write_index(const fs::path& path, const ShardedIndex& index) {
   write_file_atomically(path, std::string_view(text));
 }
 
-ShardedIndex read_index(const fs::path& path) {
+ShardedIndex read_index(const std::filesystem::path& path) {
   const std::string where = path.string();
   const std::string text = read_input_file(path, "sharded index", kMaxIndexBytes);
   Json root;
@@ -342,7 +342,7 @@ ShardedIndex read_index(const fs::path& path) {
   }
   validate_index(index, where);
 
-  const fs::path dir = path.parent_path();
+  const std::filesystem::path dir = path.parent_path();
   std::set<std::string> checked;
   for (const auto& [name, tensor] : index.tensors) {
     for (const ShardSlice& slice : tensor.slices) {

@@ -17,7 +17,6 @@
 namespace tessera {
 namespace {
 
-namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 
 // Upper bound on the JSON header, as other safetensors readers enforce.
@@ -25,7 +24,7 @@ constexpr uint64_t kMaxHeaderBytes = 100ULL * 1024 * 1024;
 
 // Builds "safetensors file '<path>'[: tensor '<name>']: <what>".
 template <typename... Args>
-Error file_error(tessera_status status, const fs::path& path, std::string_view tensor,
+Error file_error(tessera_status status, const std::filesystem::path& path, std::string_view tensor,
                  Args&&... what) {
   std::string prefix = detail::concat("safetensors file '", path.string(), "'");
   if (!tensor.empty()) prefix += detail::concat(": tensor '", tensor, "'");
@@ -33,7 +32,7 @@ Error file_error(tessera_status status, const fs::path& path, std::string_view t
 }
 
 // Reads one u64 from a JSON value, or throws naming the field.
-uint64_t to_u64(const Json& value, const fs::path& path, std::string_view tensor,
+uint64_t to_u64(const Json& value, const std::filesystem::path& path, std::string_view tensor,
                 std::string_view field) {
   if (!value.is_number_unsigned()) {
     throw file_error(TESSERA_ERR_INVALID_ARGUMENT, path, tensor, "\"", field,
@@ -43,8 +42,8 @@ uint64_t to_u64(const Json& value, const fs::path& path, std::string_view tensor
 }
 
 // Parses one tensor entry of the header (without checking its neighbours).
-TensorInfo parse_entry(const std::string& name, const Json& entry, const fs::path& path,
-                       uint64_t data_size) {
+TensorInfo parse_entry(const std::string& name, const Json& entry,
+                       const std::filesystem::path& path, uint64_t data_size) {
   constexpr auto kInvalid = TESSERA_ERR_INVALID_ARGUMENT;
   if (!entry.is_object()) throw file_error(kInvalid, path, name, "entry is not a JSON object");
   TensorInfo info;
@@ -95,7 +94,7 @@ TensorInfo parse_entry(const std::string& name, const Json& entry, const fs::pat
 }  // namespace
 
 struct SafetensorsReader::Impl {
-  fs::path path;
+  std::filesystem::path path;
   const std::byte* map = nullptr;  // whole file, read-only
   size_t map_size = 0;
   const std::byte* data = nullptr;  // start of the data section
@@ -223,7 +222,7 @@ void SafetensorsReader::Impl::parse_header() {
   }
 }
 
-SafetensorsReader SafetensorsReader::open(const fs::path& path) {
+SafetensorsReader SafetensorsReader::open(const std::filesystem::path& path) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
   impl->map_file();
@@ -236,7 +235,7 @@ SafetensorsReader::SafetensorsReader(SafetensorsReader&&) noexcept = default;
 SafetensorsReader& SafetensorsReader::operator=(SafetensorsReader&&) noexcept = default;
 SafetensorsReader::~SafetensorsReader() = default;
 
-const fs::path& SafetensorsReader::path() const noexcept { return impl_->path; }
+const std::filesystem::path& SafetensorsReader::path() const noexcept { return impl_->path; }
 
 const std::vector<std::string>& SafetensorsReader::names() const noexcept { return impl_->names; }
 

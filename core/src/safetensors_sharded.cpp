@@ -12,10 +12,8 @@
 
 namespace tessera {
 
-namespace fs = std::filesystem;
-
 struct ShardedCheckpoint::Impl {
-  fs::path index_path;
+  std::filesystem::path index_path;
   ShardedIndex index;
   std::map<std::string, SafetensorsReader> files;  // opened rank files by name
   // Per tensor, the layout of each slice (as in ShardedTensor::slices),
@@ -53,7 +51,7 @@ struct ShardedCheckpoint::Impl {
   }
 };
 
-ShardedCheckpoint ShardedCheckpoint::open(const fs::path& index_path) {
+ShardedCheckpoint ShardedCheckpoint::open(const std::filesystem::path& index_path) {
   auto impl = std::make_unique<Impl>();
   impl->index_path = index_path;
   impl->index = read_index(index_path);

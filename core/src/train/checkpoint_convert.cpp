@@ -10,18 +10,14 @@
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::train {
-namespace {
+namespace {}  // namespace
 
-namespace fs = std::filesystem;
-
-}  // namespace
-
-fs::path resolve_sharded_index(const fs::path& in) {
+std::filesystem::path resolve_sharded_index(const std::filesystem::path& in) {
   std::error_code ec;
-  if (!fs::exists(in, ec)) fail("checkpoint: '" + in.string() + "' does not exist");
-  if (!fs::is_directory(in, ec)) return in;
-  if (fs::is_regular_file(in / "index.json", ec)) return in / "index.json";
-  if (fs::exists(in / "latest", ec)) {
+  if (!std::filesystem::exists(in, ec)) fail("checkpoint: '" + in.string() + "' does not exist");
+  if (!std::filesystem::is_directory(in, ec)) return in;
+  if (std::filesystem::is_regular_file(in / "index.json", ec)) return in / "index.json";
+  if (std::filesystem::exists(in / "latest", ec)) {
     const std::optional<CheckpointInfo> info = find_latest_checkpoint(in);
     if (info && info->format == CheckpointFormat::sharded) return info->file;
     if (info) {
@@ -34,7 +30,8 @@ fs::path resolve_sharded_index(const fs::path& in) {
        "checkpoint directory)");
 }
 
-ConversionSummary convert_to_full(const fs::path& in, const fs::path& out) {
+ConversionSummary convert_to_full(const std::filesystem::path& in,
+                                  const std::filesystem::path& out) {
   ConversionSummary summary;
   summary.index = resolve_sharded_index(in);
   summary.output = out;
@@ -56,7 +53,7 @@ ConversionSummary convert_to_full(const fs::path& in, const fs::path& out) {
   writer.set_metadata("format", "full");
 
   std::error_code ec;
-  if (fs::exists(out, ec) && fs::is_directory(out, ec)) {
+  if (std::filesystem::exists(out, ec) && std::filesystem::is_directory(out, ec)) {
     fail("checkpoint convert: output '" + out.string() + "' is a directory (give a file name)");
   }
   writer.save(out);

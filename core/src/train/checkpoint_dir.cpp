@@ -26,12 +26,12 @@
 namespace tessera::train {
 namespace {
 
-namespace fs = std::filesystem;
-
-std::string dir_text(const fs::path& dir) { return "checkpoint.dir '" + dir.string() + "'"; }
+std::string dir_text(const std::filesystem::path& dir) {
+  return "checkpoint.dir '" + dir.string() + "'";
+}
 
 // errno of stat(path) (0 when it exists), and its mode.
-int stat_errno(const fs::path& path, unsigned& mode) {
+int stat_errno(const std::filesystem::path& path, unsigned& mode) {
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) return errno;
   mode = info.st_mode;
@@ -40,7 +40,7 @@ int stat_errno(const fs::path& path, unsigned& mode) {
 
 // "" when this process may create entries in the directory `path`, else
 // strerror of access().
-std::string write_problem(const fs::path& path) {
+std::string write_problem(const std::filesystem::path& path) {
   if (::access(path.c_str(), W_OK | X_OK) == 0) return {};
   return std::strerror(errno);
 }
@@ -81,10 +81,11 @@ std::string probe_name() {
 
 // Appends to `removed` the temporary files of atomic writes found directly
 // in `dir` (not following symbolic links), removing them.
-void sweep_temp_files(const fs::path& dir, const fs::path& top, std::vector<fs::path>& removed) {
+void sweep_temp_files(const std::filesystem::path& dir, const std::filesystem::path& top,
+                      std::vector<std::filesystem::path>& removed) {
   std::error_code ec;
-  std::vector<fs::path> stale;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+  std::vector<std::filesystem::path> stale;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code type_ec;
     if (it->is_regular_file(type_ec) && !it->is_symlink(type_ec) &&
         is_atomic_temp_name(it->path().filename().string())) {
@@ -95,7 +96,7 @@ void sweep_temp_files(const fs::path& dir, const fs::path& top, std::vector<fs::
     throw Error(TESSERA_ERR_INTERNAL,
                 fmt::format("{}: cannot list '{}': {}", dir_text(top), dir.string(), ec.message()));
   }
-  for (const fs::path& path : stale) {
+  for (const std::filesystem::path& path : stale) {
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
       throw Error(TESSERA_ERR_INTERNAL,
                   fmt::format("{}: cannot remove the stale temporary file '{}': {}", dir_text(top),
@@ -107,7 +108,7 @@ void sweep_temp_files(const fs::path& dir, const fs::path& top, std::vector<fs::
 
 }  // namespace
 
-void check_checkpoint_dir(const fs::path& dir) {
+void check_checkpoint_dir(const std::filesystem::path& dir) {
   unsigned mode = 0;
   const int err = stat_errno(dir, mode);
   if (err == 0) {
@@ -120,9 +121,9 @@ void check_checkpoint_dir(const fs::path& dir) {
     fail(dir_text(dir) + " cannot be examined: " + std::strerror(err));
   }
   // Missing: the nearest parent that exists must be a writable directory.
-  fs::path parent = dir;
+  std::filesystem::path parent = dir;
   while (true) {
-    fs::path up = parent.parent_path();
+    std::filesystem::path up = parent.parent_path();
     if (up.empty()) up = ".";
     if (up == parent) break;
     parent = std::move(up);
@@ -145,12 +146,12 @@ void check_checkpoint_dir(const fs::path& dir) {
   }
 }
 
-CheckpointDirLock::CheckpointDirLock(const fs::path& dir) : dir_(dir) {
+CheckpointDirLock::CheckpointDirLock(const std::filesystem::path& dir) : dir_(dir) {
   // 1. The directory.
   unsigned mode = 0;
   if (stat_errno(dir, mode) != 0) {
     std::error_code ec;
-    fs::create_directories(dir, ec);
+    std::filesystem::create_directories(dir, ec);
     if (ec) fail(dir_text(dir) + " cannot be created: " + ec.message());
     if (const int err = stat_errno(dir, mode); err != 0) {
       fail(dir_text(dir) + " cannot be examined: " + std::strerror(err));
@@ -160,7 +161,7 @@ CheckpointDirLock::CheckpointDirLock(const fs::path& dir) : dir_(dir) {
 
   // 2. The lock. O_NONBLOCK and O_NOFOLLOW: a FIFO or a link planted as the
   // lock file must neither block open() nor redirect the lock.
-  const fs::path lock_path = dir / kLockFile;
+  const std::filesystem::path lock_path = dir / kLockFile;
   fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK,
                0644);
   if (fd_ < 0) {
@@ -204,7 +205,7 @@ CheckpointDirLock::CheckpointDirLock(const fs::path& dir) : dir_(dir) {
 
     // 4. A probe: the lock file may have existed, so creating it proved
     // nothing.
-    const fs::path probe = dir / probe_name();
+    const std::filesystem::path probe = dir / probe_name();
     const int probe_fd =
         ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (probe_fd < 0) {
@@ -220,8 +221,8 @@ CheckpointDirLock::CheckpointDirLock(const fs::path& dir) : dir_(dir) {
     // 5. What a killed writer left.
     sweep_temp_files(dir, dir, removed_);
     std::error_code ec;
-    std::vector<fs::path> step_dirs;
-    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::vector<std::filesystem::path> step_dirs;
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
       std::error_code type_ec;
       if (it->is_directory(type_ec) && !it->is_symlink(type_ec) &&
           parse_checkpoint_dir_name(it->path().filename().string())) {
@@ -231,7 +232,8 @@ CheckpointDirLock::CheckpointDirLock(const fs::path& dir) : dir_(dir) {
     if (ec) {
       fail(fmt::format("{}: cannot list it: {}", dir_text(dir), ec.message()));
     }
-    for (const fs::path& step_dir : step_dirs) sweep_temp_files(step_dir, dir, removed_);
+    for (const std::filesystem::path& step_dir : step_dirs)
+      sweep_temp_files(step_dir, dir, removed_);
   } catch (...) {
     ::close(fd_);
     fd_ = -1;

@@ -25,8 +25,6 @@ struct tessera_optim_state {
 namespace tessera::train {
 namespace {
 
-using detail::guard_host_call;
-
 const Optimizer* as_optimizer(const tessera_optimizer* opt) noexcept {
   return reinterpret_cast<const Optimizer*>(opt);
 }
@@ -58,7 +56,7 @@ const char* slot_name(const tessera_optimizer* opt, int32_t slot) noexcept {
 
 tessera_status state_create(const tessera_optimizer* opt, uint64_t elements,
                             tessera_optim_state** out) noexcept {
-  return guard_host_call(
+  return detail::guard_host_call(
       [&] { return call_name(opt, "state_create"); },
       [&] {
         TESSERA_CHECK(opt != nullptr, TESSERA_ERR_INVALID_ARGUMENT, "optimizer is NULL");
@@ -89,7 +87,7 @@ float* state_slot(tessera_optim_state* state, int32_t slot) noexcept {
 tessera_status step_range(const tessera_optimizer* opt, tessera_optim_state* state,
                           uint64_t state_offset, float* params, const float* grads, uint64_t count,
                           int64_t step, float lr) noexcept {
-  return guard_host_call(
+  return detail::guard_host_call(
       [&] { return call_name(opt, "step"); },
       [&] {
         TESSERA_CHECK(opt != nullptr, TESSERA_ERR_INVALID_ARGUMENT, "optimizer is NULL");

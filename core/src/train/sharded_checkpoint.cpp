@@ -23,7 +23,6 @@
 namespace tessera::train {
 namespace {
 
-namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
 constexpr int kSliceTag = 7302;  // p2p tag of the slice-record gather
@@ -48,9 +47,9 @@ bool is_checkpoint_file(const std::string& name) {
   return std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-void remove_file(const fs::path& path) {
+void remove_file(const std::filesystem::path& path) {
   std::error_code ec;
-  fs::remove(path, ec);
+  std::filesystem::remove(path, ec);
   if (ec) {
     throw Error(TESSERA_ERR_INTERNAL, "checkpoint: cannot remove '" + path.string() +
                                           "' left by an earlier attempt: " + ec.message());
@@ -59,31 +58,32 @@ void remove_file(const fs::path& path) {
 
 }  // namespace
 
-fs::path prepare_sharded_step_dir(const fs::path& dir, int64_t step) {
-  fs::path step_dir = dir / checkpoint_dir_name(step);
+std::filesystem::path prepare_sharded_step_dir(const std::filesystem::path& dir, int64_t step) {
+  std::filesystem::path step_dir = dir / checkpoint_dir_name(step);
   std::error_code ec;
-  fs::create_directories(step_dir, ec);
-  if (ec || !fs::is_directory(step_dir)) {
+  std::filesystem::create_directories(step_dir, ec);
+  if (ec || !std::filesystem::is_directory(step_dir)) {
     throw Error(TESSERA_ERR_INTERNAL,
                 "checkpoint: cannot create directory '" + step_dir.string() + "'" +
                     (ec ? ": " + ec.message() : std::string(": a file of that name exists")));
   }
   // The index goes first: once it is gone, no reader takes the files below
   // as a checkpoint.
-  if (fs::exists(step_dir / kIndexFile, ec)) remove_file(step_dir / kIndexFile);
-  std::vector<fs::path> stale;
-  for (fs::directory_iterator it(step_dir, ec), end; !ec && it != end; it.increment(ec)) {
+  if (std::filesystem::exists(step_dir / kIndexFile, ec)) remove_file(step_dir / kIndexFile);
+  std::vector<std::filesystem::path> stale;
+  for (std::filesystem::directory_iterator it(step_dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
     if (is_checkpoint_file(it->path().filename().string())) stale.push_back(it->path());
   }
   if (ec) {
     throw Error(TESSERA_ERR_INTERNAL,
                 "checkpoint: cannot list '" + step_dir.string() + "': " + ec.message());
   }
-  for (const fs::path& path : stale) remove_file(path);
+  for (const std::filesystem::path& path : stale) remove_file(path);
   return step_dir;
 }
 
-std::vector<SliceRecord> write_rank_shard(const fs::path& step_dir, int rank,
+std::vector<SliceRecord> write_rank_shard(const std::filesystem::path& step_dir, int rank,
                                           const CollectedState& state,
                                           std::map<std::string, std::string> metadata) {
   const std::string file_name = shard_file_name(rank);
@@ -118,7 +118,7 @@ std::vector<SliceRecord> write_rank_shard(const fs::path& step_dir, int rank,
   }
   metadata["rank"] = std::to_string(rank);
   for (auto& [key, value] : metadata) writer.set_metadata(key, value);
-  const fs::path file = step_dir / file_name;
+  const std::filesystem::path file = step_dir / file_name;
   remove_stale_temp_files(file);
   writer.save(file);
   return records;
@@ -190,10 +190,10 @@ std::vector<SliceRecord> gather_slice_records(Communicator& comm, std::vector<Sl
   return all;
 }
 
-fs::path write_sharded_index(const fs::path& dir, int64_t step, int world_size,
-                             const std::vector<SliceRecord>& records,
-                             const std::vector<std::string>& order,
-                             std::map<std::string, std::string> metadata) {
+std::filesystem::path write_sharded_index(const std::filesystem::path& dir, int64_t step,
+                                          int world_size, const std::vector<SliceRecord>& records,
+                                          const std::vector<std::string>& order,
+                                          std::map<std::string, std::string> metadata) {
   ShardedIndex index;
   index.world_size = world_size;
   std::map<std::string, std::vector<int64_t>> shapes;
@@ -230,7 +230,7 @@ fs::path write_sharded_index(const fs::path& dir, int64_t step, int world_size,
   metadata["tensor_order"] = names.dump();
   index.metadata = std::move(metadata);
 
-  fs::path index_path = dir / checkpoint_dir_name(step) / kIndexFile;
+  std::filesystem::path index_path = dir / checkpoint_dir_name(step) / kIndexFile;
   remove_stale_temp_files(index_path);
   write_index(index_path, index);
   write_latest(dir, step);

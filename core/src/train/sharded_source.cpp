@@ -18,11 +18,9 @@
 namespace tessera::train {
 namespace {
 
-namespace fs = std::filesystem;
-
 class ShardedSource final : public StateSource {
  public:
-  explicit ShardedSource(const fs::path& index_path)
+  explicit ShardedSource(const std::filesystem::path& index_path)
       : checkpoint_(ShardedCheckpoint::open(index_path)), describe_(index_path.string()) {}
 
   [[nodiscard]] bool has(const std::string& name) const override {
@@ -61,18 +59,18 @@ class ShardedSource final : public StateSource {
 
 }  // namespace
 
-bool is_sharded_index(const fs::path& file) { return file.extension() == ".json"; }
+bool is_sharded_index(const std::filesystem::path& file) { return file.extension() == ".json"; }
 
-std::unique_ptr<StateSource> sharded_source(const fs::path& index_path) {
+std::unique_ptr<StateSource> sharded_source(const std::filesystem::path& index_path) {
   return std::make_unique<ShardedSource>(index_path);
 }
 
-std::unique_ptr<StateSource> checkpoint_source(const fs::path& file) {
+std::unique_ptr<StateSource> checkpoint_source(const std::filesystem::path& file) {
   if (is_sharded_index(file)) return sharded_source(file);
   return safetensors_source(file);
 }
 
-void verify_sharded_files(const fs::path& index_path, const ShardedIndex& index) {
+void verify_sharded_files(const std::filesystem::path& index_path, const ShardedIndex& index) {
   std::map<std::string, SafetensorsReader> files;
   for (const auto& [name, tensor] : index.tensors) {
     for (const ShardSlice& slice : tensor.slices) {

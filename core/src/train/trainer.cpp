@@ -29,9 +29,9 @@
 namespace tessera::train {
 namespace {
 
-using detail::PreparedRun;
-using detail::RankOutput;
-using detail::RankShared;
+using PreparedRun = detail::PreparedRun;
+using RankOutput = detail::RankOutput;
+using RankShared = detail::RankShared;
 
 // Runs `body` and rethrows what it throws as tessera::Error "rank R: ...",
 // keeping the status of a tessera::Error.

@@ -21,11 +21,11 @@ constexpr tessera_option_decl kMlpOptions[] = {
 std::vector<std::unique_ptr<tessera::model::Unit>> cuda_units(
     const tessera::sdk::Host& host, const tessera::model::MlpConfig& config,
     std::vector<std::unique_ptr<tessera::model::Unit>> units) {
-  namespace cuda = tessera::model::cuda;
-  const cuda::UnitFactory& factory = cuda::load_units("mlp");
-  const cuda::UnitActivation act = config.activation == tessera::model::kernels::Activation::gelu
-                                       ? cuda::UnitActivation::gelu
-                                       : cuda::UnitActivation::relu;
+  const tessera::model::cuda::UnitFactory& factory = tessera::model::cuda::load_units("mlp");
+  const tessera::model::cuda::UnitActivation act =
+      config.activation == tessera::model::kernels::Activation::gelu
+          ? tessera::model::cuda::UnitActivation::gelu
+          : tessera::model::cuda::UnitActivation::relu;
   int64_t width = config.input;
   for (std::size_t i = 0; i < config.hidden.size(); ++i) {
     units[i] = factory.dense(host.raw(), std::move(units[i]), width, config.hidden[i], act);

@@ -21,12 +21,11 @@ void TensorStrategy::check(const sdk::Host& /*host*/, const sdk::Options& option
 
 sdk::Estimate TensorStrategy::estimate(const sdk::Host& /*host*/, const sdk::Options& options,
                                        const sdk::EstimateArgs& args) {
-  namespace pe = sdk::parallel_estimate;
   const TensorOptions o = TensorOptions::read(options, args.world_size);
   const sdk::ModelDesc& model = args.model;
   const int32_t t = o.size;
   const int32_t r = args.world_size / t;
-  pe::require_tensor_parallel(model, t, o.sequence, "tensor", "size");
+  sdk::parallel_estimate::require_tensor_parallel(model, t, o.sequence, "tensor", "size");
   const int64_t micro = model.micro_examples(r);
   const int64_t m = model.micro_batches();
   const int32_t units = model.num_units();
@@ -36,22 +35,25 @@ sdk::Estimate TensorStrategy::estimate(const sdk::Host& /*host*/, const sdk::Opt
   int64_t tp_messages = 0;
   for (int32_t u = 0; u < units; ++u) {
     const tessera_unit_desc& d = model.unit(u);
-    held += pe::held_params(d, t);
+    held += sdk::parallel_estimate::held_params(d, t);
     replicated += d.params - d.split_params;
-    const pe::UnitTraffic tr = pe::unit_traffic(model, u, micro, t);
+    const sdk::parallel_estimate::UnitTraffic tr =
+        sdk::parallel_estimate::unit_traffic(model, u, micro, t);
     tp_bytes += tr.bytes * m;
     tp_messages += tr.messages * m;
     if (sdk::checkpointed_unit(o.checkpoint_every, u, units)) {
       // The recomputed forward's collectives.
-      const pe::UnitTraffic fw = pe::forward_traffic(model, u, micro, t, o.sequence);
+      const sdk::parallel_estimate::UnitTraffic fw =
+          sdk::parallel_estimate::forward_traffic(model, u, micro, t, o.sequence);
       tp_bytes += fw.bytes * m;
       tp_messages += fw.messages * m;
     }
   }
   // One context per unit, reused by every micro-batch (fewer kept with
   // checkpointing).
-  const pe::RangeActivations activations =
-      pe::range_activations(model, 0, units, micro, t, o.sequence, o.checkpoint_every);
+  const sdk::parallel_estimate::RangeActivations activations =
+      sdk::parallel_estimate::range_activations(model, 0, units, micro, t, o.sequence,
+                                                o.checkpoint_every);
   sdk::Estimate e;
   e.data_size = r;
   e[TESSERA_MEM_PARAMS] = 4 * held;
@@ -60,19 +62,20 @@ sdk::Estimate TensorStrategy::estimate(const sdk::Host& /*host*/, const sdk::Opt
   e[TESSERA_MEM_ACTIVATIONS] = activations.held + activations.recompute;
   if (t > 1) {
     // The norm (a double), and in sequence mode the replicated gradients.
-    tp_bytes += pe::allreduce(8, t);
+    tp_bytes += sdk::parallel_estimate::allreduce(8, t);
     tp_messages += 1;
     if (o.sequence) {
-      tp_bytes += pe::allreduce(4 * replicated, t);
+      tp_bytes += sdk::parallel_estimate::allreduce(4 * replicated, t);
       tp_messages += 1;
     }
     e.add_traffic("tensor", t, tp_bytes, tp_messages);
   }
-  if (r > 1) e.add_traffic("data", r, pe::allreduce(4 * held, r), 1);
+  if (r > 1) e.add_traffic("data", r, sdk::parallel_estimate::allreduce(4 * held, r), 1);
   const auto examples = static_cast<double>(model.slice_examples(r));
-  e.compute_flops = (model.flops(0, units, examples) +
-                     pe::recompute_flops(model, 0, units, o.checkpoint_every, examples)) /
-                    t;
+  e.compute_flops =
+      (model.flops(0, units, examples) +
+       sdk::parallel_estimate::recompute_flops(model, 0, units, o.checkpoint_every, examples)) /
+      t;
   return e;
 }
 
