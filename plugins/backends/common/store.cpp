@@ -1,10 +1,12 @@
 #include "common/store.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
@@ -29,6 +31,40 @@ class ProbedFileStore final : public gloo::rendezvous::FileStore {
   bool present(const std::vector<std::string>& keys) { return check(keys); }
 };
 
+// The name of the file whose exclusive creation claims `key` in a file
+// store: the key with every byte outside [A-Za-z0-9._-] written as %XX,
+// behind "claim." (gloo names its files by a decimal hash, never so). A
+// long key keeps its first 160 characters and gains the hex of its 64-bit
+// FNV-1a, which keeps the name within any file system's limit.
+std::string claim_file_name(const std::string& key) {
+  constexpr char kHex[] = "0123456789abcdef";
+  std::string name = "claim.";
+  for (const char ch : key) {
+    const auto c = static_cast<unsigned char>(ch);
+    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                       c == '.' || c == '_' || c == '-';
+    if (plain) {
+      name += ch;
+    } else {
+      name += '%';
+      name += kHex[c >> 4U];
+      name += kHex[c & 15U];
+    }
+  }
+  constexpr size_t kMaxName = 200;
+  if (name.size() <= kMaxName) return name;
+  uint64_t hash = 14695981039346656037ULL;
+  for (const char ch : key) {
+    hash ^= static_cast<unsigned char>(ch);
+    hash *= 1099511628211ULL;
+  }
+  name.resize(160);
+  name += '.';
+  for (int shift = 60; shift >= 0; shift -= 4)
+    name += kHex[(hash >> static_cast<unsigned>(shift)) & 15U];
+  return name;
+}
+
 class FileRendezvous final : public Store {
  public:
   FileRendezvous(const std::string& dir, const std::string& plugin)
@@ -43,6 +79,22 @@ class FileRendezvous final : public Store {
       throw Error(TESSERA_ERR_INTERNAL,
                   detail::concat(plugin(), ": cannot read the ", description(), ": ", e.what()));
     }
+  }
+
+  bool put_if_absent(const std::string& key, const std::vector<char>& value) override {
+    const std::string claim = dir_ + "/" + claim_file_name(key);
+    const int fd = ::open(claim.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      const int error = errno;
+      if (error == EEXIST) return false;  // another rank claimed it first
+      throw Error(TESSERA_ERR_INTERNAL,
+                  detail::concat(plugin(), ": cannot claim key '", key, "' in the ", description(),
+                                 " (creating '", claim, "'): ",
+                                 std::error_code(error, std::generic_category()).message()));
+    }
+    ::close(fd);
+    put(key, value);
+    return true;
   }
 
   [[nodiscard]] std::string description() const override { return "file store at '" + dir_ + "'"; }
@@ -87,6 +139,18 @@ class RedisRendezvous final : public Store {
     } catch (const std::exception& e) {
       throw Error(TESSERA_ERR_INTERNAL,
                   detail::concat(plugin(), ": cannot read the ", description(), ": ", e.what()));
+    }
+  }
+
+  bool put_if_absent(const std::string& key, const std::vector<char>& value) override {
+    try {
+      // gloo's RedisStore::set is a SETNX that throws when the key exists.
+      store_->set(key, value);
+      return true;
+    } catch (const std::exception& e) {
+      if (has({key})) return false;  // another rank wrote it first
+      throw Error(TESSERA_ERR_INTERNAL, detail::concat(plugin(), ": cannot write key '", key,
+                                                       "' to the ", description(), ": ", e.what()));
     }
   }
 
@@ -148,6 +212,14 @@ class TcpRendezvous final : public Store {
   bool has(const std::vector<std::string>& keys) override {
     try {
       return store_->client().check(keys);
+    } catch (const Error& e) {
+      throw Error(e.status(), detail::concat(plugin(), ": ", e.what()));
+    }
+  }
+
+  bool put_if_absent(const std::string& key, const std::vector<char>& value) override {
+    try {
+      return store_->client().compare_and_set(key, std::nullopt, value).swapped;
     } catch (const Error& e) {
       throw Error(e.status(), detail::concat(plugin(), ": ", e.what()));
     }

@@ -92,8 +92,8 @@ StoreConfig resolve_store_config(const sdk::Options& options, const EnvLookup& e
                                  const std::string& plugin);
 
 // A store shared by every rank of a run. Thread-compatible: used by one
-// thread at a time (rendezvous happens in connect and split, which are
-// collective and not concurrent on one process).
+// thread at a time (rendezvous happens in connect, split and shrink, which
+// are collective and not concurrent on one process).
 class Store {
  public:
   explicit Store(std::string plugin) : plugin_(std::move(plugin)) {}
@@ -115,6 +115,15 @@ class Store {
   // and the store when it cannot (the file store refuses a key that already
   // exists: a reused run id).
   void put(const std::string& key, const std::vector<char>& value);
+
+  // Writes `value` under `key` only if no one has: of several ranks racing
+  // for the key, exactly one wins. Returns whether this call wrote it; a
+  // loser reads the winner's value with await(). TCP store: one
+  // compare-and-set on the server; file store: the winner creates a claim
+  // file next to the keys (O_EXCL), then writes the key, so a loser may
+  // find it absent for a moment; Redis store: SETNX. Throws Error naming
+  // the key and the store when it cannot write.
+  virtual bool put_if_absent(const std::string& key, const std::vector<char>& value) = 0;
 
   // Waits until `key` is present and returns its value. Throws
   // Error(TIMEOUT) after `timeout_ms` (< 0: waits forever) naming the key,

@@ -12,6 +12,9 @@ namespace tessera::gloo_backend {
 
 class GlooBackend final : public sdk::Backend {
  public:
+  // Its communicators re-form a group after a failure (GlooComm::shrink).
+  static constexpr bool kCanShrink = true;
+
   // Resolves the options, the config and the environment (RANK,
   // WORLD_SIZE, ...; see Settings::from, which throws INVALID_ARGUMENT
   // naming what is missing or wrong). With the TCP store, rank 0 starts

@@ -1,7 +1,13 @@
 #include "comm.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <exception>
+#include <optional>
+#include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -23,6 +29,32 @@ std::chrono::milliseconds gloo_timeout(int64_t timeout_ms) {
 
 tessera_buffer cpu_i32(int32_t* data, uint64_t count) {
   return tessera_buffer{data, count, TESSERA_I32, tessera_device{TESSERA_DEVICE_CPU, 0}};
+}
+
+// "0, 1, 3".
+std::string rank_list(const std::vector<int32_t>& ranks) {
+  std::string text;
+  for (const int32_t r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
+  return text;
+}
+
+// The members a shrink agreed on, as written by rank_list; nullopt unless
+// they are distinct ranks of a group of `size` in increasing order.
+std::optional<std::vector<int32_t>> parse_members(const std::vector<char>& value, int32_t size) {
+  std::vector<int32_t> members;
+  const std::string text(value.begin(), value.end());
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t end = text.find(", ", at);
+    if (end == std::string::npos) end = text.size();
+    const auto rank = backend_store::parse_int(text.substr(at, end - at));
+    if (!rank || *rank < 0 || *rank >= size || (!members.empty() && *rank <= members.back())) {
+      return std::nullopt;
+    }
+    members.push_back(static_cast<int32_t>(*rank));
+    at = end + 2;
+  }
+  return members;
 }
 
 }  // namespace
@@ -246,6 +278,92 @@ std::unique_ptr<sdk::Comm> GlooComm::split(int32_t color, int32_t key) {
   auto child = std::make_shared<Group>(std::move(identity), std::move(connection));
   group_->add_child(child);
   return std::make_unique<GlooComm>(engine_, std::move(child));
+}
+
+std::unique_ptr<sdk::Comm> GlooComm::shrink(int64_t grace_ms) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const GroupIdentity& parent = group_->identity();
+  const int32_t n = size();
+  const int32_t me = rank();
+  const int64_t timeout = engine_->settings.timeout_ms;
+  const uint64_t number = ++shrinks_;
+  GroupIdentity identity;
+  identity.id = detail::concat(parent.id, ".x", number);
+  const std::string prefix = engine_->prefix + "/" + identity.id;
+  const auto alive_key = [&](int32_t r) { return detail::concat(prefix, "/alive/", r); };
+  const auto store = open_store(engine_->settings);
+
+  // Who is still there: the members whose alive key appears within the
+  // grace (all of them: no need to wait longer).
+  const std::string pid = "pid " + std::to_string(::getpid());
+  store->put(alive_key(me), std::vector<char>(pid.begin(), pid.end()));
+  std::vector<int32_t> absent;
+  for (int32_t r = 0; r < n; ++r) {
+    if (r != me) absent.push_back(r);
+  }
+  const auto grace = std::chrono::milliseconds(grace_ms);
+  auto pause = std::chrono::milliseconds(2);
+  for (;;) {
+    std::erase_if(absent, [&](int32_t r) { return store->has({alive_key(r)}); });
+    const auto left =
+        grace - std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    if (absent.empty() || left.count() <= 0) break;
+    std::this_thread::sleep_for(std::min(pause, left));
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+  std::vector<int32_t> seen;
+  for (int32_t r = 0; r < n; ++r) {
+    if (std::find(absent.begin(), absent.end(), r) == absent.end()) seen.push_back(r);
+  }
+
+  // The first proposal stands; every caller reads it back.
+  const std::string proposal = rank_list(seen);
+  const std::string members_key = prefix + "/members";
+  store->put_if_absent(members_key, std::vector<char>(proposal.begin(), proposal.end()));
+  const std::vector<char> agreed = store->await(
+      members_key, timeout, detail::concat("the survivors of group '", parent.name, "'"));
+  const auto members = parse_members(agreed, n);
+  if (!members) {
+    throw Error(TESSERA_ERR_INTERNAL,
+                detail::concat("gloo: the survivors of group '", parent.name, "' under key '",
+                               members_key, "' are '", std::string(agreed.begin(), agreed.end()),
+                               "', not a list of its ranks"));
+  }
+  const auto mine = std::find(members->begin(), members->end(), me);
+  if (mine == members->end()) {
+    throw Error(TESSERA_ERR_PEER_LOST,
+                detail::concat("gloo: rank ", me, " arrived after the survivors of group '",
+                               parent.name, "' had agreed on ranks [", rank_list(*members),
+                               "] of it; it is left out of the re-formed group (a survivor "
+                               "waits for the others only for the grace after its own call)"));
+  }
+
+  std::vector<int32_t> missing;  // world ranks of the members left out
+  for (int32_t r = 0; r < n; ++r) {
+    if (!std::binary_search(members->begin(), members->end(), r)) {
+      missing.push_back(parent.world_ranks[static_cast<size_t>(r)]);
+    }
+  }
+  identity.key = group_key(identity.id);
+  identity.name = parent.name + " re-formed";
+  if (!missing.empty()) {
+    identity.name += detail::concat(" without ", parent.id == "w" ? "" : "world ",
+                                    missing.size() == 1 ? "rank " : "ranks ", rank_list(missing));
+  }
+  identity.rank = static_cast<int32_t>(mine - members->begin());
+  for (const int32_t r : *members) {
+    identity.world_ranks.push_back(parent.world_ranks[static_cast<size_t>(r)]);
+  }
+  const GroupAddress address{prefix, identity.name, identity.rank, identity.size()};
+  await_members(*store, address, timeout);
+  Connection connection = connect_group(*store, address, engine_->device.device, timeout);
+  engine_->host.log(TESSERA_LOG_INFO, engine_->settings.rank, "gloo: group '", parent.name,
+                    "' re-formed as '", identity.name, "' of ", identity.size(), " ranks (rank ",
+                    me, " is now rank ", identity.rank, ")");
+  // Not a child of the failed group: its abort must not reach this one.
+  auto group = std::make_shared<Group>(std::move(identity), std::move(connection));
+  return std::make_unique<GlooComm>(engine_, std::move(group));
 }
 
 void GlooComm::abort(const char* reason) noexcept {

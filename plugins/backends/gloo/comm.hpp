@@ -40,6 +40,18 @@ class GlooComm final : public sdk::Comm {
   // with PEER_LOST carrying `reason`; groups split from it too.
   void abort(const char* reason) noexcept override;
 
+  // Re-forms the group of the members still alive (comm_shrink in
+  // tessera/c/backend.h) through the store, under "<world prefix>/<group
+  // id>.x<n>", n counting this communicator's shrinks: each caller writes
+  // alive/<its rank>, waits until every member's key is there or `grace_ms`
+  // has passed since its call, and proposes the ranks it saw as `members`;
+  // the first proposal stands (Store::put_if_absent). The members then
+  // connect a new gloo context like split() does. The failed group is not
+  // touched, and its abort does not reach the new one. Throws
+  // Error(PEER_LOST) when this rank is not among the members, and
+  // Error(TIMEOUT / PEER_LOST) naming the new group when connecting fails.
+  std::unique_ptr<sdk::Comm> shrink(int64_t grace_ms) override;
+
   // Validates `args` (sdk::validate_coll_args), then runs it in posting
   // order: inline when blocking and nothing is queued, otherwise on the
   // worker thread (collectives) or a waiter thread (send/recv). Throws
@@ -72,6 +84,7 @@ class GlooComm final : public sdk::Comm {
   Scratch scratch_;
   Scratch raw_scratch_;
   uint64_t splits_ = 0;
+  uint64_t shrinks_ = 0;
   std::atomic<size_t> outstanding_{0};  // posted to a thread and not finished
   Executor executor_;                   // destroyed (joined) before the scratch and the group
   WaiterPool waiters_;                  // destroyed first

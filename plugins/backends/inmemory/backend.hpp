@@ -18,6 +18,9 @@ namespace tessera::inmemory {
 // The process-wide engine: forms the world group from the ranks that connect.
 class InMemoryBackend final : public sdk::Backend {
  public:
+  // Its communicators re-form a group after a failure (Group::shrink).
+  static constexpr bool kCanShrink = true;
+
   // Reads the options and config (see Settings::from; throws
   // INVALID_ARGUMENT for bad values).
   InMemoryBackend(const sdk::Host& host, const sdk::Options& options,

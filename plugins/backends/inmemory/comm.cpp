@@ -243,6 +243,11 @@ std::unique_ptr<sdk::Comm> InMemoryComm::split(int32_t color, int32_t key) {
   return std::make_unique<InMemoryComm>(task->split_group, task->split_rank);
 }
 
+std::unique_ptr<sdk::Comm> InMemoryComm::shrink(int64_t grace_ms) {
+  auto [group, rank] = group_->shrink(rank_, grace_ms);
+  return std::make_unique<InMemoryComm>(std::move(group), rank);
+}
+
 void InMemoryComm::abort(const char* reason) noexcept {
   try {
     group_->abort(rank_, reason != nullptr ? reason : "aborted");

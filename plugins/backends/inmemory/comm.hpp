@@ -36,6 +36,10 @@ class InMemoryComm final : public sdk::Comm {
   std::unique_ptr<sdk::Comm> split(int32_t color, int32_t key) override;
   // Breaks this group and the groups split from it, on every rank.
   void abort(const char* reason) noexcept override;
+  // Re-forms the group of the members that call within the grace (see
+  // Group::shrink); runs on the calling thread, outside the posting order,
+  // and leaves this communicator as it is.
+  std::unique_ptr<sdk::Comm> shrink(int64_t grace_ms) override;
   // Validates `args` (throws INVALID_ARGUMENT) and runs or queues it; see
   // executor.hpp for ordering and mailbox.hpp for send/recv semantics.
   std::unique_ptr<sdk::Work> post(const tessera_coll_args& args, bool nonblocking) override;

@@ -1,6 +1,7 @@
 #include "group.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include "tessera/sdk/coll.hpp"
 #include "tessera/sdk/dtype.hpp"
@@ -213,6 +214,58 @@ std::shared_ptr<Group> Group::split_child(uint64_t seq, int32_t color,
   std::shared_ptr<Group> g = it->second.group;
   if (--it->second.left == 0) pending_children_.erase(it);
   return g;
+}
+
+std::pair<std::shared_ptr<Group>, int32_t> Group::shrink(int32_t rank, int64_t grace_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
+  const auto list = [](const std::vector<int32_t>& ranks) {
+    std::string text;
+    for (const int32_t r : ranks) text += detail::concat(text.empty() ? "" : ", ", r);
+    return text;
+  };
+  std::unique_lock<std::mutex> lock(shrink_.mu);
+  if (shrink_.called.empty()) shrink_.called.assign(static_cast<size_t>(size_), false);
+  TESSERA_CHECK(!shrink_.called[static_cast<size_t>(rank)], TESSERA_ERR_INVALID_ARGUMENT,
+                "inmemory comm_shrink: ", rank_label(rank),
+                " called it twice on one communicator (call it at most once per communicator)");
+  shrink_.called[static_cast<size_t>(rank)] = true;
+  ++shrink_.callers;
+  shrink_.cv.notify_all();
+  if (!shrink_.decided) {
+    shrink_.cv.wait_until(lock, deadline,
+                          [&] { return shrink_.decided || shrink_.callers == size_; });
+  }
+  if (!shrink_.decided) {
+    std::vector<int32_t> world;
+    std::vector<int32_t> missing;  // world ranks
+    for (int32_t r = 0; r < size_; ++r) {
+      if (shrink_.called[static_cast<size_t>(r)]) {
+        shrink_.members.push_back(r);
+        world.push_back(world_rank(r));
+      } else {
+        missing.push_back(world_rank(r));
+      }
+    }
+    shrink_.group = std::make_shared<Group>(engine_, std::move(world));
+    shrink_.decided = true;
+    shrink_.cv.notify_all();
+    engine_->host.log(TESSERA_LOG_INFO, world_rank(rank), "inmemory: group of world ranks ",
+                      list(world_ranks_), " re-formed by ", rank_label(rank), " as ranks ",
+                      list(shrink_.members), " of it",
+                      missing.empty() ? std::string()
+                                      : detail::concat(", without world rank(s) ", list(missing)));
+  }
+  const auto& members = shrink_.members;
+  const auto at = std::find(members.begin(), members.end(), rank);
+  if (at == members.end()) {
+    throw Error(TESSERA_ERR_PEER_LOST,
+                detail::concat("inmemory: ", rank_label(rank),
+                               " arrived after the survivors of its group of ", size_,
+                               " had agreed on ranks [", list(members),
+                               "] of it; it is left out of the re-formed group (a survivor "
+                               "waits for the others only for the grace after its own call)"));
+  }
+  return {shrink_.group, static_cast<int32_t>(at - members.begin())};
 }
 
 }  // namespace tessera::inmemory

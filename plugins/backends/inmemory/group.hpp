@@ -21,6 +21,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -117,6 +118,16 @@ class Group {
   std::shared_ptr<Group> split_child(uint64_t seq, int32_t color,
                                      const std::vector<int32_t>& world_ranks);
 
+  // comm_shrink by `rank` (see tessera/c/backend.h): waits until every
+  // member has called or `grace_ms` has passed since this call. The first
+  // caller whose wait ends decides, once and under a lock: the members are
+  // the ranks that have called by then, and it creates their group (not a
+  // child of this one: this group's abort does not reach it). Returns that
+  // group and this rank's place in it. Throws Error(PEER_LOST) when this
+  // rank called after the decision, Error(INVALID_ARGUMENT) when it called
+  // twice.
+  std::pair<std::shared_ptr<Group>, int32_t> shrink(int32_t rank, int64_t grace_ms);
+
   [[nodiscard]] std::chrono::nanoseconds spin() const noexcept { return engine_->settings.spin; }
 
  private:
@@ -152,6 +163,18 @@ class Group {
   std::mutex split_mu_;
   std::map<std::pair<uint64_t, int32_t>, PendingChild> pending_children_;
   std::vector<std::weak_ptr<Group>> children_;
+
+  // The rendezvous of comm_shrink on this group.
+  struct Shrink {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<bool> called;      // by rank; guarded by mu
+    int32_t callers = 0;           // guarded by mu
+    bool decided = false;          // guarded by mu
+    std::vector<int32_t> members;  // ranks here, increasing; guarded by mu
+    std::shared_ptr<Group> group;  // of the members; guarded by mu
+  };
+  Shrink shrink_;
 };
 
 }  // namespace tessera::inmemory

@@ -31,9 +31,10 @@ extern "C" {
  *   1.0  the table up to work_free
  *   1.1  no backend change (the whole ABI was versioned as one then)
  *   1.2  raw_post
+ *   1.3  comm_shrink
  * A host accepts backend 1.x of any minor. */
 #define TESSERA_BACKEND_API_MAJOR 1
-#define TESSERA_BACKEND_API_MINOR 2
+#define TESSERA_BACKEND_API_MINOR 3
 
 typedef struct tessera_backend tessera_backend;
 typedef struct tessera_comm tessera_comm;
@@ -160,6 +161,22 @@ typedef struct tessera_backend_api {
    * TESSERA_ERR_UNSUPPORTED for an operation the library has no direct call
    * for. */
   tessera_status (*raw_post)(tessera_comm* comm, const tessera_coll_args* args);
+
+  /* Backend 1.3; may be NULL: the backend cannot re-form a group (an
+   * elastic strategy then refuses it). Called by every member of comm's
+   * group that is still alive after the group failed (a peer lost, a
+   * timeout, an abort; the caller should have called comm_abort first so
+   * that no member stays blocked): the callers agree, through the backend's
+   * own rendezvous (its store; for thread ranks, the process), on who is
+   * still there and form a new group of exactly them, ranked in the order
+   * of their ranks in comm. A caller waits until every member of comm has
+   * called, or until `grace_ms` (> 0) has passed since its own call; a member
+   * whose call comes after the membership was decided is left out: its call
+   * fails with TESSERA_ERR_PEER_LOST saying so. Returns the new group's
+   * communicator in *out; comm itself stays as it was (destroy it as
+   * usual). Fails with TESSERA_ERR_TIMEOUT / PEER_LOST, naming the group,
+   * when the new group cannot be connected. Call it at most once per comm. */
+  tessera_status (*comm_shrink)(tessera_comm* comm, int64_t grace_ms, tessera_comm** out);
 } tessera_backend_api;
 
 #ifdef __cplusplus

@@ -13,6 +13,16 @@
 //   };
 //   TESSERA_REGISTER_BACKEND(MyBackend, "mine", "0.1.0", "My transport",
 //                            TESSERA_BACKEND_CAP_CPU_BUFFERS, kMyOptions)
+//
+// Optional entries of the table are filled in only when the backend says it
+// has them, so a host can tell before it needs one. comm_shrink (re-forming
+// a group of the survivors after a failure, backend 1.3) is non-NULL only
+// when the backend class declares
+//
+//     static constexpr bool kCanShrink = true;
+//
+// and its Comm overrides shrink(); without the member (or with it false) the
+// entry is NULL.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +71,14 @@ class Comm {
   virtual void raw(const tessera_coll_args& /*args*/) {
     throw Error(TESSERA_ERR_UNSUPPORTED, "this backend has no raw library call to compare with");
   }
+  // Called by each member still alive after the group failed: forms a new
+  // group of the members that call within the grace (see comm_shrink in
+  // tessera/c/backend.h; `grace_ms` > 0). Reached through the C table only
+  // when the backend class declares kCanShrink (see the top of this file).
+  // The default says the backend cannot.
+  virtual std::unique_ptr<Comm> shrink(int64_t /*grace_ms*/) {
+    throw Error(TESSERA_ERR_UNSUPPORTED, "this backend cannot re-form a group after a failure");
+  }
 };
 
 // The process-wide engine.
@@ -78,6 +96,13 @@ class Backend {
 };
 
 namespace detail {
+
+// True when backend class `B` declares `static constexpr bool kCanShrink =
+// true`: its table then has comm_shrink.
+template <typename B>
+concept DeclaresShrink = requires {
+  requires B::kCanShrink;
+};
 
 // Handles given to the host: each owns the C++ object and remembers the host
 // API so forwarders can report errors.
@@ -192,6 +217,18 @@ struct BackendAdapter {
       c->impl->raw(copy_versioned(args));
     });
   }
+  static tessera_status comm_shrink(tessera_comm* comm, int64_t grace_ms,
+                                    tessera_comm** out) noexcept {
+    auto* c = as_handle(comm);
+    return guard(c->host, [&] {
+      TESSERA_CHECK(out != nullptr, TESSERA_ERR_INVALID_ARGUMENT, "shrink: null output");
+      *out = nullptr;
+      TESSERA_CHECK(grace_ms > 0, TESSERA_ERR_INVALID_ARGUMENT, "shrink: grace_ms = ", grace_ms,
+                    " must be > 0");
+      *out = wrap_comm(c->host, c->impl->shrink(grace_ms));
+      TESSERA_CHECK(*out != nullptr, TESSERA_ERR_INTERNAL, "shrink returned no communicator");
+    });
+  }
 
   static constexpr tessera_backend_api table(uint32_t caps) noexcept {
     return tessera_backend_api{sizeof(tessera_backend_api),
@@ -208,7 +245,8 @@ struct BackendAdapter {
                                &work_wait,
                                &work_test,
                                &work_free,
-                               &raw_post};
+                               &raw_post,
+                               DeclaresShrink<B> ? &comm_shrink : nullptr};
   }
 };
 
