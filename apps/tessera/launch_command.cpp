@@ -88,6 +88,10 @@ void check_arguments(const LaunchArgs& args, std::span<char* const> argv) {
   if (!(args.grace_s >= 0.0)) {
     throw UsageError(fmt::format("--grace must be zero or more seconds, got {}", args.grace_s));
   }
+  if (args.tolerate_failures < 0) {
+    throw UsageError(
+        fmt::format("--tolerate-failures must be zero or more, got {}", args.tolerate_failures));
+  }
 }
 
 }  // namespace
@@ -135,6 +139,10 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& args) {
                   "Seconds the other ranks may keep running after one fails, before SIGTERM "
                   "(default 30; SIGKILL follows 5 s after SIGTERM)")
       ->type_name("S");
+  cmd->add_option("--tolerate-failures", args.tolerate_failures,
+                  "Rank failures (non-zero exit or killed) the other ranks go on after; the next "
+                  "one stops the job as with --grace (default 0; elastic: counted per round)")
+      ->type_name("N");
   cmd->add_flag("--no-prefix", args.no_prefix,
                 "Let ranks write straight to this terminal instead of prefixing each line with "
                 "[rank R]");
@@ -295,6 +303,7 @@ int run_launch_command(const LaunchArgs& args, std::span<char* const> argv) {
   LaunchTopology topology = plan_launch(args, argv);
   SuperviseOptions options;
   options.grace = milliseconds_of(args.grace_s);
+  options.tolerate_failures = args.tolerate_failures;
   if (is_elastic(args)) {
     SignalPipe signals;
     return run_elastic(args, topology, signals, options);

@@ -1,6 +1,6 @@
 // `tessera launch -n N [--nnodes M --node-rank K --master-addr A
-// --master-port P] [--run-id ID] [--grace S] [--no-prefix] -- COMMAND
-// [ARGS...]`: starts N local processes of COMMAND, one rank each, with the
+// --master-port P] [--run-id ID] [--grace S] [--tolerate-failures N]
+// [--no-prefix] -- COMMAND [ARGS...]`: starts N local processes of COMMAND, one rank each, with the
 // torchrun-style environment (RANK, WORLD_SIZE, LOCAL_RANK, ...) that the
 // process backends read, and watches them until they have all ended.
 // With `--nnodes MIN:MAX` or `--max-restarts K` the launch is elastic (see
@@ -30,6 +30,7 @@ struct LaunchArgs {
   int master_port = 0;               // --master-port; 0: not given
   std::string run_id;                // --run-id; empty: chosen
   double grace_s = 30.0;             // --grace
+  int tolerate_failures = 0;         // --tolerate-failures
   bool no_prefix = false;            // --no-prefix
   std::vector<std::string> command;  // everything after "--"
 };
@@ -47,7 +48,7 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& args);
 // Throws UsageError naming the flag and value (command missing or not after
 // "--", -n < 1, --nnodes < 1, --node-rank outside [0, nnodes), port outside
 // 1..65535, --master-addr/--master-port missing with several nodes, negative
-// --grace) and tessera::Error when no free port can be found.
+// --grace or --tolerate-failures) and tessera::Error when no free port can be found.
 LaunchTopology plan_launch(const LaunchArgs& args, std::span<char* const> argv);
 
 // Whether the arguments ask for an elastic launch (--nnodes MIN:MAX with

@@ -102,24 +102,47 @@ bool RankSupervisor::reap(const SuperviseOptions& options) {
     read_stream(r.err, true);
     close_stream(r.out);
     close_stream(r.err);
-    if (got != r.pid) {
-      message(options, fmt::format("rank {} (pid {}) cannot be waited for: {}", r.rank, r.pid,
-                                   std::strerror(wait_error)));
-    } else if (!exited_cleanly(status)) {
-      message(options, fmt::format("rank {} (pid {}) {}", r.rank, r.pid, describe_exit(status)));
+    const std::string what =
+        got == r.pid ? describe_exit(status)
+                     : fmt::format("cannot be waited for: {}", std::strerror(wait_error));
+    if (exited_cleanly(r.wait_status)) continue;
+    failed = true;
+    const std::string line = fmt::format("rank {} (pid {}) {}", r.rank, r.pid, what);
+    const int allowed = options.tolerate_failures;
+    const bool counted = !first_failed_ && !interrupted_ && !stopped_for_ && !r.stopped_by_launcher;
+    if (tolerate(r, options)) {
+      message(options, fmt::format("{}; {} (--tolerate-failures {}: {} of {} used)", line,
+                                   any_running() ? "the other ranks go on" : "tolerated", allowed,
+                                   tolerated_, allowed));
+      continue;
     }
-    if (!exited_cleanly(r.wait_status)) {
-      if (!first_failed_) {
-        first_failed_ = r.rank;
-        if (options.on_failure && !r.stopped_by_launcher) {
-          options.on_failure(
-              fmt::format("rank {} (pid {}) {}", r.rank, r.pid, describe_exit(r.wait_status)));
-        }
+    message(options, counted && allowed > 0 && tolerated_ >= allowed
+                         ? fmt::format("{}; --tolerate-failures {} is used up, so the job stops",
+                                       line, allowed)
+                         : line);
+    if (!first_failed_) {
+      first_failed_ = r.rank;
+      if (options.on_failure && !r.stopped_by_launcher) {
+        options.on_failure(
+            fmt::format("rank {} (pid {}) {}", r.rank, r.pid, describe_exit(r.wait_status)));
       }
-      failed = true;
     }
   }
   return failed;
+}
+
+bool RankSupervisor::tolerate(const Rank& failed, const SuperviseOptions& options) {
+  if (tolerated_ >= options.tolerate_failures || first_failed_ || interrupted_ || stopped_for_ ||
+      failed.stopped_by_launcher) {
+    return false;
+  }
+  // With every other rank failed too, nothing is left to go on.
+  const bool others_left = std::any_of(ranks_.begin(), ranks_.end(), [&failed](const Rank& r) {
+    return &r != &failed && (r.running || exited_cleanly(r.wait_status));
+  });
+  if (!others_left) return false;
+  ++tolerated_;
+  return true;
 }
 
 std::vector<int> RankSupervisor::signal_running(int signal, bool from_launcher) {
@@ -141,7 +164,7 @@ bool RankSupervisor::any_running() const noexcept {
   return std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; });
 }
 
-std::string RankSupervisor::summary() const {
+std::string RankSupervisor::summary(const std::string& within) const {
   std::vector<std::string> parts;
   std::size_t failed = 0;
   for (const Rank& r : ranks_) {
@@ -150,7 +173,8 @@ std::string RankSupervisor::summary() const {
     parts.push_back(fmt::format("rank {} {}{}", r.rank, short_exit(r.wait_status),
                                 !ok && r.stopped_by_launcher ? " (stopped by the launcher)" : ""));
   }
-  return fmt::format("{} of {} ranks failed: {}", failed, ranks_.size(), fmt::join(parts, ", "));
+  return fmt::format("{} of {} ranks failed{}: {}", failed, ranks_.size(), within,
+                     fmt::join(parts, ", "));
 }
 
 int RankSupervisor::supervise(SignalPipe& signals, const SuperviseOptions& options) {
@@ -228,9 +252,15 @@ int RankSupervisor::supervise(SignalPipe& signals, const SuperviseOptions& optio
     }
   }
   if (any_running()) return 1;  // poll failed: the destructor kills and reaps the rest
-  if (!first_failed_) return 0;
-  message(options, summary());
-  return 1;
+  if (first_failed_) {
+    message(options, summary());
+    return 1;
+  }
+  if (tolerated_ > 0) {
+    message(options, summary(fmt::format(", tolerated (--tolerate-failures {})",
+                                         options.tolerate_failures)));
+  }
+  return 0;
 }
 
 }  // namespace tessera::cli

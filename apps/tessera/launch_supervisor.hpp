@@ -1,6 +1,6 @@
 // Watching the ranks of `tessera launch` until they have all ended: copying
 // their output, forwarding signals, and shutting the job down when one rank
-// fails.
+// fails (or, with --tolerate-failures N, when more than N have failed).
 #pragma once
 
 #include <sys/types.h>
@@ -24,6 +24,13 @@ struct SuperviseOptions {
   // After the first rank fails, how long the others may keep running (they
   // usually fail on their own with the useful error) before SIGTERM.
   std::chrono::milliseconds grace{30000};
+  // --tolerate-failures: how many rank failures the other ranks go on after.
+  // A failure counts when the rank ends non-zero or by a signal on its own
+  // (not stopped by the launcher, not after the launcher was interrupted);
+  // the first `tolerate_failures` of them are reported and the others keep
+  // running, as long as another rank is still running or exited with 0. The
+  // next one stops the job like the first failure does with 0.
+  int tolerate_failures = 0;
   // After SIGTERM, how long before SIGKILL.
   std::chrono::milliseconds kill_after{5000};
   // Where the launcher's own messages go.
@@ -33,9 +40,10 @@ struct SuperviseOptions {
   // another node failed); a reason returned is reported and the running
   // ranks get SIGTERM at once (SIGKILL `kill_after` later).
   std::function<std::optional<std::string>()> stop_requested;
-  // Elastic launches (may be empty): told once, as soon as the first of
-  // this launcher's ranks fails, what happened ("rank 2 (pid 7) exited with
-  // status 1"), so the other nodes can stop theirs without waiting.
+  // Elastic launches (may be empty): told once, as soon as a failure of one
+  // of this launcher's ranks stops the job (the first one not tolerated),
+  // what happened ("rank 2 (pid 7) exited with status 1"), so the other
+  // nodes can stop theirs without waiting.
   std::function<void(const std::string&)> on_failure;
 };
 
@@ -61,12 +69,14 @@ class RankSupervisor {
   //  - SIGINT and SIGTERM received by the launcher are sent to every running
   //    rank's process group;
   //  - a rank that exits non-zero or by a signal is reported at once
-  //    ("rank R (pid P) exited with status 3"); `grace` after the first such
-  //    failure the ranks still running get SIGTERM, and `kill_after` later
-  //    SIGKILL;
+  //    ("rank R (pid P) exited with status 3"); the first
+  //    `tolerate_failures` such failures are only reported (see
+  //    SuperviseOptions); `grace` after the first failure not tolerated the
+  //    ranks still running get SIGTERM, and `kill_after` later SIGKILL;
   //  - at the end, if any rank failed, one summary line of every rank's
   //    outcome is written.
-  // Returns 0 when every rank exited with status 0, else 1.
+  // Returns 0 when every rank exited with status 0, or when the only
+  // failures were tolerated ones and at least one rank exited with 0; else 1.
   int supervise(SignalPipe& signals, const SuperviseOptions& options);
 
   // After supervise(): whether the launcher received SIGINT or SIGTERM
@@ -101,14 +111,22 @@ class RankSupervisor {
   // Reaps every rank that has ended, reporting failures; returns true if
   // one of them failed.
   bool reap(const SuperviseOptions& options);
+  // Whether the failure of `failed` is one of the first tolerate_failures
+  // (counting it if so): not stopped by the launcher or after an interrupt,
+  // nothing stopping the job yet, and another rank still running or done
+  // with status 0.
+  bool tolerate(const Rank& failed, const SuperviseOptions& options);
   // Sends `signal` to every running rank's group; returns their ranks.
   std::vector<int> signal_running(int signal, bool from_launcher);
   void message(const SuperviseOptions& options, const std::string& text) const;
-  [[nodiscard]] std::string summary() const;
+  // "2 of 3 ranks failed: rank 0 exit 0, rank 1 SIGKILL, ..."; `within`
+  // is put after "failed" (", tolerated (--tolerate-failures 1)").
+  [[nodiscard]] std::string summary(const std::string& within = {}) const;
   [[nodiscard]] bool any_running() const noexcept;
 
   std::vector<Rank> ranks_;
-  std::optional<int> first_failed_;
+  std::optional<int> first_failed_;  // the failure that stops the job (not a tolerated one)
+  int tolerated_ = 0;                // failures tolerated so far
   bool interrupted_ = false;
   std::optional<std::string> stopped_for_;
 };

@@ -139,6 +139,86 @@ TEST(LaunchFailure, RankIgnoringSigtermIsKilled) {
   EXPECT_TRUE(eventually(5s, [&] { return !group_alive(sibling); }));
 }
 
+// Counts the (non-overlapping) occurrences of `part` in `text`.
+size_t count_of(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+TEST(LaunchFailure, ToleratedKilledRankLetsTheOthersFinish) {
+  const CliResult r =
+      run_cli({"launch", "-n", "3", "--tolerate-failures", "1", "--", "/bin/sh", "-c",
+               "if [ \"$RANK\" = 1 ]; then kill -9 $$; fi; sleep 0.5; "
+               "echo done $RANK"});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "[rank 0] done 0\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "[rank 2] done 2\n")) << r.out;
+  EXPECT_FALSE(contains(r.out, "done 1")) << r.out;
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex("tessera launch: rank 1 \\(pid [0-9]+\\) was killed by signal 9 "
+                        "\\(SIGKILL\\); the other ranks go on \\(--tolerate-failures 1: 1 of 1 "
+                        "used\\)\n")))
+      << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "tessera launch: 1 of 3 ranks failed, tolerated (--tolerate-failures 1): "
+                       "rank 0 exit 0, rank 1 SIGKILL, rank 2 exit 0\n"))
+      << r.err;
+}
+
+TEST(LaunchFailure, FailuresBeyondTheToleratedOnesStopTheOthers) {
+  const CliResult r =
+      run_cli({"launch", "-n", "3", "--tolerate-failures", "1", "--grace", "0.2", "--", "/bin/sh",
+               "-c", "if [ \"$RANK\" != 0 ]; then kill -9 $$; fi; sleep 1000"},
+              {}, 20s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  // Ranks 1 and 2 die together: whichever is reaped first is tolerated.
+  EXPECT_EQ(count_of(r.err, "; the other ranks go on (--tolerate-failures 1: 1 of 1 used)\n"), 1U)
+      << r.err;
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex("tessera launch: rank [12] \\(pid [0-9]+\\) was killed by signal 9 "
+                        "\\(SIGKILL\\); --tolerate-failures 1 is used up, so the job stops\n")))
+      << r.err;
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex("tessera launch: rank 0 still running 0.2 s after rank [12] failed "
+                        "\\(--grace\\); sending SIGTERM\n")))
+      << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "3 of 3 ranks failed: rank 0 SIGTERM (stopped by the launcher), rank 1 "
+                       "SIGKILL, rank 2 SIGKILL\n"))
+      << r.err;
+  const pid_t sibling = reported_pid(r.err, 0);
+  ASSERT_GT(sibling, 0) << r.err;
+  EXPECT_TRUE(eventually(5s, [&] { return !group_alive(sibling); }));
+}
+
+TEST(LaunchFailure, EveryRankFailingIsAFailureDespiteTolerance) {
+  const CliResult r =
+      run_cli({"launch", "-n", "2", "--tolerate-failures", "5", "--", "/bin/sh", "-c", "exit 3"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "2 of 2 ranks failed: rank 0 exit 3, rank 1 exit 3\n")) << r.err;
+}
+
+// In an elastic launch each round may tolerate as many failures: round 0
+// has two (rank 1 and rank 2) and restarts, round 1 one and finishes.
+TEST(LaunchFailure, ElasticToleratesFailuresPerRound) {
+  const CliResult r = run_cli(
+      {"launch", "-n", "3", "--max-restarts", "1", "--rdzv-last-call", "0", "--tolerate-failures",
+       "1", "--", "/bin/sh", "-c",
+       "if [ \"$RANK\" = 1 ] || { [ \"$RANK\" = 2 ] && [ \"$TESSERA_RESTART_COUNT\" = 0 ]; }; "
+       "then kill -9 $$; fi; sleep 0.5; echo done $RANK in $TESSERA_RESTART_COUNT"});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "[rank 0] done 0 in 1\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "[rank 2] done 2 in 1\n")) << r.out;
+  EXPECT_EQ(count_of(r.err, "the other ranks go on (--tolerate-failures 1: 1 of 1 used)"), 2U)
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "restarting on the nodes left (restart 1 of 1)")) << r.err;
+  EXPECT_TRUE(contains(r.err, "elastic: round 1 finished on this node")) << r.err;
+}
+
 TEST(LaunchFailure, CommandNotFound) {
   const TempDir tmp;
   const CliResult r = run_cli({"launch", "-n", "2", "--", "tessera-test-no-such-command", "x"},

@@ -85,6 +85,9 @@ const std::vector<UsageCase> kCases = {
     {"NegativeGrace",
      {"-n", "1", "--grace=-1", "--", "/bin/true"},
      "--grace must be zero or more seconds, got -1"},
+    {"NegativeToleratedFailures",
+     {"-n", "2", "--tolerate-failures", "-1", "--", "/bin/true"},
+     "--tolerate-failures must be zero or more, got -1"},
 };
 
 INSTANTIATE_TEST_SUITE_P(Launch, LaunchUsage, ::testing::ValuesIn(kCases),
@@ -98,6 +101,15 @@ TEST(LaunchUsageMessage, NonNumericPortNamesTheFlag) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--master-port"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("http"), std::string::npos) << r.err;
+}
+
+TEST(LaunchUsageMessage, NonIntegerToleratedFailuresNamesTheFlag) {
+  const CliResult r =
+      run_cli({"launch", "-n", "2", "--tolerate-failures", "1.5", "--", "/bin/true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--tolerate-failures"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("1.5"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
 }
 
 }  // namespace
