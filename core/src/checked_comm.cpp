@@ -506,6 +506,26 @@ tessera_status checked_raw_post(tessera_comm* comm, const tessera_coll_args* arg
   return api.raw_post(c.inner, args);
 }
 
+bool has_shrink(const tessera_backend_api& api) {
+  return api.struct_size >= offsetof(tessera_backend_api, comm_shrink) + sizeof api.comm_shrink &&
+         api.comm_shrink != nullptr;
+}
+
+// The survivors' new group, checked like the old one: the shadow used to
+// compare operations failed with the group, so the new one gets its own.
+tessera_status checked_shrink(tessera_comm* comm, int64_t grace_ms, tessera_comm** out) {
+  return guarded([&]() -> tessera_status {
+    CheckedComm& c = *self(comm);
+    *out = nullptr;
+    tessera_comm* inner = nullptr;
+    const tessera_status status = c.api->comm_shrink(c.inner, grace_ms, &inner);
+    if (status != TESSERA_OK) return status;
+    const uint64_t number = ++c.splits;
+    return make_checked(*c.api, inner, c.settings,
+                        fmt::format("{}/shrink{}", c.recorder->label(), number), out);
+  });
+}
+
 }  // namespace
 
 tessera_backend_api checked_api(const tessera_backend_api& inner) {
@@ -525,6 +545,7 @@ tessera_backend_api checked_api(const tessera_backend_api& inner) {
   api.work_test = &checked_test;
   api.work_free = &checked_work_free;
   api.raw_post = &checked_raw_post;
+  api.comm_shrink = has_shrink(inner) ? &checked_shrink : nullptr;
   return api;
 }
 

@@ -120,7 +120,16 @@ Communicator::Communicator(std::shared_ptr<BackendState> backend, tessera_comm* 
       rank_(api_->comm_rank(comm)),
       size_(api_->comm_size(comm)) {}
 
-Communicator::~Communicator() { api_->comm_destroy(comm_); }
+Communicator::~Communicator() {
+  if (owned_) api_->comm_destroy(comm_);
+}
+
+std::unique_ptr<Communicator> Communicator::borrow(tessera_comm* comm) const {
+  TESSERA_CHECK(comm != nullptr, TESSERA_ERR_INVALID_ARGUMENT, "borrow: null communicator");
+  std::unique_ptr<Communicator> view(new Communicator(backend_, comm, checked_));
+  view->owned_ = false;
+  return view;
+}
 
 const std::string& Communicator::backend_name() const noexcept { return backend_->name(); }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <string>
 #include <string_view>
@@ -250,7 +251,63 @@ void host_pointer_device(void* /*ctx*/, const void* ptr, tessera_device* out) no
   }
 }
 
+std::mutex g_finder_mu;
+const void* g_finder_owner = nullptr;  // guarded by g_finder_mu
+StrategyFinder& strategy_finder() {
+  static StrategyFinder finder;
+  return finder;
+}
+
+tessera_status host_find_strategy(void* /*ctx*/, const char* name, const char* options,
+                                  const tessera_strategy_api** api,
+                                  const tessera_host_api** plugin_host,
+                                  const tessera_options** resolved, uint32_t* version) noexcept {
+  try {
+    if (name == nullptr || api == nullptr || plugin_host == nullptr || resolved == nullptr ||
+        version == nullptr) {
+      host_set_error(nullptr, TESSERA_ERR_INVALID_ARGUMENT, "find_strategy: null argument");
+      return TESSERA_ERR_INVALID_ARGUMENT;
+    }
+    StrategyFinder finder;
+    {
+      const std::lock_guard lock(g_finder_mu);
+      finder = strategy_finder();
+    }
+    if (!finder) {
+      host_set_error(
+          nullptr, TESSERA_ERR_UNSUPPORTED,
+          (std::string("no plugin registry to find strategy '") + name + "' in").c_str());
+      return TESSERA_ERR_UNSUPPORTED;
+    }
+    const FoundStrategy found = finder(name, options != nullptr ? options : "");
+    *api = found.api;
+    *plugin_host = found.host;
+    *resolved = found.options;
+    *version = found.version;
+    return TESSERA_OK;
+  } catch (const Error& e) {
+    host_set_error(nullptr, e.status(), e.what());
+    return e.status();
+  } catch (const std::exception& e) {
+    host_set_error(nullptr, TESSERA_ERR_INTERNAL, e.what());
+    return TESSERA_ERR_INTERNAL;
+  }
+}
+
 }  // namespace
+
+void set_strategy_finder(const void* owner, StrategyFinder finder) {
+  const std::lock_guard lock(g_finder_mu);
+  strategy_finder() = std::move(finder);
+  g_finder_owner = owner;
+}
+
+void clear_strategy_finder(const void* owner) noexcept {
+  const std::lock_guard lock(g_finder_mu);
+  if (g_finder_owner != owner) return;
+  strategy_finder() = nullptr;
+  g_finder_owner = nullptr;
+}
 
 int intra_op_threads() noexcept { return g_intra_op_threads.load(std::memory_order_relaxed); }
 
@@ -282,6 +339,7 @@ HostContext::HostContext(const std::string& logger_name) : logger_(get_logger(lo
   api_.mem_free = &host_mem_free;
   api_.pointer_device = &host_pointer_device;
   api_.compute_precision = &host_compute_precision;
+  api_.find_strategy = &host_find_strategy;
 }
 
 std::string take_thread_error() {

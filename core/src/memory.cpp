@@ -46,6 +46,7 @@ void raise_peak(std::atomic<int64_t>& peak, int64_t value) noexcept {
 struct MemoryTracker::Impl {
   std::atomic<Slot*> slots{nullptr};
   std::atomic<int> ranks{0};
+  std::atomic<int> only{-1};                    // reset's process_rank
   std::mutex reset_mutex;                       // serialises reset()
   std::vector<std::unique_ptr<Slot[]>> arrays;  // every array handed out
   size_t capacity = 0;                          // slots in the newest array
@@ -59,8 +60,10 @@ MemoryTracker& MemoryTracker::instance() {
 
 MemoryTracker::MemoryTracker() : impl_(new Impl()) { reset(1); }
 
-void MemoryTracker::reset(int max_ranks) {
+void MemoryTracker::reset(int max_ranks, int process_rank) {
   const int ranks = std::max(max_ranks, 0);
+  impl_->only.store(process_rank >= 0 && process_rank < ranks ? process_rank : -1,
+                    std::memory_order_release);
   const size_t needed = static_cast<size_t>(ranks) + 1;
   const std::lock_guard lock(impl_->reset_mutex);
   if (needed > impl_->capacity) {
@@ -79,6 +82,9 @@ void MemoryTracker::reset(int max_ranks) {
 void MemoryTracker::add(int rank, tessera_mem_category category, int64_t delta_bytes) noexcept {
   const int ranks = impl_->ranks.load(std::memory_order_acquire);
   Slot* slots = impl_->slots.load(std::memory_order_acquire);
+  if (const int only = impl_->only.load(std::memory_order_relaxed); only >= 0 && rank >= 0) {
+    rank = only;
+  }
   Slot& slot = (rank >= 0 && rank < ranks) ? slots[rank + 1] : slots[0];
   const int index =
       (category >= 0 && category < TESSERA_MEM_CATEGORY_COUNT) ? category : TESSERA_MEM_OTHER;

@@ -10,9 +10,12 @@
 #include "tessera/core/plugin_registry.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -27,8 +30,11 @@
 #include "plugin_elf.hpp"
 #include "plugin_paths.hpp"
 #include "plugin_probe.hpp"
+#include "tessera/core/host_api.hpp"
 #include "tessera/core/logging.hpp"
+#include "tessera/core/options.hpp"
 #include "tessera/sdk/error.hpp"
+#include "toml_text.hpp"
 
 namespace tessera {
 namespace {
@@ -266,9 +272,55 @@ std::string PluginRegistry::Impl::load(PluginRecord& record, const std::string& 
   return {};
 }
 
-PluginRegistry::PluginRegistry() : impl_(std::make_unique<Impl>()) {}
+namespace {
 
-PluginRegistry::~PluginRegistry() = default;
+// find_strategy (host ABI 1.6) over `registry`: the plugin, and its options
+// resolved from "key = value; ..." and kept for the life of the process
+// (the caller holds the pointers as long as it likes).
+FoundStrategy find_strategy_plugin(const PluginRegistry& registry, const std::string& name,
+                                   const std::string& options) {
+  struct Resolved {
+    std::shared_ptr<LoadedPlugin> plugin;  // keeps the library loaded
+    tessera_options options;
+  };
+  static std::mutex mu;
+  static std::deque<Resolved> kept;
+  const std::lock_guard lock(mu);  // rank threads ask at once
+  std::shared_ptr<LoadedPlugin> plugin = registry.get(TESSERA_KIND_STRATEGY, name);
+  const tessera_plugin_descriptor& d = plugin->descriptor();
+  TESSERA_CHECK(d.api != nullptr, TESSERA_ERR_INVALID_ARGUMENT, "strategy '", name, "' (",
+                plugin->path().string(), ") has no api table");
+  std::vector<std::string> assignments;
+  std::string_view rest = options;
+  while (!rest.empty()) {
+    const std::size_t end = std::min(rest.find(';'), rest.size());
+    const std::string_view part = detail::trim(rest.substr(0, end));
+    if (!part.empty()) assignments.emplace_back(part);
+    rest.remove_prefix(std::min(end + 1, rest.size()));
+  }
+  const toml::table table = parse_option_overrides(assignments);
+  tessera_options resolved =
+      resolve_options(std::span<const tessera_option_decl>(d.options, d.num_options), &table,
+                      "the options of strategy '" + name + "'");
+  const InterfaceVersion v = interface_version(d);
+  Resolved& r = kept.emplace_back(Resolved{plugin, std::move(resolved)});
+  FoundStrategy found;
+  found.api = static_cast<const tessera_strategy_api*>(d.api);
+  found.host = plugin->host().api();
+  found.options = &r.options;
+  found.version = (static_cast<uint32_t>(v.major) << 16U) | static_cast<uint32_t>(v.minor);
+  return found;
+}
+
+}  // namespace
+
+PluginRegistry::PluginRegistry() : impl_(std::make_unique<Impl>()) {
+  set_strategy_finder(this, [this](const std::string& name, const std::string& options) {
+    return find_strategy_plugin(*this, name, options);
+  });
+}
+
+PluginRegistry::~PluginRegistry() { clear_strategy_finder(this); }
 
 void PluginRegistry::scan(const std::vector<std::filesystem::path>& dirs) {
   std::vector<std::filesystem::path> files;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -67,6 +68,10 @@ struct RankShared {
   std::string fingerprint;                // run_fingerprint: what the ranks must agree on
   bool collect_final_state = false;
   double gemm_rate = 0;  // this rank's sgemm FLOP/s (measure_gemm_rate); 0: not measured
+  // Process ranks: opens this process's log when it becomes rank 0 of a
+  // world its strategy re-formed after rank 0 was lost (elastic); empty
+  // where no such thing can happen.
+  std::function<RunLog*()> open_log;
 };
 
 // What one rank hands back. Every rank has the reduced metrics; the

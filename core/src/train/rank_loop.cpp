@@ -5,6 +5,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -67,8 +68,10 @@ constexpr size_t kCategories = TESSERA_MEM_CATEGORY_COUNT;
 constexpr size_t kMemoryWords = 2 * kCategories + 2;
 
 // Every rank's memory counters, in rank order (collective: allgather).
-std::vector<MemoryStats> gather_memory(Communicator& comm) {
-  const MemoryStats mine = MemoryTracker::instance().stats(comm.rank());
+// `tracked_as`: the rank this rank's memory is counted under (its rank when
+// the run started; a re-formed world renumbers the ranks, not the counters).
+std::vector<MemoryStats> gather_memory(Communicator& comm, int tracked_as) {
+  const MemoryStats mine = MemoryTracker::instance().stats(tracked_as);
   std::array<int64_t, kMemoryWords> words{};
   std::copy(mine.current.begin(), mine.current.end(), words.begin());
   std::copy(mine.peak.begin(), mine.peak.end(), words.begin() + kCategories);
@@ -97,8 +100,8 @@ std::pair<double, double> model_flops(const RunPlan& plan, int world, double ste
 }
 
 // The log step's metrics (collective: every rank calls it at the same step).
-StepMetrics reduce_window(Communicator& comm, const Window& window, int64_t step, float lr,
-                          const RunPlan& plan, double gemm_rate) {
+StepMetrics reduce_window(Communicator& comm, int tracked_as, const Window& window, int64_t step,
+                          float lr, const RunPlan& plan, double gemm_rate) {
   const double per_step = window.steps == 0 ? 0.0 : 1.0 / static_cast<double>(window.steps);
   std::array<double, 3> sums{window.last_loss, window.bubble * per_step,
                              window.bubble_cpu * per_step};
@@ -132,7 +135,7 @@ StepMetrics reduce_window(Communicator& comm, const Window& window, int64_t step
   }
   std::tie(m.model_flops_per_second, m.mfu) =
       model_flops(plan, comm.size(), m.step_seconds, gemm_rate);
-  m.memory = gather_memory(comm);
+  m.memory = gather_memory(comm, tracked_as);
   return m;
 }
 
@@ -265,9 +268,15 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
                            run.compressor != nullptr ? run.compressor->name() : std::string());
   const tessera_strategy_layout layout = strategy->layout();
   check_layout(layout, config, run.plan.strategy, comm.size());
-  const DistributedSampler sampler(*run.dataset, config.run.seed, config.data.batch_size,
-                                   layout.data_rank, layout.data_size);
+  std::optional<DistributedSampler> sampler;
+  sampler.emplace(*run.dataset, config.run.seed, config.data.batch_size, layout.data_rank,
+                  layout.data_size);
   load_initial_state(run, config, comm, log, *strategy);
+  // The world the host's own collectives run on: `comm`, or the world the
+  // strategy re-formed after losing ranks (elastic), which it owns.
+  Communicator* world = &comm;
+  std::unique_ptr<Communicator> reformed;
+  const int tracked_as = comm.rank();
 
   // The model returns the SUM of per-example (per-token) losses times this,
   // so gradients summed over micro-batches and ranks are the global mean's.
@@ -293,31 +302,59 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
   Window total;
   for (int64_t step = first; step <= last; ++step) {
     const auto start = Clock::now();
-    const std::vector<Batch> micro = sampler.micro_batches(step, config.data.micro_batches);
+    const std::vector<Batch> micro = sampler->micro_batches(step, config.data.micro_batches);
     const float lr = run.schedule->lr(step);
     const tessera_step_result result = strategy->step(
         micro, loss_scales, step, lr, config.optimizer.grad_clip, global_examples, global_tokens);
+    if (result.world_changed != 0) {
+      // Ranks were lost and the strategy re-formed the world of the
+      // survivors with the state after restored_step: go on from there,
+      // on the new world, with each rank's new slice of the same batches.
+      const tessera_strategy_world changed = strategy->world();
+      TESSERA_CHECK(result.restored_step >= run.plan.resume_step && result.restored_step < step,
+                    TESSERA_ERR_INTERNAL, "strategy '", run.plan.strategy, "' restored step ",
+                    result.restored_step, " while step ", step, " failed (it must be in [",
+                    run.plan.resume_step, ", ", step, "))");
+      const int before = world->size();
+      reformed = comm.borrow(changed.comm);
+      world = reformed.get();
+      check_layout(changed.layout, config, run.plan.strategy, world->size());
+      sampler.emplace(*run.dataset, config.run.seed, config.data.batch_size,
+                      changed.layout.data_rank, changed.layout.data_size);
+      if (log == nullptr && world->rank() == 0 && s.open_log) log = s.open_log();
+      if (log != nullptr) {
+        log->message(
+            fmt::format("elastic: step {} failed; world {} -> {} ranks, going on from "
+                        "step {}: {}",
+                        step, before, world->size(), result.restored_step + 1,
+                        changed.reason != nullptr ? changed.reason : ""));
+      }
+      window = Window{};
+      step = result.restored_step;  // the loop's ++ makes it the next step to run
+      continue;
+    }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     window.add(result, seconds);
     total.add(result, seconds);
     if (step % config.run.log_every == 0 || step == last) {
-      StepMetrics metrics = reduce_window(comm, window, step, lr, run.plan, gemm_rate);
+      StepMetrics metrics =
+          reduce_window(*world, tracked_as, window, step, lr, run.plan, gemm_rate);
       out.final_loss = metrics.loss;
       if (log != nullptr) log->logged(metrics);
       out.logged.push_back(std::move(metrics));
       window = Window{};
     }
     if (log != nullptr) log->step_done(step);
-    if (checkpoint_due(config, step)) write_step_checkpoint(s, comm, *strategy, step, log, out);
+    if (checkpoint_due(config, step)) write_step_checkpoint(s, *world, *strategy, step, log, out);
   }
 
   std::array<double, 2> run_maxes{total.mean_seconds(), total.wait_share()};
-  comm.allreduce(std::span<double>(run_maxes), TESSERA_MAX);
+  world->allreduce(std::span<double>(run_maxes), TESSERA_MAX);
   out.mean_step_seconds = run_maxes[0];
   out.comm_wait_share = run_maxes[1];
   std::tie(out.model_flops_per_second, out.mfu) =
-      model_flops(run.plan, comm.size(), out.mean_step_seconds, gemm_rate);
-  out.memory = gather_memory(comm);
+      model_flops(run.plan, world->size(), out.mean_step_seconds, gemm_rate);
+  out.memory = gather_memory(*world, tracked_as);
   if (log != nullptr) {
     RunSummary summary;
     summary.first_step = first;

@@ -199,6 +199,27 @@ tessera_step_result StrategyInstance::step(std::span<const Batch> micro_batches,
   return result;
 }
 
+tessera_strategy_world StrategyInstance::world() {
+  TESSERA_CHECK(api_->struct_size >= offsetof(tessera_strategy_api, world) + sizeof(void*) &&
+                    api_->world != nullptr,
+                TESSERA_ERR_INTERNAL, where("step"),
+                ": reported that its world changed, but it has no `world` function (strategy "
+                "interface 2.5)");
+  tessera_strategy_world w{};
+  w.struct_size = sizeof w;
+  throw_if_failed(api_->world(handle_, &w), where("world"));
+  TESSERA_CHECK(w.comm != nullptr && w.world_size >= 1 && w.rank >= 0 && w.rank < w.world_size &&
+                    w.layout.data_size >= 1 && w.layout.data_rank >= 0 &&
+                    w.layout.data_rank < w.layout.data_size,
+                TESSERA_ERR_INTERNAL, where("world"), ": invalid world: rank ", w.rank, " of ",
+                w.world_size, ", data rank ", w.layout.data_rank, " of ", w.layout.data_size,
+                w.comm == nullptr ? ", no communicator" : "");
+  rank_ = w.rank;
+  layout_ = w.layout;
+  layout_.struct_size = sizeof layout_;
+  return w;
+}
+
 CollectedState StrategyInstance::save(int64_t step, bool all_replicas) {
   CollectedState state;
   const tessera_state_writer writer =

@@ -157,7 +157,7 @@ RankOutput run_process_rank(Backend& backend, const RankShared& shared, const Ru
       // world, so the other ranks stop too.
       std::optional<CheckpointDirLock> dir_lock;
       if (rank == 0 && !config.checkpoint.dir.empty()) dir_lock.emplace(config.checkpoint.dir);
-      MemoryTracker::instance().reset(world);
+      MemoryTracker::instance().reset(world, rank);
       // Every rank measures its own peak (the ranks of a node at once).
       const double gemm_rate = host_gemm_rate(run.plan.threads_per_rank);
       std::optional<RunLog> log;
@@ -170,6 +170,14 @@ RankOutput run_process_rank(Backend& backend, const RankShared& shared, const Ru
       with_gather.gather = &gather;
       with_gather.gemm_rate = gemm_rate;
       with_gather.fingerprint = detail::run_fingerprint(config, run.plan);
+      // Rank 0 was lost and this process is rank 0 of the re-formed world:
+      // the log goes on here, after the metrics lines rank 0 wrote.
+      with_gather.open_log = [&]() -> RunLog* {
+        RunLogOptions o = log_options(config, *shared.run, options);
+        o.append_metrics = true;
+        log.emplace(std::move(o));
+        return &*log;
+      };
       detail::run_rank(with_gather, *comm, log ? &*log : nullptr, output);
     } catch (const std::exception& e) {
       comm->abort(fmt::format("rank {} failed: {}", rank, e.what()));

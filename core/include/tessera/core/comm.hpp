@@ -147,6 +147,11 @@ class Communicator {
                                               const std::string& label);
   // Fails every pending and future operation of the group, on every rank.
   void abort(const std::string& reason) noexcept;
+  // A communicator over `comm`, a handle of this one's table (c_api) that
+  // someone else owns and destroys, e.g. the world a strategy re-formed
+  // after losing ranks (tessera_strategy_world): the result never destroys
+  // it, so it must not outlive its owner's handle.
+  [[nodiscard]] std::unique_ptr<Communicator> borrow(tessera_comm* comm) const;
 
  private:
   friend class Backend;
@@ -158,6 +163,7 @@ class Communicator {
   const tessera_backend_api* api_;  // the checked table or the backend's own
   tessera_comm* comm_;              // a handle for api_
   bool checked_;
+  bool owned_ = true;  // destroys comm_
   int rank_;
   int size_;
 };

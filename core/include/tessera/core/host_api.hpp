@@ -3,6 +3,7 @@
 // MemoryTracker, options are read from tessera_options.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -55,6 +56,26 @@ const char* host_call_error() noexcept;
 
 // Forgets this thread's host-table error message.
 void clear_host_call_error() noexcept;
+
+// What the host table's find_strategy (ABI 1.6) answers: another strategy
+// plugin's table, its host table, its resolved options and its interface
+// version (major << 16 | minor).
+struct FoundStrategy {
+  const tessera_strategy_api* api = nullptr;
+  const tessera_host_api* host = nullptr;
+  const tessera_options* options = nullptr;
+  uint32_t version = 0;
+};
+// Resolves a strategy plugin's name and "key = value; ..." options; throws
+// tessera::Error(INVALID_ARGUMENT) naming what is wrong.
+using StrategyFinder =
+    std::function<FoundStrategy(const std::string& name, const std::string& options)>;
+// The finder behind find_strategy, process-wide: a PluginRegistry installs
+// one for itself when it is made (`owner` = the registry) and removes it
+// when it goes, if it is still the one installed. Without one,
+// find_strategy fails saying there is no registry.
+void set_strategy_finder(const void* owner, StrategyFinder finder);
+void clear_strategy_finder(const void* owner) noexcept;
 
 // Threads one operation of a rank may use (run.threads_per_rank), what the
 // host table's intra_op_threads returns to every plugin of this process;

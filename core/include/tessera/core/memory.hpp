@@ -26,7 +26,11 @@ class MemoryTracker {
   // included) go to one separate "unranked" slot. Resets every counter to
   // zero. Meant to be called between runs: adds racing with it are safe but
   // may be lost. Until the first reset, one rank (0) is tracked.
-  void reset(int max_ranks);
+  // `process_rank` >= 0: this process is that one rank of a world of
+  // max_ranks processes, and the bytes of every rank go to it (a strategy
+  // that re-formed the world counts under the new rank numbers, the host
+  // under the old one: elastic).
+  void reset(int max_ranks, int process_rank = -1);
   // Adds `delta_bytes` (negative when freed) to `rank`'s `category` and
   // total, raising the peaks. An unknown category counts as
   // TESSERA_MEM_OTHER. Lock-free.

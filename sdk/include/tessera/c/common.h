@@ -36,9 +36,10 @@ extern "C" {
  *        host option_int_list, batch_examples, batch_tensor
  *   1.4  host intra_op_threads
  *   1.5  host compute_device, mem_alloc, mem_free, pointer_device,
- *        compute_precision */
+ *        compute_precision
+ *   1.6  host find_strategy */
 #define TESSERA_ABI_MAJOR 1
-#define TESSERA_ABI_MINOR 5
+#define TESSERA_ABI_MINOR 6
 
 /* Marks the single symbol a plugin exports; everything else is hidden. */
 #if defined(_WIN32)

@@ -47,6 +47,9 @@ enum {
  * filled in defaults, so a declared key is always present. */
 typedef struct tessera_options tessera_options;
 
+/* A strategy plugin's table (strategy.h), for find_strategy below. */
+struct tessera_strategy_api;
+
 typedef struct tessera_host_api {
   uint32_t struct_size; /* sizeof(tessera_host_api) as the host built it  */
   uint16_t abi_major;   /* TESSERA_ABI_MAJOR of the host                  */
@@ -143,6 +146,23 @@ typedef struct tessera_host_api {
    * bfloat16 and accumulated in f32). Parameters, gradients and optimizer
    * state stay f32 either way (the master copy). */
   tessera_dtype (*compute_precision)(void* ctx);
+
+  /* ---- ABI 1.6 (check struct_size before use) ---- */
+
+  /* Another strategy plugin of this run's registry, for a strategy that
+   * wraps one (elastic wraps a data-parallel strategy): its table
+   * (strategy.h), the host table to pass to its calls, its strategy
+   * interface version (major << 16 | minor), and its options resolved from
+   * `options`, "key = value" assignments separated by ';' (values as TOML
+   * literals or bare strings, as the CLI's --option takes them; NULL or ""
+   * for the defaults). Everything returned is owned by the host and lives
+   * as long as the host. INVALID_ARGUMENT naming the plugin, the plugins
+   * there are or the option, when `name` is not a strategy plugin of the
+   * run or an option is unknown or of the wrong type. */
+  tessera_status (*find_strategy)(void* ctx, const char* name, const char* options,
+                                  const struct tessera_strategy_api** api,
+                                  const struct tessera_host_api** plugin_host,
+                                  const tessera_options** resolved, uint32_t* version);
 } tessera_host_api;
 
 #ifdef __cplusplus

@@ -42,9 +42,11 @@ extern "C" {
  *   2.3      estimate at the end of the table (strategy selection)
  *   2.4      a gradient compressor in the environment; tessera_step_result
  *            ends with comm_bytes_raw, compress_ns and comm_bytes_cross_node
+ *   2.5      elastic recovery: tessera_step_result ends with world_changed,
+ *            lost_ranks and restored_step; `world` at the end of the table
  * A host accepts strategy 2.x of any minor. */
 #define TESSERA_STRATEGY_API_MAJOR 2
-#define TESSERA_STRATEGY_API_MINOR 4
+#define TESSERA_STRATEGY_API_MINOR 5
 
 typedef struct tessera_strategy tessera_strategy;
 
@@ -271,6 +273,16 @@ typedef struct tessera_step_result {
    * the inter-node communicator of a hierarchical reduction (ddp and zero1
    * with hierarchy = "node"); 0 otherwise. The host logs the largest. */
   int64_t comm_bytes_cross_node;
+  /* Strategy 2.5, elastic recovery (all 0 otherwise). world_changed = 1:
+   * ranks were lost during this call, the strategy re-formed its world of
+   * the survivors and restored the training state after update number
+   * restored_step (< the step asked for; a step that failed is not done).
+   * The other fields of the result are then meaningless. The host asks
+   * `world` for the new world, feeds the data of the new layout and goes
+   * on with step restored_step + 1. lost_ranks: how many left. */
+  int32_t world_changed;
+  int32_t lost_ranks;
+  int64_t restored_step;
 } tessera_step_result;
 
 /* ---------------------------------------------------------------------------
@@ -356,6 +368,23 @@ typedef struct tessera_estimate {
   double bubble;
 } tessera_estimate;
 
+/* A strategy's world after it changed (strategy 2.5, `world`). */
+typedef struct tessera_strategy_world {
+  uint32_t struct_size; /* sizeof(tessera_strategy_world) of the caller */
+  int32_t rank;         /* this rank in the new world                   */
+  int32_t world_size;   /* ranks in the new world                       */
+  int32_t reserved;     /* zero                                         */
+  /* The new world communicator, of the env's backend table. Owned by the
+   * strategy; valid until the next change or until it is destroyed. The
+   * host runs its own collectives (log reductions, checkpoints) on it. */
+  tessera_comm* comm;
+  tessera_strategy_layout layout; /* how to feed data from now on */
+  /* What happened, for the log: "rank 2 lost (recv ...: connection
+   * closed); world 4 -> 3, state of step 6 from the survivors' memory".
+   * Owned by the strategy, valid as `comm`. */
+  const char* reason;
+} tessera_strategy_world;
+
 typedef struct tessera_strategy_api {
   uint32_t struct_size;
   uint32_t flags; /* zero */
@@ -403,6 +432,12 @@ typedef struct tessera_strategy_api {
    * world with these options, e.g. stages more than units. */
   tessera_status (*estimate)(const tessera_host_api* host, const tessera_options* opts,
                              const tessera_estimate_args* args, tessera_estimate* out);
+
+  /* ---- strategy 2.5: absent from older tables (see struct_size); may be
+   * NULL for a strategy whose world never changes ---- */
+  /* After a step that reported world_changed: fills *out (whose
+   * struct_size the caller set) with the new world. Not collective. */
+  tessera_status (*world)(tessera_strategy* strategy, tessera_strategy_world* out);
 } tessera_strategy_api;
 
 #ifdef __cplusplus

@@ -68,6 +68,8 @@ inline tessera_tensor_slice make_box_slice(const std::string& name, std::span<co
 class StateReader {
  public:
   StateReader(const Host& host, const tessera_state_reader* r) : host_(host), r_(r) {}
+  // The C reader, e.g. to hand to another strategy plugin (elastic).
+  [[nodiscard]] const tessera_state_reader& raw() const noexcept { return *r_; }
   [[nodiscard]] bool has(const std::string& name) const {
     return r_->has(r_->ctx, name.c_str()) != 0;
   }
@@ -101,6 +103,8 @@ class StateReader {
 class StateWriter {
  public:
   StateWriter(const Host& host, const tessera_state_writer* w) : host_(host), w_(w) {}
+  // The C writer, e.g. to hand to another strategy plugin (elastic).
+  [[nodiscard]] const tessera_state_writer& raw() const noexcept { return *w_; }
   // True when every rank must write all it holds, replicas included
   // (TESSERA_STATE_ALL_REPLICAS); false: each element once across the world.
   // The host asks for all replicas only when it compares the ranks' final

@@ -58,7 +58,8 @@ namespace tessera::sdk {
 class StrategyEnv {
  public:
   StrategyEnv(const Host& host, const tessera_strategy_env& env)
-      : rank_(env.rank),
+      : raw_(env),
+        rank_(env.rank),
         world_size_(env.world_size),
         model_(host, env.model_api, env.model, env.model_api_major, env.model_api_minor),
         world_(host, env.backend, env.world),
@@ -84,8 +85,12 @@ class StrategyEnv {
   [[nodiscard]] bool compressor_unused() const noexcept {
     return static_cast<bool>(compressor_) && !compressor_asked_;
   }
+  // The C struct this was made from (every field the host's version has),
+  // for a strategy that creates another strategy plugin with it (elastic).
+  [[nodiscard]] const tessera_strategy_env& c() const noexcept { return raw_; }
 
  private:
+  tessera_strategy_env raw_;
   int32_t rank_;
   int32_t world_size_;
   ModelView model_;
@@ -133,6 +138,10 @@ struct StepResult {
   // Of comm_bytes, those sent across nodes by a hierarchical reduction
   // (strategy 2.4; 0 without one).
   int64_t comm_bytes_cross_node = 0;
+  // Strategy 2.5, elastic recovery: see tessera_step_result.
+  bool world_changed = false;
+  int32_t lost_ranks = 0;
+  int64_t restored_step = 0;
 };
 
 class Strategy {
@@ -237,6 +246,9 @@ struct StrategyAdapter {
       cr.comm_bytes_raw = r.comm_bytes_raw != 0 ? r.comm_bytes_raw : r.comm_bytes;
       cr.compress_ns = r.compress_ns;
       cr.comm_bytes_cross_node = r.comm_bytes_cross_node;
+      cr.world_changed = r.world_changed ? 1 : 0;
+      cr.lost_ranks = r.lost_ranks;
+      cr.restored_step = r.restored_step;
       const uint32_t size = result->struct_size;
       std::memcpy(result, &cr, std::min<size_t>(size, sizeof cr));
       result->struct_size = size;
@@ -280,10 +292,36 @@ struct StrategyAdapter {
         ErrorText::kForUser);
   }
 
+  // Strategy 2.5: a strategy whose world can change (elastic) has
+  // `tessera_strategy_world world()`, valid after a step that returned
+  // world_changed.
+  static constexpr bool kChangesWorld = requires(S & s) {
+    { s.world() } -> std::same_as<tessera_strategy_world>;
+  };
+  static tessera_status world(tessera_strategy* s, tessera_strategy_world* out) noexcept {
+    auto* h = as_handle(s);
+    return guard(h->host, [&] {
+      TESSERA_CHECK(out != nullptr, TESSERA_ERR_INVALID_ARGUMENT, "world: null output");
+      if constexpr (kChangesWorld) {
+        const tessera_strategy_world w = dynamic_cast<S&>(*h->impl).world();
+        const uint32_t size = out->struct_size;
+        std::memcpy(out, &w, std::min<size_t>(size, sizeof w));
+        out->struct_size = size;
+      }
+    });
+  }
+
   static constexpr tessera_strategy_api table() noexcept {
-    return tessera_strategy_api{
-        sizeof(tessera_strategy_api),    0, &check, &create, &destroy, &load, &step, &save,
-        kEstimates ? &estimate : nullptr};
+    return tessera_strategy_api{sizeof(tessera_strategy_api),
+                                0,
+                                &check,
+                                &create,
+                                &destroy,
+                                &load,
+                                &step,
+                                &save,
+                                kEstimates ? &estimate : nullptr,
+                                kChangesWorld ? &world : nullptr};
   }
 };
 

@@ -160,6 +160,10 @@ class StrategyInstance {
   // The state after step `step` (tessera_state_writer.step). With
   // all_replicas, every rank writes all it holds (TESSERA_STATE_ALL_REPLICAS).
   CollectedState save(int64_t step, bool all_replicas = false);
+  // After a step whose result has world_changed (strategy 2.5, elastic
+  // recovery): the strategy's new world; the layout() changes to its
+  // layout. Throws Error(INTERNAL) for a strategy without `world`.
+  tessera_strategy_world world();
 
  private:
   friend class StrategyPlugin;
