@@ -1,0 +1,111 @@
+// The `elastic` strategy: data-parallel training that survives lost ranks
+// in-process. It wraps another strategy plugin (inner = "ddp", "zero1",
+// ...) and keeps the state after each step in memory: what the inner
+// strategy holds, plus a copy of the pieces only its left neighbour holds.
+// When a step (or that copy) fails because a peer is lost or times out, the
+// survivors abort the world, re-form it through the backend (comm_shrink,
+// backend interface 1.3), agree on the newest step whose state they still
+// hold between them, rebuild the inner strategy on the new world, load that
+// state from their memory (no checkpoint is read) and tell the host, which
+// goes on from the step after it with each rank's new slice of the same
+// global batch. docs/strategies/elastic.md describes it for users.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "inner_strategy.hpp"
+#include "snapshot.hpp"
+#include "tessera/sdk/strategy.hpp"
+
+namespace tessera::strategies {
+
+inline constexpr tessera_option_decl kElasticOptions[] = {
+    {"inner", TESSERA_OPT_STRING, "ddp",
+     "the data-parallel strategy plugin that trains: ddp, zero1, zero2, zero3, fsdp or any "
+     "strategy whose ranks are its data-parallel slices"},
+    {"inner_options", TESSERA_OPT_STRING, "",
+     "the inner strategy's options, as \"key = value; key = value\""},
+    {"settle_ms", TESSERA_OPT_INT, "2000",
+     "after a failure, how long a survivor waits for the others to join the re-formed world "
+     "(ms); a rank that comes later is left out"},
+    {"kill_rank", TESSERA_OPT_INT, "-1",
+     "for tests: the rank (of the starting world) that kills itself with SIGKILL at step "
+     "kill_at_step; -1: none (process backends only)"},
+    {"kill_at_step", TESSERA_OPT_INT, "0", "for tests: the step at whose start kill_rank dies"},
+};
+
+class ElasticStrategy final : public sdk::Strategy {
+ public:
+  // Checks the options and the inner strategy's check on `world_size`.
+  static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
+
+  // Collective: creates the inner strategy on the world. Refuses a backend
+  // that cannot re-form a group and an inner strategy whose data-parallel
+  // slices are not its ranks.
+  ElasticStrategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env);
+  ~ElasticStrategy() override;
+  ElasticStrategy(const ElasticStrategy&) = delete;
+  ElasticStrategy& operator=(const ElasticStrategy&) = delete;
+
+  [[nodiscard]] tessera_strategy_layout layout() const override { return inner_->layout(); }
+  void load(const sdk::StateReader& reader) override;
+  // The inner step, then the snapshot of its result. On a lost or silent
+  // peer (PEER_LOST, TIMEOUT) anywhere in it: recovery, and a result with
+  // world_changed.
+  sdk::StepResult step(const sdk::StepArgs& args) override;
+  void save(const sdk::StateWriter& writer) override;
+  // The world after the last recovery.
+  [[nodiscard]] tessera_strategy_world world();
+
+ private:
+  // The state after one update, as this rank holds it.
+  struct Generation {
+    int64_t step = -1;     // -1: empty
+    bool own_ok = false;   // `own` is complete
+    bool copy_ok = false;  // `copy` arrived complete
+    int32_t copy_of = -1;  // the starting-world rank whose pieces `copy` holds
+    std::vector<elastic::Piece> own;
+    std::vector<elastic::Piece> copy;
+  };
+
+  void make_inner();
+  // Collective: keeps the inner strategy's state after update `step`.
+  void snapshot(int64_t step);
+  // Collective, once per inner strategy: which of this rank's pieces no
+  // other rank holds, and the list of the left neighbour's such pieces.
+  void classify(const std::vector<elastic::Piece>& own);
+  // After a failure in step `failed_step`; returns the restored step.
+  int64_t recover(int64_t failed_step, const std::string& why);
+  // Collective on the new world: the newest step whose state the survivors
+  // hold between them.
+  int64_t agree_on_step(const std::vector<int32_t>& lost);
+  [[nodiscard]] const Generation* generation(int64_t step) const;
+  void maybe_die(int64_t step) const;
+
+  sdk::Host host_;
+  elastic::InnerPlugin plugin_;
+  int64_t settle_ms_;
+  int64_t kill_rank_;
+  int64_t kill_at_step_;
+
+  tessera_strategy_env inner_env_{};  // what the inner strategy was given
+  std::unique_ptr<sdk::CommView> world_;
+  std::vector<int32_t> origin_;  // starting-world rank of each rank of world_
+  std::unique_ptr<elastic::InnerStrategy> inner_;
+
+  bool classified_ = false;
+  std::vector<size_t> unique_;             // own pieces only this rank holds
+  std::vector<elastic::Piece> left_list_;  // the left neighbour's such pieces (no values)
+  std::array<Generation, 2> gens_;
+  size_t next_gen_ = 0;
+  bool started_ = false;
+
+  std::string reason_;  // of the last change, for world()
+  int64_t tracked_bytes_ = 0;
+};
+
+}  // namespace tessera::strategies

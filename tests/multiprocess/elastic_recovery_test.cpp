@@ -1,0 +1,182 @@
+// In-process recovery with the `elastic` strategy: 4 gloo ranks under one
+// `tessera launch --tolerate-failures 1` train the tiny gpt; rank 2 SIGKILLs
+// itself at the start of step 7 (the strategy's kill_rank option). The
+// other three re-form the world, restore the state after step 6 from their
+// memory (the run has a checkpoint directory, written every 4 steps and
+// never read) and finish. Their final parameters and optimizer state equal,
+// within 1e-5, a run that trained 6 steps on 4 in-memory ranks and went on
+// from that step's checkpoint on 3 (the inner strategies are exact, so
+// they do not depend on the world size). With inner = "ddp" (replicated
+// state: nothing moves), "zero1" (optimizer state sharded: the lost rank's
+// shard comes from its neighbour's copy) and "zero3" (parameters sharded
+// too).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "checkpoint_tensors.hpp"
+#include "engines.hpp"
+#include "tessera/core/train/checkpointing.hpp"
+
+namespace tessera::mptest {
+namespace {
+
+constexpr int kRecoverySteps = 16;
+constexpr int kRecoveryKillAt = 7;
+constexpr double kRecoveryTimeoutS = 10.0;
+constexpr auto kRecoveryLimit = std::chrono::seconds(120);
+
+class ElasticRecovery : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    if (const std::string why = engine_unavailable(Engine::kGloo); !why.empty()) {
+      GTEST_SKIP() << why;
+    }
+  }
+};
+
+// Small buckets for the strategies that have them (several allreduces a step).
+std::vector<std::string> elastic_sets(const std::string& inner) {
+  std::vector<std::string> sets = {"strategy.options.inner=\"" + inner + "\"",
+                                   "strategy.options.settle_ms=500"};
+  if (inner == "ddp" || inner == "zero1") {
+    sets.emplace_back("strategy.options.inner_options=\"bucket_mb = 1\"");
+  }
+  return sets;
+}
+
+TEST_P(ElasticRecovery, SurvivorsGoOnAtWorldThreeFromMemory) {
+  const std::string inner = GetParam();
+  const TempDir dir("elastic-recovery-" + inner);
+  const auto config = write_gpt_config(dir.path(), kRecoverySteps, 4, kRecoveryTimeoutS, "elastic");
+  const auto ckpt = dir.path() / "ckpt";
+
+  // The elastic run: rank 2 dies at the start of step 7.
+  std::vector<std::string> cmd = {TESSERA_MP_TESSERA,
+                                  "launch",
+                                  "-n",
+                                  "4",
+                                  "--tolerate-failures",
+                                  "1",
+                                  "--run-id",
+                                  "elastic-" + inner,
+                                  "--",
+                                  TESSERA_MP_TESSERA,
+                                  "train",
+                                  config.string(),
+                                  "--set",
+                                  "backend.name=\"gloo\"",
+                                  "--set",
+                                  "run.world_size=4"};
+  std::vector<std::string> sets = elastic_sets(inner);
+  sets.push_back("strategy.options.kill_rank=2");
+  sets.push_back("strategy.options.kill_at_step=" + std::to_string(kRecoveryKillAt));
+  for (const auto& s : sets) cmd.insert(cmd.end(), {"--set", s});
+  const auto log = dir.path() / "elastic.log";
+  const auto start = std::chrono::steady_clock::now();
+  ChildProcess run(cmd, launched(log));
+  const ChildExit exit = run.wait(kRecoveryLimit);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string text = read_text(log);
+  ASSERT_TRUE(exit.ok()) << exit.describe() << text;
+  EXPECT_NE(text.find("step " + std::to_string(kRecoveryKillAt) +
+                      " failed; world 4 -> 3 ranks, going on "
+                      "from step " +
+                      std::to_string(kRecoveryKillAt)),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("rank(s) 2 lost"), std::string::npos) << text;
+  EXPECT_NE(text.find("1 of 4 ranks failed, tolerated"), std::string::npos) << text;
+  EXPECT_EQ(text.find("resuming from"), std::string::npos) << text;
+  // The survivors went on within the timeout plus 10 s (the whole run
+  // takes a few seconds more).
+  EXPECT_LT(seconds, kRecoveryTimeoutS + 10.0 + 20.0) << text;
+
+  // The reference: 6 steps on 4 in-memory ranks (a checkpoint after step
+  // 6), then from there on 3.
+  const auto reference = dir.path() / "reference";
+  std::vector<std::string> first = elastic_sets(inner);
+  first.push_back("checkpoint.dir=\"" + reference.string() + "\"");
+  first.push_back("checkpoint.every=" + std::to_string(kRecoveryKillAt - 1));
+  const auto first_log = dir.path() / "reference-4.log";
+  ChildProcess four(train_command(Engine::kInmemory, 4, config, first, "reference"),
+                    launched(first_log));
+  ASSERT_TRUE(four.wait(kRecoveryLimit).ok()) << read_text(first_log);
+  const auto resumed = dir.path() / "resumed";
+  std::filesystem::create_directories(resumed);
+  std::filesystem::copy(reference / train::checkpoint_dir_name(kRecoveryKillAt - 1),
+                        resumed / train::checkpoint_dir_name(kRecoveryKillAt - 1));
+  train::write_latest(resumed, kRecoveryKillAt - 1);
+  std::vector<std::string> second = elastic_sets(inner);
+  second.push_back("checkpoint.dir=\"" + resumed.string() + "\"");
+  second.push_back("checkpoint.resume=true");
+  const auto second_log = dir.path() / "reference-3.log";
+  ChildProcess three(train_command(Engine::kInmemory, 3, config, second, "reference"),
+                     launched(second_log));
+  ASSERT_TRUE(three.wait(kRecoveryLimit).ok()) << read_text(second_log);
+
+  const auto last = train::checkpoint_dir_name(kRecoverySteps);
+  expect_close(tensors_of_file(ckpt / last / "model.safetensors"),
+               tensors_of_file(resumed / last / "model.safetensors"),
+               "elastic (" + inner + ") 4 -> 3 ranks at step " + std::to_string(kRecoveryKillAt));
+}
+
+// Rank 0 lost (over the file store: the TCP store lives in rank 0's
+// process): rank 1 becomes rank 0 of the new world and writes the log from
+// there on, the metrics file included, so every step is in it once.
+class ElasticRankZero : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const std::string why = engine_unavailable(Engine::kGloo); !why.empty()) {
+      GTEST_SKIP() << why;
+    }
+  }
+};
+
+TEST_F(ElasticRankZero, LosingRankZeroMovesTheLog) {
+  const std::string inner = "ddp";
+  const TempDir dir("elastic-rank0");
+  const auto config = write_gpt_config(dir.path(), kRecoverySteps, 4, kRecoveryTimeoutS, "elastic");
+  const auto metrics = dir.path() / "metrics.jsonl";
+  std::vector<std::string> cmd = {TESSERA_MP_TESSERA,
+                                  "launch",
+                                  "-n",
+                                  "3",
+                                  "--tolerate-failures",
+                                  "1",
+                                  "--run-id",
+                                  "elastic-rank0",
+                                  "--",
+                                  TESSERA_MP_TESSERA,
+                                  "train",
+                                  config.string()};
+  std::vector<std::string> sets = elastic_sets(inner);
+  sets.insert(sets.end(),
+              {"backend.name=\"gloo\"", "run.world_size=3", "backend.options.store=\"file\"",
+               "strategy.options.kill_rank=0", "strategy.options.kill_at_step=5",
+               "run.metrics=\"" + metrics.string() + "\""});
+  for (const auto& s : sets) cmd.insert(cmd.end(), {"--set", s});
+  const auto log = dir.path() / "rank0.log";
+  ChildProcess run(cmd, launched(log));
+  const ChildExit exit = run.wait(kRecoveryLimit);
+  const std::string text = read_text(log);
+  ASSERT_TRUE(exit.ok()) << exit.describe() << text;
+  EXPECT_NE(text.find("[rank 1] elastic: step 5 failed; world 3 -> 2 ranks"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("[rank 1] summary: steps 1-" + std::to_string(kRecoverySteps)),
+            std::string::npos)
+      << text;
+  const std::string lines = read_text(metrics);
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), kRecoverySteps) << lines;
+}
+
+INSTANTIATE_TEST_SUITE_P(Inner, ElasticRecovery, ::testing::Values("ddp", "zero1", "zero3"),
+                         [](const auto& p) { return std::string(p.param); });
+
+}  // namespace
+}  // namespace tessera::mptest
