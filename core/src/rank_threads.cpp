@@ -26,7 +26,8 @@ namespace detail {
 void run_rank_threads_with(
     int world_size, const std::function<void(int rank)>& body,
     const std::function<void(int rank, const std::string& message)>& on_failure,
-    const ThreadStarter& start) {
+    const ThreadStarter& start, std::vector<std::exception_ptr>* each,
+    std::exception_ptr* first_out) {
   TESSERA_CHECK(world_size >= 1, TESSERA_ERR_INVALID_ARGUMENT,
                 "world size must be at least 1, got ", world_size);
   std::mutex mu;
@@ -40,14 +41,18 @@ void run_rank_threads_with(
     first = std::move(error);
     return true;
   };
+  if (each != nullptr) each->assign(static_cast<size_t>(world_size), nullptr);
   auto rank_main = [&](int rank) {
     ThreadRankGuard guard(rank);
     try {
       body(rank);
     } catch (const std::exception& e) {
-      if (record(std::current_exception()) && on_failure) on_failure(rank, e.what());
+      const bool was_first = record(std::current_exception());
+      if (each != nullptr) (*each)[static_cast<size_t>(rank)] = std::current_exception();
+      if ((was_first || each != nullptr) && on_failure) on_failure(rank, e.what());
     } catch (...) {
       (void)record(std::current_exception());
+      if (each != nullptr) (*each)[static_cast<size_t>(rank)] = std::current_exception();
     }
   };
 
@@ -101,7 +106,8 @@ void run_rank_threads_with(
   release(Gate::kOpen);
   rank_main(0);  // rank 0 runs on the calling thread
   for (auto& t : threads) t.join();
-  if (first) std::rethrow_exception(first);
+  if (first_out != nullptr) *first_out = first;
+  if (first && each == nullptr) std::rethrow_exception(first);
 }
 
 }  // namespace detail
@@ -111,6 +117,17 @@ void run_rank_threads(int world_size, const std::function<void(int rank)>& body,
   detail::run_rank_threads_with(world_size, body, on_failure, [](std::function<void()> fn) {
     return std::thread(std::move(fn));
   });
+}
+
+RankFailures run_rank_threads_each(
+    int world_size, const std::function<void(int rank)>& body,
+    const std::function<void(int rank, const std::string& message)>& on_failure) {
+  RankFailures failures;
+  detail::run_rank_threads_with(
+      world_size, body, on_failure,
+      [](std::function<void()> fn) { return std::thread(std::move(fn)); }, &failures.each,
+      &failures.first);
+  return failures;
 }
 
 // ---- how many rank threads can start ----

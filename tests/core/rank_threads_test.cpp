@@ -1,5 +1,6 @@
 // run_rank_threads when the system refuses a thread (an error, never
-// std::terminate), and how many ranks can run as threads.
+// std::terminate), run_rank_threads_each handing back every rank's failure,
+// and how many ranks can run as threads.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <exception>
 #include <fstream>
 #include <functional>
 #include <mutex>
@@ -52,6 +54,32 @@ TEST(RankThreads, EveryRankRunsOnceWhenEveryThreadStarts) {
   std::sort(ran.begin(), ran.end());
   EXPECT_EQ(ran, (std::vector<int>{0, 1, 2, 3, 4}));
   EXPECT_EQ(started.load(), 4);  // rank 0 runs on the calling thread
+}
+
+// run_rank_threads_each: every rank runs to its end, each failure is
+// reported to on_failure and handed back, and nothing is rethrown.
+TEST(RankThreads, EachRankFailureComesBackAndEveryOneIsReported) {
+  std::mutex mu;
+  std::vector<int> reported;
+  const RankFailures failures = run_rank_threads_each(
+      4,
+      [](int rank) {
+        if (rank == 1 || rank == 3) throw Error(TESSERA_ERR_INTERNAL, "rank fails");
+      },
+      [&](int rank, const std::string& message) {
+        const std::lock_guard lock(mu);
+        reported.push_back(rank);
+        EXPECT_THAT(message, HasSubstr("rank fails"));
+      });
+  const std::vector<std::exception_ptr>& each = failures.each;
+  EXPECT_TRUE(failures.first);
+  ASSERT_EQ(each.size(), 4U);
+  EXPECT_FALSE(each[0]);
+  EXPECT_TRUE(each[1]);
+  EXPECT_FALSE(each[2]);
+  EXPECT_TRUE(each[3]);
+  std::sort(reported.begin(), reported.end());
+  EXPECT_EQ(reported, (std::vector<int>{1, 3}));
 }
 
 TEST(RankThreads, ARefusedThreadIsAnErrorAndNoRankRuns) {

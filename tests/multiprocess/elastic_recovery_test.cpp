@@ -71,7 +71,9 @@ TEST_P(ElasticRecovery, SurvivorsGoOnAtWorldThreeFromMemory) {
                                   "--set",
                                   "backend.name=\"gloo\"",
                                   "--set",
-                                  "run.world_size=4"};
+                                  "run.world_size=4",
+                                  "--set",
+                                  "run.log_every=4"};
   std::vector<std::string> sets = elastic_sets(inner);
   sets.push_back("strategy.options.kill_rank=2");
   sets.push_back("strategy.options.kill_at_step=" + std::to_string(kRecoveryKillAt));
@@ -84,10 +86,13 @@ TEST_P(ElasticRecovery, SurvivorsGoOnAtWorldThreeFromMemory) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::string text = read_text(log);
   ASSERT_TRUE(exit.ok()) << exit.describe() << text;
+  // Usually the state after step 6; after step 5 when the lost rank's copy
+  // of step 6 did not reach its neighbour (either is 4 ranks, then 3).
   EXPECT_NE(text.find("step " + std::to_string(kRecoveryKillAt) +
-                      " failed; world 4 -> 3 ranks, going on "
-                      "from step " +
-                      std::to_string(kRecoveryKillAt)),
+                      " failed; world 4 -> 3 ranks, going on from step "),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("restored from the survivors' memory (no checkpoint read)"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("rank(s) 2 lost"), std::string::npos) << text;
@@ -128,7 +133,7 @@ TEST_P(ElasticRecovery, SurvivorsGoOnAtWorldThreeFromMemory) {
 
 // Rank 0 lost (over the file store: the TCP store lives in rank 0's
 // process): rank 1 becomes rank 0 of the new world and writes the log from
-// there on, the metrics file included, so every step is in it once.
+// there on, the metrics file included, so every logged step is in it once.
 class ElasticRankZero : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -158,7 +163,7 @@ TEST_F(ElasticRankZero, LosingRankZeroMovesTheLog) {
   std::vector<std::string> sets = elastic_sets(inner);
   sets.insert(sets.end(),
               {"backend.name=\"gloo\"", "run.world_size=3", "backend.options.store=\"file\"",
-               "strategy.options.kill_rank=0", "strategy.options.kill_at_step=5",
+               "strategy.options.kill_rank=0", "strategy.options.kill_at_step=7", "run.log_every=4",
                "run.metrics=\"" + metrics.string() + "\""});
   for (const auto& s : sets) cmd.insert(cmd.end(), {"--set", s});
   const auto log = dir.path() / "rank0.log";
@@ -166,13 +171,13 @@ TEST_F(ElasticRankZero, LosingRankZeroMovesTheLog) {
   const ChildExit exit = run.wait(kRecoveryLimit);
   const std::string text = read_text(log);
   ASSERT_TRUE(exit.ok()) << exit.describe() << text;
-  EXPECT_NE(text.find("[rank 1] elastic: step 5 failed; world 3 -> 2 ranks"), std::string::npos)
+  EXPECT_NE(text.find("[rank 1] elastic: step 7 failed; world 3 -> 2 ranks"), std::string::npos)
       << text;
   EXPECT_NE(text.find("[rank 1] summary: steps 1-" + std::to_string(kRecoverySteps)),
             std::string::npos)
       << text;
   const std::string lines = read_text(metrics);
-  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), kRecoverySteps) << lines;
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), kRecoverySteps / 4) << lines;
 }
 
 INSTANTIATE_TEST_SUITE_P(Inner, ElasticRecovery, ::testing::Values("ddp", "zero1", "zero3"),

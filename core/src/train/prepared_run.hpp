@@ -79,6 +79,7 @@ struct RankShared {
 struct RankOutput {
   std::vector<StepMetrics> logged;
   int64_t last_step = 0;
+  int world_size = 0;  // of the world the rank ended on (smaller after losses: elastic)
   double final_loss = 0;
   double mean_step_seconds = 0;
   double comm_wait_share = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <exception>
 #include <map>
 #include <memory>
 #include <optional>
@@ -277,6 +278,24 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
   Communicator* world = &comm;
   std::unique_ptr<Communicator> reformed;
   const int tracked_as = comm.rank();
+  // A failure after the world was re-formed releases the ranks waiting on
+  // the new world (the caller aborts only the one it gave).
+  class AbortReformed {
+   public:
+    explicit AbortReformed(const std::unique_ptr<Communicator>& r) : reformed_(r) {}
+    AbortReformed(const AbortReformed&) = delete;
+    AbortReformed& operator=(const AbortReformed&) = delete;
+    ~AbortReformed() {
+      if (reformed_ && std::uncaught_exceptions() > exceptions_) {
+        reformed_->abort("rank " + std::to_string(reformed_->rank()) + " failed");
+      }
+    }
+
+   private:
+    const std::unique_ptr<Communicator>& reformed_;
+    int exceptions_ = std::uncaught_exceptions();
+  };
+  const AbortReformed abort_reformed(reformed);
 
   // The model returns the SUM of per-example (per-token) losses times this,
   // so gradients summed over micro-batches and ranks are the global mean's.
@@ -311,10 +330,11 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
       // survivors with the state after restored_step: go on from there,
       // on the new world, with each rank's new slice of the same batches.
       const tessera_strategy_world changed = strategy->world();
-      TESSERA_CHECK(result.restored_step >= run.plan.resume_step && result.restored_step < step,
+      // The failed step itself when it was done but what followed failed.
+      TESSERA_CHECK(result.restored_step >= run.plan.resume_step && result.restored_step <= step,
                     TESSERA_ERR_INTERNAL, "strategy '", run.plan.strategy, "' restored step ",
                     result.restored_step, " while step ", step, " failed (it must be in [",
-                    run.plan.resume_step, ", ", step, "))");
+                    run.plan.resume_step, ", ", step, "])");
       const int before = world->size();
       reformed = comm.borrow(changed.comm);
       world = reformed.get();
@@ -355,6 +375,7 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
   std::tie(out.model_flops_per_second, out.mfu) =
       model_flops(run.plan, world->size(), out.mean_step_seconds, gemm_rate);
   out.memory = gather_memory(*world, tracked_as);
+  out.world_size = world->size();
   if (log != nullptr) {
     RunSummary summary;
     summary.first_step = first;

@@ -167,7 +167,8 @@ SharedMemoryGather::SharedMemoryGather(int world_size)
     : slots_(static_cast<size_t>(world_size < 1 ? 1 : world_size)) {}
 
 std::optional<CollectedState> SharedMemoryGather::gather(Communicator& comm, CollectedState state) {
-  TESSERA_CHECK(comm.size() == static_cast<int>(slots_.size()), TESSERA_ERR_INVALID_ARGUMENT,
+  // A world re-formed after losing ranks (elastic) is smaller.
+  TESSERA_CHECK(comm.size() <= static_cast<int>(slots_.size()), TESSERA_ERR_INVALID_ARGUMENT,
                 "state gather: built for ", slots_.size(), " ranks, used by ", comm.size());
   {
     const std::lock_guard lock(mu_);
@@ -177,7 +178,7 @@ std::optional<CollectedState> SharedMemoryGather::gather(Communicator& comm, Col
   if (comm.rank() != 0) return std::nullopt;
   const std::lock_guard lock(mu_);
   CollectedState merged = std::move(slots_[0]);
-  for (size_t r = 1; r < slots_.size(); ++r) merged.merge(std::move(slots_[r]));
+  for (size_t r = 1; r < static_cast<size_t>(comm.size()); ++r) merged.merge(std::move(slots_[r]));
   for (auto& slot : slots_) slot = CollectedState{};
   return merged;
 }

@@ -4,6 +4,7 @@
 #include "tessera/core/train/trainer.hpp"
 
 #include <chrono>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -107,6 +108,8 @@ std::vector<RankOutput> run_thread_ranks(Backend& backend, const RankShared& sha
   SharedMemoryGather gather(world);
   RankShared with_gather = shared;
   with_gather.gather = &gather;
+  // Rank 0 was lost and another rank is rank 0 of the re-formed world.
+  with_gather.open_log = [&log]() -> RunLog* { return &log; };
   std::vector<RankOutput> outputs(static_cast<size_t>(world));
   std::vector<std::unique_ptr<Communicator>> comms(static_cast<size_t>(world));
   std::mutex comms_mu;
@@ -130,8 +133,36 @@ std::vector<RankOutput> run_thread_ranks(Backend& backend, const RankShared& sha
     for (size_t r = 0; target == nullptr && r < comms.size(); ++r) target = comms[r].get();
     if (target != nullptr) target->abort(message);
   };
-  run_rank_threads(world, body, on_failure);
-  return outputs;
+  const RankFailures outcome = run_rank_threads_each(world, body, on_failure);
+  const std::vector<std::exception_ptr>& failures = outcome.each;
+  // A failed rank fails the run, unless the others went on without it: they
+  // re-formed the world without the failed ranks (elastic) and finished.
+  std::vector<int> failed;
+  for (int r = 0; r < world; ++r) {
+    if (failures[static_cast<size_t>(r)]) failed.push_back(r);
+  }
+  if (failed.empty()) return outputs;
+  const int left = world - static_cast<int>(failed.size());
+  bool survived = left > 0;
+  for (int r = 0; r < world && survived; ++r) {
+    if (!failures[static_cast<size_t>(r)])
+      survived = outputs[static_cast<size_t>(r)].world_size == left;
+  }
+  if (!survived) std::rethrow_exception(outcome.first);
+  std::vector<RankOutput> survivors;
+  for (int r = 0; r < world; ++r) {
+    if (failures[static_cast<size_t>(r)]) {
+      try {
+        std::rethrow_exception(failures[static_cast<size_t>(r)]);
+      } catch (const std::exception& e) {
+        log.message(
+            fmt::format("rank {} failed and the other ranks went on without it: {}", r, e.what()));
+      }
+    } else {
+      survivors.push_back(std::move(outputs[static_cast<size_t>(r)]));
+    }
+  }
+  return survivors;
 }
 
 // This process is one rank of a world its launcher started.

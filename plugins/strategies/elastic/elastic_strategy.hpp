@@ -34,7 +34,7 @@ inline constexpr tessera_option_decl kElasticOptions[] = {
      "(ms); a rank that comes later is left out"},
     {"kill_rank", TESSERA_OPT_INT, "-1",
      "for tests: the rank (of the starting world) that kills itself with SIGKILL at step "
-     "kill_at_step; -1: none (process backends only)"},
+     "kill_at_step (a thread rank: its thread fails there); -1: none"},
     {"kill_at_step", TESSERA_OPT_INT, "0", "for tests: the step at whose start kill_rank dies"},
 };
 
@@ -91,6 +91,7 @@ class ElasticStrategy final : public sdk::Strategy {
   int64_t settle_ms_;
   int64_t kill_rank_;
   int64_t kill_at_step_;
+  bool thread_ranks_ = false;  // the backend's ranks are threads of this process
 
   tessera_strategy_env inner_env_{};  // what the inner strategy was given
   std::unique_ptr<sdk::CommView> world_;

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace tessera {
 
@@ -23,6 +25,21 @@ namespace tessera {
 // Error(TESSERA_ERR_INTERNAL) "cannot start rank thread K of N: <reason>"
 // is thrown (never std::terminate).
 void run_rank_threads(
+    int world_size, const std::function<void(int rank)>& body,
+    const std::function<void(int rank, const std::string& message)>& on_failure = nullptr);
+
+// What each rank's body threw (null for a rank that finished), and the
+// first failure in time (null when none failed).
+struct RankFailures {
+  std::vector<std::exception_ptr> each;
+  std::exception_ptr first;
+};
+
+// The same, but a rank's failure is the caller's to judge: on_failure runs
+// for every rank that throws, and the failures come back instead of the
+// first being rethrown (for ranks that may go on without a failed one: the
+// elastic strategy). A thread the system refuses still throws as above.
+RankFailures run_rank_threads_each(
     int world_size, const std::function<void(int rank)>& body,
     const std::function<void(int rank, const std::string& message)>& on_failure = nullptr);
 
@@ -72,11 +89,13 @@ namespace detail {
 // refuses (as the std::thread constructor does).
 using ThreadStarter = std::function<std::thread(std::function<void()> fn)>;
 
-// run_rank_threads with the threads started by `start` (tests make it fail).
+// run_rank_threads with the threads started by `start` (tests make it fail);
+// with `each` (and `first_out`), run_rank_threads_each into them.
 void run_rank_threads_with(
     int world_size, const std::function<void(int rank)>& body,
     const std::function<void(int rank, const std::string& message)>& on_failure,
-    const ThreadStarter& start);
+    const ThreadStarter& start, std::vector<std::exception_ptr>* each = nullptr,
+    std::exception_ptr* first_out = nullptr);
 }  // namespace detail
 
 }  // namespace tessera

@@ -276,8 +276,9 @@ typedef struct tessera_step_result {
   /* Strategy 2.5, elastic recovery (all 0 otherwise). world_changed = 1:
    * ranks were lost during this call, the strategy re-formed its world of
    * the survivors and restored the training state after update number
-   * restored_step (< the step asked for; a step that failed is not done).
-   * The other fields of the result are then meaningless. The host asks
+   * restored_step: before the step asked for (it did not happen), or that
+   * step itself (it happened, but the strategy's work after it failed; its
+   * result is lost). The other fields of the result are then meaningless. The host asks
    * `world` for the new world, feeds the data of the new layout and goes
    * on with step restored_step + 1. lost_ranks: how many left. */
   int32_t world_changed;
