@@ -180,13 +180,16 @@ sdk::StepResult ElasticStrategy::step(const sdk::StepArgs& args) {
 }
 
 void ElasticStrategy::snapshot(int64_t step) {
+  // The older generation is written over, in place where the layout is
+  // the same (the pieces and the copy keep their memory).
   Generation& g = gens_[next_gen_];
   const int64_t before = piece_bytes(g.own) + piece_bytes(g.copy);
-  g = Generation{};
   g.step = step;
-  const tessera_state_writer writer =
-      elastic::collecting_writer(g.own, TESSERA_STATE_ALL_REPLICAS, step);
-  inner_->save(writer);
+  g.own_ok = g.copy_ok = false;
+  g.copy_of = -1;
+  elastic::PieceCollector into{&g.own};
+  inner_->save(elastic::collecting_writer(into, TESSERA_STATE_ALL_REPLICAS, step));
+  into.finish();
   g.own_ok = true;
   next_gen_ ^= 1U;  // the other generation keeps the step before
   const int32_t n = world_->size();
@@ -194,14 +197,19 @@ void ElasticStrategy::snapshot(int64_t step) {
     if (!classified_) classify(g.own);
     const int32_t right = (world_->rank() + 1) % n;
     const int32_t left = (world_->rank() + n - 1) % n;
-    std::vector<float> mine;
+    std::vector<float>& mine = send_buffer_;
+    mine.clear();
     for (const size_t i : unique_) {
       mine.insert(mine.end(), g.own[i].data.begin(), g.own[i].data.end());
     }
-    g.copy = left_list_;
+    if (g.copy_list != lists_) {  // the pieces of another classification
+      g.copy = left_list_;
+      g.copy_list = lists_;
+    }
     size_t theirs = 0;
     for (const Piece& p : g.copy) theirs += p.count;
-    std::vector<float> values(theirs);
+    std::vector<float>& values = receive_buffer_;
+    values.resize(theirs);
     // Both ends know the lengths (classify): empty ones are not sent.
     sdk::PendingOp sent;
     if (!mine.empty()) sent = world_->start_send(std::span<const float>(mine), right, kValuesTag);
@@ -247,6 +255,7 @@ void ElasticStrategy::classify(const std::vector<Piece>& own) {
       elastic::exchange_bytes(host_, *world_, elastic::encode_descriptors(descriptors(mine)),
                               (world_->rank() + 1) % n, (world_->rank() + n - 1) % n, kListTag);
   left_list_ = elastic::decode_descriptors(list.data(), list.size());
+  ++lists_;
   classified_ = true;
 }
 

@@ -64,10 +64,11 @@ class ElasticStrategy final : public sdk::Strategy {
  private:
   // The state after one update, as this rank holds it.
   struct Generation {
-    int64_t step = -1;     // -1: empty
-    bool own_ok = false;   // `own` is complete
-    bool copy_ok = false;  // `copy` arrived complete
-    int32_t copy_of = -1;  // the starting-world rank whose pieces `copy` holds
+    int64_t step = -1;      // -1: empty
+    bool own_ok = false;    // `own` is complete
+    bool copy_ok = false;   // `copy` arrived complete
+    int32_t copy_of = -1;   // the starting-world rank whose pieces `copy` holds
+    int64_t copy_list = 0;  // the classification `copy` is shaped by (lists_)
     std::vector<elastic::Piece> own;
     std::vector<elastic::Piece> copy;
   };
@@ -101,7 +102,10 @@ class ElasticStrategy final : public sdk::Strategy {
   bool classified_ = false;
   std::vector<size_t> unique_;             // own pieces only this rank holds
   std::vector<elastic::Piece> left_list_;  // the left neighbour's such pieces (no values)
+  int64_t lists_ = 0;                      // classifications so far
   std::array<Generation, 2> gens_;
+  std::vector<float> send_buffer_;     // the neighbour copy's values, reused
+  std::vector<float> receive_buffer_;  // every step
   size_t next_gen_ = 0;
   bool started_ = false;
 

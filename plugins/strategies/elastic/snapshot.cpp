@@ -59,19 +59,40 @@ void for_each_run(const std::vector<int64_t>& shape, const std::vector<int64_t>&
 }
 
 tessera_status write_piece(void* ctx, const tessera_tensor_slice* slice, const float* data) {
-  auto& out = *static_cast<std::vector<Piece>*>(ctx);
+  auto& into = *static_cast<PieceCollector*>(ctx);
+  std::vector<Piece>& out = *into.out;
+  const bool box =
+      slice->struct_size >= offsetof(tessera_tensor_slice, box_extent) + sizeof(void*) &&
+      slice->box_offset != nullptr && slice->box_extent != nullptr;
+  if (into.next < out.size()) {
+    Piece& same = out[into.next];
+    const auto nd = static_cast<size_t>(slice->ndim);
+    const bool matches =
+        same.name == slice->name && same.offset == slice->offset && same.count == slice->count &&
+        same.shape.size() == nd && std::equal(same.shape.begin(), same.shape.end(), slice->shape) &&
+        (box ? same.box_offset.size() == nd &&
+                   std::equal(same.box_offset.begin(), same.box_offset.end(), slice->box_offset) &&
+                   std::equal(same.box_extent.begin(), same.box_extent.end(), slice->box_extent)
+             : same.box_offset.empty());
+    if (matches) {
+      std::copy_n(data, slice->count, same.data.begin());
+      ++into.next;
+      return TESSERA_OK;
+    }
+    out.resize(into.next);  // another layout: the rest is made anew
+  }
   Piece p;
   p.name = slice->name;
   p.shape.assign(slice->shape, slice->shape + slice->ndim);
   p.offset = slice->offset;
   p.count = slice->count;
-  if (slice->struct_size >= offsetof(tessera_tensor_slice, box_extent) + sizeof(void*) &&
-      slice->box_offset != nullptr && slice->box_extent != nullptr) {
+  if (box) {
     p.box_offset.assign(slice->box_offset, slice->box_offset + slice->ndim);
     p.box_extent.assign(slice->box_extent, slice->box_extent + slice->ndim);
   }
   p.data.assign(data, data + slice->count);
   out.push_back(std::move(p));
+  ++into.next;
   return TESSERA_OK;
 }
 
@@ -121,11 +142,12 @@ std::vector<Piece> decode_descriptors(const uint8_t* bytes, size_t size) {
   return pieces;
 }
 
-tessera_state_writer collecting_writer(std::vector<Piece>& out, uint32_t flags, int64_t step) {
+tessera_state_writer collecting_writer(PieceCollector& into, uint32_t flags, int64_t step) {
+  into.next = 0;
   tessera_state_writer w{};
   w.struct_size = sizeof w;
   w.flags = flags;
-  w.ctx = &out;
+  w.ctx = &into;
   w.write = &write_piece;
   w.step = step;
   return w;

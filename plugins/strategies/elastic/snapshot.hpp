@@ -34,8 +34,17 @@ struct Piece {
 std::vector<uint8_t> encode_descriptors(const std::vector<Piece>& pieces);
 std::vector<Piece> decode_descriptors(const uint8_t* bytes, size_t size);
 
-// A writer that keeps what it is given as pieces.
-tessera_state_writer collecting_writer(std::vector<Piece>& out, uint32_t flags, int64_t step);
+// Keeps what a writer is given as pieces, in `out`. The pieces already
+// there are written over in place when the slices come in the same order
+// as before (a strategy saves the same slices every step), so a snapshot
+// reuses the memory of the one before it instead of allocating anew.
+struct PieceCollector {
+  std::vector<Piece>* out = nullptr;
+  size_t next = 0;  // pieces written so far
+  // Drops the pieces of `out` beyond those written.
+  void finish() { out->resize(next); }
+};
+tessera_state_writer collecting_writer(PieceCollector& into, uint32_t flags, int64_t step);
 
 // Full tensors assembled from pieces, read back as any slice.
 class Assembled {
