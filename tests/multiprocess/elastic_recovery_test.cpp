@@ -30,7 +30,8 @@ constexpr int kRecoveryKillAt = 7;
 constexpr double kRecoveryTimeoutS = 10.0;
 constexpr auto kRecoveryLimit = std::chrono::seconds(120);
 
-class ElasticRecovery : public ::testing::TestWithParam<const char*> {
+// Skips without the gloo plugin.
+class GlooTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (const std::string why = engine_unavailable(Engine::kGloo); !why.empty()) {
@@ -38,6 +39,8 @@ class ElasticRecovery : public ::testing::TestWithParam<const char*> {
     }
   }
 };
+
+class ElasticRecovery : public GlooTest, public ::testing::WithParamInterface<const char*> {};
 
 // Small buckets for the strategies that have them (several allreduces a step).
 std::vector<std::string> elastic_sets(const std::string& inner) {
@@ -49,21 +52,19 @@ std::vector<std::string> elastic_sets(const std::string& inner) {
   return sets;
 }
 
-TEST_P(ElasticRecovery, SurvivorsGoOnAtWorldThreeFromMemory) {
-  const std::string inner = GetParam();
-  const TempDir dir("elastic-recovery-" + inner);
-  const auto config = write_gpt_config(dir.path(), kRecoverySteps, 4, kRecoveryTimeoutS, "elastic");
-  const auto ckpt = dir.path() / "ckpt";
-
-  // The elastic run: rank 2 dies at the start of step 7.
+// `tessera launch -n ranks --tolerate-failures 1` of `tessera train config`
+// on gloo with `sets` as --set overrides.
+std::vector<std::string> elastic_launch(int ranks, const std::string& run_id,
+                                        const std::filesystem::path& config,
+                                        const std::vector<std::string>& sets) {
   std::vector<std::string> cmd = {TESSERA_MP_TESSERA,
                                   "launch",
                                   "-n",
-                                  "4",
+                                  std::to_string(ranks),
                                   "--tolerate-failures",
                                   "1",
                                   "--run-id",
-                                  "elastic-" + inner,
+                                  run_id,
                                   "--",
                                   TESSERA_MP_TESSERA,
                                   "train",
@@ -71,13 +72,22 @@ TEST_P(ElasticRecovery, SurvivorsGoOnAtWorldThreeFromMemory) {
                                   "--set",
                                   "backend.name=\"gloo\"",
                                   "--set",
-                                  "run.world_size=4",
-                                  "--set",
-                                  "run.log_every=4"};
-  std::vector<std::string> sets = elastic_sets(inner);
-  sets.push_back("strategy.options.kill_rank=2");
-  sets.push_back("strategy.options.kill_at_step=" + std::to_string(kRecoveryKillAt));
+                                  "run.world_size=" + std::to_string(ranks)};
   for (const auto& s : sets) cmd.insert(cmd.end(), {"--set", s});
+  return cmd;
+}
+
+TEST_P(ElasticRecovery, SurvivorsGoOnAtWorldThreeFromMemory) {
+  const std::string inner = GetParam();
+  const TempDir dir("elastic-recovery-" + inner);
+  const auto config = write_gpt_config(dir.path(), kRecoverySteps, 4, kRecoveryTimeoutS, "elastic");
+  const auto ckpt = dir.path() / "ckpt";
+
+  // The elastic run: rank 2 dies at the start of step 7.
+  std::vector<std::string> sets = elastic_sets(inner);
+  sets.insert(sets.end(), {"run.log_every=4", "strategy.options.kill_rank=2",
+                           "strategy.options.kill_at_step=" + std::to_string(kRecoveryKillAt)});
+  const std::vector<std::string> cmd = elastic_launch(4, "elastic-" + inner, config, sets);
   const auto log = dir.path() / "elastic.log";
   const auto start = std::chrono::steady_clock::now();
   ChildProcess run(cmd, launched(log));
@@ -134,38 +144,18 @@ TEST_P(ElasticRecovery, SurvivorsGoOnAtWorldThreeFromMemory) {
 // Rank 0 lost (over the file store: the TCP store lives in rank 0's
 // process): rank 1 becomes rank 0 of the new world and writes the log from
 // there on, the metrics file included, so every logged step is in it once.
-class ElasticRankZero : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (const std::string why = engine_unavailable(Engine::kGloo); !why.empty()) {
-      GTEST_SKIP() << why;
-    }
-  }
-};
+class ElasticRankZero : public GlooTest {};
 
 TEST_F(ElasticRankZero, LosingRankZeroMovesTheLog) {
   const std::string inner = "ddp";
   const TempDir dir("elastic-rank0");
   const auto config = write_gpt_config(dir.path(), kRecoverySteps, 4, kRecoveryTimeoutS, "elastic");
   const auto metrics = dir.path() / "metrics.jsonl";
-  std::vector<std::string> cmd = {TESSERA_MP_TESSERA,
-                                  "launch",
-                                  "-n",
-                                  "3",
-                                  "--tolerate-failures",
-                                  "1",
-                                  "--run-id",
-                                  "elastic-rank0",
-                                  "--",
-                                  TESSERA_MP_TESSERA,
-                                  "train",
-                                  config.string()};
   std::vector<std::string> sets = elastic_sets(inner);
-  sets.insert(sets.end(),
-              {"backend.name=\"gloo\"", "run.world_size=3", "backend.options.store=\"file\"",
-               "strategy.options.kill_rank=0", "strategy.options.kill_at_step=7", "run.log_every=4",
-               "run.metrics=\"" + metrics.string() + "\""});
-  for (const auto& s : sets) cmd.insert(cmd.end(), {"--set", s});
+  sets.insert(sets.end(), {"backend.options.store=\"file\"", "strategy.options.kill_rank=0",
+                           "strategy.options.kill_at_step=7", "run.log_every=4",
+                           "run.metrics=\"" + metrics.string() + "\""});
+  const std::vector<std::string> cmd = elastic_launch(3, "elastic-rank0", config, sets);
   const auto log = dir.path() / "rank0.log";
   ChildProcess run(cmd, launched(log));
   const ChildExit exit = run.wait(kRecoveryLimit);

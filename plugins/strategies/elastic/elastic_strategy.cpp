@@ -44,23 +44,6 @@ std::string rank_list(const std::vector<int32_t>& ranks) {
   return out;
 }
 
-// Pieces without their values (what encode_descriptors needs).
-std::vector<Piece> descriptors(const std::vector<const Piece*>& pieces) {
-  std::vector<Piece> out;
-  out.reserve(pieces.size());
-  for (const Piece* p : pieces) {
-    Piece d;
-    d.name = p->name;
-    d.shape = p->shape;
-    d.offset = p->offset;
-    d.count = p->count;
-    d.box_offset = p->box_offset;
-    d.box_extent = p->box_extent;
-    out.push_back(std::move(d));
-  }
-  return out;
-}
-
 }  // namespace
 
 void ElasticStrategy::check(const sdk::Host& host, const sdk::Options& options,
@@ -143,19 +126,9 @@ sdk::StepResult ElasticStrategy::step(const sdk::StepArgs& args) {
       started_ = true;
     }
     maybe_die(args.step);
-    tessera_step_args a{};
-    a.struct_size = sizeof a;
-    a.num_micro = static_cast<int32_t>(args.micro_batches.size());
-    a.step = args.step;
-    a.micro_batches = args.micro_batches.data();
-    a.loss_scales = args.loss_scales.data();
-    a.lr = args.lr;
-    a.max_grad_norm = args.max_grad_norm;
-    a.local_examples = args.local_examples;
-    a.global_examples = args.global_examples;
-    a.local_tokens = args.local_tokens;
-    a.global_tokens = args.global_tokens;
-    const tessera_step_result r = inner_->step(a);
+    TESSERA_CHECK(args.c != nullptr, TESSERA_ERR_INTERNAL,
+                  "elastic: step without the host's arguments");
+    const tessera_step_result r = inner_->step(*args.c);
     const int64_t copy_bytes = world_->stats().bytes_sent;
     snapshot(args.step);
     const int64_t snapshot_sent = world_->stats().bytes_sent - copy_bytes;
@@ -252,7 +225,7 @@ void ElasticStrategy::classify(const std::vector<Piece>& own) {
   }
   const int32_t n = world_->size();
   const std::vector<uint8_t> list =
-      elastic::exchange_bytes(host_, *world_, elastic::encode_descriptors(descriptors(mine)),
+      elastic::exchange_bytes(host_, *world_, elastic::encode_descriptors(mine),
                               (world_->rank() + 1) % n, (world_->rank() + n - 1) % n, kListTag);
   left_list_ = elastic::decode_descriptors(list.data(), list.size());
   ++lists_;
@@ -352,8 +325,7 @@ int64_t ElasticStrategy::recover(int64_t failed_step, const std::string& why) {
   if (g.copy_ok && std::find(lost.begin(), lost.end(), g.copy_of) != lost.end()) {
     for (const Piece& p : g.copy) held.push_back(&p);
   }
-  const auto lists =
-      elastic::allgather_bytes(*world_, elastic::encode_descriptors(descriptors(held)));
+  const auto lists = elastic::allgather_bytes(*world_, elastic::encode_descriptors(held));
   const auto n = static_cast<size_t>(world_->size());
   const auto self = static_cast<size_t>(world_->rank());
   std::vector<std::vector<Piece>> theirs(n);

@@ -107,10 +107,11 @@ std::string Piece::key() const {
   return out.str();
 }
 
-std::vector<uint8_t> encode_descriptors(const std::vector<Piece>& pieces) {
+std::vector<uint8_t> encode_descriptors(const std::vector<const Piece*>& pieces) {
   std::ostringstream out;
   out << pieces.size() << '\n';
-  for (const Piece& p : pieces) {
+  for (const Piece* piece : pieces) {
+    const Piece& p = *piece;
     out << p.name << '\n' << p.offset << ' ' << p.count << ' ';
     put_list(out, p.shape);
     out << ' ';

@@ -30,8 +30,9 @@ struct Piece {
   [[nodiscard]] std::string key() const;
 };
 
-// The descriptors of `pieces` as bytes, and back (data sized, zeroed).
-std::vector<uint8_t> encode_descriptors(const std::vector<Piece>& pieces);
+// The descriptors of `pieces` as bytes (not their values), and back (data
+// sized, zeroed).
+std::vector<uint8_t> encode_descriptors(const std::vector<const Piece*>& pieces);
 std::vector<Piece> decode_descriptors(const uint8_t* bytes, size_t size);
 
 // Keeps what a writer is given as pieces, in `out`. The pieces already

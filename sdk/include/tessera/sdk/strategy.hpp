@@ -120,6 +120,10 @@ struct StepArgs {
   int64_t global_examples = 0;
   int64_t local_tokens = 0;
   int64_t global_tokens = 0;
+  // The host's arguments these were read from (every field the SDK knows,
+  // the missing ones zero), e.g. to hand the step to another strategy
+  // plugin whole (elastic). Valid during the call.
+  const tessera_step_args* c = nullptr;
 };
 
 // See tessera_step_result.
@@ -232,6 +236,7 @@ struct StrategyAdapter {
       sa.global_examples = a.global_examples;
       sa.local_tokens = a.local_tokens;
       sa.global_tokens = a.global_tokens;
+      sa.c = &a;
       const StepResult r = h->impl->step(sa);
       tessera_step_result cr{};
       cr.struct_size = sizeof cr;
