@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tessera/core/data/sampler.hpp"
 #include "tessera/core/data/synthetic.hpp"
+#include "tessera/core/host_api.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera {
@@ -98,6 +100,41 @@ TEST(Sampler, MicroBatchesSplitTheRankSlice) {
   expect_same(concat(micro), sampler.rank_batch(2));
   EXPECT_THROW((void)sampler.micro_batches(2, 4), Error);
   EXPECT_THROW((void)sampler.micro_batches(2, 0), Error);
+}
+
+// A batch big enough to be filled by several threads (threads_per_rank) is
+// the batch one thread fills, row for row, and a failing row still fails it.
+TEST(Sampler, ABatchFilledByThreadsIsTheOneThreadBatch) {
+  const SyntheticClusters data(DataShape::classification(16, 4096), 9, 3.0);
+  const DistributedSampler sampler(data, 5, 192, 1, 3);  // 64 rows of 4096: up to 4 threads
+  Batch one;
+  {
+    const IntraOpThreadsGuard threads(1);
+    one = sampler.rank_batch(4);
+  }
+  for (const int threads : {2, 3, 8}) {
+    SCOPED_TRACE(threads);
+    const IntraOpThreadsGuard guard(threads);
+    expect_same(sampler.rank_batch(4), one);
+  }
+}
+
+struct FailingRow final : Dataset {
+  [[nodiscard]] const DataShape& shape() const noexcept override { return shape_; }
+  [[nodiscard]] std::string describe() const override { return "failing"; }
+  void fill(uint64_t /*key*/, Batch& /*batch*/, int64_t row) const override {
+    if (row == 30) throw Error(TESSERA_ERR_INVALID_ARGUMENT, "row 30 is unreadable");
+  }
+  DataShape shape_ = DataShape::sequences(4096, 100);  // 32 rows: two threads
+};
+
+TEST(Sampler, AFailingRowFailsTheBatchOnAnyThread) {
+  const FailingRow data;
+  const DistributedSampler sampler(data, 1, 32, 0, 1);
+  for (const int threads : {1, 4}) {
+    const IntraOpThreadsGuard guard(threads);
+    EXPECT_THROW((void)sampler.global_batch(0), Error) << threads << " threads";
+  }
 }
 
 TEST(Sampler, RejectsImpossibleSplits) {

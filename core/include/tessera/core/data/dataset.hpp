@@ -59,7 +59,9 @@ class Dataset {
   // dataset's layout (Batch::make with the shape's seq_len / features).
   // Deterministic in `key`. Generated sources never fail for a batch of the
   // right layout; file sources throw tessera::Error naming the file when it
-  // was truncated after it was opened.
+  // was truncated after it was opened. Called from several threads at once
+  // for different rows of one batch (DistributedSampler), so it must be
+  // safe to call concurrently.
   virtual void fill(uint64_t key, Batch& batch, int64_t row) const = 0;
 };
 

@@ -38,6 +38,10 @@ class DistributedSampler {
   // This sampler's own slice.
   [[nodiscard]] BatchSlice slice() const noexcept { return slice_; }
 
+  // A batch of many elements (at least 2^16 per thread) is filled by up to
+  // intra_op_threads() threads, each a contiguous run of rows; every row
+  // comes from its own key, so the result does not depend on the count.
+  //
   // The whole global batch of `step` (what a single process trains on).
   [[nodiscard]] Batch global_batch(int64_t step) const;
   // This rank's part of the global batch of `step` (first = slice().begin).
