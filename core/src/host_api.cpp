@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -15,7 +16,9 @@
 #include "tessera/core/logging.hpp"
 #include "tessera/core/memory.hpp"
 #include "tessera/core/options.hpp"
+#include "tessera/sdk/clip.hpp"
 #include "tessera/sdk/error.hpp"
+#include "train/host_call.hpp"
 
 namespace tessera {
 namespace {
@@ -294,6 +297,46 @@ tessera_status host_find_strategy(void* /*ctx*/, const char* name, const char* o
   }
 }
 
+// ---- ABI 1.7: element-wise passes where the buffer is ----
+
+// Runs `fn` for a vec_* call over `count` elements of `x`, refusing a NULL
+// buffer; failures become a status and the host-call error.
+template <typename Fn>
+tessera_status vector_call(const char* what, const void* x, uint64_t count, Fn&& fn) noexcept {
+  return train::detail::guard_host_call(
+      [&] { return std::string(what) + " of " + std::to_string(count) + " elements"; },
+      [&] {
+        TESSERA_CHECK(x != nullptr || count == 0, TESSERA_ERR_INVALID_ARGUMENT,
+                      "the buffer is NULL");
+        std::forward<Fn>(fn)(static_cast<std::size_t>(count));
+      });
+}
+
+tessera_status host_vec_fill(void* /*ctx*/, float* x, uint64_t count, float value) noexcept {
+  return vector_call("vec_fill", x, count, [&](std::size_t n) {
+    if (!device::fill_on_cuda(x, n, value)) std::fill_n(x, n, value);
+  });
+}
+
+tessera_status host_vec_scale(void* /*ctx*/, float* x, uint64_t count, float factor) noexcept {
+  return vector_call("vec_scale", x, count, [&](std::size_t n) {
+    if (factor == 1.0F) return;
+    if (!device::scale_on_cuda(x, n, factor)) sdk::scale_in_place(std::span<float>(x, n), factor);
+  });
+}
+
+tessera_status host_vec_sum_squares(void* /*ctx*/, const float* x, uint64_t count,
+                                    double* out) noexcept {
+  return vector_call("vec_sum_squares", x, count, [&](std::size_t n) {
+    TESSERA_CHECK(out != nullptr, TESSERA_ERR_INVALID_ARGUMENT, "the output is NULL");
+    double total = 0.0;
+    if (!device::sum_squares_on_cuda(x, n, total)) {
+      total = sdk::sum_squares(std::span<const float>(x, n));
+    }
+    *out = total;
+  });
+}
+
 }  // namespace
 
 void set_strategy_finder(const void* owner, StrategyFinder finder) {
@@ -340,6 +383,9 @@ HostContext::HostContext(const std::string& logger_name) : logger_(get_logger(lo
   api_.pointer_device = &host_pointer_device;
   api_.compute_precision = &host_compute_precision;
   api_.find_strategy = &host_find_strategy;
+  api_.vec_fill = &host_vec_fill;
+  api_.vec_scale = &host_vec_scale;
+  api_.vec_sum_squares = &host_vec_sum_squares;
 }
 
 std::string take_thread_error() {

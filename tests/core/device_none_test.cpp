@@ -1,11 +1,15 @@
-// The host built without the CUDA Toolkit (core/src/device/none.cpp, linked
-// here in place of the CUDA one wherever the toolkit was found): a CUDA run
-// stops before it starts, saying so; nothing is ever a CUDA pointer.
+// The host built without the CUDA Toolkit (core/src/device/none.cpp and
+// no_kernels.cpp, linked here in place of the CUDA ones wherever the toolkit
+// was found): a CUDA run stops before it starts, saying so; nothing is ever
+// a CUDA pointer, and every element-wise pass is left to the CPU.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <span>
 #include <string>
 
 #include "tessera/core/device.hpp"
+#include "tessera/core/optim/optimizer.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera {
@@ -32,6 +36,22 @@ TEST(DeviceNone, NoMemoryAndNoCudaPointers) {
   int32_t ordinal = -1;
   EXPECT_FALSE(device::cuda_pointer(&value, ordinal));
   device::managed_free(nullptr);
+}
+
+TEST(DeviceNone, EveryPassIsLeftToTheCpu) {
+  float x[3] = {1.0F, 2.0F, 3.0F};
+  double total = 0.0;
+  EXPECT_FALSE(device::fill_on_cuda(x, 3, 0.0F));
+  EXPECT_FALSE(device::scale_on_cuda(x, 3, 2.0F));
+  EXPECT_FALSE(device::sum_squares_on_cuda(x, 3, total));
+  float g[3] = {0.5F, 0.5F, 0.5F};
+  const std::unique_ptr<Optimizer> sgd = make_optimizer("sgd", OptimizerParams{});
+  EXPECT_FALSE(
+      device::optimizer_step_on_cuda(sgd->elementwise_step(1, 0.1F), x, g, nullptr, nullptr, 3));
+  EXPECT_EQ(x[0], 1.0F);  // untouched: the caller does the work
+  OptimizerState state = sgd->make_state(3);
+  sgd->step(std::span<float>(x), std::span<const float>(g), state, 1, 0.1F);  // on the CPU
+  EXPECT_EQ(x[0], 1.0F - 0.1F * 0.5F);
 }
 
 TEST(DeviceNone, ACpuRunNeedsNoDevice) {

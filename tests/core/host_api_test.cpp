@@ -1,7 +1,10 @@
 // The host API table handed to plugins: every field filled, per-thread
 // errors, option accessors, logging with an explicit rank, memory tracking.
+#include <cmath>
+#include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -9,6 +12,7 @@
 #include "tessera/core/logging.hpp"
 #include "tessera/core/memory.hpp"
 #include "tessera/core/options.hpp"
+#include "tessera/sdk/clip.hpp"
 #include "tessera/sdk/error.hpp"
 #include "tessera/sdk/host.hpp"
 
@@ -40,6 +44,10 @@ TEST_F(HostApi, EveryFieldIsFilled) {
   EXPECT_NE(api_->option_float, nullptr);
   EXPECT_NE(api_->option_string, nullptr);
   EXPECT_NE(api_->thread_rank, nullptr);
+  EXPECT_NE(api_->vec_fill, nullptr);
+  EXPECT_NE(api_->vec_scale, nullptr);
+  EXPECT_NE(api_->vec_sum_squares, nullptr);
+  EXPECT_TRUE(sdk::Host(api_).has_vector_passes());
   EXPECT_EQ(host_.logger()->name(), "backend.hosttest");
 }
 
@@ -173,6 +181,126 @@ TEST_F(HostApi, MemTrackFeedsTheTrackerWithPeaks) {
   EXPECT_EQ(tracker.stats(3).current[TESSERA_MEM_PARAMS], 64);
   EXPECT_EQ(tracker.stats(-1).current[TESSERA_MEM_OTHER], 8);
   tracker.reset(1);
+}
+
+// ABI 1.7: on a CPU run (and for any host memory) the passes are the SDK's
+// CPU loops, bit for bit.
+TEST_F(HostApi, VectorPassesWorkOnHostMemoryAsTheSdkLoops) {
+  std::vector<float> x(1001);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i)) * 3.0F;
+  double total = -1.0;
+  ASSERT_EQ(api_->vec_sum_squares(api_->ctx, x.data(), x.size(), &total), TESSERA_OK);
+  const double expected = sdk::sum_squares(x);
+  EXPECT_EQ(std::memcmp(&total, &expected, sizeof(double)), 0) << total << " vs " << expected;
+
+  std::vector<float> scaled = x;
+  ASSERT_EQ(api_->vec_scale(api_->ctx, scaled.data(), scaled.size(), 0.25F), TESSERA_OK);
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(scaled[i], x[i] * 0.25F) << "element " << i;
+
+  ASSERT_EQ(api_->vec_fill(api_->ctx, scaled.data(), scaled.size(), 7.5F), TESSERA_OK);
+  for (const float v : scaled) ASSERT_EQ(v, 7.5F);
+
+  // Nothing to do: no buffer needed.
+  EXPECT_EQ(api_->vec_fill(api_->ctx, nullptr, 0, 1.0F), TESSERA_OK);
+  EXPECT_EQ(api_->vec_sum_squares(api_->ctx, nullptr, 0, &total), TESSERA_OK);
+  EXPECT_EQ(total, 0.0);
+}
+
+TEST_F(HostApi, VectorPassesRefuseNullBuffersNamingTheCall) {
+  EXPECT_EQ(api_->vec_fill(api_->ctx, nullptr, 3, 0.0F), TESSERA_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(api_->last_error(api_->ctx))
+                .rfind("vec_fill of 3 elements: the buffer is NULL", 0),
+            0U)
+      << api_->last_error(api_->ctx);
+  EXPECT_EQ(api_->vec_scale(api_->ctx, nullptr, 2, 2.0F), TESSERA_ERR_INVALID_ARGUMENT);
+  float one = 1.0F;
+  EXPECT_EQ(api_->vec_sum_squares(api_->ctx, &one, 1, nullptr), TESSERA_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(api_->last_error(api_->ctx))
+                .rfind("vec_sum_squares of 1 elements: the output is NULL", 0),
+            0U)
+      << api_->last_error(api_->ctx);
+}
+
+// The SDK's Host sends the passes to the host only on a device run; on a
+// CPU run, and with a host older than ABI 1.7, it runs its own loops.
+struct CountingHost {
+  static tessera_status fill(void* ctx, float* x, uint64_t count, float value) {
+    ++static_cast<CountingHost*>(ctx)->calls;
+    for (uint64_t i = 0; i < count; ++i) x[i] = value;
+    return TESSERA_OK;
+  }
+  static tessera_status scale(void* ctx, float* x, uint64_t count, float factor) {
+    ++static_cast<CountingHost*>(ctx)->calls;
+    for (uint64_t i = 0; i < count; ++i) x[i] *= factor;
+    return TESSERA_OK;
+  }
+  static tessera_status sum(void* ctx, const float* x, uint64_t count, double* out) {
+    ++static_cast<CountingHost*>(ctx)->calls;
+    *out = sdk::sum_squares(std::span<const float>(x, count));
+    return TESSERA_OK;
+  }
+  static tessera_status failing_sum(void* ctx, const float* /*x*/, uint64_t /*count*/,
+                                    double* /*out*/) {
+    ++static_cast<CountingHost*>(ctx)->calls;
+    return TESSERA_ERR_INTERNAL;
+  }
+  static void device(void* ctx, tessera_device* out) {
+    *out = tessera_device{
+        static_cast<CountingHost*>(ctx)->cuda ? TESSERA_DEVICE_CUDA : TESSERA_DEVICE_CPU, 0};
+  }
+
+  explicit CountingHost(const tessera_host_api* base) : api(*base) {
+    api.ctx = this;
+    api.compute_device = &device;
+    api.vec_fill = &fill;
+    api.vec_scale = &scale;
+    api.vec_sum_squares = &sum;
+  }
+  tessera_host_api api;
+  bool cuda = true;
+  int calls = 0;
+};
+
+TEST_F(HostApi, SdkHostSendsThePassesToTheHostOnlyOnADeviceRun) {
+  CountingHost counting(api_);
+  const sdk::Host host(&counting.api);
+  std::vector<float> x = {1.0F, 2.0F, 3.0F};
+  host.scale(x, 2.0F);
+  host.scale(x, 1.0F);  // nothing to do: no call
+  EXPECT_EQ(host.sum_squares(x), 56.0);
+  host.fill(x, 0.0F);
+  EXPECT_EQ(x, std::vector<float>(3, 0.0F));
+  EXPECT_EQ(counting.calls, 3);
+
+  counting.cuda = false;  // a CPU run: the SDK's own loops
+  x = {1.0F, 2.0F};
+  host.scale(x, 3.0F);
+  EXPECT_EQ(host.sum_squares(x), 45.0);
+  EXPECT_EQ(counting.calls, 3);
+
+  counting.cuda = true;  // a host of ABI 1.6: too small a table for the passes
+  counting.api.struct_size = offsetof(tessera_host_api, vec_fill);
+  EXPECT_FALSE(host.has_vector_passes());
+  EXPECT_EQ(host.sum_squares(x), 45.0);
+  EXPECT_EQ(counting.calls, 3);
+}
+
+TEST_F(HostApi, SdkHostThrowsTheHostsErrorForAFailedPass) {
+  CountingHost counting(api_);
+  counting.api.vec_sum_squares = &CountingHost::failing_sum;
+  set_host_call_error(
+      "vec_sum_squares of 2 elements: sum of squares on CUDA: cudaErrorLaunchFailure");
+  const std::vector<float> x = {1.0F, 2.0F};
+  try {
+    (void)sdk::Host(&counting.api).sum_squares(x);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), TESSERA_ERR_INTERNAL);
+    EXPECT_NE(std::string(e.what()).find("host vec_sum_squares: vec_sum_squares of 2 elements: "
+                                         "sum of squares on CUDA"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

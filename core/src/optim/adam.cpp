@@ -28,39 +28,25 @@ AdamOptimizer::AdamOptimizer(const OptimizerParams& params, bool decoupled)
                 "optimizer '", name_, "': eps ", params.eps, " must be > 0");
 }
 
-void AdamOptimizer::update(std::span<float> params, std::span<const float> grads,
-                           OptimizerState& state, size_t state_offset, int64_t step,
-                           float lr) const {
+optim::ElementwiseStep AdamOptimizer::elementwise_step(int64_t step, float lr) const {
   // Step-dependent scalars are computed once, in double, then rounded, so
   // every element (and every shard) sees exactly the same values.
   const double t = static_cast<double>(step);
   const double bias1 = 1.0 - std::pow(beta1_, t);
   const double bias2 = 1.0 - std::pow(beta2_, t);
-  const float step_size = static_cast<float>(static_cast<double>(lr) / bias1);
-  const float bias2_sqrt = static_cast<float>(std::sqrt(bias2));
-  const float decay = decoupled_ ? 1.0F - lr * weight_decay_ : 1.0F;
-  const float l2 = decoupled_ ? 0.0F : weight_decay_;
-  const float b1 = beta1_f_;
-  const float b2 = beta2_f_;
-  const float one_minus_b1 = one_minus_beta1_;
-  const float one_minus_b2 = one_minus_beta2_;
-  const float eps = eps_;
-
-  float* p = params.data();
-  const float* g = grads.data();
-  float* m = state.slot(0).data() + state_offset;
-  float* v = state.slot(1).data() + state_offset;
-  const size_t n = params.size();
-  for (size_t i = 0; i < n; ++i) {
-    const float pi = p[i] * decay;
-    const float d = g[i] + l2 * pi;
-    const float mi = b1 * m[i] + one_minus_b1 * d;
-    const float vi = b2 * v[i] + one_minus_b2 * (d * d);
-    m[i] = mi;
-    v[i] = vi;
-    const float denom = std::sqrt(vi) / bias2_sqrt + eps;
-    p[i] = pi - step_size * (mi / denom);
-  }
+  optim::ElementwiseStep s;
+  s.rule = optim::Rule::adam;
+  s.lr = lr;
+  s.step_size = static_cast<float>(static_cast<double>(lr) / bias1);
+  s.bias2_sqrt = static_cast<float>(std::sqrt(bias2));
+  s.decay = decoupled_ ? 1.0F - lr * weight_decay_ : 1.0F;
+  s.l2 = decoupled_ ? 0.0F : weight_decay_;
+  s.beta1 = beta1_f_;
+  s.beta2 = beta2_f_;
+  s.one_minus_beta1 = one_minus_beta1_;
+  s.one_minus_beta2 = one_minus_beta2_;
+  s.eps = eps_;
+  return s;
 }
 
 }  // namespace tessera

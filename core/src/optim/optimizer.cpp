@@ -2,14 +2,43 @@
 #include "tessera/core/optim/optimizer.hpp"
 
 #include <cmath>
+#include <string>
 #include <utility>
 
+#include "tessera/core/device.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera {
 
-OptimizerState::OptimizerState(std::vector<std::string> slot_names, size_t elements)
-    : names_(std::move(slot_names)), elements_(elements), values_(names_.size() * elements, 0.0F) {}
+namespace {
+
+// The CPU loop of rule R over n elements.
+template <optim::Rule R>
+void update_range(const optim::ElementwiseStep& s, float* p, const float* g, float* s0, float* s1,
+                  size_t n) {
+  for (size_t i = 0; i < n; ++i) optim::update_element<R>(s, p, g, s0, s1, i);
+}
+
+}  // namespace
+
+void OptimizerState::ManagedFree::operator()(float* values) const noexcept {
+  device::managed_free(values);
+}
+
+OptimizerState::OptimizerState(std::vector<std::string> slot_names, size_t elements,
+                               int32_t cuda_device)
+    : names_(std::move(slot_names)), elements_(elements) {
+  const size_t count = names_.size() * elements;
+  if (cuda_device < 0 || count == 0) {
+    values_.assign(count, 0.0F);
+    return;
+  }
+  std::string error;
+  void* values = device::managed_alloc(cuda_device, count * sizeof(float), error);
+  TESSERA_CHECK(values != nullptr, TESSERA_ERR_OUT_OF_MEMORY,
+                "optimizer state: ", error.empty() ? std::string("out of memory") : error);
+  managed_.reset(static_cast<float*>(values));
+}
 
 const std::string& OptimizerState::slot_name(size_t index) const {
   TESSERA_CHECK(index < names_.size(), TESSERA_ERR_INVALID_ARGUMENT, "optimizer state slot ", index,
@@ -20,13 +49,13 @@ const std::string& OptimizerState::slot_name(size_t index) const {
 std::span<float> OptimizerState::slot(size_t index) {
   TESSERA_CHECK(index < names_.size(), TESSERA_ERR_INVALID_ARGUMENT, "optimizer state slot ", index,
                 " does not exist (the state has ", names_.size(), " slots)");
-  return std::span<float>(values_).subspan(index * elements_, elements_);
+  return {values() + index * elements_, elements_};
 }
 
 std::span<const float> OptimizerState::slot(size_t index) const {
   TESSERA_CHECK(index < names_.size(), TESSERA_ERR_INVALID_ARGUMENT, "optimizer state slot ", index,
                 " does not exist (the state has ", names_.size(), " slots)");
-  return std::span<const float>(values_).subspan(index * elements_, elements_);
+  return {values() + index * elements_, elements_};
 }
 
 void Optimizer::check_step(std::span<float> params, std::span<const float> grads,
@@ -68,6 +97,29 @@ void Optimizer::step(std::span<float> params, std::span<const float> grads, Opti
         state_offset + params.size(), ") is outside the state of ", state.elements(), " elements");
   }
   update(params, grads, state, state_offset, step, lr);
+}
+
+void Optimizer::update(std::span<float> params, std::span<const float> grads, OptimizerState& state,
+                       size_t state_offset, int64_t step, float lr) const {
+  const size_t n = params.size();
+  if (n == 0) return;
+  const optim::ElementwiseStep s = elementwise_step(step, lr);
+  float* p = params.data();
+  const float* g = grads.data();
+  float* s0 = state.slots() > 0 ? state.slot(0).data() + state_offset : nullptr;
+  float* s1 = state.slots() > 1 ? state.slot(1).data() + state_offset : nullptr;
+  if (device::optimizer_step_on_cuda(s, p, g, s0, s1, n)) return;
+  switch (s.rule) {
+    case optim::Rule::sgd:
+      update_range<optim::Rule::sgd>(s, p, g, s0, s1, n);
+      break;
+    case optim::Rule::momentum:
+      update_range<optim::Rule::momentum>(s, p, g, s0, s1, n);
+      break;
+    case optim::Rule::adam:
+      update_range<optim::Rule::adam>(s, p, g, s0, s1, n);
+      break;
+  }
 }
 
 }  // namespace tessera

@@ -20,17 +20,12 @@ SgdOptimizer::SgdOptimizer(const OptimizerParams& params)
   check_weight_decay("sgd", params.weight_decay);
 }
 
-void SgdOptimizer::update(std::span<float> params, std::span<const float> grads,
-                          OptimizerState& /*state*/, size_t /*state_offset*/, int64_t /*step*/,
-                          float lr) const {
-  const float wd = weight_decay_;
-  float* p = params.data();
-  const float* g = grads.data();
-  const size_t n = params.size();
-  for (size_t i = 0; i < n; ++i) {
-    const float d = g[i] + wd * p[i];
-    p[i] -= lr * d;
-  }
+optim::ElementwiseStep SgdOptimizer::elementwise_step(int64_t /*step*/, float lr) const {
+  optim::ElementwiseStep s;
+  s.rule = optim::Rule::sgd;
+  s.lr = lr;
+  s.weight_decay = weight_decay_;
+  return s;
 }
 
 MomentumOptimizer::MomentumOptimizer(const OptimizerParams& params)
@@ -50,24 +45,16 @@ MomentumOptimizer::MomentumOptimizer(const OptimizerParams& params)
                 params.momentum, ", dampening ", params.dampening, ")");
 }
 
-void MomentumOptimizer::update(std::span<float> params, std::span<const float> grads,
-                               OptimizerState& state, size_t state_offset, int64_t step,
-                               float lr) const {
-  const float wd = weight_decay_;
-  const float mu = momentum_;
-  const float keep = keep_;
-  float* p = params.data();
-  const float* g = grads.data();
-  float* b = state.slot(0).data() + state_offset;
-  const size_t n = params.size();
-  const bool first = step == 1;
-  for (size_t i = 0; i < n; ++i) {
-    const float d = g[i] + wd * p[i];
-    const float buf = first ? d : mu * b[i] + keep * d;
-    b[i] = buf;
-    const float dir = nesterov_ ? d + mu * buf : buf;
-    p[i] -= lr * dir;
-  }
+optim::ElementwiseStep MomentumOptimizer::elementwise_step(int64_t step, float lr) const {
+  optim::ElementwiseStep s;
+  s.rule = optim::Rule::momentum;
+  s.lr = lr;
+  s.weight_decay = weight_decay_;
+  s.momentum = momentum_;
+  s.keep = keep_;
+  s.nesterov = nesterov_;
+  s.first = step == 1;
+  return s;
 }
 
 }  // namespace tessera

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "host_call.hpp"
+#include "tessera/core/device.hpp"
 #include "tessera/core/logging.hpp"
 #include "tessera/core/memory.hpp"
 #include "tessera/core/train/strategy_host.hpp"
@@ -63,7 +64,11 @@ tessera_status state_create(const tessera_optimizer* opt, uint64_t elements,
         TESSERA_CHECK(out != nullptr, TESSERA_ERR_INVALID_ARGUMENT, "output is NULL");
         const Optimizer& o = *as_optimizer(opt);
         auto state = std::make_unique<tessera_optim_state>();
-        state->state = o.make_state(static_cast<std::size_t>(elements));
+        // On a CUDA run in managed memory of the rank's device, where the
+        // strategies' parameters and gradients are: the update runs there.
+        const bool cuda = run_device() == ComputeDevice::cuda;
+        state->state =
+            o.make_state(static_cast<std::size_t>(elements), cuda ? rank_device_ordinal() : -1);
         state->rank = thread_rank();
         state->tracked_bytes = static_cast<int64_t>(state->state.bytes());
         MemoryTracker::instance().add(state->rank, TESSERA_MEM_OPTIMIZER, state->tracked_bytes);

@@ -101,12 +101,12 @@ class LocalSgd final : public sdk::DataParallelStrategy {
                                                    state_.param_ptrs(), state_.grad_ptrs());
                               },
                           // Nothing to wait for; the gradients are final once rescaled.
-                          .finish = [&] { sdk::scale_in_place(state_.grads(), data_size); },
+                          .finish = [&] { host_.scale(state_.grads(), data_size); },
                           // This rank's own gradient: its own norm, no allreduce.
-                          .sum_squares = [&] { return sdk::sum_squares(state_.grads()); },
+                          .sum_squares = [&] { return host_.sum_squares(state_.grads()); },
                           .update =
                               [&](float factor) {
-                                sdk::scale_in_place(state_.grads(), factor);
+                                host_.scale(state_.grads(), factor);
                                 env_.optimizer().step(optim_, 0, state_.params(), state_.grads(),
                                                       args.step, args.lr);
                               },

@@ -242,7 +242,7 @@ sdk::StepResult AsyncSgdStrategy::worker_step(const sdk::StepArgs& args) {
                              replica_->grad_ptrs());
   // This rank's gradient is its share of the global mean's; the servers
   // rescale it. The norm reported is that of the rescaled gradient.
-  result.grad_norm = std::sqrt(sdk::sum_squares(replica_->grads())) * workers();
+  result.grad_norm = std::sqrt(host_.sum_squares(replica_->grads())) * workers();
   const std::span<float> grads = replica_->padded_grads();
   const std::span<float> params = replica_->padded_params();
   const auto s = static_cast<size_t>(shard_size_);
@@ -288,7 +288,7 @@ void AsyncSgdStrategy::post_push_receive(int32_t w) {
 
 void AsyncSgdStrategy::apply(std::span<float> grad, int64_t update, float lr,
                              double max_grad_norm) {
-  sdk::scale_in_place(grad, sdk::clip_coefficient(sdk::sum_squares(grad), max_grad_norm));
+  host_.scale(grad, sdk::clip_coefficient(host_.sum_squares(grad), max_grad_norm));
   env_.optimizer().step(optim_, 0, params_.span(), grad, update, lr);
 }
 
@@ -309,7 +309,7 @@ void AsyncSgdStrategy::arrive(int32_t w) {
     // workers (their mean is the global mean's gradient) and with lr / W,
     // so that a round of W pushes moves plain SGD as one synchronous step.
     const std::span<float> grad = in.first(n);
-    sdk::scale_in_place(grad, static_cast<float>(workers()));
+    host_.scale(grad, static_cast<float>(workers()));
     apply(grad, ++updates_, lr_[i] / static_cast<float>(workers()), max_grad_norm_);
     post_push_receive(w);
     return;

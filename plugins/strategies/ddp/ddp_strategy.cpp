@@ -69,10 +69,10 @@ sdk::StepResult DdpStrategy::step(const sdk::StepArgs& args) {
        .finish = [&] { reducer_.finish(); },
        .abandon = [&] { reducer_.abandon(); },
        // Replicated gradients: this rank's sum of squares is the global one.
-       .sum_squares = [&] { return sdk::sum_squares(state_.grads()); },
+       .sum_squares = [&] { return host_.sum_squares(state_.grads()); },
        .update =
            [&](float factor) {
-             sdk::scale_in_place(state_.grads(), factor);
+             host_.scale(state_.grads(), factor);
              env_.optimizer().step(optim_, 0, state_.params(), state_.grads(), args.step, args.lr);
            }});
   cross_node.add_cross_node_to(result);

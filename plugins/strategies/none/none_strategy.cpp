@@ -68,10 +68,10 @@ sdk::StepResult NoneStrategy::step(const sdk::StepArgs& args) {
                               return runner_.run(args.micro_batches, args.loss_scales,
                                                  state_.param_ptrs(), state_.grad_ptrs());
                             },
-                        .sum_squares = [&] { return sdk::sum_squares(state_.grads()); },
+                        .sum_squares = [&] { return host_.sum_squares(state_.grads()); },
                         .update =
                             [&](float factor) {
-                              sdk::scale_in_place(state_.grads(), factor);
+                              host_.scale(state_.grads(), factor);
                               env_.optimizer().step(optim_, 0, state_.params(), state_.grads(),
                                                     args.step, args.lr);
                             }});

@@ -162,9 +162,9 @@ double TensorStrategy::sum_squares() {
   // Shards summed over the tensor group; replicated tensors (the same on
   // every rank of the group) counted once; the replicas hold the same sums.
   const std::span<const float> all = grads_.span();
-  double total = sdk::sum_squares(all.subspan(0, static_cast<size_t>(shards_.split_total())));
+  double total = host_.sum_squares(all.subspan(0, static_cast<size_t>(shards_.split_total())));
   if (tp_rank_ == 0)
-    total += sdk::sum_squares(all.subspan(static_cast<size_t>(shards_.split_total())));
+    total += host_.sum_squares(all.subspan(static_cast<size_t>(shards_.split_total())));
   if (tp_->size() > 1) tp_->allreduce(std::span<double>(&total, 1));
   return total;
 }
@@ -191,7 +191,7 @@ sdk::StepResult TensorStrategy::step(const sdk::StepArgs& args) {
        .sum_squares = [&] { return sum_squares(); },
        .update =
            [&](float factor) {
-             sdk::scale_in_place(grads_.span(), factor);
+             host_.scale(grads_.span(), factor);
              env_.optimizer().step(optim_, 0, params_.span(), grads_.span(), args.step, args.lr);
            }});
   const int64_t unit_bytes = group_->bytes_sent() - units_bytes_before;

@@ -92,7 +92,7 @@ sdk::StepResult Zero1Strategy::step(const sdk::StepArgs& args) {
              for (const ShardGrid::Block& b : grid_.blocks()) {
                if (b.real.empty()) continue;
                const std::span<float> grads = state_.grads(b.real);
-               sdk::scale_in_place(grads, factor);
+               host_.scale(grads, factor);
                const std::span<float> params = state_.params(b.real);
                env_.optimizer().step(optim_, b.state_offset, params, grads, args.step, args.lr);
              }
@@ -104,7 +104,7 @@ sdk::StepResult Zero1Strategy::step(const sdk::StepArgs& args) {
 
 double Zero1Strategy::shard_sum_squares() {
   double total = 0.0;
-  for (const ShardGrid::Block& b : grid_.blocks()) total += sdk::sum_squares(state_.grads(b.real));
+  for (const ShardGrid::Block& b : grid_.blocks()) total += host_.sum_squares(state_.grads(b.real));
   return total;
 }
 

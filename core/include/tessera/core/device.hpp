@@ -15,6 +15,10 @@
 
 namespace tessera {
 
+namespace optim {
+struct ElementwiseStep;
+}  // namespace optim
+
 enum class ComputeDevice { cpu, cuda };
 
 // The dtype of the models' matrix products (run.precision).
@@ -68,6 +72,30 @@ void* managed_alloc(int32_t ordinal, std::size_t bytes, std::string& error) noex
 void managed_free(void* ptr) noexcept;
 // Whether `ptr` is CUDA device or managed memory, and of which device.
 bool cuda_pointer(const void* ptr, int32_t& ordinal) noexcept;
+
+// Element-wise f32 work on CUDA memory, so that a CUDA run's per-step passes
+// over parameters, gradients and optimizer state (zeroing, clipping, the
+// optimizer) run where those buffers are instead of moving every page to
+// the host and back (device/cuda_kernels.cu). Each runs on the calling
+// thread's per-thread stream and is done when it returns. Each returns
+// false and does nothing where it does not apply: not a CUDA run, a
+// pointer that is not CUDA memory (all of them of one device), or a host
+// built without the kernels (no nvcc, or a sanitizer build); the caller
+// then does the work on the CPU. A CUDA error throws tessera::Error
+// (internal) naming the call and the runtime's error.
+//
+// x[i] = value.
+bool fill_on_cuda(float* x, std::size_t count, float value);
+// x[i] *= factor.
+bool scale_on_cuda(float* x, std::size_t count, float factor);
+// out = Σ x[i]² in double, in an order fixed by `count` alone (the same
+// sum on every call with the same values).
+bool sum_squares_on_cuda(const float* x, std::size_t count, double& out);
+// The optimizer update (tessera/core/optim/elementwise.hpp) of `count`
+// elements; s0 and s1 are the rule's state slots (null where the rule has
+// none).
+bool optimizer_step_on_cuda(const optim::ElementwiseStep& step, float* params, const float* grads,
+                            float* s0, float* s1, std::size_t count);
 
 }  // namespace device
 }  // namespace tessera

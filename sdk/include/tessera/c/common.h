@@ -39,7 +39,7 @@ extern "C" {
  *        compute_precision
  *   1.6  host find_strategy */
 #define TESSERA_ABI_MAJOR 1
-#define TESSERA_ABI_MINOR 6
+#define TESSERA_ABI_MINOR 7
 
 /* Marks the single symbol a plugin exports; everything else is hidden. */
 #if defined(_WIN32)

@@ -163,6 +163,25 @@ typedef struct tessera_host_api {
                                   const struct tessera_strategy_api** api,
                                   const struct tessera_host_api** plugin_host,
                                   const tessera_options** resolved, uint32_t* version);
+
+  /* ---- ABI 1.7 (check struct_size before use) ---- */
+
+  /* Element-wise f32 passes over `count` elements of a buffer, done where
+   * the buffer is: on its CUDA device when `x` is CUDA memory on a CUDA run
+   * (done when the call returns), on the CPU otherwise. Strategies run
+   * their per-step passes over gradients and parameters through these
+   * (zeroing, clipping), so a CUDA run's buffers stay on the device.
+   *   vec_fill:        x[i] = value
+   *   vec_scale:       x[i] *= factor
+   *   vec_sum_squares: *out = the sum of x[i]^2, accumulated in double; on
+   *                    the CPU exactly as tessera/sdk/clip.hpp sums, on a
+   *                    device in an order of its own that depends on
+   *                    `count` alone
+   * INVALID_ARGUMENT for a NULL buffer with count > 0 (or NULL `out`);
+   * INTERNAL with the CUDA runtime's error when a kernel fails. */
+  tessera_status (*vec_fill)(void* ctx, float* x, uint64_t count, float value);
+  tessera_status (*vec_scale)(void* ctx, float* x, uint64_t count, float factor);
+  tessera_status (*vec_sum_squares)(void* ctx, const float* x, uint64_t count, double* out);
 } tessera_host_api;
 
 #ifdef __cplusplus

@@ -68,7 +68,9 @@ typedef struct tessera_optimizer_api {
   /* "momentum_buffer", "exp_avg", "exp_avg_sq"; NULL if out of range. */
   const char* (*slot_name)(const tessera_optimizer* opt, int32_t slot);
   /* Zeroed state for `elements` parameters; the host counts its bytes as
-   * TESSERA_MEM_OPTIMIZER of the calling thread's rank. */
+   * TESSERA_MEM_OPTIMIZER of the calling thread's rank. On a CUDA run it is
+   * CUDA managed memory of the rank's device (host code may still read and
+   * write it through state_slot). */
   tessera_status (*state_create)(const tessera_optimizer* opt, uint64_t elements,
                                  tessera_optim_state** out);
   void (*state_destroy)(tessera_optim_state* state);
@@ -77,7 +79,10 @@ typedef struct tessera_optimizer_api {
   float* (*state_slot)(tessera_optim_state* state, int32_t slot);
   /* Update `count` parameters in place: params[i] from grads[i] (already
    * reduced and clipped) and state element `state_offset + i`. `step` counts
-   * updates from 1; `lr` is the rate for this step. */
+   * updates from 1; `lr` is the rate for this step. On a CUDA run where the
+   * parameters, gradients and state are all CUDA memory of one device, the
+   * update runs there (done when the call returns); otherwise on the CPU;
+   * both round alike. */
   tessera_status (*step)(const tessera_optimizer* opt, tessera_optim_state* state,
                          uint64_t state_offset, float* params, const float* grads, uint64_t count,
                          int64_t step, float lr);

@@ -4,11 +4,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "tessera/c/host.h"
+#include "tessera/sdk/clip.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::sdk {
@@ -85,7 +87,32 @@ class Host {
     return d;
   }
 
+  // Whether the host has the element-wise passes of ABI 1.7.
+  [[nodiscard]] bool has_vector_passes() const noexcept {
+    return api_ != nullptr &&
+           api_->struct_size >= offsetof(tessera_host_api, vec_sum_squares) + sizeof(void*) &&
+           api_->vec_fill != nullptr && api_->vec_scale != nullptr &&
+           api_->vec_sum_squares != nullptr;
+  }
+  // Element-wise passes over a strategy's buffers, done where the buffer
+  // is (host ABI 1.7: on its CUDA device on a CUDA run); on the CPU, here,
+  // on a CPU run or with an older host. A failed host call throws
+  // tessera::Error with the host's message.
+  // x[i] = value.
+  void fill(std::span<float> x, float value) const;
+  // x[i] *= factor (nothing when factor is 1).
+  void scale(std::span<float> x, float factor) const;
+  // The sum of x[i]^2 in double (tessera/sdk/clip.hpp's order on the CPU).
+  [[nodiscard]] double sum_squares(std::span<const float> x) const;
+
  private:
+  // Whether the passes go to the host: it has them and the run computes
+  // on a device (on a CPU run the SDK's loops are the same work without
+  // the call).
+  [[nodiscard]] bool passes_on_host() const noexcept {
+    return has_vector_passes() && compute_device().type != TESSERA_DEVICE_CPU;
+  }
+
   const tessera_host_api* api_;
 };
 
@@ -152,5 +179,34 @@ inline void check_host_call(const Host& host, tessera_status status, const char*
                   what, ": ", (msg != nullptr && *msg != '\0') ? msg : status_name(status)));
 }
 }  // namespace detail
+
+inline void Host::fill(std::span<float> x, float value) const {
+  if (x.empty()) return;
+  if (!passes_on_host()) {
+    for (float& v : x) v = value;
+    return;
+  }
+  detail::check_host_call(*this, api_->vec_fill(api_->ctx, x.data(), x.size(), value),
+                          "host vec_fill");
+}
+
+inline void Host::scale(std::span<float> x, float factor) const {
+  if (x.empty() || factor == 1.0F) return;
+  if (!passes_on_host()) {
+    scale_in_place(x, factor);
+    return;
+  }
+  detail::check_host_call(*this, api_->vec_scale(api_->ctx, x.data(), x.size(), factor),
+                          "host vec_scale");
+}
+
+inline double Host::sum_squares(std::span<const float> x) const {
+  if (x.empty()) return 0.0;
+  if (!passes_on_host()) return ::tessera::sdk::sum_squares(x);
+  double total = 0.0;
+  detail::check_host_call(*this, api_->vec_sum_squares(api_->ctx, x.data(), x.size(), &total),
+                          "host vec_sum_squares");
+  return total;
+}
 
 }  // namespace tessera::sdk

@@ -993,7 +993,7 @@ inline sdk::StepResult PipelineEngine::step(const sdk::StepArgs& args) {
        .sum_squares = [&] { return sum_squares(); },
        .update =
            [&](float factor) {
-             sdk::scale_in_place(grads_.span(), factor);
+             host_.scale(grads_.span(), factor);
              if (slice_ == total_) {
                env_.optimizer().step(optim_, 0, params_.span(), grads_.span(), args.step, args.lr);
                return;
@@ -1283,13 +1283,13 @@ inline double PipelineEngine::sum_squares() {
       if (!h.held || !owns_unit(flat_.entry(i).unit) || (!h.split && tp_rank_ != 0)) continue;
       const uint64_t lo = std::max(h.at, slice_at_);
       const uint64_t end = std::min(h.at + h.numel, hi);
-      if (lo < end) total += sdk::sum_squares(pipeline_detail::part(grads_, lo, end - lo));
+      if (lo < end) total += host_.sum_squares(pipeline_detail::part(grads_, lo, end - lo));
     }
     env_.world().allreduce(std::span<double>(&total, 1));
     return total;
   }
   if (tp_ == nullptr) {
-    double total = sdk::sum_squares(pipeline_detail::part(grads_, 0, own_total_));
+    double total = host_.sum_squares(pipeline_detail::part(grads_, 0, own_total_));
     if (pipe_->size() > 1) pipe_->allreduce(std::span<double>(&total, 1));
     return total;
   }
@@ -1299,7 +1299,7 @@ inline double PipelineEngine::sum_squares() {
   for (size_t i = 0; i < shards_.entries(); ++i) {
     const sdk::TensorShards::Held& h = shards_.held(i);
     if (!h.held || !owns_unit(flat_.entry(i).unit) || (!h.split && tp_rank_ != 0)) continue;
-    total += sdk::sum_squares(pipeline_detail::part(grads_, h.at, h.numel));
+    total += host_.sum_squares(pipeline_detail::part(grads_, h.at, h.numel));
   }
   norm_group_->allreduce(std::span<double>(&total, 1));
   return total;

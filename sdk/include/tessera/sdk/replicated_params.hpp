@@ -68,7 +68,7 @@ class ReplicatedParams {
   [[nodiscard]] const SlotPointers& grad_ptrs() const noexcept { return grad_ptrs_; }
 
   // Sets every gradient to zero (the start of a step).
-  void zero_grads() noexcept { grads_.zero(); }
+  void zero_grads() { grads_.zero(); }
 
  private:
   const FlatLayout* layout_;

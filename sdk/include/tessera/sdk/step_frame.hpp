@@ -57,9 +57,9 @@
 //       },
 //       .finish = [&] { reducer_.finish(); },
 //       .abandon = [&] { reducer_.abandon(); },
-//       .sum_squares = [&] { return sdk::sum_squares(state_.grads()); },
+//       .sum_squares = [&] { return host_.sum_squares(state_.grads()); },
 //       .update = [&](float factor) {
-//         sdk::scale_in_place(state_.grads(), factor);
+//         host_.scale(state_.grads(), factor);
 //         env_.optimizer().step(optim_, 0, state_.params(), state_.grads(), args.step, args.lr);
 //       }});
 #pragma once

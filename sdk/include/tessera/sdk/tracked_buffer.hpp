@@ -128,8 +128,16 @@ class TrackedBuffer {
     Values(values_.get_allocator()).swap(values_);
     report();
   }
-  // Sets every element to zero (keeps the allocation).
-  void zero() noexcept {
+  // Sets every element to zero (keeps the allocation); f32 memory of a
+  // compute device is zeroed there (Host::fill), so it stays on the device.
+  // Throws tessera::Error only when the host's pass fails.
+  void zero() {
+    if constexpr (std::is_same_v<T, float>) {
+      if (values_.get_allocator().host() != nullptr) {
+        Host(host_).fill(span(), 0.0F);
+        return;
+      }
+    }
     for (T& v : values_) v = T{};
   }
 

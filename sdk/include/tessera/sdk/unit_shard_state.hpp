@@ -40,7 +40,8 @@ class UnitShardState {
   // std::bad_alloc; the host's optimizer errors propagate.
   UnitShardState(const Host& host, const UnitShardLayout& shards, const OptimizerView& optimizer,
                  int32_t rank)
-      : shards_(shards),
+      : host_(host),
+        shards_(shards),
         optimizer_(optimizer),
         params_(host, rank, TESSERA_MEM_PARAMS, static_cast<size_t>(shards.shard_elements())),
         grads_(host, rank, TESSERA_MEM_GRADS, static_cast<size_t>(shards.shard_elements())),
@@ -49,7 +50,8 @@ class UnitShardState {
   // (whole model), of which this rank updates its pieces' flat ranges.
   UnitShardState(const Host& host, const UnitShardLayout& shards, const OptimizerView& optimizer,
                  int32_t rank, ReplicatedParams& params)
-      : shards_(shards),
+      : host_(host),
+        shards_(shards),
         optimizer_(optimizer),
         replicated_(&params),
         grads_(host, rank, TESSERA_MEM_GRADS, static_cast<size_t>(shards.shard_elements())),
@@ -73,7 +75,7 @@ class UnitShardState {
     return param_piece(u).first(static_cast<size_t>(s.shard.real.size()));
   }
   // Zeroes every gradient piece (the start of a step).
-  void zero_grads() noexcept { grads_.zero(); }
+  void zero_grads() { grads_.zero(); }
 
   // Reads the parameter pieces (when held) and, when the reader has
   // optimizer state (all or nothing over the model, see
@@ -135,7 +137,7 @@ class UnitShardState {
   double global_sum_squares(CommView* sum_over) {
     double total = 0.0;
     for (int32_t u = 0; u < shards_.num_units(); ++u) {
-      total += sum_squares(grad_piece(u).first(shards_.unit(u).shard.real.size()));
+      total += host_.sum_squares(grad_piece(u).first(shards_.unit(u).shard.real.size()));
     }
     if (sum_over != nullptr) sum_over->allreduce(std::span<double>(&total, 1));
     return total;
@@ -149,12 +151,13 @@ class UnitShardState {
       const auto real = static_cast<size_t>(s.shard.real.size());
       if (real == 0) continue;
       const std::span<float> grads = grad_piece(u).first(real);
-      scale_in_place(grads, factor);
+      host_.scale(grads, factor);
       optimizer_.step(optim_, s.shard_offset, real_params(u), grads, args.step, args.lr);
     }
   }
 
  private:
+  Host host_;
   const UnitShardLayout& shards_;
   const OptimizerView& optimizer_;
   ReplicatedParams* replicated_ = nullptr;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tessera/core/config.hpp"
+#include "tessera/core/optim/elementwise.hpp"
 
 namespace tessera {
 
@@ -27,8 +28,13 @@ namespace tessera {
 class OptimizerState {
  public:
   OptimizerState() = default;
-  // State for `elements` values with one zeroed array per name.
-  OptimizerState(std::vector<std::string> slot_names, size_t elements);
+  // State for `elements` values with one zeroed array per name, in ordinary
+  // memory, or with `cuda_device` >= 0 in CUDA managed memory of that
+  // device (a CUDA run: the update then runs on the device, where the
+  // parameters are, and host code still reads and writes the values).
+  // Throws tessera::Error (out of memory) naming the bytes and the device
+  // when the CUDA runtime refuses.
+  OptimizerState(std::vector<std::string> slot_names, size_t elements, int32_t cuda_device = -1);
 
   // Number of parameter elements the state covers.
   [[nodiscard]] size_t elements() const noexcept { return elements_; }
@@ -41,12 +47,24 @@ class OptimizerState {
   [[nodiscard]] std::span<float> slot(size_t index);
   [[nodiscard]] std::span<const float> slot(size_t index) const;
   // Bytes held by all slots together.
-  [[nodiscard]] size_t bytes() const noexcept { return values_.size() * sizeof(float); }
+  [[nodiscard]] size_t bytes() const noexcept { return names_.size() * elements_ * sizeof(float); }
+  // Whether the values are CUDA managed memory.
+  [[nodiscard]] bool on_cuda() const noexcept { return managed_ != nullptr; }
 
  private:
+  struct ManagedFree {
+    void operator()(float* values) const noexcept;
+  };
+  [[nodiscard]] float* values() noexcept { return on_cuda() ? managed_.get() : values_.data(); }
+  [[nodiscard]] const float* values() const noexcept {
+    return on_cuda() ? managed_.get() : values_.data();
+  }
+
   std::vector<std::string> names_;
   size_t elements_ = 0;
-  std::vector<float> values_;  // slot-major: slot k at [k*elements_, (k+1)*elements_)
+  // slot-major: slot k at [k*elements_, (k+1)*elements_), in one of these
+  std::vector<float> values_;
+  std::unique_ptr<float, ManagedFree> managed_;
 };
 
 // Hyper-parameters shared by the update rules; each rule reads the ones it
@@ -79,14 +97,23 @@ class Optimizer {
   [[nodiscard]] size_t state_bytes(size_t elements) const noexcept {
     return slots() * elements * sizeof(float);
   }
-  // Zeroed state for a shard of `elements` parameters.
-  [[nodiscard]] OptimizerState make_state(size_t elements) const {
-    return OptimizerState(slot_names(), elements);
+  // Zeroed state for a shard of `elements` parameters (in managed memory
+  // of CUDA device `cuda_device` when it is >= 0, see OptimizerState).
+  [[nodiscard]] OptimizerState make_state(size_t elements, int32_t cuda_device = -1) const {
+    return OptimizerState(slot_names(), elements, cuda_device);
   }
+  // The scalars of update number `step` with learning rate `lr` (checked
+  // by step() below), which the element-wise update (elementwise.hpp)
+  // applies to every element.
+  [[nodiscard]] virtual optim::ElementwiseStep elementwise_step(int64_t step, float lr) const = 0;
 
   // Applies update number `step` (1 for the first update; Adam's bias
   // correction uses it) with learning rate `lr` to `params` in place, given
-  // `grads` (already averaged and clipped) and the shard's `state`.
+  // `grads` (already averaged and clipped) and the shard's `state`. On a
+  // CUDA run (tessera/core/device.hpp) where the parameters, gradients and
+  // state are all CUDA memory of one device, the update runs there (one
+  // kernel, done when step returns); otherwise on the CPU. Both give
+  // bit-identical results (elementwise.hpp).
   // Throws tessera::Error (invalid argument) when the lengths of params,
   // grads and state differ, the state has the wrong slots, step < 1, or lr
   // is negative or not finite; nothing is modified then.
@@ -103,16 +130,14 @@ class Optimizer {
   void step(std::span<float> params, std::span<const float> grads, OptimizerState& state,
             size_t state_offset, int64_t step, float lr) const;
 
- protected:
-  // The element-wise update itself, called once the arguments are checked:
-  // params[i] and grads[i] with state element `state_offset + i`.
-  virtual void update(std::span<float> params, std::span<const float> grads, OptimizerState& state,
-                      size_t state_offset, int64_t step, float lr) const = 0;
-
  private:
   // Checks everything but the state's length.
   void check_step(std::span<float> params, std::span<const float> grads,
                   const OptimizerState& state, int64_t step, float lr) const;
+  // The update once the arguments are checked: params[i] and grads[i] with
+  // state element `state_offset + i`.
+  void update(std::span<float> params, std::span<const float> grads, OptimizerState& state,
+              size_t state_offset, int64_t step, float lr) const;
 };
 
 // The rule called `name` (sgd | momentum | adam | adamw) with `params`.

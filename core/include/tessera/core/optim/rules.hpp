@@ -16,10 +16,7 @@ class SgdOptimizer final : public Optimizer {
   [[nodiscard]] const std::string& name() const noexcept override { return name_; }
   [[nodiscard]] size_t slots() const noexcept override { return 0; }
   [[nodiscard]] std::vector<std::string> slot_names() const override { return {}; }
-
- protected:
-  void update(std::span<float> params, std::span<const float> grads, OptimizerState& state,
-              size_t state_offset, int64_t step, float lr) const override;
+  [[nodiscard]] optim::ElementwiseStep elementwise_step(int64_t step, float lr) const override;
 
  private:
   std::string name_ = "sgd";
@@ -38,10 +35,7 @@ class MomentumOptimizer final : public Optimizer {
   [[nodiscard]] const std::string& name() const noexcept override { return name_; }
   [[nodiscard]] size_t slots() const noexcept override { return 1; }
   [[nodiscard]] std::vector<std::string> slot_names() const override { return {"momentum_buffer"}; }
-
- protected:
-  void update(std::span<float> params, std::span<const float> grads, OptimizerState& state,
-              size_t state_offset, int64_t step, float lr) const override;
+  [[nodiscard]] optim::ElementwiseStep elementwise_step(int64_t step, float lr) const override;
 
  private:
   std::string name_ = "momentum";
@@ -67,10 +61,7 @@ class AdamOptimizer final : public Optimizer {
   [[nodiscard]] std::vector<std::string> slot_names() const override {
     return {"exp_avg", "exp_avg_sq"};
   }
-
- protected:
-  void update(std::span<float> params, std::span<const float> grads, OptimizerState& state,
-              size_t state_offset, int64_t step, float lr) const override;
+  [[nodiscard]] optim::ElementwiseStep elementwise_step(int64_t step, float lr) const override;
 
  private:
   std::string name_;

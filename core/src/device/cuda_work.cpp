@@ -1,0 +1,100 @@
+// The element-wise work of tessera/core/device.hpp (fill_on_cuda and the
+// rest) over the host's own kernels (cuda_kernels.cu), compiled with them
+// when nvcc is found and the build is not a sanitizer build
+// (core/CMakeLists.txt); no_kernels.cpp otherwise.
+#include <cuda_runtime.h>
+
+#include <initializer_list>
+#include <string>
+
+#include "cuda_kernels.hpp"
+#include "tessera/core/device.hpp"
+#include "tessera/sdk/error.hpp"
+
+namespace tessera::device {
+namespace {
+
+// The CUDA device every non-null pointer of `ptrs` lives on, or -1 when one
+// is not CUDA memory or they are on different devices.
+int32_t common_cuda_device(std::initializer_list<const void*> ptrs) noexcept {
+  int32_t device = -1;
+  for (const void* ptr : ptrs) {
+    if (ptr == nullptr) continue;
+    int32_t ordinal = -1;
+    if (!cuda_pointer(ptr, ordinal) || (device >= 0 && ordinal != device)) return -1;
+    device = ordinal;
+  }
+  return device;
+}
+
+// The device `ptrs` share when this is a CUDA run and there is work, else -1.
+int32_t work_device(std::size_t count, std::initializer_list<const void*> ptrs) noexcept {
+  if (count == 0 || run_device() != ComputeDevice::cuda) return -1;
+  return common_cuda_device(ptrs);
+}
+
+void check_cuda(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return;
+  (void)cudaGetLastError();
+  throw Error(TESSERA_ERR_INTERNAL, std::string(what) + " on CUDA: " + cudaGetErrorName(err) +
+                                        ": " + cudaGetErrorString(err));
+}
+
+// Queues `launch(stream)` on the calling thread's stream of device
+// `ordinal` and waits for it.
+template <typename Launch>
+void run_on(int32_t ordinal, const char* what, const Launch& launch) {
+  check_cuda(cudaSetDevice(ordinal), what);
+  check_cuda(launch(cudaStreamPerThread), what);
+  check_cuda(cudaStreamSynchronize(cudaStreamPerThread), what);
+}
+
+}  // namespace
+
+bool fill_on_cuda(float* x, std::size_t count, float value) {
+  const int32_t ordinal = work_device(count, {x});
+  if (ordinal < 0) return false;
+  run_on(ordinal, "fill",
+         [&](cudaStream_t stream) { return kernels::fill(x, count, value, stream); });
+  return true;
+}
+
+bool scale_on_cuda(float* x, std::size_t count, float factor) {
+  const int32_t ordinal = work_device(count, {x});
+  if (ordinal < 0) return false;
+  run_on(ordinal, "scale",
+         [&](cudaStream_t stream) { return kernels::scale(x, count, factor, stream); });
+  return true;
+}
+
+bool sum_squares_on_cuda(const float* x, std::size_t count, double& out) {
+  const int32_t ordinal = work_device(count, {x});
+  if (ordinal < 0) return false;
+  run_on(ordinal, "sum of squares", [&](cudaStream_t stream) {
+    // The partial sums and the total, in the stream-ordered pool.
+    void* scratch = nullptr;
+    cudaError_t err =
+        cudaMallocAsync(&scratch, (kernels::kSumSquaresPartials + 1) * sizeof(double), stream);
+    if (err != cudaSuccess) return err;
+    auto* partials = static_cast<double*>(scratch);
+    double* total = partials + kernels::kSumSquaresPartials;
+    err = kernels::sum_squares(x, count, partials, total, stream);
+    if (err == cudaSuccess) {
+      err = cudaMemcpyAsync(&out, total, sizeof(double), cudaMemcpyDeviceToHost, stream);
+    }
+    const cudaError_t freed = cudaFreeAsync(scratch, stream);
+    return err != cudaSuccess ? err : freed;
+  });
+  return true;
+}
+
+bool optimizer_step_on_cuda(const optim::ElementwiseStep& step, float* params, const float* grads,
+                            float* s0, float* s1, std::size_t count) {
+  const int32_t ordinal = work_device(count, {params, grads, s0, s1});
+  if (ordinal < 0) return false;
+  run_on(ordinal, "optimizer step", [&](cudaStream_t stream) {
+    return kernels::optimizer_step(step, params, grads, s0, s1, count, stream);
+  });
+  return true;
+}
+}  // namespace tessera::device
