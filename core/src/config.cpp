@@ -90,13 +90,25 @@ void read_run(Section s, RunSection& run) {
   }
   std::string precision;
   if (s.read("precision", precision)) {
-    s.require("precision", precision == "f32" || precision == "bf16",
-              "must be \"f32\" or \"bf16\"; got '" + precision + "'" +
-                  (precision == "f16" ? " (f16, which needs loss scaling, is not built yet)" : ""));
-    run.precision = precision == "bf16" ? ComputePrecision::bf16 : ComputePrecision::f32;
+    s.require("precision", precision == "f32" || precision == "bf16" || precision == "f16",
+              "must be \"f32\", \"bf16\" or \"f16\"; got '" + precision + "'");
+    run.precision = precision == "bf16"  ? ComputePrecision::bf16
+                    : precision == "f16" ? ComputePrecision::f16
+                                         : ComputePrecision::f32;
     s.require("precision",
               run.precision == ComputePrecision::f32 || run.device == ComputeDevice::cuda,
-              "\"bf16\" needs run.device = \"cuda\" (the CPU units compute in f32)");
+              "\"" + precision + "\" needs run.device = \"cuda\" (the CPU units compute in f32)");
+  }
+  // f16's loss scaling; set for another precision it would do nothing.
+  const bool f16 = run.precision == ComputePrecision::f16;
+  if (s.read("loss_scale", run.loss_scale)) {
+    s.require("loss_scale", run.loss_scale >= 1.0,
+              "must be >= 1; got " + fmt::format("{}", run.loss_scale));
+    s.require("loss_scale", f16, "applies to run.precision = \"f16\" only");
+  }
+  if (s.read("loss_scale_window", run.loss_scale_window)) {
+    s.at_least("loss_scale_window", run.loss_scale_window, 1);
+    s.require("loss_scale_window", f16, "applies to run.precision = \"f16\" only");
   }
 }
 

@@ -14,7 +14,7 @@ const std::vector<SectionSchema>& config_schema() {
   static const std::vector<SectionSchema> schema = {
       {"run",
        {"world_size", "steps", "seed", "log_every", "metrics", "log_level", "memory_per_rank",
-        "threads_per_rank", "device", "precision"}},
+        "threads_per_rank", "device", "precision", "loss_scale", "loss_scale_window"}},
       {"plugins", {"paths", "allow"}},
       {"backend", {"name", "timeout_s", "check_collectives", "options"}, false, true},
       {"strategy", {"name", "options"}, false, true},

@@ -79,6 +79,10 @@ std::string to_toml(const Config& c) {
   if (c.run.precision != ComputePrecision::f32) {
     w.text("precision", std::string(compute_precision_name(c.run.precision)));
   }
+  if (c.run.precision == ComputePrecision::f16) {
+    w.number("loss_scale", c.run.loss_scale);
+    w.integer("loss_scale_window", c.run.loss_scale_window);
+  }
 
   w.section("plugins");
   std::vector<std::string> paths;

@@ -210,7 +210,15 @@ void host_compute_device(void* /*ctx*/, tessera_device* out) noexcept {
 }
 
 tessera_dtype host_compute_precision(void* /*ctx*/) noexcept {
-  return run_precision() == ComputePrecision::bf16 ? TESSERA_BF16 : TESSERA_F32;
+  switch (run_precision()) {
+    case ComputePrecision::bf16:
+      return TESSERA_BF16;
+    case ComputePrecision::f16:
+      return TESSERA_F16;
+    case ComputePrecision::f32:
+      break;
+  }
+  return TESSERA_F32;
 }
 
 constexpr std::size_t kHostAlignment = 64;

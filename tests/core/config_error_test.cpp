@@ -76,9 +76,17 @@ TEST(ConfigErrors, RangesAreCheckedWithTheLine) {
             "run.toml:2: 'run.threads_per_rank' must be at most 1024; got 5000");
   EXPECT_EQ(config_error("[run]\ndevice = \"gpu\"\n"),
             "run.toml:2: 'run.device' must be \"cpu\" or \"cuda\"; got 'gpu'");
-  EXPECT_EQ(config_error("[run]\ndevice = \"cuda\"\nprecision = \"f16\"\n"),
-            "run.toml:3: 'run.precision' must be \"f32\" or \"bf16\"; got 'f16' (f16, which "
-            "needs loss scaling, is not built yet)");
+  EXPECT_EQ(config_error("[run]\ndevice = \"cuda\"\nprecision = \"f8\"\n"),
+            "run.toml:3: 'run.precision' must be \"f32\", \"bf16\" or \"f16\"; got 'f8'");
+  EXPECT_EQ(config_error("[run]\nprecision = \"f16\"\n"),
+            "run.toml:2: 'run.precision' \"f16\" needs run.device = \"cuda\" (the CPU units "
+            "compute in f32)");
+  EXPECT_EQ(config_error("[run]\ndevice = \"cuda\"\nprecision = \"f16\"\nloss_scale = 0.5\n"),
+            "run.toml:4: 'run.loss_scale' must be >= 1; got 0.5");
+  EXPECT_EQ(config_error("[run]\ndevice = \"cuda\"\nprecision = \"bf16\"\nloss_scale = 128\n"),
+            "run.toml:4: 'run.loss_scale' applies to run.precision = \"f16\" only");
+  EXPECT_EQ(config_error("[run]\ndevice = \"cuda\"\nprecision = \"f16\"\nloss_scale_window = 0\n"),
+            "run.toml:4: 'run.loss_scale_window' must be >= 1, got 0");
   EXPECT_EQ(config_error("[run]\nprecision = \"bf16\"\n"),
             "run.toml:2: 'run.precision' \"bf16\" needs run.device = \"cuda\" (the CPU units "
             "compute in f32)");

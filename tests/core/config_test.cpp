@@ -204,6 +204,10 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.run.log_every, b.run.log_every);
   EXPECT_EQ(a.run.metrics, b.run.metrics);
   EXPECT_EQ(a.run.log_level, b.run.log_level);
+  EXPECT_EQ(a.run.device, b.run.device);
+  EXPECT_EQ(a.run.precision, b.run.precision);
+  EXPECT_EQ(a.run.loss_scale, b.run.loss_scale);
+  EXPECT_EQ(a.run.loss_scale_window, b.run.loss_scale_window);
   EXPECT_EQ(a.plugins.paths, b.plugins.paths);
   EXPECT_EQ(a.plugins.allow, b.plugins.allow);
   EXPECT_EQ(a.backend.name, b.backend.name);
@@ -243,6 +247,24 @@ TEST(Config, ToTomlRoundTripsTheFullConfig) {
   const Config second = parse_config(text, "printed.toml");
   expect_same(first, second);
   EXPECT_EQ(to_toml(second), text);  // printing is stable
+}
+
+// f16 on a CUDA run, with its loss scaling read and printed back.
+TEST(Config, F16ReadsAndPrintsItsLossScaling) {
+  const Config c = parse_config(
+      "[run]\ndevice = \"cuda\"\nprecision = \"f16\"\nloss_scale = 1024\nloss_scale_window = "
+      "50\n",
+      "run.toml");
+  EXPECT_EQ(c.run.precision, ComputePrecision::f16);
+  EXPECT_EQ(c.run.loss_scale, 1024.0);
+  EXPECT_EQ(c.run.loss_scale_window, 50);
+  const Config defaults =
+      parse_config("[run]\ndevice = \"cuda\"\nprecision = \"f16\"\n", "run.toml");
+  EXPECT_EQ(defaults.run.loss_scale, 65536.0);
+  EXPECT_EQ(defaults.run.loss_scale_window, 2000);
+  const std::string text = to_toml(c);
+  EXPECT_NE(text.find("precision = \"f16\""), std::string::npos) << text;
+  expect_same(c, parse_config(text, "printed.toml"));
 }
 
 TEST(Config, ToTomlPrintsEveryKeyIncludingDefaultsAndEmptyOptions) {

@@ -167,9 +167,11 @@ double final_loss(const std::string& log) {
   return at == std::string::npos ? std::nan("") : std::stod(log.substr(at + key.size()));
 }
 
-// The quick start (4 in-memory ranks, ddp, 300 steps of gpt) with bf16
-// matrix products ends within 2% of its f32 loss, on one GPU.
-TEST(CudaPrecision, Bf16QuickStartEndsWithinTwoPercentOfF32) {
+// The quick start (4 in-memory ranks, ddp, 300 steps of gpt) with bf16 and
+// with f16 matrix products (f16 with dynamic loss scaling) ends within 2% of
+// its f32 loss, on one GPU; f16 from a scale far too large skips steps and
+// lowers the scale until the gradients fit, and still trains.
+TEST(CudaPrecision, SixteenBitQuickStartsEndWithinTwoPercentOfF32) {
   if (const std::string why = no_gpu(); !why.empty()) GTEST_SKIP() << why;
   const TempDir dir("cuda-bf16");
   const std::filesystem::path source =
@@ -179,23 +181,42 @@ TEST(CudaPrecision, Bf16QuickStartEndsWithinTwoPercentOfF32) {
   if (!std::filesystem::exists("/usr/share/common-licenses/GPL-3")) {
     base.push_back("data.path=\"" + (source / "docs" / "training.md").string() + "\"");
   }
+  struct Run {
+    const char* name;
+    std::vector<std::string> sets;
+  };
+  const std::vector<Run> runs = {
+      {"f32", {"run.precision=\"f32\""}},
+      {"bf16", {"run.precision=\"bf16\""}},
+      {"f16", {"run.precision=\"f16\""}},
+      {"f16_overflowing", {"run.precision=\"f16\"", "run.loss_scale=1099511627776.0"}}};
   std::map<std::string, double> loss;
-  for (const char* precision : {"f32", "bf16"}) {
+  std::map<std::string, std::string> logs;
+  for (const Run& run : runs) {
     std::vector<std::string> sets = base;
-    sets.push_back(std::string("run.precision=\"") + precision + "\"");
-    const auto log = dir.path() / (std::string(precision) + ".log");
-    ChildProcess child(train_command(Engine::kInmemory, 4, config, sets, "bf16"), launched(log));
+    sets.insert(sets.end(), run.sets.begin(), run.sets.end());
+    const auto log = dir.path() / (std::string(run.name) + ".log");
+    ChildProcess child(train_command(Engine::kInmemory, 4, config, sets, run.name), launched(log));
     const ChildExit exit = child.wait(std::chrono::minutes(4));
     const std::string text = read_text(log);
-    ASSERT_TRUE(exit.ok()) << precision << " run " << exit.describe() << ":\n" << text;
-    if (std::string(precision) == "bf16") {
-      EXPECT_NE(text.find("precision: bf16"), std::string::npos) << text;
-    }
-    loss[precision] = final_loss(text);
+    ASSERT_TRUE(exit.ok()) << run.name << " run " << exit.describe() << ":\n" << text;
+    loss[run.name] = final_loss(text);
+    logs[run.name] = text;
   }
   std::cout << "quick start on cuda: final loss f32 " << loss["f32"] << ", bf16 " << loss["bf16"]
-            << "\n";
+            << ", f16 " << loss["f16"] << ", f16 from 2^40 " << loss["f16_overflowing"] << "\n";
+  EXPECT_NE(logs["bf16"].find("precision: bf16"), std::string::npos) << logs["bf16"];
+  EXPECT_NE(logs["f16"].find("precision: f16"), std::string::npos) << logs["f16"];
+  EXPECT_NE(logs["f16"].find("| loss scale "), std::string::npos) << logs["f16"];
   EXPECT_LE(std::fabs(loss["bf16"] - loss["f32"]), 0.02 * loss["f32"]);
+  EXPECT_LE(std::fabs(loss["f16"] - loss["f32"]), 0.02 * loss["f32"]);
+  const std::string& over = logs["f16_overflowing"];
+  EXPECT_NE(over.find("f16 gradients overflowed at loss scale 1099511627776: update skipped, "
+                      "scale now 549755813888"),
+            std::string::npos)
+      << over;
+  EXPECT_TRUE(std::isfinite(loss["f16_overflowing"])) << over;
+  EXPECT_LE(std::fabs(loss["f16_overflowing"] - loss["f32"]), 0.1 * loss["f32"]) << over;
 }
 
 }  // namespace

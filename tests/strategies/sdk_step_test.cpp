@@ -119,6 +119,49 @@ TEST(RunStep, ANonFiniteNormStopsBeforeTheUpdate) {
   EXPECT_EQ(log.calls, (std::vector<std::string>{"zero", "run", "finish", "release", "sum"}));
 }
 
+// Dynamic loss scaling (f16): gradients S times the true ones are unscaled
+// by the clip factor and reported at their true norm; S = 1 is the plain
+// step bit for bit.
+TEST(RunStep, ALossScaleIsDividedOutOfTheNormAndTheFactor) {
+  PhaseLog plain;
+  sdk::StepArgs args;
+  args.max_grad_norm = 2.0;
+  const sdk::StepResult unscaled = sdk::run_step(args, {}, plain.phases());
+
+  PhaseLog scaled;
+  scaled.total = 16.0 * 1024.0 * 1024.0;  // the same gradients times 1024
+  args.grad_scale = 1024.0F;
+  const sdk::StepResult r = sdk::run_step(args, {}, scaled.phases());
+  EXPECT_FALSE(r.skipped);
+  EXPECT_EQ(r.grad_norm, unscaled.grad_norm);
+  EXPECT_EQ(scaled.factor, plain.factor / 1024.0F);
+  EXPECT_EQ(scaled.calls, plain.calls);
+
+  PhaseLog no_clip;
+  no_clip.total = 16.0 * 1024.0 * 1024.0;
+  args.max_grad_norm = 0.0;
+  (void)sdk::run_step(args, {}, no_clip.phases());
+  EXPECT_EQ(no_clip.factor, 1.0F / 1024.0F);
+}
+
+// An overflow under a loss scale skips the update (and what follows it)
+// instead of failing the step; without a scale it is still an error.
+TEST(RunStep, AnOverflowUnderALossScaleSkipsTheUpdate) {
+  for (const double total :
+       {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
+    PhaseLog log;
+    log.total = total;
+    sdk::StepArgs args;
+    args.grad_scale = 65536.0F;
+    args.max_grad_norm = 1.0;
+    const sdk::StepResult r = sdk::run_step(args, {}, log.phases());
+    EXPECT_TRUE(r.skipped);
+    EXPECT_EQ(r.loss, 1.5);
+    EXPECT_EQ(r.grad_norm, 0.0);
+    EXPECT_EQ(log.calls, (std::vector<std::string>{"zero", "run", "finish", "release", "sum"}));
+  }
+}
+
 TEST(RunStep, AMissingRequiredPhaseIsAnInternalError) {
   PhaseLog log;
   sdk::StepPhases p = log.phases();
@@ -146,7 +189,9 @@ class ArgsProbe final : public sdk::Strategy {
   void load(const sdk::StateReader& /*reader*/) override {}
   sdk::StepResult step(const sdk::StepArgs& args) override {
     seen = args;
-    return {};
+    sdk::StepResult r;
+    r.skipped = args.grad_scale != 1.0F;
+    return r;
   }
   void save(const sdk::StateWriter& /*writer*/) override {}
   sdk::StepArgs seen;
@@ -199,6 +244,25 @@ TEST(StrategyAdapter, StepArgsCarryTheExampleCounts) {
   EXPECT_EQ(seen.global_examples, 16);
   EXPECT_EQ(seen.local_tokens, 40);
   EXPECT_EQ(seen.global_tokens, 128);
+}
+
+// Strategy 2.6: the loss scale reaches step() (0 from an older host: 1),
+// and a skipped step comes back as `skipped`.
+TEST(StrategyAdapter, TheLossScaleGoesInAndASkipComesOut) {
+  const ProbeHandle p;
+  const tessera_batch* batches[1] = {nullptr};
+  const float scales[1] = {4096.0F / 16.0F};
+  tessera_step_args a = counted_args(batches, scales);
+  a.grad_scale = 4096.0F;
+  tessera_step_result r{};
+  r.struct_size = sizeof r;
+  ASSERT_EQ(ProbeAdapter::step(p.c(), &a, &r), TESSERA_OK) << take_thread_error();
+  EXPECT_EQ(p.probe().seen.grad_scale, 4096.0F);
+  EXPECT_EQ(r.skipped, 1U);  // the probe skips whenever it is given a scale
+  a.grad_scale = 0.0F;       // a host before 2.6
+  ASSERT_EQ(ProbeAdapter::step(p.c(), &a, &r), TESSERA_OK) << take_thread_error();
+  EXPECT_EQ(p.probe().seen.grad_scale, 1.0F);
+  EXPECT_EQ(r.skipped, 0U);
 }
 
 TEST(StrategyAdapter, StepArgsOfAnOlderHostReadTheCountsAsZero) {

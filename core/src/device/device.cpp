@@ -32,7 +32,15 @@ std::string_view compute_device_name(ComputeDevice device) noexcept {
 }
 
 std::string_view compute_precision_name(ComputePrecision precision) noexcept {
-  return precision == ComputePrecision::bf16 ? "bf16" : "f32";
+  switch (precision) {
+    case ComputePrecision::bf16:
+      return "bf16";
+    case ComputePrecision::f16:
+      return "f16";
+    case ComputePrecision::f32:
+      break;
+  }
+  return "f32";
 }
 
 ComputeDevice run_device() noexcept { return g_device.load(std::memory_order_relaxed); }

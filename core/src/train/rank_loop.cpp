@@ -18,6 +18,7 @@
 #include "run_fingerprint.hpp"
 #include "tessera/core/data/sampler.hpp"
 #include "tessera/core/memory.hpp"
+#include "tessera/core/train/loss_scaler.hpp"
 #include "tessera/core/train/sharded_checkpoint.hpp"
 #include "tessera/sdk/error.hpp"
 
@@ -36,8 +37,9 @@ struct Window {
   double compress_seconds = 0;
   double bytes_cross_node = 0;  // hierarchical reductions
   double last_loss = 0;         // this rank's share of the last step's loss
-  double last_grad_norm = 0;
-  double bubble = 0;  // summed over the steps
+  double last_grad_norm = 0;    // of the last step that updated
+  int64_t skipped = 0;          // steps whose update overflowed (f16)
+  double bubble = 0;            // summed over the steps
   double bubble_cpu = 0;
   double bubble_formula = 0;
 
@@ -52,7 +54,11 @@ struct Window {
     compress_seconds += static_cast<double>(r.compress_ns) * 1e-9;
     bytes_cross_node += static_cast<double>(r.comm_bytes_cross_node);
     last_loss = r.loss;
-    last_grad_norm = r.grad_norm;
+    if (r.skipped != 0) {
+      ++skipped;
+    } else {
+      last_grad_norm = r.grad_norm;
+    }
     bubble += r.bubble;
     bubble_cpu += r.bubble_cpu;
     bubble_formula = r.bubble_formula;
@@ -307,6 +313,12 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
   const int64_t global_examples = config.data.batch_size;
   const int64_t global_tokens = config.data.batch_size * run.plan.tokens_per_example;
   const std::vector<float> loss_scales(static_cast<size_t>(config.data.micro_batches), loss_scale);
+  // f16: dynamic loss scaling; the scaled loss scales handed to each step.
+  std::optional<LossScaler> scaler;
+  if (config.run.precision == ComputePrecision::f16) {
+    scaler.emplace(config.run.loss_scale, config.run.loss_scale_window);
+  }
+  std::vector<float> scaled_losses = loss_scales;
 
   // The mean sgemm rate per rank, for the model FLOP utilisation.
   std::array<double, 1> rate{s.gemm_rate};
@@ -323,8 +335,11 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
     const auto start = Clock::now();
     const std::vector<Batch> micro = sampler->micro_batches(step, config.data.micro_batches);
     const float lr = run.schedule->lr(step);
-    const tessera_step_result result = strategy->step(
-        micro, loss_scales, step, lr, config.optimizer.grad_clip, global_examples, global_tokens);
+    const auto grad_scale = static_cast<float>(scaler ? scaler->scale() : 1.0);
+    for (size_t i = 0; i < loss_scales.size(); ++i) scaled_losses[i] = loss_scales[i] * grad_scale;
+    tessera_step_result result =
+        strategy->step(micro, scaled_losses, step, lr, config.optimizer.grad_clip, global_examples,
+                       global_tokens, grad_scale);
     if (result.world_changed != 0) {
       // Ranks were lost and the strategy re-formed the world of the
       // survivors with the state after restored_step: go on from there,
@@ -353,12 +368,31 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
       step = result.restored_step;  // the loop's ++ makes it the next step to run
       continue;
     }
+    if (scaler) {
+      // The strategy reported the scaled loss; every rank sees the same
+      // overflow (from the global sum of squares) and keeps the same scale.
+      const double scale = scaler->scale();  // what grad_scale holds, as a double
+      result.loss /= scale;
+      const LossScaler::Change change = scaler->update(result.skipped != 0);
+      if (log != nullptr && change == LossScaler::Change::lowered) {
+        log->message(fmt::format(
+            "step {}: f16 gradients overflowed at loss scale {}: update skipped, scale now {}",
+            step, scale, scaler->scale()));
+      } else if (log != nullptr && change == LossScaler::Change::raised) {
+        log->message(fmt::format("step {}: {} steps without an overflow, loss scale raised to {}",
+                                 step, config.run.loss_scale_window, scaler->scale()));
+      }
+    }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     window.add(result, seconds);
     total.add(result, seconds);
     if (step % config.run.log_every == 0 || step == last) {
       StepMetrics metrics =
           reduce_window(*world, tracked_as, window, step, lr, run.plan, gemm_rate);
+      if (scaler) {
+        metrics.loss_scale = scaler->scale();
+        metrics.skipped_steps = window.skipped;
+      }
       out.final_loss = metrics.loss;
       if (log != nullptr) log->logged(metrics);
       out.logged.push_back(std::move(metrics));

@@ -96,6 +96,10 @@ std::string format_step_line(const StepMetrics& m, int64_t total_steps, bool seq
   if (m.comm_bytes_cross_node > 0) {
     line += fmt::format(" | cross-node {:.2f} MiB", mib(m.comm_bytes_cross_node));
   }
+  if (m.loss_scale > 0) {
+    line += fmt::format(" | loss scale {}", m.loss_scale);
+    if (m.skipped_steps > 0) line += fmt::format(" ({} skipped)", m.skipped_steps);
+  }
   if (m.bubble > 0 || m.bubble_formula > 0) {
     line += fmt::format(" | bubble {:.1f}% (cpu clock {:.1f}%, formula {:.1f}%)", m.bubble * 100.0,
                         m.bubble_cpu * 100.0, m.bubble_formula * 100.0);
@@ -119,6 +123,10 @@ std::string metrics_json(const StepMetrics& m) {
   j["comm_bytes_cross_node"] = m.comm_bytes_cross_node;
   j["model_flops_per_second"] = m.model_flops_per_second;
   j["mfu"] = m.mfu;
+  if (m.loss_scale > 0) {
+    j["loss_scale"] = m.loss_scale;
+    j["skipped_steps"] = m.skipped_steps;
+  }
   if (m.bubble > 0 || m.bubble_formula > 0) {
     j["bubble"] = m.bubble;
     j["bubble_cpu"] = m.bubble_cpu;

@@ -346,6 +346,13 @@ std::vector<std::string> describe_run(const PreparedRun& run, const Config& conf
         "precision: bf16 (matrix products on bfloat16 inputs, accumulated in f32; f32 "
         "parameters, gradients and optimizer state)");
   }
+  if (config.run.precision == ComputePrecision::f16) {
+    lines.push_back(fmt::format(
+        "precision: f16 (matrix products on float16 inputs, accumulated in f32; f32 "
+        "parameters, gradients and optimizer state); dynamic loss scaling from {}: a step whose "
+        "gradients overflow is skipped and halves the scale, {} steps without one double it",
+        config.run.loss_scale, config.run.loss_scale_window));
+  }
   if (!p.init_file.empty()) {
     lines.push_back("initial weights: " + p.init_file.string());
   } else {

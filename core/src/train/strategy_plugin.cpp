@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "tessera/core/device.hpp"
 #include "tessera/core/host_api.hpp"
 #include "tessera/core/train/strategy_host.hpp"
 #include "tessera/sdk/error.hpp"
@@ -99,6 +100,14 @@ std::unique_ptr<StrategyInstance> StrategyPlugin::create(
                   "'; rebuild it against the "
                   "current SDK or remove [compression]");
   }
+  if (run_precision() == ComputePrecision::f16) {
+    const InterfaceVersion v = interface_version(plugin_->descriptor());
+    TESSERA_CHECK(v.major > 2 || (v.major == 2 && v.minor >= 6), TESSERA_ERR_INVALID_ARGUMENT,
+                  "strategy '", name_, "' (", path().string(), ") has strategy interface ", v.major,
+                  ".", v.minor,
+                  ", older than loss scaling (2.6): it cannot train with run.precision = \"f16\"; "
+                  "rebuild it against the current SDK or use \"bf16\"");
+  }
   std::unique_ptr<StrategyInstance> inst(new StrategyInstance());
   inst->plugin_ = plugin_;
   inst->api_ = api_;
@@ -163,7 +172,7 @@ void StrategyInstance::load(const StateSource& source) {
 tessera_step_result StrategyInstance::step(std::span<const Batch> micro_batches,
                                            std::span<const float> loss_scales, int64_t step,
                                            float lr, double max_grad_norm, int64_t global_examples,
-                                           int64_t global_tokens) {
+                                           int64_t global_tokens, float grad_scale) {
   TESSERA_CHECK(!micro_batches.empty(), TESSERA_ERR_INVALID_ARGUMENT, where("step "), step,
                 ": no micro-batches");
   TESSERA_CHECK(loss_scales.size() == micro_batches.size(), TESSERA_ERR_INVALID_ARGUMENT,
@@ -186,7 +195,7 @@ tessera_step_result StrategyInstance::step(std::span<const Batch> micro_batches,
   args.micro_batches = batches.data();
   args.loss_scales = loss_scales.data();
   args.lr = lr;
-  args.reserved = 0.0F;
+  args.grad_scale = grad_scale;
   args.max_grad_norm = max_grad_norm;
   args.local_examples = local_examples;
   args.global_examples = global_examples;

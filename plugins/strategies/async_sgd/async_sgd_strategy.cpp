@@ -109,9 +109,23 @@ sdk::Estimate AsyncSgdStrategy::estimate(const sdk::Host& /*host*/, const sdk::O
   return e;
 }
 
+namespace {
+
+// The servers apply each worker's push as it comes, with no global sum of
+// squares to find an overflow in: no loss scaling, so no f16.
+const sdk::Host& without_loss_scaling(const sdk::Host& host) {
+  TESSERA_CHECK(host.compute_precision() != TESSERA_F16, TESSERA_ERR_UNSUPPORTED,
+                "async_sgd: run.precision = \"f16\" is not supported (its servers apply each "
+                "worker's gradients as they arrive, with no loss scaling); use \"bf16\" or "
+                "\"f32\"");
+  return host;
+}
+
+}  // namespace
+
 AsyncSgdStrategy::AsyncSgdStrategy(const sdk::Host& host, const sdk::Options& options,
                                    sdk::StrategyEnv& env)
-    : host_(host),
+    : host_(without_loss_scaling(host)),
       env_(env),
       options_(AsyncSgdOptions::read(options, env.world_size())),
       flat_(env.model()),

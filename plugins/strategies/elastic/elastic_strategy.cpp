@@ -135,6 +135,7 @@ sdk::StepResult ElasticStrategy::step(const sdk::StepArgs& args) {
     sdk::StepResult out;
     out.loss = r.loss;
     out.grad_norm = r.grad_norm;
+    out.skipped = r.skipped != 0;
     out.comm_wait_ns = r.comm_wait_ns;
     out.comm_bytes = r.comm_bytes + snapshot_sent;
     out.comm_bytes_raw = (r.comm_bytes_raw != 0 ? r.comm_bytes_raw : r.comm_bytes) + snapshot_sent;

@@ -29,6 +29,12 @@ InnerPlugin InnerPlugin::find(const sdk::Host& host, const std::string& name,
   TESSERA_CHECK((p.version >> 16U) == TESSERA_STRATEGY_API_MAJOR, TESSERA_ERR_INVALID_ARGUMENT,
                 "inner = \"", name, "\": strategy interface ", p.version >> 16U, ".",
                 p.version & 0xffffU, ", this plugin speaks ", TESSERA_STRATEGY_API_MAJOR, ".x");
+  // Elastic hands the step's arguments through whole: the inner strategy
+  // itself must unscale and skip under f16's loss scaling.
+  TESSERA_CHECK(host.compute_precision() != TESSERA_F16 || (p.version & 0xffffU) >= 6U,
+                TESSERA_ERR_UNSUPPORTED, "inner = \"", name, "\": strategy interface ",
+                p.version >> 16U, ".", p.version & 0xffffU,
+                " has no loss scaling; run.precision = \"f16\" needs 2.6");
   return p;
 }
 

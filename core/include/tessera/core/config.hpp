@@ -42,8 +42,13 @@ struct RunSection {
   int threads_per_rank = 0;
   // Where each rank computes: the CPU, or a CUDA device per rank.
   ComputeDevice device = ComputeDevice::cpu;
-  // The dtype of the models' matrix products; bf16 needs device = cuda.
+  // The dtype of the models' matrix products; bf16 and f16 need device =
+  // cuda.
   ComputePrecision precision = ComputePrecision::f32;
+  // f16's dynamic loss scaling: the first scale, and the steps without an
+  // overflow after which the scale doubles (docs/training.md, Devices).
+  double loss_scale = 65536.0;
+  int64_t loss_scale_window = 2000;
 };
 
 struct PluginsSection {

@@ -22,11 +22,11 @@ struct ElementwiseStep;
 enum class ComputeDevice { cpu, cuda };
 
 // The dtype of the models' matrix products (run.precision).
-enum class ComputePrecision { f32, bf16 };
+enum class ComputePrecision { f32, bf16, f16 };
 
 // "cpu" | "cuda".
 std::string_view compute_device_name(ComputeDevice device) noexcept;
-// "f32" | "bf16".
+// "f32" | "bf16" | "f16".
 std::string_view compute_precision_name(ComputePrecision precision) noexcept;
 
 // The device of the current run, what tessera_host_api.compute_device

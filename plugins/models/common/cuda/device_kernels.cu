@@ -2,6 +2,7 @@
 #include "device_kernels.hpp"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cfloat>
 
@@ -148,6 +149,13 @@ __global__ void to_bf16_kernel(const float* in, __nv_bfloat16* out, int64_t coun
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
     out[i] = __float2bfloat16_rn(in[i]);
+  }
+}
+
+__global__ void to_f16_kernel(const float* in, __half* out, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = __float2half_rn(in[i]);
   }
 }
 
@@ -426,6 +434,11 @@ void to_bf16(const float* in, void* out, int64_t count, cudaStream_t stream) {
   if (count == 0) return;
   to_bf16_kernel<<<blocks_for(count), kThreads, 0, stream>>>(in, static_cast<__nv_bfloat16*>(out),
                                                              count);
+}
+
+void to_f16(const float* in, void* out, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  to_f16_kernel<<<blocks_for(count), kThreads, 0, stream>>>(in, static_cast<__half*>(out), count);
 }
 
 void add_into(float* out, const float* a, int64_t count, cudaStream_t stream) {

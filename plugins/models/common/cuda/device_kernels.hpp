@@ -12,10 +12,13 @@
 
 namespace tessera::model::cuda {
 
-// Bytes of one bfloat16.
+// Bytes of one bfloat16 or float16.
 inline constexpr size_t kBf16Bytes = 2;
 // out = bfloat16(in), round to nearest even, over `count` elements.
 void to_bf16(const float* in, void* out, int64_t count, cudaStream_t stream);
+// out = float16(in), round to nearest even (beyond f16's range: infinity),
+// over `count` elements.
+void to_f16(const float* in, void* out, int64_t count, cudaStream_t stream);
 
 // act: 0 none, 1 ReLU, 2 GELU (tanh form).
 enum class Act : int32_t { none = 0, relu = 1, gelu = 2 };

@@ -78,7 +78,7 @@ inline Lane& lane(const sdk::Host& host, const std::string& unit) {
     // Plain f32 products (no TF32), so results follow the CPU's to
     // rounding; bf16 products on the tensor cores, accumulated in f32.
     check(cublasSetMathMode(slot->blas,
-                            precision == TESSERA_BF16 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH),
+                            precision != TESSERA_F32 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH),
           unit, "cublasSetMathMode");
     slot->precision = precision;
   }
@@ -251,14 +251,15 @@ inline const int32_t* upload_ids(std::span<const int32_t> ids, int64_t bound, co
 
 // C[M,N] = alpha·op(A)·op(B) + beta·C, row-major, through cuBLAS's
 // column-major GEMM on the transposes. A and B are contiguous (their
-// leading dimension is their row length). Under bf16 precision both are
-// rounded to bfloat16 first and the product is accumulated in f32 into
-// the f32 C.
+// leading dimension is their row length). Under bf16 (f16) precision both
+// are rounded to bfloat16 (float16) first and the product is accumulated in
+// f32 into the f32 C.
 inline void gemm(Lane& l, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                  int64_t ldc, const std::string& unit) {
   if (m == 0 || n == 0) return;
-  if (l.precision == TESSERA_BF16) {
+  if (l.precision == TESSERA_BF16 || l.precision == TESSERA_F16) {
+    const bool half = l.precision == TESSERA_F16;
     const int64_t a_count = (trans_a ? k : m) * lda;
     const int64_t b_count = (trans_b ? n : k) * ldb;
     constexpr int64_t kAlign = 128;  // elements: 256 bytes between the two inputs
@@ -267,12 +268,13 @@ inline void gemm(Lane& l, bool trans_a, bool trans_b, int64_t m, int64_t n, int6
         l.ensure_scratch(static_cast<size_t>(b_at + b_count) * kBf16Bytes, unit));
     void* a16 = scratch;
     void* b16 = scratch + static_cast<size_t>(b_at) * kBf16Bytes;
-    to_bf16(a, a16, a_count, l.stream);
-    to_bf16(b, b16, b_count, l.stream);
+    (half ? to_f16 : to_bf16)(a, a16, a_count, l.stream);
+    (half ? to_f16 : to_bf16)(b, b16, b_count, l.stream);
+    const cudaDataType_t type = half ? CUDA_R_16F : CUDA_R_16BF;
     check(cublasGemmEx(l.blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                        trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
-                       static_cast<int>(m), static_cast<int>(k), &alpha, b16, CUDA_R_16BF,
-                       static_cast<int>(ldb), a16, CUDA_R_16BF, static_cast<int>(lda), &beta, c,
+                       static_cast<int>(m), static_cast<int>(k), &alpha, b16, type,
+                       static_cast<int>(ldb), a16, type, static_cast<int>(lda), &beta, c,
                        CUDA_R_32F, static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
           unit, "cublasGemmEx");
     return;

@@ -44,9 +44,12 @@ extern "C" {
  *            ends with comm_bytes_raw, compress_ns and comm_bytes_cross_node
  *   2.5      elastic recovery: tessera_step_result ends with world_changed,
  *            lost_ranks and restored_step; `world` at the end of the table
- * A host accepts strategy 2.x of any minor. */
+ *   2.6      dynamic loss scaling (run.precision = "f16"): the step's
+ *            grad_scale in tessera_step_args and `skipped` in
+ *            tessera_step_result, where both had a reserved field
+ * A host accepts strategy 2.x of any minor (an f16 run needs 2.6). */
 #define TESSERA_STRATEGY_API_MAJOR 2
-#define TESSERA_STRATEGY_API_MINOR 5
+#define TESSERA_STRATEGY_API_MINOR 6
 
 typedef struct tessera_strategy tessera_strategy;
 
@@ -221,7 +224,14 @@ typedef struct tessera_step_args {
   const tessera_batch* const* micro_batches; /* this rank's, in order           */
   const float* loss_scales;                  /* per micro-batch: the model's loss_scale */
   float lr;                                  /* learning rate of this step      */
-  float reserved;
+  /* Strategy 2.6: the loss scale S of this step under dynamic loss scaling
+   * (run.precision = "f16"). loss_scales already include it, so the
+   * gradients come out S times the true ones: the strategy takes their
+   * global sum of squares, and when it is not finite (16-bit overflow)
+   * skips the update and reports `skipped`; otherwise it divides them by S
+   * (with the clip factor) before the update and reports the true norm.
+   * 0 or 1: no scaling (a host before 2.6 passes 0). */
+  float grad_scale;
   double max_grad_norm; /* clip the global norm; <= 0: off */
   /* ---- strategy 2.0: read only when struct_size covers them (a host
    * that predates them passes a smaller struct; the SDK's copy then reads
@@ -240,7 +250,11 @@ typedef struct tessera_step_args {
 
 typedef struct tessera_step_result {
   uint32_t struct_size;
-  uint32_t reserved;
+  /* Strategy 2.6: 1 when the step's scaled gradients were not finite and
+   * no parameter was updated (see grad_scale); 0 otherwise. The loss is
+   * still this rank's share of the step's loss (scaled by grad_scale, which
+   * the host divides out); grad_norm is then 0. */
+  uint32_t skipped;
   /* This rank's share of the global mean loss: the host sums it over all
    * ranks of the world (ranks that compute a copy of a loss another rank
    * reports, e.g. tensor-parallel peers, report 0). */

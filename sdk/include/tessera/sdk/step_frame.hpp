@@ -26,7 +26,12 @@
 //                                     (clip_coefficient(total,
 //                                     args.max_grad_norm), which throws for a
 //                                     NaN or infinite norm before anything is
-//                                     updated) and the reported norm;
+//                                     updated) and the reported norm; with a
+//                                     loss scale (args.grad_scale S > 1, f16)
+//                                     a non-finite sum skips 7 and 8 and the
+//                                     result says `skipped`, a finite one is
+//                                     divided by S² and the factor by S, so
+//                                     the update sees the true gradients;
 //   7. phases.update(factor)          multiply the gradients this rank
 //                                     updates by `factor` (scale_in_place;
 //                                     1 means no clipping) and run the
@@ -64,6 +69,7 @@
 //       }});
 #pragma once
 
+#include <cmath>
 #include <functional>
 #include <initializer_list>
 
@@ -113,8 +119,20 @@ inline StepResult run_step(const StepArgs& args, std::initializer_list<CommView*
   }
   if (phases.release) phases.release();
   const double total = phases.sum_squares();
-  const float factor = clip_coefficient(total, args.max_grad_norm);
-  result.grad_norm = global_grad_norm(total);
+  // Under dynamic loss scaling (grad_scale S > 1) the gradients are S times
+  // the true ones: an overflow anywhere makes the global sum of squares
+  // non-finite on every rank alike, and the update is skipped everywhere;
+  // otherwise the clip factor divides S out. S = 1 changes nothing.
+  const double scale = args.grad_scale > 0.0f ? static_cast<double>(args.grad_scale) : 1.0;
+  if (scale != 1.0 && !std::isfinite(total)) {
+    result.skipped = true;
+    meter.add_to(result);
+    return result;
+  }
+  const double true_total = scale != 1.0 ? total / (scale * scale) : total;
+  float factor = clip_coefficient(true_total, args.max_grad_norm);
+  if (scale != 1.0) factor = static_cast<float>(static_cast<double>(factor) / scale);
+  result.grad_norm = global_grad_norm(true_total);
   phases.update(factor);
   if (phases.after_update) phases.after_update();
   meter.add_to(result);

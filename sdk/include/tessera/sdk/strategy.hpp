@@ -120,6 +120,9 @@ struct StepArgs {
   int64_t global_examples = 0;
   int64_t local_tokens = 0;
   int64_t global_tokens = 0;
+  // Strategy 2.6: the loss scale of this step (1: none); loss_scales
+  // include it. run_step (step_frame.hpp) unscales and skips by it.
+  float grad_scale = 1.0f;
   // The host's arguments these were read from (every field the SDK knows,
   // the missing ones zero), e.g. to hand the step to another strategy
   // plugin whole (elastic). Valid during the call.
@@ -142,6 +145,8 @@ struct StepResult {
   // Of comm_bytes, those sent across nodes by a hierarchical reduction
   // (strategy 2.4; 0 without one).
   int64_t comm_bytes_cross_node = 0;
+  // Strategy 2.6: the scaled gradients overflowed and nothing was updated.
+  bool skipped = false;
   // Strategy 2.5, elastic recovery: see tessera_step_result.
   bool world_changed = false;
   int32_t lost_ranks = 0;
@@ -236,10 +241,12 @@ struct StrategyAdapter {
       sa.global_examples = a.global_examples;
       sa.local_tokens = a.local_tokens;
       sa.global_tokens = a.global_tokens;
+      sa.grad_scale = a.grad_scale > 0.0f ? a.grad_scale : 1.0f;  // 0 before 2.6
       sa.c = &a;
       const StepResult r = h->impl->step(sa);
       tessera_step_result cr{};
       cr.struct_size = sizeof cr;
+      cr.skipped = r.skipped ? 1U : 0U;
       cr.loss = r.loss;
       cr.grad_norm = r.grad_norm;
       cr.comm_wait_ns = r.comm_wait_ns;

@@ -154,9 +154,11 @@ class StrategyInstance {
   // step's global batch (every data-parallel slice once) and
   // `global_tokens` its tokens (0 for models that are not sequence
   // models); this rank's counts are taken from the micro-batches.
+  // `grad_scale` is f16's loss scale (tessera_step_args.grad_scale, 1:
+  // none), already included in `loss_scales`.
   tessera_step_result step(std::span<const Batch> micro_batches, std::span<const float> loss_scales,
                            int64_t step, float lr, double max_grad_norm, int64_t global_examples,
-                           int64_t global_tokens);
+                           int64_t global_tokens, float grad_scale = 1.0F);
   // The state after step `step` (tessera_state_writer.step). With
   // all_replicas, every rank writes all it holds (TESSERA_STATE_ALL_REPLICAS).
   CollectedState save(int64_t step, bool all_replicas = false);

@@ -104,6 +104,10 @@ struct StepMetrics {
   // its share of the rank's measured sgemm rate (0 when not measured).
   double model_flops_per_second = 0;
   double mfu = 0;
+  // f16's dynamic loss scaling (0 otherwise): the scale after the last step
+  // and the steps of the window whose update overflowed and was skipped.
+  double loss_scale = 0;
+  int64_t skipped_steps = 0;
   std::vector<MemoryStats> memory;  // per rank, in rank order (current and peak)
 };
 
