@@ -7,13 +7,17 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "cli_error.hpp"
+#include "common/tcp_store.hpp"
 #include "launch_elastic.hpp"
 #include "launch_output.hpp"
 #include "launch_process.hpp"
@@ -84,6 +88,11 @@ void check_arguments(const LaunchArgs& args, std::span<char* const> argv) {
     throw UsageError(fmt::format(
         "--master-port is required with --nnodes {} (every node must name the same port)",
         args.nnodes));
+  }
+  if (args.tolerate_failures > 0 && max_nodes > 1 && args.master_port == 65535) {
+    throw UsageError(
+        "--master-port must be below 65535 with --tolerate-failures on several nodes (the "
+        "launcher of node 0 serves the ranks' TCP store on the next port)");
   }
   if (!(args.grace_s >= 0.0)) {
     throw UsageError(fmt::format("--grace must be zero or more seconds, got {}", args.grace_s));
@@ -317,10 +326,32 @@ int run_launch_command(const LaunchArgs& args, std::span<char* const> argv) {
     topology.rendezvous_dir = rendezvous->path().string();
   }
 
-  // Declared after the directory, so the ranks are gone before it is removed.
+  // Ranks that may fail while the others go on (--tolerate-failures, the
+  // `elastic` strategy) must not lose the store with whichever rank serves
+  // it: the launcher of node 0 serves the ranks' TCP store itself, on a free
+  // port on one node or on MASTER_PORT + 1 across nodes, and every rank
+  // finds it in TESSERA_STORE_ADDR (MASTER_ADDR and MASTER_PORT stay free
+  // for the program).
+  std::unique_ptr<backend_store::TcpStoreServer> store;
+  std::vector<std::pair<std::string, std::string>> extra;
+  if (args.tolerate_failures > 0) {
+    int32_t port = topology.nnodes == 1 ? 0 : topology.master_port + 1;
+    if (topology.node_rank == 0) {
+      store = std::make_unique<backend_store::TcpStoreServer>(topology.master_addr, port);
+      port = store->port();
+      launcher_message(fmt::format(
+          "serving the ranks' TCP store on {}:{} (TESSERA_STORE_ADDR), so that it outlives "
+          "any rank (--tolerate-failures)",
+          topology.master_addr, port));
+    }
+    extra.emplace_back("TESSERA_STORE_ADDR", fmt::format("{}:{}", topology.master_addr, port));
+  }
+
+  // Declared after the directory and the store, so the ranks are gone
+  // before either goes.
   SignalPipe signals;
   RankSupervisor supervisor;
-  start_ranks(supervisor, args, topology);
+  start_ranks(supervisor, args, topology, extra);
   return supervisor.supervise(signals, options);
 }
 

@@ -129,6 +129,20 @@ TEST(GlooSettings, TcpIsTheDefaultWithMasterAddrAndPort) {
   EXPECT_NO_THROW(open_gloo({"store=file"}, std::chrono::milliseconds(2000)));
 }
 
+TEST(GlooSettings, ALauncherStoreAddressMustBeHostAndPort) {
+  for (const char* bad : {"127.0.0.1", "127.0.0.1:0", ":29500", "127.0.0.1:http"}) {
+    const ScopedEnv env({{"RANK", "0"},
+                         {"WORLD_SIZE", "1"},
+                         {"TESSERA_STORE_ADDR", bad},
+                         {"MASTER_ADDR", std::nullopt},
+                         {"MASTER_PORT", std::nullopt}});
+    const Error e = open_error({});  // the launcher's store is the default then
+    EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT) << bad;
+    expect_mentions(e.what(),
+                    {"gloo", std::string("TESSERA_STORE_ADDR='") + bad + "'", "host:port"});
+  }
+}
+
 TEST(GlooSettings, OneRankWorldOverTheTcpStore) {
   const ScopedEnv env({{"RANK", "0"},
                        {"WORLD_SIZE", "1"},

@@ -141,9 +141,10 @@ TEST_P(ElasticRecovery, SurvivorsGoOnAtWorldThreeFromMemory) {
                "elastic (" + inner + ") 4 -> 3 ranks at step " + std::to_string(kRecoveryKillAt));
 }
 
-// Rank 0 lost (over the file store: the TCP store lives in rank 0's
-// process): rank 1 becomes rank 0 of the new world and writes the log from
-// there on, the metrics file included, so every logged step is in it once.
+// Rank 0 lost, over the default TCP store, which the launcher serves under
+// --tolerate-failures (TESSERA_STORE_ADDR) and so outlives rank 0: rank 1
+// becomes rank 0 of the new world and writes the log from there on, the
+// metrics file included, so every logged step is in it once.
 class ElasticRankZero : public GlooTest {};
 
 TEST_F(ElasticRankZero, LosingRankZeroMovesTheLog) {
@@ -152,15 +153,17 @@ TEST_F(ElasticRankZero, LosingRankZeroMovesTheLog) {
   const auto config = write_gpt_config(dir.path(), kRecoverySteps, 4, kRecoveryTimeoutS, "elastic");
   const auto metrics = dir.path() / "metrics.jsonl";
   std::vector<std::string> sets = elastic_sets(inner);
-  sets.insert(sets.end(), {"backend.options.store=\"file\"", "strategy.options.kill_rank=0",
-                           "strategy.options.kill_at_step=7", "run.log_every=4",
-                           "run.metrics=\"" + metrics.string() + "\""});
+  sets.insert(sets.end(), {"strategy.options.kill_rank=0", "strategy.options.kill_at_step=7",
+                           "run.log_every=4", "run.metrics=\"" + metrics.string() + "\""});
   const std::vector<std::string> cmd = elastic_launch(3, "elastic-rank0", config, sets);
   const auto log = dir.path() / "rank0.log";
   ChildProcess run(cmd, launched(log));
   const ChildExit exit = run.wait(kRecoveryLimit);
   const std::string text = read_text(log);
   ASSERT_TRUE(exit.ok()) << exit.describe() << text;
+  EXPECT_NE(text.find("tessera launch: serving the ranks' TCP store on 127.0.0.1:"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("[rank 1] elastic: step 7 failed; world 3 -> 2 ranks"), std::string::npos)
       << text;
   EXPECT_NE(text.find("[rank 1] summary: steps 1-" + std::to_string(kRecoverySteps)),

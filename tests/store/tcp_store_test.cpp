@@ -346,6 +346,25 @@ TEST(TcpStoreService, RankZeroServesAndCleansUpTheRun) {
   EXPECT_EQ(gone.status(), TESSERA_ERR_TIMEOUT);
 }
 
+// A store a launcher serves (TESSERA_STORE_ADDR): no rank serves it, rank 0
+// included, and messages name where its address came from.
+TEST(TcpStoreService, AStoreServedElsewhereIsServedByNoRank) {
+  TcpStoreServer launcher("127.0.0.1", 0);
+  StoreConfig config;
+  config.kind = StoreKind::kTcp;
+  config.tcp_host = "127.0.0.1";
+  config.tcp_port = launcher.port();
+  config.tcp_served_elsewhere = true;
+  config.run_id = "run-8";
+  config.timeout_ms = 3000;
+  EXPECT_EQ(serve_store(config, 0, "gloo", nullptr), nullptr);
+  auto rank0 = open_store(config, "gloo");
+  EXPECT_EQ(rank0->description(),
+            "TCP store at 127.0.0.1:" + std::to_string(launcher.port()) + " (TESSERA_STORE_ADDR)");
+  rank0->put("run-8/k", bytes("v"));
+  EXPECT_EQ(text(open_store(config, "gloo")->await("run-8/k", 3000, "the key")), "v");
+}
+
 TEST(TcpStoreService, BusyPortNamesPluginAndAddress) {
   const Listener busy;
   StoreConfig config;

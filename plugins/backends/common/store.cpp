@@ -182,7 +182,7 @@ class GlooTcpStore final : public gloo::rendezvous::Store {
  public:
   explicit GlooTcpStore(const StoreConfig& config)
       : client_(config.tcp_host, config.tcp_port, config.run_id, config.timeout_ms,
-                "MASTER_ADDR:MASTER_PORT"),
+                config.tcp_source()),
         timeout_ms_(config.timeout_ms) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
@@ -315,8 +315,7 @@ EnvLookup process_environment() {
 std::string StoreConfig::description() const {
   if (kind == StoreKind::kFile) return "file store at '" + dir + "'";
   if (kind == StoreKind::kTcp) {
-    return "TCP store at " + tcp_host + ":" + std::to_string(tcp_port) +
-           " (MASTER_ADDR:MASTER_PORT)";
+    return "TCP store at " + tcp_host + ":" + std::to_string(tcp_port) + " (" + tcp_source() + ")";
   }
   return "Redis store at " + redis_host + ":" + std::to_string(redis_port);
 }
@@ -325,13 +324,27 @@ StoreConfig resolve_store_config(const sdk::Options& options, const EnvLookup& e
                                  const std::string& plugin) {
   StoreConfig c;
   std::string store = options.get_string("store");
+  const auto served = env("TESSERA_STORE_ADDR");
+  const bool launcher_store = served && !served->empty();
   if (store.empty()) {
     const auto addr = env("MASTER_ADDR");
     const auto port = env("MASTER_PORT");
     const bool master = addr && !addr->empty() && port && !port->empty();
-    store = master ? "tcp" : "file";
+    store = master || launcher_store ? "tcp" : "file";
   }
-  if (store == "tcp") {
+  if (store == "tcp" && launcher_store) {
+    c.kind = StoreKind::kTcp;
+    c.tcp_served_elsewhere = true;
+    const size_t colon = served->rfind(':');
+    const auto parsed =
+        colon == std::string::npos ? std::nullopt : parse_int(served->substr(colon + 1));
+    TESSERA_CHECK(
+        colon != std::string::npos && colon > 0 && parsed && *parsed >= 1 && *parsed <= 65535,
+        TESSERA_ERR_INVALID_ARGUMENT, plugin, ": environment variable TESSERA_STORE_ADDR='",
+        *served, "' is not host:port with a port in 1..65535 (the TCP store a launcher serves)");
+    c.tcp_host = served->substr(0, colon);
+    c.tcp_port = static_cast<int32_t>(*parsed);
+  } else if (store == "tcp") {
     c.kind = StoreKind::kTcp;
     const auto addr = env("MASTER_ADDR");
     const auto port = env("MASTER_PORT");
@@ -449,7 +462,7 @@ int32_t StoreService::port() const noexcept { return server_->port(); }
 
 std::shared_ptr<StoreService> serve_store(const StoreConfig& config, int32_t rank,
                                           const std::string& plugin, StoreService::Log log) {
-  if (config.kind != StoreKind::kTcp || rank != 0) return nullptr;
+  if (config.kind != StoreKind::kTcp || rank != 0 || config.tcp_served_elsewhere) return nullptr;
   return std::make_shared<StoreService>(config, plugin, std::move(log));
 }
 

@@ -70,22 +70,34 @@ struct StoreConfig {
   std::string dir;         // kFile
   std::string redis_host;  // kRedis
   int32_t redis_port = 6379;
-  std::string tcp_host;  // kTcp: $MASTER_ADDR
-  int32_t tcp_port = 0;  // kTcp: $MASTER_PORT
-  std::string run_id;    // key namespace
+  std::string tcp_host;  // kTcp: $MASTER_ADDR, or the host of $TESSERA_STORE_ADDR
+  int32_t tcp_port = 0;  // kTcp: $MASTER_PORT, or the port of $TESSERA_STORE_ADDR
+  // kTcp: from TESSERA_STORE_ADDR, which a launcher sets when it serves the
+  // store itself (`tessera launch --tolerate-failures`): no rank serves it,
+  // so it outlives any rank, rank 0 included.
+  bool tcp_served_elsewhere = false;
+  std::string run_id;  // key namespace
   // kTcp: how long a rank tries to reach the store, and the bound of the
   // replies it waits for (< 0: none). The plugin sets its own timeout here.
   int64_t timeout_ms = 60000;
 
   // "file store at 'DIR'", "Redis store at HOST:PORT" or "TCP store at
-  // HOST:PORT (MASTER_ADDR:MASTER_PORT)", for messages.
+  // HOST:PORT (MASTER_ADDR:MASTER_PORT)" (or "(TESSERA_STORE_ADDR)"), for
+  // messages.
   [[nodiscard]] std::string description() const;
+  // Where the TCP store's address came from: "MASTER_ADDR:MASTER_PORT" or
+  // "TESSERA_STORE_ADDR".
+  [[nodiscard]] const char* tcp_source() const noexcept {
+    return tcp_served_elsewhere ? "TESSERA_STORE_ADDR" : "MASTER_ADDR:MASTER_PORT";
+  }
 };
 
 // Resolves the store options (kStoreOption ... kRunIdOption, which the
 // plugin must declare) and their environment fallbacks. Without a `store`
-// option, the store is "tcp" when MASTER_ADDR and MASTER_PORT are both set
-// (and not empty), else "file". Throws
+// option, the store is "tcp" when TESSERA_STORE_ADDR, or MASTER_ADDR and
+// MASTER_PORT, are set (and not empty), else "file". The TCP store is at
+// TESSERA_STORE_ADDR ("host:port", served by the launcher) when it is set,
+// else at MASTER_ADDR:MASTER_PORT, served by rank 0. Throws
 // Error(INVALID_ARGUMENT) naming `plugin` and the option or variable that is
 // missing or wrong.
 StoreConfig resolve_store_config(const sdk::Options& options, const EnvLookup& env,
