@@ -102,8 +102,7 @@ void read_run(Section s, RunSection& run) {
   // f16's loss scaling; set for another precision it would do nothing.
   const bool f16 = run.precision == ComputePrecision::f16;
   if (s.read("loss_scale", run.loss_scale)) {
-    s.require("loss_scale", run.loss_scale >= 1.0,
-              "must be >= 1; got " + fmt::format("{}", run.loss_scale));
+    s.at_least("loss_scale", run.loss_scale, 1.0);
     s.require("loss_scale", f16, "applies to run.precision = \"f16\" only");
   }
   if (s.read("loss_scale_window", run.loss_scale_window)) {

@@ -82,7 +82,7 @@ TEST(ConfigErrors, RangesAreCheckedWithTheLine) {
             "run.toml:2: 'run.precision' \"f16\" needs run.device = \"cuda\" (the CPU units "
             "compute in f32)");
   EXPECT_EQ(config_error("[run]\ndevice = \"cuda\"\nprecision = \"f16\"\nloss_scale = 0.5\n"),
-            "run.toml:4: 'run.loss_scale' must be >= 1; got 0.5");
+            "run.toml:4: 'run.loss_scale' must be >= 1.0, got 0.5");
   EXPECT_EQ(config_error("[run]\ndevice = \"cuda\"\nprecision = \"bf16\"\nloss_scale = 128\n"),
             "run.toml:4: 'run.loss_scale' applies to run.precision = \"f16\" only");
   EXPECT_EQ(config_error("[run]\ndevice = \"cuda\"\nprecision = \"f16\"\nloss_scale_window = 0\n"),

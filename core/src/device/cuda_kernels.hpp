@@ -1,4 +1,4 @@
-// The host's own CUDA kernels (cuda_kernels.cu), launched by device/cuda.cpp
+// The host's own CUDA kernels (cuda_kernels.cu), launched by device/cuda_work.cpp
 // on `stream`; each returns the launch's error (cudaSuccess when queued).
 // Every pointer is CUDA device or managed memory of the current device.
 #pragma once

@@ -49,28 +49,32 @@ void run_on(int32_t ordinal, const char* what, const Launch& launch) {
   check_cuda(cudaStreamSynchronize(cudaStreamPerThread), what);
 }
 
+// Runs `launch` on the device `ptrs` share (see run_on) and returns true,
+// or returns false, doing nothing, when the work is not for a device
+// (work_device).
+template <typename Launch>
+bool run_where(std::size_t count, std::initializer_list<const void*> ptrs, const char* what,
+               const Launch& launch) {
+  const int32_t ordinal = work_device(count, ptrs);
+  if (ordinal < 0) return false;
+  run_on(ordinal, what, launch);
+  return true;
+}
+
 }  // namespace
 
 bool fill_on_cuda(float* x, std::size_t count, float value) {
-  const int32_t ordinal = work_device(count, {x});
-  if (ordinal < 0) return false;
-  run_on(ordinal, "fill",
-         [&](cudaStream_t stream) { return kernels::fill(x, count, value, stream); });
-  return true;
+  return run_where(count, {x}, "fill",
+                   [&](cudaStream_t stream) { return kernels::fill(x, count, value, stream); });
 }
 
 bool scale_on_cuda(float* x, std::size_t count, float factor) {
-  const int32_t ordinal = work_device(count, {x});
-  if (ordinal < 0) return false;
-  run_on(ordinal, "scale",
-         [&](cudaStream_t stream) { return kernels::scale(x, count, factor, stream); });
-  return true;
+  return run_where(count, {x}, "scale",
+                   [&](cudaStream_t stream) { return kernels::scale(x, count, factor, stream); });
 }
 
 bool sum_squares_on_cuda(const float* x, std::size_t count, double& out) {
-  const int32_t ordinal = work_device(count, {x});
-  if (ordinal < 0) return false;
-  run_on(ordinal, "sum of squares", [&](cudaStream_t stream) {
+  return run_where(count, {x}, "sum of squares", [&](cudaStream_t stream) {
     // The partial sums and the total, in the stream-ordered pool.
     void* scratch = nullptr;
     cudaError_t err =
@@ -85,16 +89,13 @@ bool sum_squares_on_cuda(const float* x, std::size_t count, double& out) {
     const cudaError_t freed = cudaFreeAsync(scratch, stream);
     return err != cudaSuccess ? err : freed;
   });
-  return true;
 }
 
 bool optimizer_step_on_cuda(const optim::ElementwiseStep& step, float* params, const float* grads,
                             float* s0, float* s1, std::size_t count) {
-  const int32_t ordinal = work_device(count, {params, grads, s0, s1});
-  if (ordinal < 0) return false;
-  run_on(ordinal, "optimizer step", [&](cudaStream_t stream) {
+  return run_where(count, {params, grads, s0, s1}, "optimizer step", [&](cudaStream_t stream) {
     return kernels::optimizer_step(step, params, grads, s0, s1, count, stream);
   });
-  return true;
 }
+
 }  // namespace tessera::device

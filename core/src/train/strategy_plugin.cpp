@@ -89,24 +89,22 @@ tessera_estimate StrategyPlugin::estimate(const ModelDescription& model, int wor
 std::unique_ptr<StrategyInstance> StrategyPlugin::create(
     Communicator& comm, const model::Model& model, const Optimizer& optimizer,
     const CompressorPlugin::Instance* compressor, const std::string& compressor_name) const {
-  if (compressor != nullptr) {
+  // A feature of strategy interface 2.<minor> the run uses: a plugin older
+  // than that is refused, naming the feature and what to do instead.
+  const auto require_minor = [&](int minor, const char* feature, const std::string& use,
+                                 const char* instead) {
     const InterfaceVersion v = interface_version(plugin_->descriptor());
-    TESSERA_CHECK(v.major > 2 || (v.major == 2 && v.minor >= 4), TESSERA_ERR_INVALID_ARGUMENT,
+    TESSERA_CHECK(v.major > 2 || (v.major == 2 && v.minor >= minor), TESSERA_ERR_INVALID_ARGUMENT,
                   "strategy '", name_, "' (", path().string(), ") has strategy interface ", v.major,
-                  ".", v.minor,
-                  ", older than gradient compression (2.4): it cannot "
-                  "use [compression] name = '",
-                  compressor_name,
-                  "'; rebuild it against the "
-                  "current SDK or remove [compression]");
+                  ".", v.minor, ", older than ", feature, " (2.", minor, "): it cannot ", use,
+                  "; rebuild it against the current SDK or ", instead);
+  };
+  if (compressor != nullptr) {
+    require_minor(4, "gradient compression", "use [compression] name = '" + compressor_name + "'",
+                  "remove [compression]");
   }
   if (run_precision() == ComputePrecision::f16) {
-    const InterfaceVersion v = interface_version(plugin_->descriptor());
-    TESSERA_CHECK(v.major > 2 || (v.major == 2 && v.minor >= 6), TESSERA_ERR_INVALID_ARGUMENT,
-                  "strategy '", name_, "' (", path().string(), ") has strategy interface ", v.major,
-                  ".", v.minor,
-                  ", older than loss scaling (2.6): it cannot train with run.precision = \"f16\"; "
-                  "rebuild it against the current SDK or use \"bf16\"");
+    require_minor(6, "loss scaling", "train with run.precision = \"f16\"", "use \"bf16\"");
   }
   std::unique_ptr<StrategyInstance> inst(new StrategyInstance());
   inst->plugin_ = plugin_;

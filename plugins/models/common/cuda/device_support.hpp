@@ -76,7 +76,8 @@ inline Lane& lane(const sdk::Host& host, const std::string& unit) {
   const tessera_dtype precision = host.compute_precision();
   if (slot->precision != precision) {
     // Plain f32 products (no TF32), so results follow the CPU's to
-    // rounding; bf16 products on the tensor cores, accumulated in f32.
+    // rounding; bf16 and f16 products on the tensor cores, accumulated in
+    // f32.
     check(cublasSetMathMode(slot->blas,
                             precision != TESSERA_F32 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH),
           unit, "cublasSetMathMode");
