@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <string>
 #include <system_error>
 
 #include <fmt/format.h>
@@ -71,6 +73,21 @@ void print_dry_run(const Config& config, const train::RunPlan& plan, std::ostrea
   }
 }
 
+namespace {
+
+// TESSERA_JOIN: "1" joins a running world (train::RunOptions::joining);
+// unset, empty or "0" does not.
+bool join_requested() {
+  const char* value = std::getenv("TESSERA_JOIN");  // NOLINT(concurrency-mt-unsafe): start-up
+  const std::string text = value != nullptr ? value : "";
+  if (text.empty() || text == "0") return false;
+  if (text == "1") return true;
+  throw UsageError(
+      fmt::format("TESSERA_JOIN = '{}': must be 1 (join the running world) or 0", text));
+}
+
+}  // namespace
+
 int run_train_command(const GlobalOptions& global, const TrainArgs& args, std::ostream& out) {
   refuse_global_config(global, "tessera train");
   const Config config = load_config(args.config, args.overrides);
@@ -80,6 +97,7 @@ int run_train_command(const GlobalOptions& global, const TrainArgs& args, std::o
     return kExitOk;
   }
   train::RunOptions options;
+  options.joining = join_requested();
   options.out = &out;
   options.progress = isatty(fileno(stderr)) != 0;
   with_memory_hint(

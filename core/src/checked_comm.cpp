@@ -526,6 +526,26 @@ tessera_status checked_shrink(tessera_comm* comm, int64_t grace_ms, tessera_comm
   });
 }
 
+bool has_grow(const tessera_backend_api& api) {
+  return api.struct_size >= offsetof(tessera_backend_api, comm_grow) + sizeof api.comm_grow &&
+         api.comm_grow != nullptr;
+}
+
+// The grown group, checked like the old one (with a shadow of its own);
+// NULL when nobody joined.
+tessera_status checked_grow(tessera_comm* comm, int64_t wait_ms, tessera_comm** out) {
+  return guarded([&]() -> tessera_status {
+    CheckedComm& c = *self(comm);
+    *out = nullptr;
+    tessera_comm* inner = nullptr;
+    const tessera_status status = c.api->comm_grow(c.inner, wait_ms, &inner);
+    if (status != TESSERA_OK || inner == nullptr) return status;
+    const uint64_t number = ++c.splits;
+    return make_checked(*c.api, inner, c.settings,
+                        fmt::format("{}/grow{}", c.recorder->label(), number), out);
+  });
+}
+
 }  // namespace
 
 tessera_backend_api checked_api(const tessera_backend_api& inner) {
@@ -546,6 +566,7 @@ tessera_backend_api checked_api(const tessera_backend_api& inner) {
   api.work_free = &checked_work_free;
   api.raw_post = &checked_raw_post;
   api.comm_shrink = has_shrink(inner) ? &checked_shrink : nullptr;
+  api.comm_grow = has_grow(inner) ? &checked_grow : nullptr;
   return api;
 }
 

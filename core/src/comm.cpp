@@ -23,8 +23,21 @@ class BackendState {
         checks_(settings.checks) {
     TESSERA_CHECK(plugin_->kind() == TESSERA_KIND_BACKEND, TESSERA_ERR_INVALID_ARGUMENT, "plugin '",
                   name_, "' (", plugin_->path().string(), ") is not a backend");
+    if (settings.joining) {
+      const bool grows =
+          api_->struct_size >= offsetof(tessera_backend_api, comm_grow) + sizeof(void*) &&
+          api_->comm_grow != nullptr &&
+          (api_->capabilities & TESSERA_BACKEND_CAP_THREAD_RANKS) == 0;
+      if (!grows) {
+        throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                    "TESSERA_JOIN=1: backend '" + name_ + "' (" + plugin_->path().string() +
+                        ") cannot admit a process into a running world (it needs comm_grow, "
+                        "backend interface 1.4, and one process per rank): gloo can");
+      }
+    }
     const tessera_backend_config config{sizeof(tessera_backend_config), settings.world_size,
-                                        static_cast<int64_t>(settings.timeout.count())};
+                                        static_cast<int64_t>(settings.timeout.count()),
+                                        settings.joining ? 1 : 0};
     throw_if_failed(api_->create(plugin_->host().api(), &options, &config, &backend_),
                     "backend '" + name_ + "': create failed");
     checked_api_ = detail::checked_api(*api_);

@@ -71,13 +71,15 @@ std::vector<RankOutcome> run_ranks(int world_size, const std::vector<int>& ranks
 }
 
 std::unique_ptr<Backend> open_gloo(const std::vector<std::string>& options,
-                                   std::chrono::milliseconds timeout, int world_size) {
+                                   std::chrono::milliseconds timeout, int world_size,
+                                   bool joining) {
   PluginRegistry registry;
   registry.scan(PluginRegistry::search_path({TESSERA_GLOO_TEST_PLUGIN_DIR}));
   const toml::table table = parse_option_overrides(options);
   BackendSettings settings;
   settings.world_size = world_size;
   settings.timeout = timeout;
+  settings.joining = joining;
   return open_backend(registry, "gloo", &table, "test options", settings);
 }
 

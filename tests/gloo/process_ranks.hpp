@@ -37,8 +37,10 @@ std::vector<RankOutcome> run_ranks(int world_size, const std::vector<int>& ranks
                                    std::chrono::milliseconds limit = std::chrono::seconds(60));
 
 // In a child: the gloo backend from the build tree's plugin directory, with
-// `options` ("key=value") and the default operation timeout `timeout`.
+// `options` ("key=value") and the default operation timeout `timeout`;
+// `joining`: as a process joining a running world (BackendSettings).
 std::unique_ptr<Backend> open_gloo(const std::vector<std::string>& options,
-                                   std::chrono::milliseconds timeout, int world_size = -1);
+                                   std::chrono::milliseconds timeout, int world_size = -1,
+                                   bool joining = false);
 
 }  // namespace tessera::glootest

@@ -15,6 +15,7 @@
 
 #include "../support/error_of.hpp"
 #include "../support/loopback.hpp"
+#include "../support/temp_dir.hpp"
 #include "process_ranks.hpp"
 #include "tessera/sdk/error.hpp"
 
@@ -65,6 +66,22 @@ TEST(GlooSettings, MissingRankVariablesNameThemAndTheLauncher) {
   const Error e = open_error({});
   EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT);
   expect_mentions(e.what(), {"WORLD_SIZE", "RANK", "tessera launch -n N"});
+}
+
+// A joining process reads no RANK or WORLD_SIZE and serves no store: it
+// connects at once as a world of itself alone (comm_grow admits it later).
+TEST(GlooSettings, AJoiningProcessStartsAsAWorldOfItsOwn) {
+  const test::TempDir dir("gloo-joining");
+  const ScopedEnv env({{"RANK", std::nullopt},
+                       {"WORLD_SIZE", std::nullopt},
+                       {"MASTER_ADDR", std::nullopt},
+                       {"MASTER_PORT", std::nullopt},
+                       {"TESSERA_STORE_ADDR", std::nullopt},
+                       {"TESSERA_RENDEZVOUS_DIR", dir.path().string()}});
+  auto backend = open_gloo({}, std::chrono::milliseconds(2000), -1, /*joining=*/true);
+  const auto world = backend->connect(-1);
+  EXPECT_EQ(world->rank(), 0);
+  EXPECT_EQ(world->size(), 1);
 }
 
 TEST(GlooSettings, RankOutsideTheWorldIsRejected) {

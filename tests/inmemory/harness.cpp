@@ -82,7 +82,7 @@ tessera_options default_options(const BackendConfig& config) {
 
 tessera_status try_create(FakeHost& host, const tessera_options& options,
                           const BackendConfig& config, tessera_backend** out) {
-  tessera_backend_config c{sizeof(tessera_backend_config), config.world_size, config.timeout_ms};
+  tessera_backend_config c{sizeof(tessera_backend_config), config.world_size, config.timeout_ms, 0};
   return Plugin::get().api->create(host.api(), &options, &c, out);
 }
 

@@ -39,6 +39,16 @@ class ShrinkingBackend : public SilentBackend {
 
 static_assert(sdk::detail::BackendAdapter<SilentBackend>::table(0).comm_shrink == nullptr);
 static_assert(sdk::detail::BackendAdapter<ShrinkingBackend>::table(0).comm_shrink != nullptr);
+// Likewise comm_grow (backend 1.4), declared on its own.
+class GrowingBackend : public SilentBackend {
+ public:
+  using SilentBackend::SilentBackend;
+  static constexpr bool kCanGrow = true;
+};
+static_assert(sdk::detail::BackendAdapter<SilentBackend>::table(0).comm_grow == nullptr);
+static_assert(sdk::detail::BackendAdapter<ShrinkingBackend>::table(0).comm_grow == nullptr);
+static_assert(sdk::detail::BackendAdapter<GrowingBackend>::table(0).comm_grow != nullptr);
+static_assert(sdk::detail::BackendAdapter<GrowingBackend>::table(0).comm_shrink == nullptr);
 
 // comm_shrink through the plugin's table.
 std::unique_ptr<Comm> shrink(Comm& comm, int64_t grace_ms) {
@@ -61,6 +71,10 @@ TEST(Shrink, TableHasCommShrink) {
   ASSERT_GE(plugin.api->struct_size,
             offsetof(tessera_backend_api, comm_shrink) + sizeof plugin.api->comm_shrink);
   EXPECT_NE(plugin.api->comm_shrink, nullptr);
+  // Its ranks are threads of one process: nothing can join them.
+  ASSERT_GE(plugin.api->struct_size,
+            offsetof(tessera_backend_api, comm_grow) + sizeof plugin.api->comm_grow);
+  EXPECT_EQ(plugin.api->comm_grow, nullptr);
 }
 
 TEST(Shrink, SurvivorsReformWithoutTheLostRankInTheirOldOrder) {

@@ -47,7 +47,7 @@ TEST(Lifetime, PluginOutlivesItsRegistryAndStillWorks) {
 
   // Call into the plugin through its table, with the host API it was given.
   EXPECT_EQ(plugin->host().logger()->name(), "backend.good");
-  const tessera_backend_config config{sizeof(tessera_backend_config), 1, 1000};
+  const tessera_backend_config config{sizeof(tessera_backend_config), 1, 1000, 0};
   tessera_backend* backend = nullptr;
   (void)take_thread_error();
   EXPECT_EQ(api->create(plugin->host().api(), nullptr, &config, &backend), TESSERA_ERR_UNSUPPORTED);

@@ -137,7 +137,7 @@ TEST(Scan, BackendBuiltAgainstTheAbi12HeadersStillLoads) {
   const auto plugin = registry.get(TESSERA_KIND_BACKEND, "legacy12");
   const auto* api = static_cast<const tessera_backend_api*>(plugin->descriptor().api);
   tessera_backend* backend = nullptr;
-  const tessera_backend_config config{sizeof(tessera_backend_config), 1, 1000};
+  const tessera_backend_config config{sizeof(tessera_backend_config), 1, 1000, 0};
   EXPECT_EQ(api->create(plugin->host().api(), nullptr, &config, &backend), TESSERA_ERR_UNSUPPORTED);
   EXPECT_EQ(take_thread_error(), "fixture backend legacy12 cannot create backends");
 }

@@ -173,6 +173,120 @@ TEST_F(ElasticRankZero, LosingRankZeroMovesTheLog) {
   EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), kRecoverySteps / 4) << lines;
 }
 
+// A rank that starts later joins the running world: 3 gloo ranks under
+// `tessera launch` train with inner zero1 and wait at the start of step 5
+// (wait_for_join_at_step) for a fourth `tessera train` started with
+// TESSERA_JOIN=1 and the launcher's store (TESSERA_STORE_ADDR) and run id.
+// The members hand it the state after step 4 from their memory, and the four
+// go on. zero1 is exact, so the final state equals a run on 3 in-memory
+// ranks that nobody joined, within 1e-5.
+class ElasticJoin : public GlooTest {};
+
+TEST_F(ElasticJoin, ARankStartedLaterJoinsAtTheNextStep) {
+  const TempDir dir("elastic-join");
+  constexpr int kSteps = 12;
+  constexpr int kJoinAt = 5;
+  const auto config = write_gpt_config(dir.path(), kSteps, kSteps, kRecoveryTimeoutS, "elastic");
+  std::vector<std::string> sets = elastic_sets("zero1");
+  // Admitted at step kJoinAt only, however early it comes.
+  sets.insert(sets.end(), {"strategy.options.join_wait_s=60", "strategy.options.join_every=0",
+                           "strategy.options.wait_for_join_at_step=" + std::to_string(kJoinAt)});
+  const std::string run_id = "elastic-join";
+  const auto log = dir.path() / "members.log";
+  ChildProcess members(elastic_launch(3, run_id, config, sets), launched(log));
+
+  // The launcher's store, from its log.
+  const std::string serving = "tessera launch: serving the ranks' TCP store on ";
+  std::string address;
+  ASSERT_TRUE(eventually(std::chrono::seconds(60), [&] {
+    const std::string text = read_text(log);
+    const size_t at = text.find(serving);
+    if (at == std::string::npos) return false;
+    const size_t from = at + serving.size();
+    address = text.substr(from, text.find_first_not_of("0123456789.:", from) - from);
+    return true;
+  })) << read_text(log);
+
+  std::vector<std::string> join = {TESSERA_MP_TESSERA, "train", config.string(), "--set",
+                                   "backend.name=\"gloo\""};
+  for (const auto& s : sets) join.insert(join.end(), {"--set", s});
+  test::ChildOptions joining = launched(dir.path() / "joiner.log");
+  joining.set.insert(
+      joining.set.end(),
+      {{"TESSERA_JOIN", "1"}, {"TESSERA_STORE_ADDR", address}, {"TESSERA_RUN_ID", run_id}});
+  ChildProcess joiner(join, joining);
+  const ChildExit joined = joiner.wait(kRecoveryLimit);
+  const ChildExit exit = members.wait(kRecoveryLimit);
+  const std::string text = read_text(log);
+  const std::string joiner_text = read_text(dir.path() / "joiner.log");
+  ASSERT_TRUE(joined.ok()) << joined.describe() << joiner_text;
+  ASSERT_TRUE(exit.ok()) << exit.describe() << text;
+  EXPECT_NE(text.find("elastic: world 3 -> 4 ranks before step " + std::to_string(kJoinAt) +
+                      ": rank(s) 3 joined"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(joiner_text.find("joined the running world of 3 ranks, with its state after step " +
+                             std::to_string(kJoinAt - 1)),
+            std::string::npos)
+      << joiner_text;
+  // The members' log holds the fourth rank from then on.
+  EXPECT_NE(text.find("summary: steps 1-" + std::to_string(kSteps)), std::string::npos) << text;
+  EXPECT_NE(text.find("  rank 3 "), std::string::npos) << text;
+
+  const auto reference = dir.path() / "reference";
+  std::vector<std::string> plain = elastic_sets("zero1");
+  plain.push_back("checkpoint.dir=\"" + reference.string() + "\"");
+  const auto reference_log = dir.path() / "reference.log";
+  ChildProcess three(train_command(Engine::kInmemory, 3, config, plain, "reference"),
+                     launched(reference_log));
+  ASSERT_TRUE(three.wait(kRecoveryLimit).ok()) << read_text(reference_log);
+  const auto last = train::checkpoint_dir_name(kSteps);
+  expect_close(tensors_of_file(dir.path() / "ckpt" / last / "model.safetensors"),
+               tensors_of_file(reference / last / "model.safetensors"),
+               "elastic (zero1) 3 -> 4 ranks at step " + std::to_string(kJoinAt));
+}
+
+// What a joining process is refused, each before it trains a step: a bad
+// TESSERA_JOIN, a strategy that cannot admit it, a backend that cannot, and
+// no running world admitting it within join_wait_s (it withdraws and says
+// what it waited for). Through the file store: nothing else is running.
+TEST_F(ElasticJoin, WhatCannotJoinSaysWhy) {
+  const TempDir dir("elastic-join-refused");
+  const auto config = write_gpt_config(dir.path(), 4, 4, kRecoveryTimeoutS, "elastic");
+  const auto store = dir.path() / "store";
+  std::filesystem::create_directories(store);
+  const auto attempt = [&](const std::string& join, const std::vector<std::string>& sets) {
+    std::vector<std::string> cmd = {TESSERA_MP_TESSERA, "train", config.string()};
+    for (const auto& s : sets) cmd.insert(cmd.end(), {"--set", s});
+    const auto log = dir.path() / "attempt.log";
+    test::ChildOptions options = launched(log);
+    options.set.emplace_back("TESSERA_JOIN", join);
+    ChildProcess child(cmd, options);
+    const ChildExit exit = child.wait(kRecoveryLimit);
+    EXPECT_FALSE(exit.ok()) << read_text(log);
+    return read_text(log);
+  };
+  const std::string gloo = "backend.name=\"gloo\"";
+  const std::string file = "backend.options.store=\"file\"";
+  const std::string dir_set = "backend.options.store_dir=\"" + store.string() + "\"";
+  std::string text = attempt("2", {gloo, file, dir_set});
+  EXPECT_NE(text.find("TESSERA_JOIN = '2': must be 1 (join the running world) or 0"),
+            std::string::npos)
+      << text;
+  text = attempt("1", {gloo, file, dir_set, "strategy.name=\"ddp\""});
+  EXPECT_NE(text.find("this strategy cannot admit a rank into a running world (TESSERA_JOIN=1): "
+                      "joining needs the elastic strategy"),
+            std::string::npos)
+      << text;
+  text = attempt("1", {"backend.name=\"inmemory\""});
+  EXPECT_NE(text.find("TESSERA_JOIN=1: backend 'inmemory'"), std::string::npos) << text;
+  EXPECT_NE(text.find("cannot admit a process into a running world"), std::string::npos) << text;
+  text = attempt("1", {gloo, file, dir_set, "strategy.options.join_wait_s=1"});
+  EXPECT_NE(text.find("waiting for admission into the running world of run"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("timed out after"), std::string::npos) << text;
+}
+
 INSTANTIATE_TEST_SUITE_P(Inner, ElasticRecovery, ::testing::Values("ddp", "zero1", "zero3"),
                          [](const auto& p) { return std::string(p.param); });
 

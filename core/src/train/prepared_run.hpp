@@ -72,6 +72,9 @@ struct RankShared {
   // world its strategy re-formed after rank 0 was lost (elastic); empty
   // where no such thing can happen.
   std::function<RunLog*()> open_log;
+  // RunOptions::joining: the first step must admit this rank into the
+  // running world (the strategy reports the world changed).
+  bool joining = false;
 };
 
 // What one rank hands back. Every rank has the reduced metrics; the

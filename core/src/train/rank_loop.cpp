@@ -270,9 +270,9 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
   // The rank's compressor outlives its strategy (declared first).
   const std::unique_ptr<CompressorPlugin::Instance> compressor =
       run.compressor != nullptr ? run.compressor->create() : nullptr;
-  const std::unique_ptr<StrategyInstance> strategy =
-      run.strategy->create(comm, *run.model, *run.optimizer, compressor.get(),
-                           run.compressor != nullptr ? run.compressor->name() : std::string());
+  const std::unique_ptr<StrategyInstance> strategy = run.strategy->create(
+      comm, *run.model, *run.optimizer, compressor.get(),
+      run.compressor != nullptr ? run.compressor->name() : std::string(), s.joining);
   const tessera_strategy_layout layout = strategy->layout();
   check_layout(layout, config, run.plan.strategy, comm.size());
   std::optional<DistributedSampler> sampler;
@@ -331,6 +331,8 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
   out.last_step = first > last ? first - 1 : last;
   Window window;
   Window total;
+  // A joining rank's first step admits it into the running world.
+  bool awaiting_admission = s.joining;
   for (int64_t step = first; step <= last; ++step) {
     const auto start = Clock::now();
     const std::vector<Batch> micro = sampler->micro_batches(step, config.data.micro_batches);
@@ -340,29 +342,50 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
     tessera_step_result result =
         strategy->step(micro, scaled_losses, step, lr, config.optimizer.grad_clip, global_examples,
                        global_tokens, grad_scale);
+    const bool joining = awaiting_admission;
+    awaiting_admission = false;
+    if (joining && result.world_changed == 0) {
+      throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                  fmt::format("TESSERA_JOIN=1: strategy '{}' trained step {} on this rank alone "
+                              "instead of admitting it into the running world (joining needs a "
+                              "strategy that grows its world: elastic)",
+                              run.plan.strategy, step));
+    }
     if (result.world_changed != 0) {
-      // Ranks were lost and the strategy re-formed the world of the
-      // survivors with the state after restored_step: go on from there,
-      // on the new world, with each rank's new slice of the same batches.
+      // Ranks were lost (the strategy re-formed the world of the survivors)
+      // or, before this step, new ones were admitted; the strategy holds the
+      // state after restored_step: go on from there, on the new world, with
+      // each rank's new slice of the same batches.
       const tessera_strategy_world changed = strategy->world();
       // The failed step itself when it was done but what followed failed.
-      TESSERA_CHECK(result.restored_step >= run.plan.resume_step && result.restored_step <= step,
+      // A joining rank takes on the running world's step, whatever it is.
+      const int64_t lowest = joining ? first - 1 : run.plan.resume_step;
+      const int64_t highest = joining ? last : step;
+      TESSERA_CHECK(result.restored_step >= lowest && result.restored_step <= highest,
                     TESSERA_ERR_INTERNAL, "strategy '", run.plan.strategy, "' restored step ",
-                    result.restored_step, " while step ", step, " failed (it must be in [",
-                    run.plan.resume_step, ", ", step, "])");
-      const int before = world->size();
+                    result.restored_step, " at step ", step, " (it must be in [", lowest, ", ",
+                    highest, "])");
+      const int before = joining ? 0 : world->size();
       reformed = comm.borrow(changed.comm);
       world = reformed.get();
+      // Whoever joined must run the same configuration: a rank that does
+      // not fails alone, and the others lose it like any lost rank.
+      if (world->size() > before) check_ranks_agree(*world, s.fingerprint, /*throw_all=*/false);
       check_layout(changed.layout, config, run.plan.strategy, world->size());
       sampler.emplace(*run.dataset, config.run.seed, config.data.batch_size,
                       changed.layout.data_rank, changed.layout.data_size);
       if (log == nullptr && world->rank() == 0 && s.open_log) log = s.open_log();
       if (log != nullptr) {
-        log->message(
-            fmt::format("elastic: step {} failed; world {} -> {} ranks, going on from "
-                        "step {}: {}",
-                        step, before, world->size(), result.restored_step + 1,
-                        changed.reason != nullptr ? changed.reason : ""));
+        const std::string why = changed.reason != nullptr ? changed.reason : "";
+        if (world->size() > before) {
+          log->message(fmt::format("elastic: world {} -> {} ranks before step {}: {}", before,
+                                   world->size(), result.restored_step + 1, why));
+        } else {
+          log->message(
+              fmt::format("elastic: step {} failed; world {} -> {} ranks, going on from "
+                          "step {}: {}",
+                          step, before, world->size(), result.restored_step + 1, why));
+        }
       }
       window = Window{};
       step = result.restored_step;  // the loop's ++ makes it the next step to run

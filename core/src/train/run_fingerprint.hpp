@@ -22,8 +22,10 @@ std::string run_fingerprint(const Config& config, const RunPlan& plan);
 // contributes a hash of its fingerprint; if they differ, the texts are
 // exchanged and every rank throws the same Error(MISMATCH) naming the ranks
 // that differ from rank 0 and the first key where the first of them does.
-// Nothing here is compared by the checked layer (the exchange's own sizes
-// are the same on every rank by construction).
-void check_ranks_agree(Communicator& comm, const std::string& fingerprint);
+// With `throw_all` false only the ranks that differ from rank 0 throw (after
+// ranks joined a running world: the others go on without them). Nothing
+// here is compared by the checked layer (the exchange's own sizes are the
+// same on every rank by construction).
+void check_ranks_agree(Communicator& comm, const std::string& fingerprint, bool throw_all = true);
 
 }  // namespace tessera::train::detail

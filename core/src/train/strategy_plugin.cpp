@@ -88,7 +88,8 @@ tessera_estimate StrategyPlugin::estimate(const ModelDescription& model, int wor
 
 std::unique_ptr<StrategyInstance> StrategyPlugin::create(
     Communicator& comm, const model::Model& model, const Optimizer& optimizer,
-    const CompressorPlugin::Instance* compressor, const std::string& compressor_name) const {
+    const CompressorPlugin::Instance* compressor, const std::string& compressor_name,
+    bool joining) const {
   // A feature of strategy interface 2.<minor> the run uses: a plugin older
   // than that is refused, naming the feature and what to do instead.
   const auto require_minor = [&](int minor, const char* feature, const std::string& use,
@@ -105,6 +106,10 @@ std::unique_ptr<StrategyInstance> StrategyPlugin::create(
   }
   if (run_precision() == ComputePrecision::f16) {
     require_minor(6, "loss scaling", "train with run.precision = \"f16\"", "use \"bf16\"");
+  }
+  if (joining) {
+    require_minor(7, "joining a running world", "admit this rank (TESSERA_JOIN=1)",
+                  "start the rank with the others");
   }
   std::unique_ptr<StrategyInstance> inst(new StrategyInstance());
   inst->plugin_ = plugin_;
@@ -125,6 +130,7 @@ std::unique_ptr<StrategyInstance> StrategyPlugin::create(
   env.model = model.handle();
   env.optim_api = optimizer_api();
   env.optimizer = as_c_optimizer(optimizer);
+  env.joining = joining ? 1 : 0;
   if (compressor != nullptr) {
     inst->compressor_name_ = compressor_name;
     env.compressor_api = compressor->api();

@@ -176,7 +176,8 @@ RankOutput run_process_rank(Backend& backend, const RankShared& shared, const Ru
   as_rank(rank, [&] {
     try {
       const int world = comm->size();
-      if (config.run.world_size != 1 && config.run.world_size != world) {
+      // A joining rank starts as a world of itself alone.
+      if (!shared.joining && config.run.world_size != 1 && config.run.world_size != world) {
         throw Error(TESSERA_ERR_INVALID_ARGUMENT,
                     fmt::format("run.world_size = {}, but backend '{}' started {} ranks",
                                 config.run.world_size, config.backend.name, world));
@@ -187,12 +188,14 @@ RankOutput run_process_rank(Backend& backend, const RankShared& shared, const Ru
       // Rank 0 holds checkpoint.dir for the run; a failure here aborts the
       // world, so the other ranks stop too.
       std::optional<CheckpointDirLock> dir_lock;
-      if (rank == 0 && !config.checkpoint.dir.empty()) dir_lock.emplace(config.checkpoint.dir);
+      // (Not a joining rank: it is rank 0 of its own world only.)
+      const bool lead = rank == 0 && !shared.joining;
+      if (lead && !config.checkpoint.dir.empty()) dir_lock.emplace(config.checkpoint.dir);
       MemoryTracker::instance().reset(world, rank);
       // Every rank measures its own peak (the ranks of a node at once).
       const double gemm_rate = host_gemm_rate(run.plan.threads_per_rank);
       std::optional<RunLog> log;
-      if (rank == 0) {
+      if (lead) {
         log.emplace(log_options(config, *shared.run, options));
         announce(*log, *shared.run, config, gemm_rate, dir_lock ? &*dir_lock : nullptr);
       }
@@ -233,6 +236,13 @@ RunResult run_training(const Config& config, const PluginRegistry& registry,
   settings.timeout = timeout_ms(config.backend.timeout_s, "backend.timeout_s");
   settings.checks =
       config.backend.check_collectives ? CollectiveChecks::verify : CollectiveChecks::record;
+  // The backend refuses joining unless it can grow a running world.
+  settings.joining = options.joining;
+  if (options.joining) {
+    TESSERA_CHECK(config.run.precision != ComputePrecision::f16, TESSERA_ERR_INVALID_ARGUMENT,
+                  "TESSERA_JOIN=1: an f16 run's loss scale is the host's own state, which a "
+                  "joining rank cannot receive (use run.precision = \"bf16\" or \"f32\")");
+  }
   const std::unique_ptr<Backend> backend =
       open_backend(registry, config.backend.name, &config.backend.options,
                    config.backend.options_where, settings);
@@ -243,6 +253,7 @@ RunResult run_training(const Config& config, const PluginRegistry& registry,
   shared.tensor_order = checkpoint_tensor_order(*run.model, *run.optimizer);
   shared.fingerprint = detail::run_fingerprint(config, run.plan);
   shared.collect_final_state = options.collect_final_state;
+  shared.joining = options.joining;
   // Ranks as threads: measured once, before they start (one rank's threads).
   if (backend->thread_ranks()) shared.gemm_rate = host_gemm_rate(run.plan.threads_per_rank);
 

@@ -1,8 +1,9 @@
 #include "backend.hpp"
 
 #include <signal.h>
+#include <unistd.h>
 
-#include <numeric>
+#include <chrono>
 #include <utility>
 
 #include "comm.hpp"
@@ -39,6 +40,8 @@ GlooBackend::GlooBackend(const sdk::Host& host, const sdk::Options& options,
              algorithm_name(settings_.algorithm), ", timeout ", settings_.timeout_ms, " ms");
   if (ignore_sigpipe())
     host.debug("gloo: SIGPIPE is ignored from now on (closed peers fail writes)");
+  // A joining process is nobody's rank 0: the running world's store serves it.
+  if (settings_.joining) return;
   store_service_ =
       backend_store::serve_store(settings_.store, settings_.rank, "gloo",
                                  [host, rank = settings_.rank](const std::string& text) {
@@ -48,35 +51,29 @@ GlooBackend::GlooBackend(const sdk::Host& host, const sdk::Options& options,
 
 std::unique_ptr<sdk::Comm> GlooBackend::connect(int32_t rank) {
   const Settings& s = settings_;
+  WorldStart start;
+  start.settings = s;
+  start.device = make_device(s);
+  start.store_service = store_service_;
+  if (s.joining) {
+    // A world of this process alone, under keys no other process uses; it
+    // waits to be admitted into the running world in GlooComm::grow.
+    const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+    start.prefix =
+        detail::concat(s.store.run_id, "/joining/", ::getpid(), "-", now, "-", connects_++);
+    host().log(TESSERA_LOG_DEBUG, s.rank, "gloo: joining the running world of run '",
+               s.store.run_id, "' through the ", s.store_description(), "; bound to ",
+               start.device.description);
+    return connect_world(host(), std::move(start));
+  }
   TESSERA_CHECK(rank == -1 || rank == s.rank, TESSERA_ERR_INVALID_ARGUMENT, "gloo connect: rank ",
                 rank, " differs from RANK=", s.rank,
                 " of this process (gloo runs one rank per process; connect with -1)");
-  auto engine = std::make_shared<Engine>(host(), s);
-  engine->store_service = store_service_;
-  engine->device = make_device(s);
-  engine->prefix = s.store.run_id + "/c" + std::to_string(connects_++);
+  start.prefix = s.store.run_id + "/c" + std::to_string(connects_++);
   host().log(TESSERA_LOG_DEBUG, s.rank, "gloo: rank ", s.rank, " binds to ",
-             engine->device.description, " and meets ", s.world_size - 1, " peers through the ",
-             s.store_description(), " under '", engine->prefix, "'");
-
-  const auto store = open_store(s);
-  const GroupAddress world{engine->prefix + "/w", "world", s.rank, s.world_size};
-  await_members(*store, world, s.timeout_ms);
-  Connection data = connect_group(*store, world, engine->device.device, s.timeout_ms);
-  const GroupAddress control{engine->prefix + "/control", "control", s.rank, s.world_size};
-  Connection channel = connect_group(*store, control, engine->device.device, s.timeout_ms);
-  engine->control = std::make_unique<Control>(host(), std::move(channel));
-
-  GroupIdentity identity;
-  identity.id = "w";
-  identity.key = group_key(identity.id);
-  identity.name = "world";
-  identity.rank = s.rank;
-  identity.world_ranks.resize(static_cast<size_t>(s.world_size));
-  std::iota(identity.world_ranks.begin(), identity.world_ranks.end(), 0);
-  auto group = std::make_shared<Group>(std::move(identity), std::move(data));
-  host().log(TESSERA_LOG_DEBUG, s.rank, "gloo: world of ", s.world_size, " ranks connected");
-  return std::make_unique<GlooComm>(std::move(engine), std::move(group));
+             start.device.description, " and meets ", s.world_size - 1, " peers through the ",
+             s.store_description(), " under '", start.prefix, "'");
+  return connect_world(host(), std::move(start));
 }
 
 }  // namespace tessera::gloo_backend

@@ -14,6 +14,8 @@ class GlooBackend final : public sdk::Backend {
  public:
   // Its communicators re-form a group after a failure (GlooComm::shrink).
   static constexpr bool kCanShrink = true;
+  // They admit processes that join a running world (GlooComm::grow).
+  static constexpr bool kCanGrow = true;
 
   // Resolves the options, the config and the environment (RANK,
   // WORLD_SIZE, ...; see Settings::from, which throws INVALID_ARGUMENT
@@ -29,7 +31,9 @@ class GlooBackend final : public sdk::Backend {
   // most the configured timeout; throws Error(TIMEOUT) naming the ranks that
   // never arrived, Error(INVALID_ARGUMENT) for a wrong rank or store, and
   // Error(PEER_LOST) when connecting fails. Each call forms a new world
-  // under its own store prefix.
+  // under its own store prefix. A joining process (config.joining) gets a
+  // world of itself alone at once, which GlooComm::grow then admits into
+  // the running one.
   std::unique_ptr<sdk::Comm> connect(int32_t rank) override;
 
  private:

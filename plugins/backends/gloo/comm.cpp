@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <exception>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <thread>
@@ -226,6 +228,24 @@ std::unique_ptr<sdk::Work> GlooComm::post_p2p(const tessera_coll_args& args, boo
   return std::make_unique<TaskWork>(done, where(what));
 }
 
+void GlooComm::run_internal(const tessera_coll_args& args, const char* label) {
+  // Through the normal path, so it is ordered after queued operations and
+  // its failures are reported like any other collective's.
+  group_->check();
+  const uint64_t seq = group_->post_collective();
+  const int64_t timeout = engine_->settings.timeout_ms;
+  if (!executor_.idle()) {
+    auto done = std::make_shared<Completion>();
+    submit_counted(executor_, [this, args, seq, timeout, done, label] {
+      finish(*done, [&] { execute(args, seq, timeout, label); });
+    });
+    done->wait(-1);
+    done->rethrow();
+  } else {
+    execute(args, seq, timeout, label);
+  }
+}
+
 std::unique_ptr<sdk::Comm> GlooComm::split(int32_t color, int32_t key) {
   const int32_t n = size();
   std::vector<int32_t> mine{color, key};
@@ -235,21 +255,7 @@ std::unique_ptr<sdk::Comm> GlooComm::split(int32_t color, int32_t key) {
   exchange.coll = TESSERA_COLL_ALLGATHER;
   exchange.send = cpu_i32(mine.data(), 2);
   exchange.recv = cpu_i32(all.data(), all.size());
-  // Through the normal path, so it is ordered after queued operations and
-  // its failures are reported like any other collective's.
-  group_->check();
-  const uint64_t seq = group_->post_collective();
-  const int64_t timeout = engine_->settings.timeout_ms;
-  if (!executor_.idle()) {
-    auto done = std::make_shared<Completion>();
-    submit_counted(executor_, [this, exchange, seq, timeout, done] {
-      finish(*done, [&] { execute(exchange, seq, timeout, "split"); });
-    });
-    done->wait(-1);
-    done->rethrow();
-  } else {
-    execute(exchange, seq, timeout, "split");
-  }
+  run_internal(exchange, "split");
   const uint64_t number = ++splits_;
   if (color < 0) return nullptr;
 
@@ -272,6 +278,7 @@ std::unique_ptr<sdk::Comm> GlooComm::split(int32_t color, int32_t key) {
   }
   const GroupAddress address{engine_->prefix + "/" + identity.id, identity.name, identity.rank,
                              identity.size()};
+  const int64_t timeout = engine_->settings.timeout_ms;
   const auto store = open_store(engine_->settings);
   await_members(*store, address, timeout);
   Connection connection = connect_group(*store, address, engine_->device.device, timeout);
@@ -364,6 +371,196 @@ std::unique_ptr<sdk::Comm> GlooComm::shrink(int64_t grace_ms) {
   // Not a child of the failed group: its abort must not reach this one.
   auto group = std::make_shared<Group>(std::move(identity), std::move(connection));
   return std::make_unique<GlooComm>(engine_, std::move(group));
+}
+
+namespace {
+
+// The run's join queue: entry i is claimed by one joining process; its
+// "decided" key says "admitted" (written by the running world's rank 0) or
+// "withdrawn" (by the joiner, when it gave up first); "admit" then tells the
+// admitted joiner where it goes.
+std::string queue_key(const Settings& s, int64_t entry) {
+  return detail::concat(s.store.run_id, "/joinq/", entry);
+}
+
+constexpr const char* kAdmitted = "admitted";
+
+// "<prefix>\n<rank>\n<size>\n<next_join>": an admitted joiner's place.
+std::string admission_text(const std::string& prefix, int32_t rank, int32_t size,
+                           int64_t next_join) {
+  return detail::concat(prefix, "\n", rank, "\n", size, "\n", next_join);
+}
+
+std::vector<std::string> lines_of(const std::vector<char>& value) {
+  std::vector<std::string> lines;
+  std::string text(value.begin(), value.end());
+  size_t at = 0;
+  for (size_t end = text.find('\n'); end != std::string::npos; end = text.find('\n', at)) {
+    lines.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  lines.push_back(text.substr(at));
+  return lines;
+}
+
+}  // namespace
+
+std::unique_ptr<GlooComm> connect_world(const sdk::Host& host, WorldStart start) {
+  const Settings& s = start.settings;
+  auto engine = std::make_shared<Engine>(host, s);
+  engine->store_service = std::move(start.store_service);
+  engine->device = std::move(start.device);
+  engine->prefix = std::move(start.prefix);
+  engine->next_join = start.next_join;
+
+  const auto store = open_store(s);
+  const GroupAddress world{engine->prefix + "/w", "world", s.rank, s.world_size};
+  await_members(*store, world, s.timeout_ms);
+  Connection data = connect_group(*store, world, engine->device.device, s.timeout_ms);
+  const GroupAddress control{engine->prefix + "/control", "control", s.rank, s.world_size};
+  Connection channel = connect_group(*store, control, engine->device.device, s.timeout_ms);
+  engine->control = std::make_unique<Control>(host, std::move(channel));
+
+  GroupIdentity identity;
+  identity.id = "w";
+  identity.key = group_key(identity.id);
+  identity.name = "world";
+  identity.rank = s.rank;
+  identity.world_ranks.resize(static_cast<size_t>(s.world_size));
+  std::iota(identity.world_ranks.begin(), identity.world_ranks.end(), 0);
+  auto group = std::make_shared<Group>(std::move(identity), std::move(data));
+  host.log(TESSERA_LOG_DEBUG, s.rank, "gloo: world of ", s.world_size, " ranks connected");
+  return std::make_unique<GlooComm>(std::move(engine), std::move(group));
+}
+
+std::unique_ptr<sdk::Comm> GlooComm::grow(int64_t wait_ms) {
+  // A joining process's own world is the only one whose settings say so
+  // (the world it is admitted to is an ordinary one).
+  if (engine_->settings.joining) return join(wait_ms);
+  return admit();
+}
+
+std::unique_ptr<sdk::Comm> GlooComm::admit() {
+  const Settings& s = engine_->settings;
+  // Rank 0 decides the waiting entries; everyone learns {next, count}.
+  std::array<int64_t, 2> decided{engine_->next_join, 0};
+  std::vector<int64_t> admitted;
+  if (rank() == 0) {
+    try {
+      if (!engine_->join_store) engine_->join_store = open_store(s);
+      Store& store = *engine_->join_store;
+      int64_t entry = engine_->next_join;
+      while (store.has({queue_key(s, entry)})) {
+        const std::string claim(kAdmitted);
+        if (store.put_if_absent(queue_key(s, entry) + "/decided",
+                                std::vector<char>(claim.begin(), claim.end()))) {
+          admitted.push_back(entry);
+        }
+        ++entry;
+      }
+      decided = {entry, static_cast<int64_t>(admitted.size())};
+    } catch (const Error& e) {
+      // The run goes on without admitting anyone this time.
+      engine_->join_store.reset();
+      engine_->host.log(TESSERA_LOG_WARN, s.rank, "gloo: cannot look for joining ranks in the ",
+                        s.store_description(), ": ", e.what());
+      decided = {engine_->next_join, 0};
+      admitted.clear();
+    }
+  }
+  const int32_t n = size();
+  const auto total = [&] { return n + static_cast<int32_t>(decided[1]); };
+  const uint64_t number = engine_->grows + 1;
+  const std::string prefix = detail::concat(engine_->prefix, "/g", number);
+  if (rank() == 0) {
+    // Their places first, so that a joiner waits no longer than the members.
+    for (size_t j = 0; j < admitted.size(); ++j) {
+      const std::string text =
+          admission_text(prefix, n + static_cast<int32_t>(j), total(), decided[0]);
+      engine_->join_store->put(queue_key(s, admitted[j]) + "/admit",
+                               std::vector<char>(text.begin(), text.end()));
+    }
+  }
+  tessera_coll_args tell{};
+  tell.struct_size = sizeof tell;
+  tell.coll = TESSERA_COLL_BROADCAST;
+  tell.send = tessera_buffer{decided.data(), decided.size(), TESSERA_I64,
+                             tessera_device{TESSERA_DEVICE_CPU, 0}};
+  tell.recv = tell.send;
+  tell.root = 0;
+  run_internal(tell, "grow");
+  engine_->next_join = decided[0];
+  if (decided[1] == 0) return nullptr;
+  engine_->grows = number;
+
+  WorldStart start;
+  start.settings = s;
+  start.settings.rank = rank();
+  start.settings.world_size = total();
+  start.prefix = prefix;
+  start.device = engine_->device;
+  start.store_service = engine_->store_service;
+  start.next_join = decided[0];
+  engine_->host.log(TESSERA_LOG_INFO, s.rank, "gloo: admitting ", decided[1],
+                    decided[1] == 1 ? " joining rank" : " joining ranks", ": world of ", n, " -> ",
+                    total(), " ranks (rank ", rank(), " stays rank ", rank(), ")");
+  return connect_world(engine_->host, std::move(start));
+}
+
+std::unique_ptr<sdk::Comm> GlooComm::join(int64_t wait_ms) {
+  const Settings& s = engine_->settings;
+  const auto store = open_store(s);
+  // The first free entry of the queue is this process's.
+  const std::string pid = "pid " + std::to_string(::getpid());
+  int64_t entry = 0;
+  while (!store->put_if_absent(queue_key(s, entry), std::vector<char>(pid.begin(), pid.end()))) {
+    ++entry;
+  }
+  const std::string key = queue_key(s, entry);
+  const std::string awaited = "admission into the running world of run '" + s.store.run_id +
+                              "' (its ranks admit joining ones at the start of a step, under "
+                              "the elastic strategy)";
+  engine_->host.log(TESSERA_LOG_INFO, s.rank, "gloo: waiting to join the running world of run '",
+                    s.store.run_id, "' (entry ", entry, " of its join queue in the ",
+                    s.store_description(), ")");
+  try {
+    (void)store->await(key + "/decided", wait_ms, awaited);
+  } catch (const Error& e) {
+    if (e.status() != TESSERA_ERR_TIMEOUT) throw;
+    const std::string gone = "withdrawn";
+    if (store->put_if_absent(key + "/decided", std::vector<char>(gone.begin(), gone.end()))) {
+      throw;  // withdrawn before anyone admitted it
+    }
+  }
+  const std::vector<char> decision = store->await(key + "/decided", s.timeout_ms, awaited);
+  if (std::string(decision.begin(), decision.end()) != kAdmitted) {
+    throw Error(TESSERA_ERR_INTERNAL,
+                detail::concat("gloo: entry ", entry, " of the join queue of run '", s.store.run_id,
+                               "' was decided '", std::string(decision.begin(), decision.end()),
+                               "', not by it"));
+  }
+  const std::vector<char> place = store->await(key + "/admit", s.timeout_ms, awaited);
+  const std::vector<std::string> fields = lines_of(place);
+  const auto rank = fields.size() == 4 ? backend_store::parse_int(fields[1]) : std::nullopt;
+  const auto size = fields.size() == 4 ? backend_store::parse_int(fields[2]) : std::nullopt;
+  const auto next = fields.size() == 4 ? backend_store::parse_int(fields[3]) : std::nullopt;
+  if (!rank || !size || !next || *rank < 1 || *rank >= *size) {
+    throw Error(
+        TESSERA_ERR_INTERNAL,
+        detail::concat("gloo: the admission under '", key, "/admit' is '",
+                       std::string(place.begin(), place.end()), "', not a place in a world"));
+  }
+  WorldStart start;
+  start.settings = s;
+  start.settings.joining = false;
+  start.settings.rank = static_cast<int32_t>(*rank);
+  start.settings.world_size = static_cast<int32_t>(*size);
+  start.prefix = fields[0];
+  start.device = engine_->device;
+  start.next_join = *next;
+  engine_->host.log(TESSERA_LOG_INFO, start.settings.rank, "gloo: admitted as rank ", *rank, " of ",
+                    *size);
+  return connect_world(engine_->host, std::move(start));
 }
 
 void GlooComm::abort(const char* reason) noexcept {

@@ -52,6 +52,19 @@ class GlooComm final : public sdk::Comm {
   // Error(TIMEOUT / PEER_LOST) naming the new group when connecting fails.
   std::unique_ptr<sdk::Comm> shrink(int64_t grace_ms) override;
 
+  // comm_grow (tessera/c/backend.h). Processes that want to join claim the
+  // next free entry of the run's join queue ("<run_id>/joinq/<i>", by
+  // Store::put_if_absent) and wait for it to be decided. Members, on their
+  // world (collectively): rank 0 decides every entry from the first
+  // undecided one while entries are there ("admitted", unless the joiner
+  // withdrew first), writes each admitted joiner its place and broadcasts
+  // how many there are; then all of them connect a new world, members first,
+  // under "<world prefix>/g<n>". A joining process (its world of itself
+  // alone): claims an entry, waits `wait_ms` for the decision (on timeout
+  // it withdraws, unless it was admitted meanwhile) and connects the world
+  // it was admitted to. Returns nullptr on members when nobody was waiting.
+  std::unique_ptr<sdk::Comm> grow(int64_t wait_ms) override;
+
   // Validates `args` (sdk::validate_coll_args), then runs it in posting
   // order: inline when blocking and nothing is queued, otherwise on the
   // worker thread (collectives) or a waiter thread (send/recv). Throws
@@ -65,6 +78,12 @@ class GlooComm final : public sdk::Comm {
   void raw(const tessera_coll_args& args) override;
 
  private:
+  // grow() on a joining process's own world, and on a running world.
+  std::unique_ptr<sdk::Comm> join(int64_t wait_ms);
+  std::unique_ptr<sdk::Comm> admit();
+  // Runs a collective of the backend's own (split's exchange, grow's
+  // broadcast) through the normal path, after the queued operations.
+  void run_internal(const tessera_coll_args& args, const char* label);
   // Runs collective `args` numbered `seq` with `timeout_ms` on this thread.
   void execute(const tessera_coll_args& args, uint64_t seq, int64_t timeout_ms,
                const std::string& label = {});
@@ -89,5 +108,23 @@ class GlooComm final : public sdk::Comm {
   Executor executor_;                   // destroyed (joined) before the scratch and the group
   WaiterPool waiters_;                  // destroyed first
 };
+
+// What forming a world takes: this process's settings (its rank and the
+// world's size in them), the store prefix of the world's keys, the transport
+// device, the TCP store this process serves (or null) and the join queue's
+// first undecided entry.
+struct WorldStart {
+  Settings settings;
+  std::string prefix;
+  DeviceChoice device;
+  std::shared_ptr<backend_store::StoreService> store_service;
+  int64_t next_join = 0;
+};
+
+// Waits in the store until every rank of the world arrived, connects the
+// world's data and control contexts and starts the control service; the
+// world's communicator. Throws Error(TIMEOUT) naming the ranks that never
+// arrived and Error(PEER_LOST) when connecting fails.
+std::unique_ptr<GlooComm> connect_world(const sdk::Host& host, WorldStart start);
 
 }  // namespace tessera::gloo_backend

@@ -25,6 +25,13 @@ struct Engine {
   std::string prefix;  // store namespace of this world: "<run_id>/c<connect number>"
   std::unique_ptr<Control> control;
   Watchdog watchdog;
+  // Admitting joiners (GlooComm::grow): the first entry of the run's join
+  // queue not yet decided, the worlds grown from this one so far, and the
+  // store client the world's rank 0 looks into the queue with (opened on
+  // first use, used by one thread at a time).
+  int64_t next_join = 0;
+  uint64_t grows = 0;
+  std::unique_ptr<backend_store::Store> join_store;
 
   Engine(const sdk::Host& h, Settings s) : host(h), settings(std::move(s)) {}
 };

@@ -36,9 +36,12 @@ const char* algorithm_name(Algorithm a) noexcept {
 Settings Settings::from(const sdk::Options& options, const tessera_backend_config& config,
                         const EnvLookup& env) {
   Settings s;
-  const backend_store::Ranks ranks = backend_store::resolve_ranks(env, config, "gloo");
-  s.rank = ranks.rank;
-  s.world_size = ranks.world_size;
+  s.joining = config.joining != 0;
+  if (!s.joining) {
+    const backend_store::Ranks ranks = backend_store::resolve_ranks(env, config, "gloo");
+    s.rank = ranks.rank;
+    s.world_size = ranks.world_size;
+  }
   TESSERA_CHECK(config.timeout_ms != 0, TESSERA_ERR_INVALID_ARGUMENT,
                 "gloo: timeout_ms must be > 0 (or < 0 for none), got 0");
   s.timeout_ms = config.timeout_ms;

@@ -45,8 +45,11 @@ using backend_store::process_environment;
 
 // Everything the backend needs, resolved once when it is created.
 struct Settings {
-  int32_t rank = 0;            // from RANK
-  int32_t world_size = 1;      // from WORLD_SIZE
+  int32_t rank = 0;        // from RANK
+  int32_t world_size = 1;  // from WORLD_SIZE
+  // tessera_backend_config::joining: this process joins a running world
+  // (RANK and WORLD_SIZE are not read; it starts as rank 0 of 1).
+  bool joining = false;
   int64_t timeout_ms = 60000;  // default per operation and for connecting; < 0: none
 
   backend_store::StoreConfig store;  // where ranks meet, and the run id

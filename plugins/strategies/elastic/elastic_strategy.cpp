@@ -1,6 +1,7 @@
 #include "elastic_strategy.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstddef>
 #include <cstring>
@@ -8,6 +9,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "tessera/sdk/error.hpp"
@@ -30,6 +32,12 @@ bool can_shrink(const tessera_backend_api* api) {
   return api != nullptr &&
          api->struct_size >= offsetof(tessera_backend_api, comm_shrink) + sizeof(void*) &&
          api->comm_shrink != nullptr;
+}
+
+bool can_grow(const tessera_backend_api* api) {
+  return api != nullptr &&
+         api->struct_size >= offsetof(tessera_backend_api, comm_grow) + sizeof(void*) &&
+         api->comm_grow != nullptr;
 }
 
 int64_t piece_bytes(const std::vector<Piece>& pieces) {
@@ -55,6 +63,12 @@ void ElasticStrategy::check(const sdk::Host& host, const sdk::Options& options,
   const int64_t kill = options.get_int("kill_rank");
   TESSERA_CHECK(kill >= -1 && kill < world_size, TESSERA_ERR_INVALID_ARGUMENT, "kill_rank = ", kill,
                 " is not a rank of the world of ", world_size, " (or -1: none)");
+  const int64_t every = options.get_int("join_every");
+  TESSERA_CHECK(every >= 0, TESSERA_ERR_INVALID_ARGUMENT, "join_every = ", every,
+                " must be >= 0 (0: never admit joining ranks)");
+  const int64_t wait = options.get_int("join_wait_s");
+  TESSERA_CHECK(wait > 0 && wait <= 31536000, TESSERA_ERR_INVALID_ARGUMENT, "join_wait_s = ", wait,
+                " must be in 1..31536000");
   inner.check(world_size);
 }
 
@@ -65,18 +79,28 @@ ElasticStrategy::ElasticStrategy(const sdk::Host& host, const sdk::Options& opti
                                          options.get_string("inner_options"))),
       settle_ms_(options.get_int("settle_ms")),
       kill_rank_(options.get_int("kill_rank")),
-      kill_at_step_(options.get_int("kill_at_step")) {
+      kill_at_step_(options.get_int("kill_at_step")),
+      join_every_(options.get_int("join_every")),
+      join_wait_ms_(options.get_int("join_wait_s") * 1000),
+      wait_for_join_at_(options.get_int("wait_for_join_at_step")) {
   const tessera_strategy_env& raw = env.c();
   TESSERA_CHECK(can_shrink(raw.backend), TESSERA_ERR_INVALID_ARGUMENT,
                 "the backend cannot re-form its group after losing a rank (it has no comm_shrink, "
                 "backend interface 1.3): elastic runs on gloo or inmemory");
   thread_ranks_ = (raw.backend->capabilities & TESSERA_BACKEND_CAP_THREAD_RANKS) != 0;
+  can_grow_ = can_grow(raw.backend);
+  joining_ = env.joining();
+  TESSERA_CHECK(!joining_ || can_grow_, TESSERA_ERR_INVALID_ARGUMENT,
+                "this rank joins a running world, but the backend cannot admit it (it has no "
+                "comm_grow, backend interface 1.4): use gloo");
   // The compressor, if any, is the inner strategy's to use.
   if (raw.compressor != nullptr) (void)env.compressor();
   inner_env_ = raw;
+  inner_env_.joining = 0;  // the inner strategy always runs on a formed world
   world_ = std::make_unique<sdk::CommView>(host_, raw.backend, raw.world, /*owned=*/false);
   origin_.resize(static_cast<size_t>(world_->size()));
   std::iota(origin_.begin(), origin_.end(), 0);
+  next_origin_ = world_->size();
   make_inner();
 }
 
@@ -120,10 +144,27 @@ void ElasticStrategy::maybe_die(int64_t step) const {
 }
 
 sdk::StepResult ElasticStrategy::step(const sdk::StepArgs& args) {
+  sdk::StepResult changed;
+  changed.world_changed = true;
+  if (joining_) {
+    // Not a member yet: a failure here is this rank's alone.
+    joining_ = false;
+    changed.restored_step = join();
+    grown_before_ = changed.restored_step + 1;
+    return changed;
+  }
   try {
     if (!started_) {
       snapshot(args.step - 1);  // the loaded state
       started_ = true;
+    }
+    // (Once: not again when the step runs on the grown world.)
+    const bool wait = args.step == wait_for_join_at_ && grown_before_ != args.step;
+    const bool due = wait || (join_every_ > 0 && args.step % join_every_ == 0);
+    if (can_grow_ && due && admit(args.step - 1, wait)) {
+      changed.restored_step = args.step - 1;  // this step runs on the grown world
+      grown_before_ = args.step;
+      return changed;
     }
     maybe_die(args.step);
     TESSERA_CHECK(args.c != nullptr, TESSERA_ERR_INTERNAL,
@@ -315,8 +356,6 @@ int64_t ElasticStrategy::recover(int64_t failed_step, const std::string& why) {
   origin_ = origin;
   const int64_t restored = agree_on_step(lost);
 
-  // Every survivor ends with every piece: each slice goes from the lowest
-  // rank holding it to the ranks that lack it.
   const Generation* found = generation(restored);
   TESSERA_CHECK(found != nullptr, TESSERA_ERR_INTERNAL, "elastic: agreed on step ", restored,
                 " but holds no state of it");
@@ -326,6 +365,21 @@ int64_t ElasticStrategy::recover(int64_t failed_step, const std::string& why) {
   if (g.copy_ok && std::find(lost.begin(), lost.end(), g.copy_of) != lost.end()) {
     for (const Piece& p : g.copy) held.push_back(&p);
   }
+  const elastic::Assembled state =
+      share(held, detail::concat("after step ", restored, " (lost: rank(s) ", rank_list(lost),
+                                 "): restart from the last checkpoint"));
+  restart_inner(state, restored);
+  reason_ = detail::concat("rank(s) ", rank_list(lost), " lost; world ", old_size, " -> ",
+                           world_->size(), ", the state after step ", restored,
+                           " restored from the survivors' memory (no checkpoint read)");
+  host_.warn("elastic: ", reason_);
+  return restored;
+}
+
+elastic::Assembled ElasticStrategy::share(const std::vector<const Piece*>& held,
+                                          const std::string& after) {
+  // Every rank ends with every piece: each slice goes from the lowest rank
+  // holding it to the ranks that lack it.
   const auto lists = elastic::allgather_bytes(*world_, elastic::encode_descriptors(held));
   const auto n = static_cast<size_t>(world_->size());
   const auto self = static_cast<size_t>(world_->rank());
@@ -366,11 +420,12 @@ int64_t ElasticStrategy::recover(int64_t failed_step, const std::string& why) {
     }
   }
   const std::vector<std::string> missing = state.incomplete();
-  TESSERA_CHECK(missing.empty(), TESSERA_ERR_PEER_LOST,
-                "elastic: no survivor holds all of tensor '",
-                missing.empty() ? "" : missing.front(), "' after step ", restored,
-                " (lost: rank(s) ", rank_list(lost), "): restart from the last checkpoint");
+  TESSERA_CHECK(missing.empty(), TESSERA_ERR_PEER_LOST, "elastic: no rank holds all of tensor '",
+                missing.empty() ? "" : missing.front(), "' ", after);
+  return state;
+}
 
+void ElasticStrategy::restart_inner(const elastic::Assembled& state, int64_t step) {
   make_inner();
   inner_->load(state.reader());
   for (Generation& gen : gens_) {
@@ -380,12 +435,80 @@ int64_t ElasticStrategy::recover(int64_t failed_step, const std::string& why) {
     gen = Generation{};
   }
   next_gen_ = 0;
-  snapshot(restored);
-  reason_ = detail::concat("rank(s) ", rank_list(lost), " lost; world ", old_size, " -> ",
-                           world_->size(), ", the state after step ", restored,
-                           " restored from the survivors' memory (no checkpoint read)");
+  snapshot(step);
+  started_ = true;
+}
+
+bool ElasticStrategy::admit(int64_t done, bool wait) {
+  constexpr int64_t kPollMs = 20;
+  const int64_t looks = wait ? std::max<int64_t>(join_wait_ms_ / kPollMs, 1) : 1;
+  tessera_comm* grown = nullptr;
+  for (int64_t i = 0; grown == nullptr && i < looks; ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
+    sdk::detail::check_host_call(host_, world_->api()->comm_grow(world_->raw(), 0, &grown),
+                                 "elastic: admitting joining ranks");
+  }
+  if (grown == nullptr) return false;
+  const int32_t before = world_->size();
+  const int64_t step = take_grown_world(grown, done);
+  std::vector<int32_t> joined(origin_.begin() + before, origin_.end());
+  reason_ = detail::concat("rank(s) ", rank_list(joined), " joined; the state after step ", step,
+                           " sent to them from the members' memory");
+  host_.warn("elastic: world ", before, " -> ", world_->size(), ": ", reason_);
+  return true;
+}
+
+int64_t ElasticStrategy::join() {
+  tessera_comm* grown = nullptr;
+  sdk::detail::check_host_call(host_,
+                               world_->api()->comm_grow(world_->raw(), join_wait_ms_, &grown),
+                               "elastic: joining the running world");
+  TESSERA_CHECK(grown != nullptr, TESSERA_ERR_INTERNAL,
+                "elastic: the backend admitted this rank into no world");
+  const int64_t step = take_grown_world(grown, -1);
+  reason_ = detail::concat("rank ", origin_[static_cast<size_t>(world_->rank())],
+                           " joined the running world of ", world_->size() - 1,
+                           " ranks, with its state after step ", step);
   host_.warn("elastic: ", reason_);
-  return restored;
+  return step;
+}
+
+int64_t ElasticStrategy::take_grown_world(tessera_comm* grown, int64_t done) {
+  const bool member = done >= 0;
+  inner_.reset();  // its groups go with the old world
+  world_ = std::make_unique<sdk::CommView>(host_, world_->api(), grown, /*owned=*/true);
+  // Per rank: its name (-1: a newcomer), the step it holds, the next name.
+  const std::vector<int64_t> mine{member ? origin_[static_cast<size_t>(world_->rank())] : -1, done,
+                                  member ? next_origin_ : 0};
+  std::vector<int64_t> all(mine.size() * static_cast<size_t>(world_->size()));
+  world_->allgather(std::span<const int64_t>(mine), std::span<int64_t>(all));
+  const int64_t step = all[1];
+  int64_t next = 0;
+  for (size_t r = 0; r < static_cast<size_t>(world_->size()); ++r) {
+    next = std::max(next, all[3 * r + 2]);
+    TESSERA_CHECK(all[3 * r] < 0 || all[3 * r + 1] == step, TESSERA_ERR_INTERNAL,
+                  "elastic: member ", r, " of the grown world holds step ", all[3 * r + 1],
+                  ", rank 0 step ", step);
+  }
+  TESSERA_CHECK(step >= 0 && all[0] >= 0, TESSERA_ERR_INTERNAL,
+                "elastic: rank 0 of the grown world is not one of its members");
+  origin_.assign(static_cast<size_t>(world_->size()), 0);
+  for (size_t r = 0; r < origin_.size(); ++r) {
+    origin_[r] = static_cast<int32_t>(all[3 * r] >= 0 ? all[3 * r] : next++);
+  }
+  next_origin_ = static_cast<int32_t>(next);
+
+  std::vector<const Piece*> held;
+  if (member) {
+    const Generation* found = generation(step);
+    TESSERA_CHECK(found != nullptr, TESSERA_ERR_INTERNAL, "elastic: admitting after step ", step,
+                  " but holds no state of it");
+    for (const Piece& p : found->own) held.push_back(&p);
+  }
+  const elastic::Assembled state =
+      share(held, detail::concat("after step ", step, " among the members"));
+  restart_inner(state, step);
+  return step;
 }
 
 tessera_strategy_world ElasticStrategy::world() {

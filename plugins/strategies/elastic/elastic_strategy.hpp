@@ -8,7 +8,11 @@
 // hold between them, rebuild the inner strategy on the new world, load that
 // state from their memory (no checkpoint is read) and tell the host, which
 // goes on from the step after it with each rank's new slice of the same
-// global batch. docs/strategies/elastic.md describes it for users.
+// global batch. Processes started later (TESSERA_JOIN=1) are admitted at
+// step boundaries: the backend grows the world (comm_grow, backend 1.4),
+// the members hand them the state of the step before from the same memory,
+// and the step runs on the grown world. docs/strategies/elastic.md
+// describes it for users.
 #pragma once
 
 #include <array>
@@ -36,6 +40,14 @@ inline constexpr tessera_option_decl kElasticOptions[] = {
      "for tests: the rank (of the starting world) that kills itself with SIGKILL at step "
      "kill_at_step (a thread rank: its thread fails there); -1: none"},
     {"kill_at_step", TESSERA_OPT_INT, "0", "for tests: the step at whose start kill_rank dies"},
+    {"join_every", TESSERA_OPT_INT, "1",
+     "admit the ranks waiting to join (TESSERA_JOIN=1) at the start of every join_every-th step; "
+     "0: never"},
+    {"join_wait_s", TESSERA_OPT_INT, "600",
+     "a joining rank: how long it waits to be admitted before it gives up (s)"},
+    {"wait_for_join_at_step", TESSERA_OPT_INT, "0",
+     "for tests: at the start of this step the ranks wait (up to join_wait_s) until a rank has "
+     "joined; 0: never"},
 };
 
 class ElasticStrategy final : public sdk::Strategy {
@@ -45,7 +57,8 @@ class ElasticStrategy final : public sdk::Strategy {
 
   // Collective: creates the inner strategy on the world. Refuses a backend
   // that cannot re-form a group and an inner strategy whose data-parallel
-  // slices are not its ranks.
+  // slices are not its ranks; on a joining rank (env.joining()), a backend
+  // that cannot grow one.
   ElasticStrategy(const sdk::Host& host, const sdk::Options& options, sdk::StrategyEnv& env);
   ~ElasticStrategy() override;
   ElasticStrategy(const ElasticStrategy&) = delete;
@@ -53,9 +66,12 @@ class ElasticStrategy final : public sdk::Strategy {
 
   [[nodiscard]] tessera_strategy_layout layout() const override { return inner_->layout(); }
   void load(const sdk::StateReader& reader) override;
-  // The inner step, then the snapshot of its result. On a lost or silent
-  // peer (PEER_LOST, TIMEOUT) anywhere in it: recovery, and a result with
-  // world_changed.
+  // On a joining rank, first: waits to be admitted and takes on the running
+  // world's state and step (world_changed). Every join_every-th step, first:
+  // admits the ranks waiting to join, if any (world_changed, the step
+  // before restored). Then the inner step and the snapshot of its result. On
+  // a lost or silent peer (PEER_LOST, TIMEOUT) anywhere in it: recovery, and
+  // a result with world_changed.
   sdk::StepResult step(const sdk::StepArgs& args) override;
   void save(const sdk::StateWriter& writer) override;
   // The world after the last recovery.
@@ -81,6 +97,29 @@ class ElasticStrategy final : public sdk::Strategy {
   void classify(const std::vector<elastic::Piece>& own);
   // After a failure in step `failed_step`; returns the restored step.
   int64_t recover(int64_t failed_step, const std::string& why);
+  // Collective on the world: grows it by the ranks waiting to join (the
+  // backend's comm_grow) and hands them the state after `done`, the last
+  // step; false when nobody waited. With `wait`, looks again every 20 ms
+  // (the same number of times on every rank) until someone has come or
+  // join_wait_s has passed.
+  bool admit(int64_t done, bool wait);
+  // On a joining rank: waits to be admitted; returns the step whose state
+  // it took on.
+  int64_t join();
+  // Collective on the grown world `grown`: the members (`done` >= 0: the
+  // step whose state they hold) and the joiners (-1) agree on the step and
+  // number the newcomers; every rank ends with the whole state. Returns the
+  // step.
+  int64_t take_grown_world(tessera_comm* grown, int64_t done);
+  // Collective: every piece of `held` (this rank's) that some rank lacks
+  // goes from the lowest rank holding it to the others; the tensors
+  // assembled whole. `after` says what failed when a tensor stays
+  // incomplete.
+  elastic::Assembled share(const std::vector<const elastic::Piece*>& held,
+                           const std::string& after);
+  // Rebuilds the inner strategy on world_ with `state`, the state after
+  // `step`, and keeps a fresh snapshot of it.
+  void restart_inner(const elastic::Assembled& state, int64_t step);
   // Collective on the new world: the newest step whose state the survivors
   // hold between them.
   int64_t agree_on_step(const std::vector<int32_t>& lost);
@@ -92,11 +131,18 @@ class ElasticStrategy final : public sdk::Strategy {
   int64_t settle_ms_;
   int64_t kill_rank_;
   int64_t kill_at_step_;
+  int64_t join_every_;
+  int64_t join_wait_ms_;
+  int64_t wait_for_join_at_;
   bool thread_ranks_ = false;  // the backend's ranks are threads of this process
+  bool can_grow_ = false;      // the backend has comm_grow
+  bool joining_ = false;       // this rank waits to be admitted at its first step
+  int64_t grown_before_ = -1;  // the step at whose start the world last grew
 
   tessera_strategy_env inner_env_{};  // what the inner strategy was given
   std::unique_ptr<sdk::CommView> world_;
   std::vector<int32_t> origin_;  // starting-world rank of each rank of world_
+  int32_t next_origin_ = 0;      // what the next rank admitted is called (after all others)
   std::unique_ptr<elastic::InnerStrategy> inner_;
 
   bool classified_ = false;

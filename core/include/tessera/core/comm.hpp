@@ -37,6 +37,11 @@ struct BackendSettings {
   int world_size = -1;                       // -1: from the environment
   std::chrono::milliseconds timeout{60000};  // default per operation
   CollectiveChecks checks = CollectiveChecks::off;
+  // This process joins a world that is already running (TESSERA_JOIN=1):
+  // the backend must be a process backend with comm_grow (backend 1.4);
+  // connect() then returns a group of this rank alone, which the strategy
+  // grows into the running world (elastic).
+  bool joining = false;
 };
 
 class BackendState;

@@ -32,9 +32,10 @@ extern "C" {
  *   1.1  no backend change (the whole ABI was versioned as one then)
  *   1.2  raw_post
  *   1.3  comm_shrink
+ *   1.4  comm_grow; tessera_backend_config ends with `joining`
  * A host accepts backend 1.x of any minor. */
 #define TESSERA_BACKEND_API_MAJOR 1
-#define TESSERA_BACKEND_API_MINOR 3
+#define TESSERA_BACKEND_API_MINOR 4
 
 typedef struct tessera_backend tessera_backend;
 typedef struct tessera_comm tessera_comm;
@@ -90,6 +91,12 @@ typedef struct tessera_backend_config {
   uint32_t struct_size; /* sizeof(tessera_backend_config) of the host        */
   int32_t world_size;   /* ranks wanted; -1: take it from the environment   */
   int64_t timeout_ms;   /* default for every collective; > 0                */
+  /* Backend 1.4: 1 when this process joins a world that is already running
+   * (`tessera train` under TESSERA_JOIN=1): `connect` then returns a group
+   * of this rank alone, without waiting for anyone, and comm_grow on it
+   * waits to be admitted into the running world. A host sets it only for a
+   * backend that has comm_grow. */
+  int32_t joining;
 } tessera_backend_config;
 
 /* Bits of tessera_backend_api.capabilities. */
@@ -177,6 +184,24 @@ typedef struct tessera_backend_api {
    * usual). Fails with TESSERA_ERR_TIMEOUT / PEER_LOST, naming the group,
    * when the new group cannot be connected. Call it at most once per comm. */
   tessera_status (*comm_shrink)(tessera_comm* comm, int64_t grace_ms, tessera_comm** out);
+
+  /* Backend 1.4; may be NULL: the backend cannot admit ranks into a running
+   * group (a joining process is then refused before it connects). Two kinds
+   * of caller:
+   * - Every member of a running group, collectively: admits the processes
+   *   waiting to join the run (created with `joining`, meeting in the same
+   *   store), if any. *out is then a new group of the members, in their
+   *   order, followed by the newcomers in the order they arrived; *out is
+   *   NULL when none was waiting (nothing changes). Cheap when nobody waits:
+   *   one member looks in the store and tells the others. `wait_ms` is not
+   *   used.
+   * - A joining process, with the group of itself alone that `connect`
+   *   returned: announces itself and waits until the members admit it, or
+   *   `wait_ms` (< 0: forever) passes (TESSERA_ERR_TIMEOUT naming the
+   *   store); *out is the grown group, in which it ranks after the members.
+   * comm itself stays as it was (destroy it as usual). A new group whose
+   * members do not all connect fails with TIMEOUT / PEER_LOST naming it. */
+  tessera_status (*comm_grow)(tessera_comm* comm, int64_t wait_ms, tessera_comm** out);
 } tessera_backend_api;
 
 #ifdef __cplusplus

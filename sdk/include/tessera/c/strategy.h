@@ -47,9 +47,12 @@ extern "C" {
  *   2.6      dynamic loss scaling (run.precision = "f16"): the step's
  *            grad_scale in tessera_step_args and `skipped` in
  *            tessera_step_result, where both had a reserved field
- * A host accepts strategy 2.x of any minor (an f16 run needs 2.6). */
+ *   2.7      joining a running world: tessera_strategy_env ends with
+ *            `joining`; world_changed also reports ranks admitted
+ * A host accepts strategy 2.x of any minor (an f16 run needs 2.6, a joining
+ * rank 2.7). */
 #define TESSERA_STRATEGY_API_MAJOR 2
-#define TESSERA_STRATEGY_API_MINOR 6
+#define TESSERA_STRATEGY_API_MINOR 7
 
 typedef struct tessera_strategy tessera_strategy;
 
@@ -191,6 +194,14 @@ typedef struct tessera_strategy_env {
   const tessera_compressor_api* compressor_api;
   tessera_compressor* compressor;
   const char* compressor_name; /* the compressor plugin's name; NULL with none */
+  /* ---- strategy 2.7 ---- */
+  /* 1: this process joins a world that is already running (TESSERA_JOIN=1);
+   * `world` is a group of this rank alone. The strategy must grow it into
+   * the running world through the backend's comm_grow at its first step
+   * and report world_changed with the running world's step; a strategy that
+   * cannot must fail `create` (the SDK does, unless the strategy asks
+   * StrategyEnv::joining()). */
+  int32_t joining;
 } tessera_strategy_env;
 
 /* How the host must feed data to this rank, set by `create`: ranks with the
@@ -299,7 +310,12 @@ typedef struct tessera_step_result {
    * step itself (it happened, but the strategy's work after it failed; its
    * result is lost). The other fields of the result are then meaningless. The host asks
    * `world` for the new world, feeds the data of the new layout and goes
-   * on with step restored_step + 1. lost_ranks: how many left. */
+   * on with step restored_step + 1. lost_ranks: how many left.
+   * Strategy 2.7: also when, before the step asked for, the strategy
+   * admitted ranks that joined (lost_ranks 0, restored_step the step
+   * before; the world is larger), and on a joining rank at its first step
+   * (restored_step: the running world's last step, whatever the step asked
+   * for). */
   int32_t world_changed;
   int32_t lost_ranks;
   int64_t restored_step;

@@ -22,7 +22,9 @@
 //     static constexpr bool kCanShrink = true;
 //
 // and its Comm overrides shrink(); without the member (or with it false) the
-// entry is NULL.
+// entry is NULL. Likewise comm_grow (admitting processes that join a running
+// world, backend 1.4) with `static constexpr bool kCanGrow = true;` and
+// Comm::grow(); such a backend reads tessera_backend_config::joining.
 #pragma once
 
 #include <cstdint>
@@ -79,6 +81,15 @@ class Comm {
   virtual std::unique_ptr<Comm> shrink(int64_t /*grace_ms*/) {
     throw Error(TESSERA_ERR_UNSUPPORTED, "this backend cannot re-form a group after a failure");
   }
+  // Members of a running group, collectively: the group grown by the
+  // processes waiting to join, or nullptr when none waits. A joining
+  // process (its group of itself alone): waits up to `wait_ms` (< 0:
+  // forever) to be admitted and returns the grown group. See comm_grow in
+  // tessera/c/backend.h. Reached through the C table only when the backend
+  // class declares kCanGrow. The default says the backend cannot.
+  virtual std::unique_ptr<Comm> grow(int64_t /*wait_ms*/) {
+    throw Error(TESSERA_ERR_UNSUPPORTED, "this backend cannot admit ranks into a running group");
+  }
 };
 
 // The process-wide engine.
@@ -102,6 +113,12 @@ namespace detail {
 template <typename B>
 concept DeclaresShrink = requires {
   requires B::kCanShrink;
+};
+
+// Likewise `static constexpr bool kCanGrow = true`: its table has comm_grow.
+template <typename B>
+concept DeclaresGrow = requires {
+  requires B::kCanGrow;
 };
 
 // Handles given to the host: each owns the C++ object and remembers the host
@@ -229,6 +246,16 @@ struct BackendAdapter {
       TESSERA_CHECK(*out != nullptr, TESSERA_ERR_INTERNAL, "shrink returned no communicator");
     });
   }
+  static tessera_status comm_grow(tessera_comm* comm, int64_t wait_ms,
+                                  tessera_comm** out) noexcept {
+    auto* c = as_handle(comm);
+    return guard(c->host, [&] {
+      TESSERA_CHECK(out != nullptr, TESSERA_ERR_INVALID_ARGUMENT, "grow: null output");
+      *out = nullptr;
+      std::unique_ptr<Comm> grown = c->impl->grow(wait_ms);
+      if (grown) *out = wrap_comm(c->host, std::move(grown));
+    });
+  }
 
   static constexpr tessera_backend_api table(uint32_t caps) noexcept {
     return tessera_backend_api{sizeof(tessera_backend_api),
@@ -246,7 +273,8 @@ struct BackendAdapter {
                                &work_test,
                                &work_free,
                                &raw_post,
-                               DeclaresShrink<B> ? &comm_shrink : nullptr};
+                               DeclaresShrink<B> ? &comm_shrink : nullptr,
+                               DeclaresGrow<B> ? &comm_grow : nullptr};
   }
 };
 

@@ -85,6 +85,17 @@ class StrategyEnv {
   [[nodiscard]] bool compressor_unused() const noexcept {
     return static_cast<bool>(compressor_) && !compressor_asked_;
   }
+  // Whether this rank joins a running world (strategy 2.7; see `joining` in
+  // tessera_strategy_env). Asking is what tells the SDK the strategy can
+  // admit it: a joining rank whose strategy never asked fails `create`.
+  [[nodiscard]] bool joining() noexcept {
+    joining_asked_ = true;
+    return raw_.joining != 0;
+  }
+  // Whether this rank joins and the strategy did not ask.
+  [[nodiscard]] bool joining_unhandled() const noexcept {
+    return raw_.joining != 0 && !joining_asked_;
+  }
   // The C struct this was made from (every field the host's version has),
   // for a strategy that creates another strategy plugin with it (elastic).
   [[nodiscard]] const tessera_strategy_env& c() const noexcept { return raw_; }
@@ -98,6 +109,7 @@ class StrategyEnv {
   OptimizerView optimizer_;
   CompressorView compressor_;
   bool compressor_asked_ = false;
+  bool joining_asked_ = false;
 };
 
 // C++ view of tessera_step_args.
@@ -207,6 +219,9 @@ struct StrategyAdapter {
           TESSERA_CHECK(!handle->env->compressor_unused(), TESSERA_ERR_INVALID_ARGUMENT,
                         "this strategy takes no gradient compressor ([compression] name = '",
                         handle->env->compressor().name(), "'); remove [compression]");
+          TESSERA_CHECK(!handle->env->joining_unhandled(), TESSERA_ERR_INVALID_ARGUMENT,
+                        "this strategy cannot admit a rank into a running world (TESSERA_JOIN=1): "
+                        "joining needs the elastic strategy");
           const tessera_strategy_layout l = handle->impl->layout();
           std::memcpy(layout, &l, std::min<size_t>(layout->struct_size, sizeof l));
           *out = reinterpret_cast<tessera_strategy*>(handle.release());

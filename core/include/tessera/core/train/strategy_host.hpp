@@ -218,11 +218,13 @@ class StrategyPlugin {
   // `compressor` (may be null) is the rank's gradient compressor, which
   // must outlive the instance too; a strategy older than interface 2.4 is
   // refused one (invalid argument, naming the strategy, its file and the
-  // compressor).
+  // compressor). `joining`: this rank joins a running world (`comm` is a
+  // group of itself alone; strategy 2.7, refused for older plugins).
   std::unique_ptr<StrategyInstance> create(Communicator& comm, const model::Model& model,
                                            const Optimizer& optimizer,
                                            const CompressorPlugin::Instance* compressor = nullptr,
-                                           const std::string& compressor_name = {}) const;
+                                           const std::string& compressor_name = {},
+                                           bool joining = false) const;
 
  private:
   std::shared_ptr<LoadedPlugin> plugin_;

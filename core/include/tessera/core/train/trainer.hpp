@@ -118,6 +118,12 @@ struct RunOptions {
   // (StrategyInstance::save(true)), in rank order. With a process backend
   // only this process's rank is there.
   bool collect_final_state = false;
+  // This process joins a world that is already running (`tessera train`
+  // under TESSERA_JOIN=1): it connects as a world of itself alone, opens no
+  // log and holds no checkpoint directory, and its strategy must grow it
+  // into the running world at its first step (elastic); from then on it is
+  // one more rank of that world. Process backends with comm_grow only.
+  bool joining = false;
 };
 
 struct RunResult {
