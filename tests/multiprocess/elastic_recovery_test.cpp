@@ -182,6 +182,40 @@ TEST_F(ElasticRankZero, LosingRankZeroMovesTheLog) {
 // ranks that nobody joined, within 1e-5.
 class ElasticJoin : public GlooTest {};
 
+// The address of the TCP store the launcher writing `log` serves (under
+// --tolerate-failures), once it says so; empty after 60 s.
+std::string served_store(const std::filesystem::path& log) {
+  const std::string serving = "tessera launch: serving the ranks' TCP store on ";
+  std::string address;
+  (void)eventually(std::chrono::seconds(60), [&] {
+    const std::string text = read_text(log);
+    const size_t at = text.find(serving);
+    if (at == std::string::npos) return false;
+    const size_t from = at + serving.size();
+    address = text.substr(from, text.find_first_not_of("0123456789.:", from) - from);
+    return true;
+  });
+  return address;
+}
+
+// `tessera train config` on gloo with `sets`, and how to start it as a
+// process joining the run `run_id` whose store is at `address`.
+std::vector<std::string> join_command(const std::filesystem::path& config,
+                                      const std::vector<std::string>& sets) {
+  std::vector<std::string> cmd = {TESSERA_MP_TESSERA, "train", config.string(), "--set",
+                                  "backend.name=\"gloo\""};
+  for (const auto& s : sets) cmd.insert(cmd.end(), {"--set", s});
+  return cmd;
+}
+test::ChildOptions joining(const std::filesystem::path& log, const std::string& address,
+                           const std::string& run_id) {
+  test::ChildOptions options = launched(log);
+  options.set.insert(
+      options.set.end(),
+      {{"TESSERA_JOIN", "1"}, {"TESSERA_STORE_ADDR", address}, {"TESSERA_RUN_ID", run_id}});
+  return options;
+}
+
 TEST_F(ElasticJoin, ARankStartedLaterJoinsAtTheNextStep) {
   const TempDir dir("elastic-join");
   constexpr int kSteps = 12;
@@ -195,26 +229,10 @@ TEST_F(ElasticJoin, ARankStartedLaterJoinsAtTheNextStep) {
   const auto log = dir.path() / "members.log";
   ChildProcess members(elastic_launch(3, run_id, config, sets), launched(log));
 
-  // The launcher's store, from its log.
-  const std::string serving = "tessera launch: serving the ranks' TCP store on ";
-  std::string address;
-  ASSERT_TRUE(eventually(std::chrono::seconds(60), [&] {
-    const std::string text = read_text(log);
-    const size_t at = text.find(serving);
-    if (at == std::string::npos) return false;
-    const size_t from = at + serving.size();
-    address = text.substr(from, text.find_first_not_of("0123456789.:", from) - from);
-    return true;
-  })) << read_text(log);
-
-  std::vector<std::string> join = {TESSERA_MP_TESSERA, "train", config.string(), "--set",
-                                   "backend.name=\"gloo\""};
-  for (const auto& s : sets) join.insert(join.end(), {"--set", s});
-  test::ChildOptions joining = launched(dir.path() / "joiner.log");
-  joining.set.insert(
-      joining.set.end(),
-      {{"TESSERA_JOIN", "1"}, {"TESSERA_STORE_ADDR", address}, {"TESSERA_RUN_ID", run_id}});
-  ChildProcess joiner(join, joining);
+  const std::string address = served_store(log);
+  ASSERT_FALSE(address.empty()) << read_text(log);
+  ChildProcess joiner(join_command(config, sets),
+                      joining(dir.path() / "joiner.log", address, run_id));
   const ChildExit joined = joiner.wait(kRecoveryLimit);
   const ChildExit exit = members.wait(kRecoveryLimit);
   const std::string text = read_text(log);
@@ -225,7 +243,8 @@ TEST_F(ElasticJoin, ARankStartedLaterJoinsAtTheNextStep) {
                       ": rank(s) 3 joined"),
             std::string::npos)
       << text;
-  EXPECT_NE(joiner_text.find("joined the running world of 3 ranks, with its state after step " +
+  EXPECT_NE(joiner_text.find("joined the running world of 3 ranks (now 4), with its state after "
+                             "step " +
                              std::to_string(kJoinAt - 1)),
             std::string::npos)
       << joiner_text;
@@ -244,6 +263,41 @@ TEST_F(ElasticJoin, ARankStartedLaterJoinsAtTheNextStep) {
   expect_close(tensors_of_file(dir.path() / "ckpt" / last / "model.safetensors"),
                tensors_of_file(reference / last / "model.safetensors"),
                "elastic (zero1) 3 -> 4 ranks at step " + std::to_string(kJoinAt));
+}
+
+// A joiner whose configuration differs (another learning rate) is admitted,
+// fails the check that follows, alone, and the members recover from its
+// loss like any other and finish.
+TEST_F(ElasticJoin, AJoinerThatDiffersFailsAloneAndTheOthersGoOn) {
+  const TempDir dir("elastic-join-differs");
+  const auto config = write_gpt_config(dir.path(), 8, 8, kRecoveryTimeoutS, "elastic");
+  std::vector<std::string> sets = elastic_sets("zero1");
+  // The members see the joiner's abort up to the backend's probe_ms (1.5 s)
+  // apart: settle_ms must cover that.
+  sets.insert(sets.end(),
+              {"strategy.options.join_wait_s=60", "strategy.options.join_every=0",
+               "strategy.options.wait_for_join_at_step=3", "strategy.options.settle_ms=3000"});
+  const std::string run_id = "elastic-join-differs";
+  const auto log = dir.path() / "members.log";
+  ChildProcess members(elastic_launch(2, run_id, config, sets), launched(log));
+  const std::string address = served_store(log);
+  ASSERT_FALSE(address.empty()) << read_text(log);
+  std::vector<std::string> other = sets;
+  other.emplace_back("optimizer.lr=0.01");
+  const auto joiner_log = dir.path() / "joiner.log";
+  ChildProcess joiner(join_command(config, other), joining(joiner_log, address, run_id));
+  const ChildExit joined = joiner.wait(kRecoveryLimit);
+  const ChildExit exit = members.wait(kRecoveryLimit);
+  const std::string text = read_text(log);
+  const std::string joiner_text = read_text(joiner_log);
+  EXPECT_FALSE(joined.ok()) << joiner_text;
+  EXPECT_NE(joiner_text.find("the ranks' configurations differ: rank 2 has optimizer.lr = 0.01 "
+                             "where rank 0 has 0.003"),
+            std::string::npos)
+      << joiner_text;
+  ASSERT_TRUE(exit.ok()) << exit.describe() << text;
+  EXPECT_NE(text.find("rank(s) 2 lost; world 3 -> 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("summary: steps 1-8"), std::string::npos) << text;
 }
 
 // What a joining process is refused, each before it trains a step: a bad

@@ -344,7 +344,7 @@ int64_t ElasticStrategy::recover(int64_t failed_step, const std::string& why) {
   tessera_comm* fresh = nullptr;
   sdk::detail::check_host_call(host_, api->comm_shrink(world_->raw(), settle_ms_, &fresh),
                                "elastic: re-forming the world");
-  world_ = std::make_unique<sdk::CommView>(host_, api, fresh, /*owned=*/true);
+  replace_world(fresh);
 
   std::vector<int32_t> origin(static_cast<size_t>(world_->size()));
   const std::vector<int32_t> mine{me};
@@ -467,8 +467,8 @@ int64_t ElasticStrategy::join() {
                 "elastic: the backend admitted this rank into no world");
   const int64_t step = take_grown_world(grown, -1);
   reason_ = detail::concat("rank ", origin_[static_cast<size_t>(world_->rank())],
-                           " joined the running world of ", world_->size() - 1,
-                           " ranks, with its state after step ", step);
+                           " joined the running world of ", members_, " ranks (now ",
+                           world_->size(), "), with its state after step ", step);
   host_.warn("elastic: ", reason_);
   return step;
 }
@@ -476,7 +476,7 @@ int64_t ElasticStrategy::join() {
 int64_t ElasticStrategy::take_grown_world(tessera_comm* grown, int64_t done) {
   const bool member = done >= 0;
   inner_.reset();  // its groups go with the old world
-  world_ = std::make_unique<sdk::CommView>(host_, world_->api(), grown, /*owned=*/true);
+  replace_world(grown);
   // Per rank: its name (-1: a newcomer), the step it holds, the next name.
   const std::vector<int64_t> mine{member ? origin_[static_cast<size_t>(world_->rank())] : -1, done,
                                   member ? next_origin_ : 0};
@@ -484,8 +484,10 @@ int64_t ElasticStrategy::take_grown_world(tessera_comm* grown, int64_t done) {
   world_->allgather(std::span<const int64_t>(mine), std::span<int64_t>(all));
   const int64_t step = all[1];
   int64_t next = 0;
+  members_ = 0;
   for (size_t r = 0; r < static_cast<size_t>(world_->size()); ++r) {
     next = std::max(next, all[3 * r + 2]);
+    if (all[3 * r] >= 0) ++members_;
     TESSERA_CHECK(all[3 * r] < 0 || all[3 * r + 1] == step, TESSERA_ERR_INTERNAL,
                   "elastic: member ", r, " of the grown world holds step ", all[3 * r + 1],
                   ", rank 0 step ", step);
@@ -509,6 +511,14 @@ int64_t ElasticStrategy::take_grown_world(tessera_comm* grown, int64_t done) {
       share(held, detail::concat("after step ", step, " among the members"));
   restart_inner(state, step);
   return step;
+}
+
+void ElasticStrategy::replace_world(tessera_comm* fresh) {
+  const tessera_backend_api* api = world_->api();
+  // The host runs on the old world until the step reports the change (and
+  // aborts it if anything fails first): it lives until the next change.
+  retired_ = std::move(world_);
+  world_ = std::make_unique<sdk::CommView>(host_, api, fresh, /*owned=*/true);
 }
 
 tessera_strategy_world ElasticStrategy::world() {

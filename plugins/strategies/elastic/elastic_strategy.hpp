@@ -117,6 +117,9 @@ class ElasticStrategy final : public sdk::Strategy {
   // incomplete.
   elastic::Assembled share(const std::vector<const elastic::Piece*>& held,
                            const std::string& after);
+  // Makes `fresh` (owned) the world; the one before stays alive as
+  // retired_ until the next change, since the host still holds it.
+  void replace_world(tessera_comm* fresh);
   // Rebuilds the inner strategy on world_ with `state`, the state after
   // `step`, and keeps a fresh snapshot of it.
   void restart_inner(const elastic::Assembled& state, int64_t step);
@@ -138,8 +141,10 @@ class ElasticStrategy final : public sdk::Strategy {
   bool can_grow_ = false;      // the backend has comm_grow
   bool joining_ = false;       // this rank waits to be admitted at its first step
   int64_t grown_before_ = -1;  // the step at whose start the world last grew
+  int32_t members_ = 0;        // of the world before it last grew
 
-  tessera_strategy_env inner_env_{};  // what the inner strategy was given
+  tessera_strategy_env inner_env_{};        // what the inner strategy was given
+  std::unique_ptr<sdk::CommView> retired_;  // the world before world_ (see replace_world)
   std::unique_ptr<sdk::CommView> world_;
   std::vector<int32_t> origin_;  // starting-world rank of each rank of world_
   int32_t next_origin_ = 0;      // what the next rank admitted is called (after all others)
