@@ -526,11 +526,6 @@ tessera_status checked_shrink(tessera_comm* comm, int64_t grace_ms, tessera_comm
   });
 }
 
-bool has_grow(const tessera_backend_api& api) {
-  return api.struct_size >= offsetof(tessera_backend_api, comm_grow) + sizeof api.comm_grow &&
-         api.comm_grow != nullptr;
-}
-
 // The grown group, checked like the old one (with a shadow of its own);
 // NULL when nobody joined.
 tessera_status checked_grow(tessera_comm* comm, int64_t wait_ms, tessera_comm** out) {
@@ -547,6 +542,11 @@ tessera_status checked_grow(tessera_comm* comm, int64_t wait_ms, tessera_comm** 
 }
 
 }  // namespace
+
+bool has_grow(const tessera_backend_api& api) noexcept {
+  return api.struct_size >= offsetof(tessera_backend_api, comm_grow) + sizeof api.comm_grow &&
+         api.comm_grow != nullptr;
+}
 
 tessera_backend_api checked_api(const tessera_backend_api& inner) {
   tessera_backend_api api{};

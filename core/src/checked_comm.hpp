@@ -25,6 +25,10 @@ struct CheckSettings {
   unsigned recorder_size = 32;  // operations the flight recorder keeps
 };
 
+// Whether a backend's table has comm_grow (backend 1.4: it admits processes
+// into a running group); the checked table offers it only then.
+bool has_grow(const tessera_backend_api& api) noexcept;
+
 // The C table of checked communicators over a backend whose own table is
 // `inner` (kept by pointer; it must outlive every communicator). `create`,
 // `destroy` and `connect` are not offered: communicators come from wrap().

@@ -24,11 +24,8 @@ class BackendState {
     TESSERA_CHECK(plugin_->kind() == TESSERA_KIND_BACKEND, TESSERA_ERR_INVALID_ARGUMENT, "plugin '",
                   name_, "' (", plugin_->path().string(), ") is not a backend");
     if (settings.joining) {
-      const bool grows =
-          api_->struct_size >= offsetof(tessera_backend_api, comm_grow) + sizeof(void*) &&
-          api_->comm_grow != nullptr &&
-          (api_->capabilities & TESSERA_BACKEND_CAP_THREAD_RANKS) == 0;
-      if (!grows) {
+      if (!detail::has_grow(*api_) ||
+          (api_->capabilities & TESSERA_BACKEND_CAP_THREAD_RANKS) != 0) {
         throw Error(TESSERA_ERR_INVALID_ARGUMENT,
                     "TESSERA_JOIN=1: backend '" + name_ + "' (" + plugin_->path().string() +
                         ") cannot admit a process into a running world (it needs comm_grow, "

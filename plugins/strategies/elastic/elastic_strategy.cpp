@@ -450,7 +450,7 @@ bool ElasticStrategy::admit(int64_t done, bool wait) {
   }
   if (grown == nullptr) return false;
   const int32_t before = world_->size();
-  const int64_t step = take_grown_world(grown, done);
+  const int64_t step = take_grown_world(grown, done).step;
   std::vector<int32_t> joined(origin_.begin() + before, origin_.end());
   reason_ = detail::concat("rank(s) ", rank_list(joined), " joined; the state after step ", step,
                            " sent to them from the members' memory");
@@ -465,15 +465,15 @@ int64_t ElasticStrategy::join() {
                                "elastic: joining the running world");
   TESSERA_CHECK(grown != nullptr, TESSERA_ERR_INTERNAL,
                 "elastic: the backend admitted this rank into no world");
-  const int64_t step = take_grown_world(grown, -1);
+  const Grown grew = take_grown_world(grown, -1);
   reason_ = detail::concat("rank ", origin_[static_cast<size_t>(world_->rank())],
-                           " joined the running world of ", members_, " ranks (now ",
-                           world_->size(), "), with its state after step ", step);
+                           " joined the running world of ", grew.members, " ranks (now ",
+                           world_->size(), "), with its state after step ", grew.step);
   host_.warn("elastic: ", reason_);
-  return step;
+  return grew.step;
 }
 
-int64_t ElasticStrategy::take_grown_world(tessera_comm* grown, int64_t done) {
+ElasticStrategy::Grown ElasticStrategy::take_grown_world(tessera_comm* grown, int64_t done) {
   const bool member = done >= 0;
   inner_.reset();  // its groups go with the old world
   replace_world(grown);
@@ -484,10 +484,10 @@ int64_t ElasticStrategy::take_grown_world(tessera_comm* grown, int64_t done) {
   world_->allgather(std::span<const int64_t>(mine), std::span<int64_t>(all));
   const int64_t step = all[1];
   int64_t next = 0;
-  members_ = 0;
+  int32_t members = 0;
   for (size_t r = 0; r < static_cast<size_t>(world_->size()); ++r) {
     next = std::max(next, all[3 * r + 2]);
-    if (all[3 * r] >= 0) ++members_;
+    if (all[3 * r] >= 0) ++members;
     TESSERA_CHECK(all[3 * r] < 0 || all[3 * r + 1] == step, TESSERA_ERR_INTERNAL,
                   "elastic: member ", r, " of the grown world holds step ", all[3 * r + 1],
                   ", rank 0 step ", step);
@@ -510,7 +510,7 @@ int64_t ElasticStrategy::take_grown_world(tessera_comm* grown, int64_t done) {
   const elastic::Assembled state =
       share(held, detail::concat("after step ", step, " among the members"));
   restart_inner(state, step);
-  return step;
+  return Grown{step, members};
 }
 
 void ElasticStrategy::replace_world(tessera_comm* fresh) {

@@ -109,8 +109,12 @@ class ElasticStrategy final : public sdk::Strategy {
   // Collective on the grown world `grown`: the members (`done` >= 0: the
   // step whose state they hold) and the joiners (-1) agree on the step and
   // number the newcomers; every rank ends with the whole state. Returns the
-  // step.
-  int64_t take_grown_world(tessera_comm* grown, int64_t done);
+  // step and how many members there were.
+  struct Grown {
+    int64_t step = -1;
+    int32_t members = 0;
+  };
+  Grown take_grown_world(tessera_comm* grown, int64_t done);
   // Collective: every piece of `held` (this rank's) that some rank lacks
   // goes from the lowest rank holding it to the others; the tensors
   // assembled whole. `after` says what failed when a tensor stays
@@ -141,7 +145,6 @@ class ElasticStrategy final : public sdk::Strategy {
   bool can_grow_ = false;      // the backend has comm_grow
   bool joining_ = false;       // this rank waits to be admitted at its first step
   int64_t grown_before_ = -1;  // the step at whose start the world last grew
-  int32_t members_ = 0;        // of the world before it last grew
 
   tessera_strategy_env inner_env_{};        // what the inner strategy was given
   std::unique_ptr<sdk::CommView> retired_;  // the world before world_ (see replace_world)
