@@ -17,12 +17,12 @@
 #include <fmt/format.h>
 
 #include "cli_error.hpp"
-#include "common/tcp_store.hpp"
 #include "launch_elastic.hpp"
 #include "launch_output.hpp"
 #include "launch_process.hpp"
 #include "launch_signals.hpp"
 #include "launch_supervisor.hpp"
+#include "tessera/core/tcp_store.hpp"
 
 namespace tessera::cli {
 namespace {
@@ -332,12 +332,12 @@ int run_launch_command(const LaunchArgs& args, std::span<char* const> argv) {
   // port on one node or on MASTER_PORT + 1 across nodes, and every rank
   // finds it in TESSERA_STORE_ADDR (MASTER_ADDR and MASTER_PORT stay free
   // for the program).
-  std::unique_ptr<backend_store::TcpStoreServer> store;
+  std::unique_ptr<store::TcpStoreServer> store;
   std::vector<std::pair<std::string, std::string>> extra;
   if (args.tolerate_failures > 0) {
     int32_t port = topology.nnodes == 1 ? 0 : topology.master_port + 1;
     if (topology.node_rank == 0) {
-      store = std::make_unique<backend_store::TcpStoreServer>(topology.master_addr, port);
+      store = std::make_unique<store::TcpStoreServer>(topology.master_addr, port);
       port = store->port();
       launcher_message(fmt::format(
           "serving the ranks' TCP store on {}:{} (TESSERA_STORE_ADDR), so that it outlives "

@@ -17,17 +17,17 @@
 #include <fmt/format.h>
 
 #include "cli_error.hpp"
-#include "common/tcp_store.hpp"
 #include "launch_output.hpp"
 #include "launch_supervisor.hpp"
+#include "tessera/core/tcp_store.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using TcpStoreClient = backend_store::TcpStoreClient;
-using TcpStoreServer = backend_store::TcpStoreServer;
+using TcpStoreClient = store::TcpStoreClient;
+using TcpStoreServer = store::TcpStoreServer;
 
 constexpr std::chrono::milliseconds kPoll{50};
 // Polling a round that this launcher waits to join, less often.

@@ -19,9 +19,9 @@
 
 #include "launch_env.hpp"
 
-namespace tessera::backend_store {
+namespace tessera::store {
 class TcpStoreClient;
-}  // namespace tessera::backend_store
+}  // namespace tessera::store
 
 namespace tessera::cli {
 
@@ -104,7 +104,7 @@ class ElasticRendezvous {
   ElasticSettings settings_;
   Log log_;
   std::string id_;  // this launcher: "host pid P"
-  std::unique_ptr<backend_store::TcpStoreClient> client_;
+  std::unique_ptr<store::TcpStoreClient> client_;
 };
 
 // Parses --nnodes: "N" or "MIN:MAX" (1 <= MIN <= MAX). Throws UsageError

@@ -11,6 +11,7 @@
 #include <utility>
 #include <variant>
 
+#include "host_store.hpp"
 #include "tessera/core/data/batch.hpp"
 #include "tessera/core/device.hpp"
 #include "tessera/core/logging.hpp"
@@ -394,6 +395,7 @@ HostContext::HostContext(const std::string& logger_name) : logger_(get_logger(lo
   api_.vec_fill = &host_vec_fill;
   api_.vec_scale = &host_vec_scale;
   api_.vec_sum_squares = &host_vec_sum_squares;
+  install_store_calls(api_);
 }
 
 std::string take_thread_error() {

@@ -8,19 +8,17 @@
 #include <vector>
 
 #include "../support/error_of.hpp"
+#include "../support/host_store.hpp"
 #include "../support/temp_dir.hpp"
 #include "bootstrap.hpp"
-#include "common/store.hpp"
 
 namespace tessera::nccltest {
 namespace {
 
 constexpr size_t kIdBytes = 128;  // sizeof(ncclUniqueId)
 
-std::unique_ptr<backend_store::Store> file_store(const std::string& dir) {
-  backend_store::StoreConfig config;
-  config.dir = dir;
-  return backend_store::open_store(config, "nccl");
+std::unique_ptr<sdk::Store> file_store(const std::string& dir) {
+  return test::file_store(dir, "nccl");
 }
 
 std::vector<char> fake_id(char seed) {
@@ -90,7 +88,7 @@ TEST(NcclBootstrap, AReusedRunIdIsRefused) {
 TEST(NcclBootstrap, AValueOfTheWrongSizeIsAMismatch) {
   const test::TempDir dir("nccl-store");
   auto store = file_store(dir.path().string());
-  store->put("p/unique_id", std::vector<char>(5, 'x'));
+  store->set("p/unique_id", std::vector<char>(5, 'x'));
   const Error e = test::thrown_error([&] {
     (void)nccl_backend::share_unique_id(
         *store, "p", "world", 1, 0, kIdBytes, [] { return fake_id(0); }, 1000);

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "../support/host_store.hpp"
 #include "../support/temp_dir.hpp"
-#include "common/store.hpp"
 #include "progress.hpp"
 
 namespace tessera::nccltest {
@@ -19,11 +19,7 @@ using nccl_backend::absent_text;
 using nccl_backend::ProgressBoard;
 
 ProgressBoard board_in(const std::string& dir) {
-  return ProgressBoard([dir] {
-    backend_store::StoreConfig config;
-    config.dir = dir;
-    return backend_store::open_store(config, "nccl");
-  });
+  return ProgressBoard([dir] { return test::file_store(dir, "nccl"); });
 }
 
 TEST(NcclProgress, RanksThatNeverArriveAreNamed) {
@@ -57,7 +53,7 @@ TEST(NcclProgress, TheFirstAbortIsKeptWithItsRank) {
 
 TEST(NcclProgress, AStoreThatCannotBeOpenedSaysNothing) {
   ProgressBoard board(
-      []() -> std::unique_ptr<backend_store::Store> { throw std::runtime_error("no store here"); });
+      []() -> std::unique_ptr<sdk::Store> { throw std::runtime_error("no store here"); });
   board.arrived("g", 0, 1);
   EXPECT_TRUE(board.absent("g", 3, 0, 1).empty());
   EXPECT_FALSE(board.aborted("g").has_value());

@@ -1,4 +1,4 @@
-// The TCP store of the process backends, server and clients in this process
+// The host's TCP store, server and clients in this process
 // over loopback: every operation, the blocking ones released or timing out,
 // atomicity under several client threads, namespaces, the end of a run's
 // keys, and the failures a rank meets (nothing answers, a silent peer, the
@@ -15,11 +15,10 @@
 
 #include "../support/error_of.hpp"
 #include "../support/loopback.hpp"
-#include "common/store.hpp"
-#include "common/tcp_store.hpp"
+#include "tessera/core/tcp_store.hpp"
 #include "tessera/sdk/error.hpp"
 
-namespace tessera::backend_store {
+namespace tessera::store {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -304,78 +303,5 @@ TEST(TcpStoreFailures, AddressInUseIsNamed) {
   expect_mentions(e.what(), {"127.0.0.1:" + std::to_string(busy.port()), "in use", "MASTER_PORT"});
 }
 
-// The rendezvous store of the backends on top of it: rank 0 serves, every
-// rank (rank 0 too) is a client, and the run's keys go when rank 0's
-// service ends.
-TEST(TcpStoreService, RankZeroServesAndCleansUpTheRun) {
-  StoreConfig config;
-  config.kind = StoreKind::kTcp;
-  config.tcp_host = "127.0.0.1";
-  config.tcp_port = closed_port();
-  config.run_id = "run-7";
-  config.timeout_ms = 3000;
-  EXPECT_EQ(serve_store(config, 1, "gloo", nullptr), nullptr);
-  std::vector<std::string> log;
-  auto service =
-      serve_store(config, 0, "gloo", [&](const std::string& line) { log.push_back(line); });
-  ASSERT_NE(service, nullptr);
-  EXPECT_EQ(service->port(), config.tcp_port);
-  {
-    auto rank0 = open_store(config, "gloo");
-    auto rank1 = open_store(config, "gloo");
-    EXPECT_EQ(rank1->description(), "TCP store at 127.0.0.1:" + std::to_string(config.tcp_port) +
-                                        " (MASTER_ADDR:MASTER_PORT)");
-    auto read = std::async(std::launch::async,
-                           [&] { return text(rank1->await("run-7/c0/id", 3000, "the id")); });
-    rank0->put("run-7/c0/id", bytes("id-bytes"));
-    EXPECT_EQ(read.get(), "id-bytes");
-    rank0->gloo().set("run-7/c0/mesh/0", bytes("addr"));
-    EXPECT_EQ(text(rank1->gloo().get("run-7/c0/mesh/0")), "addr");
-    EXPECT_TRUE(rank1->has({"run-7/c0/id", "run-7/c0/mesh/0"}));
-    const Error e =
-        test::thrown_error([&] { (void)rank1->await("run-7/c9", 100, "rank 3's address"); });
-    EXPECT_EQ(e.status(), TESSERA_ERR_TIMEOUT);
-    expect_mentions(e.what(), {"gloo:", "rank 3's address", "'run-7/c9'", "TCP store"});
-  }
-  service.reset();
-  config.timeout_ms = 300;
-  ASSERT_EQ(log.size(), 2U);
-  expect_mentions(log[0], {"rank 0 serves the TCP store on 127.0.0.1:"});
-  expect_mentions(log[1], {"removed the 2 keys of run 'run-7'", "holding 0 keys", ", 0 of "});
-  const Error gone = test::thrown_error([&] { (void)open_store(config, "gloo"); });
-  EXPECT_EQ(gone.status(), TESSERA_ERR_TIMEOUT);
-}
-
-// A store a launcher serves (TESSERA_STORE_ADDR): no rank serves it, rank 0
-// included, and messages name where its address came from.
-TEST(TcpStoreService, AStoreServedElsewhereIsServedByNoRank) {
-  TcpStoreServer launcher("127.0.0.1", 0);
-  StoreConfig config;
-  config.kind = StoreKind::kTcp;
-  config.tcp_host = "127.0.0.1";
-  config.tcp_port = launcher.port();
-  config.tcp_served_elsewhere = true;
-  config.run_id = "run-8";
-  config.timeout_ms = 3000;
-  EXPECT_EQ(serve_store(config, 0, "gloo", nullptr), nullptr);
-  auto rank0 = open_store(config, "gloo");
-  EXPECT_EQ(rank0->description(),
-            "TCP store at 127.0.0.1:" + std::to_string(launcher.port()) + " (TESSERA_STORE_ADDR)");
-  rank0->put("run-8/k", bytes("v"));
-  EXPECT_EQ(text(open_store(config, "gloo")->await("run-8/k", 3000, "the key")), "v");
-}
-
-TEST(TcpStoreService, BusyPortNamesPluginAndAddress) {
-  const Listener busy;
-  StoreConfig config;
-  config.kind = StoreKind::kTcp;
-  config.tcp_host = "127.0.0.1";
-  config.tcp_port = busy.port();
-  const Error e = test::thrown_error([&] { (void)serve_store(config, 0, "nccl", nullptr); });
-  EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT);
-  expect_mentions(e.what(), {"nccl", "MASTER_ADDR:MASTER_PORT", "in use",
-                             "127.0.0.1:" + std::to_string(busy.port())});
-}
-
 }  // namespace
-}  // namespace tessera::backend_store
+}  // namespace tessera::store

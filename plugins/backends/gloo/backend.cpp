@@ -42,11 +42,9 @@ GlooBackend::GlooBackend(const sdk::Host& host, const sdk::Options& options,
     host.debug("gloo: SIGPIPE is ignored from now on (closed peers fail writes)");
   // A joining process is nobody's rank 0: the running world's store serves it.
   if (settings_.joining) return;
-  store_service_ =
-      backend_store::serve_store(settings_.store, settings_.rank, "gloo",
-                                 [host, rank = settings_.rank](const std::string& text) {
-                                   host.log(TESSERA_LOG_DEBUG, rank, text);
-                                 });
+  if (settings_.store.served_by(settings_.rank)) {
+    store_service_ = open_store(host, settings_, /*serve=*/true);
+  }
 }
 
 std::unique_ptr<sdk::Comm> GlooBackend::connect(int32_t rank) {

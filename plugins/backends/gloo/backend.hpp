@@ -7,6 +7,7 @@
 
 #include "settings.hpp"
 #include "tessera/sdk/backend.hpp"
+#include "tessera/sdk/store.hpp"
 
 namespace tessera::gloo_backend {
 
@@ -40,7 +41,7 @@ class GlooBackend final : public sdk::Backend {
   Settings settings_;
   // The TCP store this process serves as rank 0 (null otherwise); every
   // world's engine shares it, so it lives until the last communicator goes.
-  std::shared_ptr<backend_store::StoreService> store_service_;
+  std::shared_ptr<sdk::Store> store_service_;
   uint64_t connects_ = 0;
 };
 

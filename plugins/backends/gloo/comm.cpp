@@ -49,7 +49,7 @@ std::optional<std::vector<int32_t>> parse_members(const std::vector<char>& value
   while (at <= text.size()) {
     size_t end = text.find(", ", at);
     if (end == std::string::npos) end = text.size();
-    const auto rank = backend_store::parse_int(text.substr(at, end - at));
+    const auto rank = sdk::parse_int(text.substr(at, end - at));
     if (!rank || *rank < 0 || *rank >= size || (!members.empty() && *rank <= members.back())) {
       return std::nullopt;
     }
@@ -279,7 +279,7 @@ std::unique_ptr<sdk::Comm> GlooComm::split(int32_t color, int32_t key) {
   const GroupAddress address{engine_->prefix + "/" + identity.id, identity.name, identity.rank,
                              identity.size()};
   const int64_t timeout = engine_->settings.timeout_ms;
-  const auto store = open_store(engine_->settings);
+  const auto store = open_store(engine_->host, engine_->settings);
   await_members(*store, address, timeout);
   Connection connection = connect_group(*store, address, engine_->device.device, timeout);
   auto child = std::make_shared<Group>(std::move(identity), std::move(connection));
@@ -299,12 +299,12 @@ std::unique_ptr<sdk::Comm> GlooComm::shrink(int64_t grace_ms) {
   identity.id = detail::concat(parent.id, ".x", number);
   const std::string prefix = engine_->prefix + "/" + identity.id;
   const auto alive_key = [&](int32_t r) { return detail::concat(prefix, "/alive/", r); };
-  const auto store = open_store(engine_->settings);
+  const auto store = open_store(engine_->host, engine_->settings);
 
   // Who is still there: the members whose alive key appears within the
   // grace (all of them: no need to wait longer).
   const std::string pid = "pid " + std::to_string(::getpid());
-  store->put(alive_key(me), std::vector<char>(pid.begin(), pid.end()));
+  store->set(alive_key(me), std::vector<char>(pid.begin(), pid.end()));
   std::vector<int32_t> absent;
   for (int32_t r = 0; r < n; ++r) {
     if (r != me) absent.push_back(r);
@@ -413,7 +413,7 @@ std::unique_ptr<GlooComm> connect_world(const sdk::Host& host, WorldStart start)
   engine->prefix = std::move(start.prefix);
   engine->next_join = start.next_join;
 
-  const auto store = open_store(s);
+  const auto store = open_store(host, s);
   const GroupAddress world{engine->prefix + "/w", "world", s.rank, s.world_size};
   await_members(*store, world, s.timeout_ms);
   Connection data = connect_group(*store, world, engine->device.device, s.timeout_ms);
@@ -447,7 +447,7 @@ std::unique_ptr<sdk::Comm> GlooComm::admit() {
   std::vector<int64_t> admitted;
   if (rank() == 0) {
     try {
-      if (!engine_->join_store) engine_->join_store = open_store(s);
+      if (!engine_->join_store) engine_->join_store = open_store(engine_->host, s);
       Store& store = *engine_->join_store;
       int64_t entry = engine_->next_join;
       while (store.has({queue_key(s, entry)})) {
@@ -477,7 +477,7 @@ std::unique_ptr<sdk::Comm> GlooComm::admit() {
     for (size_t j = 0; j < admitted.size(); ++j) {
       const std::string text =
           admission_text(prefix, n + static_cast<int32_t>(j), total(), decided[0]);
-      engine_->join_store->put(queue_key(s, admitted[j]) + "/admit",
+      engine_->join_store->set(queue_key(s, admitted[j]) + "/admit",
                                std::vector<char>(text.begin(), text.end()));
     }
   }
@@ -509,7 +509,7 @@ std::unique_ptr<sdk::Comm> GlooComm::admit() {
 
 std::unique_ptr<sdk::Comm> GlooComm::join(int64_t wait_ms) {
   const Settings& s = engine_->settings;
-  const auto store = open_store(s);
+  const auto store = open_store(engine_->host, s);
   // The first free entry of the queue is this process's.
   const std::string pid = "pid " + std::to_string(::getpid());
   int64_t entry = 0;
@@ -541,9 +541,9 @@ std::unique_ptr<sdk::Comm> GlooComm::join(int64_t wait_ms) {
   }
   const std::vector<char> place = store->await(key + "/admit", s.timeout_ms, awaited);
   const std::vector<std::string> fields = lines_of(place);
-  const auto rank = fields.size() == 4 ? backend_store::parse_int(fields[1]) : std::nullopt;
-  const auto size = fields.size() == 4 ? backend_store::parse_int(fields[2]) : std::nullopt;
-  const auto next = fields.size() == 4 ? backend_store::parse_int(fields[3]) : std::nullopt;
+  const auto rank = fields.size() == 4 ? sdk::parse_int(fields[1]) : std::nullopt;
+  const auto size = fields.size() == 4 ? sdk::parse_int(fields[2]) : std::nullopt;
+  const auto next = fields.size() == 4 ? sdk::parse_int(fields[3]) : std::nullopt;
   if (!rank || !size || !next || *rank < 1 || *rank >= *size) {
     throw Error(
         TESSERA_ERR_INTERNAL,

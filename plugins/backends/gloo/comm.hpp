@@ -117,7 +117,7 @@ struct WorldStart {
   Settings settings;
   std::string prefix;
   DeviceChoice device;
-  std::shared_ptr<backend_store::StoreService> store_service;
+  std::shared_ptr<Store> store_service;
   int64_t next_join = 0;
 };
 

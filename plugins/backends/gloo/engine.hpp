@@ -8,6 +8,7 @@
 #include "control.hpp"
 #include "device.hpp"
 #include "settings.hpp"
+#include "store.hpp"
 #include "tessera/sdk/host.hpp"
 #include "watchdog.hpp"
 
@@ -18,7 +19,7 @@ namespace tessera::gloo_backend {
 // any) last. Every connect opens its own store client (open_store), so
 // groups may be formed from several threads.
 struct Engine {
-  std::shared_ptr<backend_store::StoreService> store_service;  // rank 0's TCP store, or null
+  std::shared_ptr<Store> store_service;  // rank 0's TCP store, or null
   sdk::Host host;
   Settings settings;
   DeviceChoice device;
@@ -31,7 +32,7 @@ struct Engine {
   // first use, used by one thread at a time).
   int64_t next_join = 0;
   uint64_t grows = 0;
-  std::unique_ptr<backend_store::Store> join_store;
+  std::unique_ptr<Store> join_store;
 
   Engine(const sdk::Host& h, Settings s) : host(h), settings(std::move(s)) {}
 };

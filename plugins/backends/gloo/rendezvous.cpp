@@ -63,14 +63,13 @@ std::vector<std::string> exchange_endpoints(const std::shared_ptr<gloo::Context>
 void await_members(Store& store, const GroupAddress& where, int64_t timeout_ms) {
   std::string me = "pid ";
   me += std::to_string(::getpid());
-  try {
-    store.gloo().set(join_key(where, where.rank), std::vector<char>(me.begin(), me.end()));
-  } catch (const std::exception& e) {
-    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                detail::concat("gloo: cannot join ", where_text(where, store), ": ", e.what(),
-                               " (a key of this run already exists: use a fresh store directory "
-                               "or another run_id)"));
-  }
+  // A key already there is another process's arrival under this run id.
+  TESSERA_CHECK(
+      store.put_if_absent(join_key(where, where.rank), std::vector<char>(me.begin(), me.end())),
+      TESSERA_ERR_INVALID_ARGUMENT, "gloo: cannot join ", where_text(where, store), ": rank ",
+      where.rank, "'s arrival key '", join_key(where, where.rank),
+      "' already exists (a key of this run already exists: use a fresh store directory "
+      "or another run_id)");
   const auto start = Clock::now();
   std::vector<int32_t> missing;
   for (int32_t r = 0; r < where.size; ++r) {
@@ -105,7 +104,8 @@ Connection connect_group(Store& store, const GroupAddress& where,
     auto context = std::make_shared<gloo::rendezvous::Context>(where.rank, where.size);
     // Zero is gloo's "no timeout" for pairs and the store.
     context->setTimeout(std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : 0));
-    gloo::rendezvous::PrefixStore prefixed(where.prefix + "/mesh", store.gloo());
+    GlooStore adapted(store, timeout_ms);
+    gloo::rendezvous::PrefixStore prefixed(where.prefix + "/mesh", adapted);
     std::shared_ptr<gloo::transport::Device> dev = device;
     context->connectFullMesh(prefixed, dev);
     c.context = context;

@@ -38,7 +38,7 @@ Settings Settings::from(const sdk::Options& options, const tessera_backend_confi
   Settings s;
   s.joining = config.joining != 0;
   if (!s.joining) {
-    const backend_store::Ranks ranks = backend_store::resolve_ranks(env, config, "gloo");
+    const sdk::Ranks ranks = sdk::resolve_ranks(env, config, "gloo");
     s.rank = ranks.rank;
     s.world_size = ranks.world_size;
   }
@@ -46,13 +46,13 @@ Settings Settings::from(const sdk::Options& options, const tessera_backend_confi
                 "gloo: timeout_ms must be > 0 (or < 0 for none), got 0");
   s.timeout_ms = config.timeout_ms;
 
-  s.store = backend_store::resolve_store_config(options, env, "gloo");
+  s.store = sdk::resolve_store_settings(options, env, "gloo");
   s.store.timeout_ms = s.timeout_ms;
   s.interface = options.get_string("interface");
   s.hostname = options.get_string("hostname");
   s.master_addr = env("MASTER_ADDR").value_or("");
   if (const auto port = env("MASTER_PORT")) {
-    const auto parsed = backend_store::parse_int(*port);
+    const auto parsed = sdk::parse_int(*port);
     TESSERA_CHECK(parsed && *parsed >= 0 && *parsed <= 65535, TESSERA_ERR_INVALID_ARGUMENT,
                   "gloo: environment variable MASTER_PORT='", *port, "' is not a port number");
     s.master_port = static_cast<int32_t>(*parsed);

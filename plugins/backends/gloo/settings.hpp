@@ -4,20 +4,20 @@
 #include <cstdint>
 #include <string>
 
-#include "common/store.hpp"
 #include "tessera/c/backend.h"
 #include "tessera/c/plugin.h"
 #include "tessera/sdk/host.hpp"
+#include "tessera/sdk/store.hpp"
 
 namespace tessera::gloo_backend {
 
 // The options the plugin declares ([backend.options] keys).
 inline constexpr tessera_option_decl kOptions[] = {
-    backend_store::kStoreOption,
-    backend_store::kStoreDirOption,
-    backend_store::kRedisHostOption,
-    backend_store::kRedisPortOption,
-    backend_store::kRunIdOption,
+    sdk::kStoreOption,
+    sdk::kStoreDirOption,
+    sdk::kRedisHostOption,
+    sdk::kRedisPortOption,
+    sdk::kRunIdOption,
     {"interface", TESSERA_OPT_STRING, "",
      "network interface the TCP transport binds to (e.g. \"lo\", \"eth0\"); overrides hostname"},
     {"hostname", TESSERA_OPT_STRING, "",
@@ -40,8 +40,8 @@ enum class Algorithm { kAuto, kRing, kRingChunked, kHalvingDoubling, kBcube };
 // Name of `a` as written in the options.
 const char* algorithm_name(Algorithm a) noexcept;
 
-using backend_store::EnvLookup;
-using backend_store::process_environment;
+using sdk::EnvLookup;
+using sdk::process_environment;
 
 // Everything the backend needs, resolved once when it is created.
 struct Settings {
@@ -52,7 +52,7 @@ struct Settings {
   bool joining = false;
   int64_t timeout_ms = 60000;  // default per operation and for connecting; < 0: none
 
-  backend_store::StoreConfig store;  // where ranks meet, and the run id
+  sdk::StoreSettings store;  // where ranks meet, and the run id
 
   std::string interface;    // bind to this interface, if set
   std::string hostname;     // else bind to this address, if set

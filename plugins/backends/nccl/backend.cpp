@@ -23,11 +23,9 @@ NcclBackend::NcclBackend(const sdk::Host& host, const sdk::Options& options,
              settings_.local_rank, " of ", devices, ", ", settings_.store.description(),
              ", run id '", settings_.store.run_id, "', timeout ", settings_.timeout_ms, " ms",
              settings_.stage_host ? ", host buffers staged" : "");
-  store_service_ =
-      backend_store::serve_store(settings_.store, settings_.rank, "nccl",
-                                 [host, rank = settings_.rank](const std::string& text) {
-                                   host.log(TESSERA_LOG_DEBUG, rank, text);
-                                 });
+  if (settings_.store.served_by(settings_.rank)) {
+    store_service_ = std::make_shared<sdk::Store>(host, settings_.store, "nccl", /*serve=*/true);
+  }
 }
 
 std::unique_ptr<sdk::Comm> NcclBackend::connect(int32_t rank) {
@@ -41,7 +39,7 @@ std::unique_ptr<sdk::Comm> NcclBackend::connect(int32_t rank) {
   engine->store_service = store_service_;
   engine->prefix = s.store.run_id + "/nccl/c" + std::to_string(connects_++);
 
-  const auto store = backend_store::open_store(s.store, "nccl");
+  const auto store = std::make_unique<sdk::Store>(host(), s.store, "nccl");
   const std::vector<char> id_bytes = share_unique_id(
       *store, engine->prefix + "/w", "world", s.rank, 0, sizeof(ncclUniqueId),
       [] {
@@ -85,8 +83,9 @@ std::unique_ptr<sdk::Comm> NcclBackend::connect(int32_t rank) {
                 detail::concat("nccl: connecting group 'world' (rank ", s.rank, " of ",
                                s.world_size, ") failed: ", text));
   }
-  engine->board = std::make_shared<ProgressBoard>(
-      [config = s.store] { return backend_store::open_store(config, "nccl"); });
+  engine->board = std::make_shared<ProgressBoard>([host = host(), config = s.store] {
+    return std::make_unique<sdk::Store>(host, config, "nccl");
+  });
   auto group =
       std::make_shared<Group>("world", s.local_rank, comm, engine->prefix + "/w", engine->board);
   host().log(TESSERA_LOG_DEBUG, s.rank, "nccl: world of ", s.world_size, " ranks connected");

@@ -30,7 +30,7 @@ class NcclBackend final : public sdk::Backend {
   Settings settings_;
   // The TCP store this process serves as rank 0 (null otherwise), shared
   // with every world's engine so it lives until the last communicator goes.
-  std::shared_ptr<backend_store::StoreService> store_service_;
+  std::shared_ptr<sdk::Store> store_service_;
   uint64_t connects_ = 0;
 };
 

@@ -4,7 +4,7 @@
 
 namespace tessera::nccl_backend {
 
-std::vector<char> share_unique_id(backend_store::Store& store, const std::string& prefix,
+std::vector<char> share_unique_id(sdk::Store& store, const std::string& prefix,
                                   const std::string& group, int32_t rank, int32_t root,
                                   size_t bytes, const std::function<std::vector<char>()>& make,
                                   int64_t timeout_ms) {
@@ -13,7 +13,10 @@ std::vector<char> share_unique_id(backend_store::Store& store, const std::string
     std::vector<char> id = make();
     TESSERA_CHECK(id.size() == bytes, TESSERA_ERR_INTERNAL, "nccl: the unique id of group '", group,
                   "' has ", id.size(), " bytes, expected ", bytes);
-    store.put(key, id);
+    TESSERA_CHECK(store.put_if_absent(key, id), TESSERA_ERR_INVALID_ARGUMENT,
+                  "nccl: cannot write the unique id of group '", group, "': key '", key,
+                  "' already exists in the ", store.description(),
+                  " (a key of this run already exists: use another run_id)");
     return id;
   }
   std::vector<char> id =

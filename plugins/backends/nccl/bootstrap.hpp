@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "common/store.hpp"
+#include "tessera/sdk/store.hpp"
 
 namespace tessera::nccl_backend {
 
@@ -19,7 +19,7 @@ namespace tessera::nccl_backend {
 // the root never writes, Error(INVALID_ARGUMENT) when the key already exists
 // (a reused run id) and Error(MISMATCH) when the stored value does not have
 // `bytes` bytes.
-std::vector<char> share_unique_id(backend_store::Store& store, const std::string& prefix,
+std::vector<char> share_unique_id(sdk::Store& store, const std::string& prefix,
                                   const std::string& group, int32_t rank, int32_t root,
                                   size_t bytes, const std::function<std::vector<char>()>& make,
                                   int64_t timeout_ms);

@@ -16,7 +16,7 @@ std::string aborted_key(const std::string& group) { return group + "/aborted"; }
 
 }  // namespace
 
-backend_store::Store* ProgressBoard::store_locked() {
+sdk::Store* ProgressBoard::store_locked() {
   if (!opened_) {
     opened_ = true;
     try {
@@ -30,10 +30,10 @@ backend_store::Store* ProgressBoard::store_locked() {
 
 void ProgressBoard::arrived(const std::string& group, int32_t rank, uint64_t seq) {
   const std::lock_guard<std::mutex> lock(mu_);
-  backend_store::Store* store = store_locked();
+  sdk::Store* store = store_locked();
   if (store == nullptr) return;
   try {
-    store->put(at_key(group, seq, rank), {'1'});
+    store->set(at_key(group, seq, rank), {'1'});
   } catch (const std::exception& e) {
     trouble_ = e.what();
   }
@@ -43,7 +43,7 @@ std::vector<int32_t> ProgressBoard::absent(const std::string& group, int32_t siz
                                            uint64_t seq) {
   const std::lock_guard<std::mutex> lock(mu_);
   std::vector<int32_t> missing;
-  backend_store::Store* store = store_locked();
+  sdk::Store* store = store_locked();
   if (store == nullptr) return missing;
   try {
     for (int32_t r = 0; r < size; ++r) {
@@ -58,21 +58,21 @@ std::vector<int32_t> ProgressBoard::absent(const std::string& group, int32_t siz
 
 void ProgressBoard::abort(const std::string& group, int32_t rank, const std::string& reason) {
   const std::lock_guard<std::mutex> lock(mu_);
-  backend_store::Store* store = store_locked();
+  sdk::Store* store = store_locked();
   if (store == nullptr) return;
   try {
     const std::string key = aborted_key(group);
-    if (store->has({key})) return;  // an earlier abort's reason stays
     const std::string text = detail::concat("rank ", rank, ": ", reason);
-    store->put(key, std::vector<char>(text.begin(), text.end()));
+    (void)store->put_if_absent(key,
+                               std::vector<char>(text.begin(), text.end()));  // the first stays
   } catch (const std::exception& e) {
-    trouble_ = e.what();  // also a second abort racing the first on the file store
+    trouble_ = e.what();
   }
 }
 
 std::optional<std::string> ProgressBoard::aborted(const std::string& group) {
   const std::lock_guard<std::mutex> lock(mu_);
-  backend_store::Store* store = store_locked();
+  sdk::Store* store = store_locked();
   if (store == nullptr) return std::nullopt;
   try {
     const std::string key = aborted_key(group);

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "common/store.hpp"
+#include "tessera/sdk/store.hpp"
 
 namespace tessera::nccl_backend {
 
@@ -29,7 +29,7 @@ class ProgressBoard {
  public:
   // `open` makes the board's own store client, on first use (the board is
   // used from the watchdog's thread and from abort, apart from connect's).
-  explicit ProgressBoard(std::function<std::unique_ptr<backend_store::Store>()> open)
+  explicit ProgressBoard(std::function<std::unique_ptr<sdk::Store>()> open)
       : open_(std::move(open)) {}
 
   // Rank `rank` of `group` is waiting in collective #`seq`.
@@ -48,11 +48,11 @@ class ProgressBoard {
 
  private:
   // The store, opened on first use; null after it failed.
-  backend_store::Store* store_locked();
+  sdk::Store* store_locked();
 
-  std::function<std::unique_ptr<backend_store::Store>()> open_;
+  std::function<std::unique_ptr<sdk::Store>()> open_;
   std::mutex mu_;
-  std::unique_ptr<backend_store::Store> store_;
+  std::unique_ptr<sdk::Store> store_;
   bool opened_ = false;
   std::string trouble_;
 };

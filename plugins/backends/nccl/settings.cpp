@@ -30,11 +30,11 @@ void check_one(const tessera_coll_args& a, int32_t rank, int32_t size, const tes
 Settings Settings::from(const sdk::Options& options, const tessera_backend_config& config,
                         const EnvLookup& env) {
   Settings s;
-  const backend_store::Ranks ranks = backend_store::resolve_ranks(env, config, "nccl");
+  const sdk::Ranks ranks = sdk::resolve_ranks(env, config, "nccl");
   s.rank = ranks.rank;
   s.world_size = ranks.world_size;
   if (const auto local = env("LOCAL_RANK")) {
-    const auto parsed = backend_store::parse_int(*local);
+    const auto parsed = sdk::parse_int(*local);
     TESSERA_CHECK(parsed && *parsed >= 0 && *parsed < 4096, TESSERA_ERR_INVALID_ARGUMENT,
                   "nccl: environment variable LOCAL_RANK='", *local,
                   "' is not a device number in 0..4095 (it picks this rank's CUDA device)");
@@ -43,7 +43,7 @@ Settings Settings::from(const sdk::Options& options, const tessera_backend_confi
   TESSERA_CHECK(config.timeout_ms != 0, TESSERA_ERR_INVALID_ARGUMENT,
                 "nccl: timeout_ms must be > 0 (or < 0 for none), got 0");
   s.timeout_ms = config.timeout_ms;
-  s.store = backend_store::resolve_store_config(options, env, "nccl");
+  s.store = sdk::resolve_store_settings(options, env, "nccl");
   s.store.timeout_ms = s.timeout_ms;
   s.stage_host = options.get_bool("stage_host");
   s.watchdog_ms = options.get_int("watchdog_ms");

@@ -6,20 +6,20 @@
 #include <cstdint>
 #include <string>
 
-#include "common/store.hpp"
 #include "tessera/c/backend.h"
 #include "tessera/c/plugin.h"
 #include "tessera/sdk/host.hpp"
+#include "tessera/sdk/store.hpp"
 
 namespace tessera::nccl_backend {
 
 // The options the plugin declares ([backend.options] keys).
 inline constexpr tessera_option_decl kOptions[] = {
-    backend_store::kStoreOption,
-    backend_store::kStoreDirOption,
-    backend_store::kRedisHostOption,
-    backend_store::kRedisPortOption,
-    backend_store::kRunIdOption,
+    sdk::kStoreOption,
+    sdk::kStoreDirOption,
+    sdk::kRedisHostOption,
+    sdk::kRedisPortOption,
+    sdk::kRunIdOption,
     {"stage_host", TESSERA_OPT_BOOL, "false",
      "accept host (cpu) buffers by copying them through device staging buffers; without it "
      "host buffers are refused"},
@@ -28,8 +28,8 @@ inline constexpr tessera_option_decl kOptions[] = {
      "operations (1..10000)"},
 };
 
-using backend_store::EnvLookup;
-using backend_store::process_environment;
+using sdk::EnvLookup;
+using sdk::process_environment;
 
 // Everything the backend needs, resolved once when it is created.
 struct Settings {
@@ -37,7 +37,7 @@ struct Settings {
   int32_t world_size = 1;      // from WORLD_SIZE
   int32_t local_rank = 0;      // from LOCAL_RANK (0 when unset): the CUDA device
   int64_t timeout_ms = 60000;  // default per operation and for connecting; < 0: none
-  backend_store::StoreConfig store;
+  sdk::StoreSettings store;
   bool stage_host = false;
   int64_t watchdog_ms = 10;
 

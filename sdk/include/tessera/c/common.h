@@ -37,9 +37,11 @@ extern "C" {
  *   1.4  host intra_op_threads
  *   1.5  host compute_device, mem_alloc, mem_free, pointer_device,
  *        compute_precision
- *   1.6  host find_strategy */
+ *   1.6  host find_strategy
+ *   1.7  host vec_fill, vec_scale, vec_sum_squares
+ *   1.8  host store_* (the rendezvous store, tessera_store_config) */
 #define TESSERA_ABI_MAJOR 1
-#define TESSERA_ABI_MINOR 7
+#define TESSERA_ABI_MINOR 8
 
 /* Marks the single symbol a plugin exports; everything else is hidden. */
 #if defined(_WIN32)

@@ -50,6 +50,44 @@ typedef struct tessera_options tessera_options;
 /* A strategy plugin's table (strategy.h), for find_strategy below. */
 struct tessera_strategy_api;
 
+/* ---- ABI 1.8: the rendezvous store ----
+ * A key-value store the host keeps for the plugins whose ranks are
+ * processes (gloo, nccl, third-party backends): where they meet, exchange
+ * bootstrap ids and agree on membership. One implementation in the host,
+ * three kinds: */
+typedef int32_t tessera_store_kind;
+enum {
+  TESSERA_STORE_TCP = 0,  /* a TCP store served by rank 0 or a launcher on host:port */
+  TESSERA_STORE_FILE = 1, /* a directory every rank can reach                          */
+  TESSERA_STORE_REDIS = 2 /* a Redis server on host:port                               */
+};
+
+typedef struct tessera_store_config {
+  uint32_t struct_size; /* sizeof(tessera_store_config) as the caller built it */
+  tessera_store_kind kind;
+  const char* host;   /* TCP, REDIS */
+  int32_t port;       /* TCP, REDIS: 1..65535 */
+  const char* dir;    /* FILE */
+  const char* ns;     /* every key lives under "<ns>/"; NULL or "": none */
+  int64_t timeout_ms; /* how long opening tries to reach the store, and the
+                         bound of replies to calls without a timeout of
+                         their own (< 0: none) */
+  const char* source; /* where the address came from, for messages (e.g.
+                         "MASTER_ADDR:MASTER_PORT"); may be NULL */
+  int32_t serve;      /* TCP only: this process serves the store on
+                         host:port while the handle is open (rank 0 does).
+                         Closing the handle then waits up to timeout_ms for
+                         the other clients to disconnect, removes the keys
+                         under ns and stops the server. */
+} tessera_store_config;
+
+/* An open store; owned by the plugin that opened it until store_close. */
+typedef struct tessera_store tessera_store;
+
+/* Receives a value the host read: `size` bytes at `data`, valid only
+ * during the call. */
+typedef void (*tessera_bytes_sink)(void* user, const void* data, uint64_t size);
+
 typedef struct tessera_host_api {
   uint32_t struct_size; /* sizeof(tessera_host_api) as the host built it  */
   uint16_t abi_major;   /* TESSERA_ABI_MAJOR of the host                  */
@@ -182,6 +220,51 @@ typedef struct tessera_host_api {
   tessera_status (*vec_fill)(void* ctx, float* x, uint64_t count, float value);
   tessera_status (*vec_scale)(void* ctx, float* x, uint64_t count, float factor);
   tessera_status (*vec_sum_squares)(void* ctx, const float* x, uint64_t count, double* out);
+
+  /* ---- ABI 1.8 (check struct_size before use) ---- */
+
+  /* The rendezvous store (tessera_store_config above). Every call is
+   * thread-safe on one handle and fails with a status and a message
+   * (last_error) naming the store: TIMEOUT naming the keys waited for,
+   * PEER_LOST when the store cannot be reached (any more),
+   * INVALID_ARGUMENT for a bad config or a refused request, INTERNAL for
+   * an I/O error. */
+  /* Opens (and with `serve`, first serves) the store `config` names. */
+  tessera_status (*store_open)(void* ctx, const tessera_store_config* config, tessera_store** out);
+  /* Closes the handle (NULL: nothing); see `serve` for a served store. */
+  void (*store_close)(void* ctx, tessera_store* store);
+  /* "TCP store at HOST:PORT (MASTER_ADDR:MASTER_PORT)", "file store at
+   * 'DIR'", "Redis store at HOST:PORT"; valid while the handle is open. */
+  const char* (*store_description)(void* ctx, const tessera_store* store);
+  /* Writes `size` bytes under `key`, replacing a value there. */
+  tessera_status (*store_set)(void* ctx, tessera_store* store, const char* key, const void* value,
+                              uint64_t size);
+  /* Waits until `key` exists (timeout_ms < 0: forever) and hands its value
+   * to `sink`. */
+  tessera_status (*store_get)(void* ctx, tessera_store* store, const char* key, int64_t timeout_ms,
+                              tessera_bytes_sink sink, void* user);
+  /* Adds `delta` to the integer under `key` (absent: 0) atomically; *out
+   * gets the new value. The value is kept as decimal text. */
+  tessera_status (*store_add)(void* ctx, tessera_store* store, const char* key, int64_t delta,
+                              int64_t* out);
+  /* Atomically: when the key's value equals `expected` (`expected` NULL:
+   * the key is absent), it becomes `desired`. *swapped says whether it
+   * did; the value now goes to `sink` when the key exists (sink may be
+   * NULL). Of several callers creating a key, exactly one swaps. */
+  tessera_status (*store_compare_set)(void* ctx, tessera_store* store, const char* key,
+                                      const void* expected, uint64_t expected_size,
+                                      const void* desired, uint64_t desired_size, int32_t* swapped,
+                                      tessera_bytes_sink sink, void* user);
+  /* Waits until each of the `count` keys exists (timeout_ms < 0: forever). */
+  tessera_status (*store_wait)(void* ctx, tessera_store* store, const char* const* keys,
+                               uint64_t count, int64_t timeout_ms);
+  /* *present = 1 when each of the `count` keys exists; never waits. */
+  tessera_status (*store_check)(void* ctx, tessera_store* store, const char* const* keys,
+                                uint64_t count, int32_t* present);
+  /* Removes every key that starts with `prefix` ("": all of the
+   * namespace); *removed (may be NULL) gets how many. */
+  tessera_status (*store_delete_prefix)(void* ctx, tessera_store* store, const char* prefix,
+                                        int64_t* removed);
 } tessera_host_api;
 
 #ifdef __cplusplus

@@ -1,4 +1,4 @@
-#include "common/tcp_store.hpp"
+#include "tessera/core/tcp_store.hpp"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -23,7 +23,7 @@
 
 #include "tessera/sdk/error.hpp"
 
-namespace tessera::backend_store {
+namespace tessera::store {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -884,4 +884,4 @@ int64_t TcpStoreClient::count(const std::string& prefix) {
   return prefix_request(static_cast<uint8_t>(Op::kCount), prefix, "counting the keys");
 }
 
-}  // namespace tessera::backend_store
+}  // namespace tessera::store

@@ -1,4 +1,4 @@
-// A small TCP key-value store for the rendezvous of the process backends:
+// The TCP kind of the host's store (store.hpp):
 // a server on a background thread (hosted by rank 0 on
 // MASTER_ADDR:MASTER_PORT) and a client every rank opens to it.
 //
@@ -23,7 +23,9 @@
 #include <string>
 #include <vector>
 
-namespace tessera::backend_store {
+#include "tessera/core/store.hpp"
+
+namespace tessera::store {
 
 // The server. Thread-safe. Serves each connection on a thread of its own.
 class TcpStoreServer {
@@ -70,15 +72,9 @@ class TcpStoreServer {
   int32_t port_ = 0;
 };
 
-// What a compare-and-set left.
-struct CasResult {
-  bool swapped = false;                    // the value became `desired`
-  std::optional<std::vector<char>> value;  // the key's value now; nullopt: absent
-};
-
 // A connection to a store. Thread-safe: one request at a time (a blocking
 // get holds the connection until it returns).
-class TcpStoreClient {
+class TcpStoreClient final : public Store {
  public:
   // Connects to `host`:`port`, retrying until `timeout_ms` (< 0: forever) has
   // passed, and checks that a store answers. Every key is stored under
@@ -92,10 +88,10 @@ class TcpStoreClient {
                  std::string what = "");
   TcpStoreClient(const TcpStoreClient&) = delete;
   TcpStoreClient& operator=(const TcpStoreClient&) = delete;
-  ~TcpStoreClient();
+  ~TcpStoreClient() override;
 
   // "TCP store at HOST:PORT", for messages.
-  [[nodiscard]] std::string description() const;
+  [[nodiscard]] std::string description() const override;
 
   // This end's address on the connection (numeric, e.g. "127.0.0.1"): the
   // address of this machine on the route to the store, which the other
@@ -103,34 +99,34 @@ class TcpStoreClient {
   [[nodiscard]] std::string local_address() const;
 
   // Writes `value` under `key` (replacing a value there).
-  void set(const std::string& key, const std::vector<char>& value);
+  void set(const std::string& key, const std::vector<char>& value) override;
 
   // Waits until `key` exists and returns its value. Throws Error(TIMEOUT)
   // naming the key after `timeout_ms` (< 0: waits forever).
-  std::vector<char> get(const std::string& key, int64_t timeout_ms);
+  std::vector<char> get(const std::string& key, int64_t timeout_ms) override;
 
   // Adds `delta` to the integer under `key` (absent: 0) atomically and
   // returns the new value. The value is kept as decimal text, so get()
   // returns e.g. "3". Throws Error(INVALID_ARGUMENT) when the key holds
   // something else.
-  int64_t add(const std::string& key, int64_t delta);
+  int64_t add(const std::string& key, int64_t delta) override;
 
   // Atomically: when the key's value equals `expected` (nullopt: the key is
   // absent), it becomes `desired`. Returns whether it did and the value now.
   CasResult compare_and_set(const std::string& key,
                             const std::optional<std::vector<char>>& expected,
-                            const std::vector<char>& desired);
+                            const std::vector<char>& desired) override;
 
   // Waits until every key exists. Throws Error(TIMEOUT) naming the keys still
   // missing after `timeout_ms` (< 0: waits forever).
-  void wait(const std::vector<std::string>& keys, int64_t timeout_ms);
+  void wait(const std::vector<std::string>& keys, int64_t timeout_ms) override;
 
   // True when every key exists; never waits for them.
-  bool check(const std::vector<std::string>& keys);
+  bool check(const std::vector<std::string>& keys) override;
 
   // Removes every key of this namespace that starts with `prefix` (""
   // removes them all); returns how many.
-  int64_t delete_prefix(const std::string& prefix);
+  int64_t delete_prefix(const std::string& prefix) override;
 
   // Keys of this namespace that start with `prefix`.
   int64_t count(const std::string& prefix);
@@ -153,4 +149,4 @@ class TcpStoreClient {
   bool broken_ = false;
 };
 
-}  // namespace tessera::backend_store
+}  // namespace tessera::store
