@@ -34,11 +34,15 @@
 #include <utility>
 #include <vector>
 
+#include "polling.hpp"
 #include "tessera/core/store.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::store {
 namespace file_detail {
+
+using common::poll_until;
+using common::quoted_keys;
 
 using Value = std::vector<char>;
 
@@ -48,10 +52,6 @@ constexpr size_t kMaxFileName = 200;
 constexpr size_t kKeptOfLongName = 160;
 constexpr size_t kHeaderSize = 4;
 constexpr std::string_view kHexDigits = "0123456789abcdef";
-// Polling for keys another rank writes: quick at first, then at most 20
-// looks a second per waiter on the shared file system.
-constexpr auto kFirstPause = std::chrono::milliseconds(1);
-constexpr auto kLongestPause = std::chrono::milliseconds(50);
 
 std::string system_error_text(int err) { return std::system_category().message(err); }
 
@@ -124,12 +124,6 @@ std::string temp_file_name() {
   return name;
 }
 
-std::string quoted_keys(const std::vector<std::string>& keys) {
-  std::string out;
-  for (const auto& k : keys) out += (out.empty() ? "'" : ", '") + k + "'";
-  return out;
-}
-
 // Closes a descriptor on scope exit.
 class OwnedFd {
  public:
@@ -150,26 +144,6 @@ class OwnedFd {
  private:
   int fd_;
 };
-
-// Calls `ready` until it returns true, pausing in between; false once
-// `timeout_ms` (< 0: none) has passed without it.
-template <typename Ready>
-bool poll_until(int64_t timeout_ms, Ready&& ready) {
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  auto pause = std::chrono::duration_cast<Clock::duration>(kFirstPause);
-  for (;;) {
-    if (ready()) return true;
-    auto nap = pause;
-    if (timeout_ms >= 0) {
-      const auto left = start + std::chrono::milliseconds(timeout_ms) - Clock::now();
-      if (left <= Clock::duration::zero()) return false;
-      nap = std::min(nap, left);
-    }
-    std::this_thread::sleep_for(nap);
-    pause = std::min(pause * 2, std::chrono::duration_cast<Clock::duration>(kLongestPause));
-  }
-}
 
 // The full key and the value of a key file's content; nullopt when it is
 // too short to be one.
@@ -211,17 +185,8 @@ class FileStore final : public Store {
 
   std::vector<char> get(const std::string& key, int64_t timeout_ms) override {
     const std::string full = full_key(key);
-    std::optional<Value> found;
-    const bool ready = poll_until(timeout_ms, [&] {
-      found = read_entry(full, "getting key '" + key + "'");
-      return found.has_value();
-    });
-    if (!ready) {
-      throw Error(TESSERA_ERR_TIMEOUT,
-                  detail::concat("waiting for key '", key, "' in the ", description(),
-                                 " timed out after ", timeout_ms, " ms"));
-    }
-    return std::move(*found);
+    return common::await_value(key, description(), timeout_ms,
+                               [&] { return read_entry(full, "getting key '" + key + "'"); });
   }
 
   int64_t add(const std::string& key, int64_t delta) override {

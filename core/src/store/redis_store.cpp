@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "polling.hpp"
 #include "tessera/core/store.hpp"
 #include "tessera/sdk/error.hpp"
 
@@ -37,8 +38,6 @@ using Value = std::vector<char>;
 // The bound of a reply when the configuration sets none: a Redis server
 // answers within milliseconds, so a minute means it is gone.
 constexpr int64_t kDefaultReplyMs = 60000;
-constexpr auto kFirstPause = std::chrono::milliseconds(1);
-constexpr auto kLongestPause = std::chrono::milliseconds(50);
 constexpr std::string_view kScanBatch = "1000";
 
 // Sets KEYS[1] to ARGV[3] when it holds ARGV[2] (ARGV[1] == "1") or is
@@ -117,34 +116,8 @@ std::string glob_escaped(std::string_view text) {
   return out;
 }
 
-std::string quoted_key_list(const std::vector<std::string>& keys) {
-  std::string out;
-  for (const auto& k : keys) out += (out.empty() ? "'" : ", '") + k + "'";
-  return out;
-}
-
 std::string_view reply_text(const redisReply& reply) {
   return reply.str == nullptr ? std::string_view() : std::string_view(reply.str, reply.len);
-}
-
-// Calls `ready` until it returns true, pausing in between; false once
-// `timeout_ms` (< 0: none) has passed without it.
-template <typename Ready>
-bool poll_until_ready(int64_t timeout_ms, Ready&& ready) {
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  auto pause = std::chrono::duration_cast<Clock::duration>(kFirstPause);
-  for (;;) {
-    if (ready()) return true;
-    auto nap = pause;
-    if (timeout_ms >= 0) {
-      const auto left = start + std::chrono::milliseconds(timeout_ms) - Clock::now();
-      if (left <= Clock::duration::zero()) return false;
-      nap = std::min(nap, left);
-    }
-    std::this_thread::sleep_for(nap);
-    pause = std::min(pause * 2, std::chrono::duration_cast<Clock::duration>(kLongestPause));
-  }
 }
 
 class RedisStore final : public Store {
@@ -183,20 +156,12 @@ class RedisStore final : public Store {
   std::vector<char> get(const std::string& key, int64_t timeout_ms) override {
     const std::string full = full_key(key);
     const std::string doing = "getting key '" + key + "'";
-    std::optional<Value> found;
-    const bool ready = poll_until_ready(timeout_ms, [&] {
+    return common::await_value(key, description(), timeout_ms, [&]() -> std::optional<Value> {
       const Reply reply = call({"GET", full}, doing, REDIS_REPLY_STRING, REDIS_REPLY_NIL);
-      if (reply->type == REDIS_REPLY_NIL) return false;
+      if (reply->type == REDIS_REPLY_NIL) return std::nullopt;
       const std::string_view text = reply_text(*reply);
-      found.emplace(text.begin(), text.end());
-      return true;
+      return Value(text.begin(), text.end());
     });
-    if (!ready) {
-      throw Error(TESSERA_ERR_TIMEOUT,
-                  detail::concat("waiting for key '", key, "' in the ", description(),
-                                 " timed out after ", timeout_ms, " ms"));
-    }
-    return std::move(*found);
   }
 
   int64_t add(const std::string& key, int64_t delta) override {
@@ -238,8 +203,8 @@ class RedisStore final : public Store {
 
   void wait(const std::vector<std::string>& keys, int64_t timeout_ms) override {
     std::vector<std::string> missing = keys;
-    const std::string doing = "waiting for keys " + quoted_key_list(keys);
-    const bool ready = poll_until_ready(timeout_ms, [&] {
+    const std::string doing = "waiting for keys " + common::quoted_keys(keys);
+    const bool ready = common::poll_until(timeout_ms, [&] {
       missing.erase(
           std::remove_if(
               missing.begin(), missing.end(),
@@ -251,7 +216,7 @@ class RedisStore final : public Store {
     });
     if (!ready) {
       throw Error(TESSERA_ERR_TIMEOUT,
-                  detail::concat("waiting for keys ", quoted_key_list(missing), " in the ",
+                  detail::concat("waiting for keys ", common::quoted_keys(missing), " in the ",
                                  description(), " timed out after ", timeout_ms, " ms"));
     }
   }
@@ -264,7 +229,8 @@ class RedisStore final : public Store {
     std::vector<std::string_view> args{"EXISTS"};
     args.insert(args.end(), full.begin(), full.end());
     // EXISTS counts a key named twice twice, so all exist when it counts all.
-    const Reply reply = call(args, "checking keys " + quoted_key_list(keys), REDIS_REPLY_INTEGER);
+    const Reply reply =
+        call(args, "checking keys " + common::quoted_keys(keys), REDIS_REPLY_INTEGER);
     return reply->integer == static_cast<long long>(keys.size());
   }
 

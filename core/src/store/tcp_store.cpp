@@ -21,6 +21,7 @@
 #include <thread>
 #include <utility>
 
+#include "polling.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::store {
@@ -221,11 +222,7 @@ bool is_loopback(const sockaddr* addr) {
   return false;
 }
 
-std::string join_keys(const std::vector<std::string>& keys) {
-  std::string out;
-  for (const auto& k : keys) out += (out.empty() ? "'" : ", '") + k + "'";
-  return out;
-}
+std::string join_keys(const std::vector<std::string>& keys) { return common::quoted_keys(keys); }
 
 }  // namespace
 
