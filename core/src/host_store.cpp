@@ -24,11 +24,15 @@ struct tessera_store {
   std::string host;
   std::string ns;
   int64_t timeout_ms = 0;
+  bool holds_run = false;                 // counted in the run's ".live" key while open
   tessera::HostContext* owner = nullptr;  // logs the server's end
 };
 
 namespace tessera {
 namespace {
+
+// The count of a run's processes holding it (tessera_store_config.hold_run).
+constexpr const char* kLiveKey = ".live";
 
 HostContext* context(void* ctx) noexcept { return static_cast<HostContext*>(ctx); }
 
@@ -79,7 +83,7 @@ std::vector<std::string> keys_of(const char* const* keys, uint64_t count) {
 // Config fields a caller of `config_size` bytes has set (fields are only
 // appended: a larger caller's extra fields are ignored).
 store::Config to_config(const tessera_store_config& c) {
-  require(c.struct_size >= offsetof(tessera_store_config, serve) + sizeof(c.serve),
+  require(c.struct_size >= offsetof(tessera_store_config, hold_run) + sizeof(c.hold_run),
           "tessera_store_config.struct_size is smaller than ABI 1.8's config");
   store::Config out;
   switch (c.kind) {
@@ -108,6 +112,9 @@ store::Config to_config(const tessera_store_config& c) {
                   out.source.empty() ? "" : " (" + out.source + ")",
                   " needs a host and a port in 1..65535");
   }
+  TESSERA_CHECK(c.serve == 0 || c.hold_run == 0, TESSERA_ERR_INVALID_ARGUMENT,
+                "a store handle either serves the TCP store or holds the run, not both (the "
+                "server removes the run's keys itself)");
   TESSERA_CHECK(c.serve == 0 || out.kind == store::Kind::kTcp, TESSERA_ERR_INVALID_ARGUMENT,
                 "only a TCP store can be served by a rank, not a ",
                 out.kind == store::Kind::kFile ? "file" : "Redis", " store");
@@ -139,6 +146,10 @@ tessera_status host_store_open(void* ctx, const tessera_store_config* config,
     }
     handle->client = store::open(c);
     handle->description = handle->client->description();
+    if (config->hold_run != 0) {
+      (void)handle->client->add(kLiveKey, 1);
+      handle->holds_run = true;
+    }
     *out = handle.release();
   });
 }
@@ -163,8 +174,27 @@ void stop_server(tessera_store& s) noexcept {
   }
 }
 
+// A holder of the run lets go; the last one removes the run's keys (the
+// count included). The others may still be reading until they let go.
+void release_run(tessera_store& s) noexcept {
+  try {
+    if (s.client->add(kLiveKey, -1) > 0) return;
+    const int64_t removed = s.client->delete_prefix("");
+    s.owner->logger()->debug("the last process of run '{}' removed its {} keys from the {}", s.ns,
+                             removed, s.description);
+  } catch (const std::exception& e) {
+    try {
+      s.owner->logger()->debug("could not remove the keys of run '{}' from the {}: {}", s.ns,
+                               s.description, e.what());
+    } catch (...) {
+      // Closing reports what it can.
+    }
+  }
+}
+
 void host_store_close(void* /*ctx*/, tessera_store* store) noexcept {
   if (store == nullptr) return;
+  if (store->holds_run) release_run(*store);
   if (store->server) stop_server(*store);
   delete store;  // NOLINT(cppcoreguidelines-owning-memory): the C handle's owner
 }

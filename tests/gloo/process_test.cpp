@@ -1,7 +1,8 @@
 // Multi-process behaviour specific to the gloo backend, with each rank a
 // forked child: a killed rank is named by every survivor, ranks that never
 // arrive are named at connect, a receive nobody sends to names its peer, the
-// raw library calls compute what the checked path computes, and ranks meet
+// raw library calls compute what the checked path computes, a finished
+// run leaves no keys in a file store, and ranks meet
 // through the TCP store rank 0 serves with only MASTER_ADDR and MASTER_PORT
 // (and fail within the timeout when rank 0 is gone).
 #include <gtest/gtest.h>
@@ -9,12 +10,14 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "../support/loopback.hpp"
+#include "../support/temp_dir.hpp"
 #include "process_ranks.hpp"
 #include "tessera/sdk/error.hpp"
 
@@ -171,6 +174,34 @@ TEST(GlooProcesses, RawCallsComputeWhatPostComputes) {
     });
     for (const auto& o : outcomes) EXPECT_EQ(o.exit_code, 0) << algorithm << describe(outcomes);
   }
+}
+
+// Every rank holds the run in a file store: the last to finish removes
+// the run's keys (worlds, a split, the count itself), so the directory a
+// user gave keeps nothing of a finished run.
+TEST(GlooProcesses, AFinishedRunLeavesNoKeysInTheFileStore) {
+  const test::TempDir dir("gloo-keys");
+  const auto outcomes = run_ranks(3, {0, 1, 2}, {}, [&](int rank, std::string& text) {
+    auto backend =
+        open_gloo({"store=file", "store_dir=" + dir.path().string()}, milliseconds(10000));
+    auto world = backend->connect();
+    auto half = world->split(rank % 2, rank);
+    std::vector<float> v(4, 1.0F);
+    world->allreduce(std::span<float>(v), TESSERA_SUM);
+    half->allreduce(std::span<float>(v), TESSERA_SUM);
+    if (v[0] != (rank % 2 == 0 ? 6.0F : 3.0F)) {
+      text = "allreduce gave " + std::to_string(v[0]);
+      return 1;
+    }
+    return 0;
+  });
+  for (const auto& o : outcomes) ASSERT_EQ(o.exit_code, 0) << describe(outcomes);
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("key.", 0) == 0) left.push_back(name);
+  }
+  EXPECT_TRUE(left.empty()) << left.size() << " key files left, e.g. " << left.front();
 }
 
 // Only MASTER_ADDR and MASTER_PORT: no store option and no directory.

@@ -60,7 +60,7 @@ TEST(HostStore, RankZeroServesAndCleansUpTheRun) {
   sdk::StoreSettings where = tcp(free_loopback_port(), "run-7", 3000);
   EXPECT_TRUE(where.served_by(0));
   EXPECT_FALSE(where.served_by(1));
-  auto service = std::make_unique<sdk::Store>(host, where, "gloo", /*serve=*/true);
+  auto service = std::make_unique<sdk::Store>(host, where, "gloo", sdk::StoreUse::kServe);
   {
     sdk::Store rank0(host, where, "gloo");
     sdk::Store rank1(host, where, "gloo");
@@ -109,8 +109,9 @@ TEST(HostStore, AStoreServedElsewhereIsServedByNoRank) {
 TEST(HostStore, BusyPortNamesPluginAndAddress) {
   const LoopbackListener busy;
   const LoggedHost logged;
-  const Error e = thrown_error(
-      [&] { const sdk::Store s(logged.host(), tcp(busy.port(), "r", 1000), "nccl", true); });
+  const Error e = thrown_error([&] {
+    const sdk::Store s(logged.host(), tcp(busy.port(), "r", 1000), "nccl", sdk::StoreUse::kServe);
+  });
   EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT);
   expect_mentions(e.what(), {"nccl:", "MASTER_ADDR:MASTER_PORT", "in use",
                              "127.0.0.1:" + std::to_string(busy.port())});
@@ -122,7 +123,8 @@ TEST(HostStore, OnlyATcpStoreIsServed) {
   sdk::StoreSettings where;
   where.kind = sdk::StoreKind::kFile;
   where.dir = dir.path().string();
-  const Error e = thrown_error([&] { const sdk::Store s(logged.host(), where, "gloo", true); });
+  const Error e = thrown_error(
+      [&] { const sdk::Store s(logged.host(), where, "gloo", sdk::StoreUse::kServe); });
   EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT);
   expect_mentions(e.what(), {"gloo:", "only a TCP store can be served", "file store"});
   // Not served, it opens and works.
@@ -130,6 +132,41 @@ TEST(HostStore, OnlyATcpStoreIsServed) {
   s.set("a", bytes("1"));
   EXPECT_EQ(s.add("a", 4), 5);
   EXPECT_EQ(s.delete_prefix(""), 1);
+}
+
+// Where no rank serves the store, every process holds the run: the keys
+// stay while any holder is open and go with the last one.
+TEST(HostStore, TheLastProcessOfARunRemovesItsKeys) {
+  const TempDir dir("host-store");
+  const LoggedHost logged;
+  sdk::StoreSettings where;
+  where.kind = sdk::StoreKind::kFile;
+  where.dir = dir.path().string();
+  where.run_id = "run-9";
+  EXPECT_EQ(where.process_use(0, false), sdk::StoreUse::kHoldRun);
+  sdk::StoreSettings other = where;
+  other.run_id = "run-10";
+  sdk::Store bystander(logged.host(), other, "gloo");
+  bystander.set("k", bytes("kept"));
+  auto rank0 = std::make_unique<sdk::Store>(logged.host(), where, "gloo", sdk::StoreUse::kHoldRun);
+  auto rank1 = std::make_unique<sdk::Store>(logged.host(), where, "gloo", sdk::StoreUse::kHoldRun);
+  sdk::Store reader(logged.host(), where, "gloo");
+  rank1->set("c0/w/join/1", bytes("pid 2"));
+  rank0.reset();  // rank 0 finishes first: rank 1 may still read
+  EXPECT_TRUE(reader.has({"c0/w/join/1"}));
+  rank1.reset();
+  EXPECT_FALSE(reader.has({"c0/w/join/1"}));
+  EXPECT_FALSE(reader.has({".live"}));
+  EXPECT_EQ(text(bystander.get("k", 100)), "kept");
+  expect_mentions(logged.log(), {"the last process of run 'run-9' removed its 2 keys"});
+  // A TCP store rank 0 serves removes the keys itself: nobody holds the run.
+  const sdk::StoreSettings served = tcp(1, "r", 100);
+  EXPECT_EQ(served.process_use(0, false), sdk::StoreUse::kServe);
+  EXPECT_EQ(served.process_use(0, true), sdk::StoreUse::kClient);
+  EXPECT_EQ(served.process_use(3, false), sdk::StoreUse::kClient);
+  sdk::StoreSettings launcher = served;
+  launcher.tcp_served_elsewhere = true;
+  EXPECT_EQ(launcher.process_use(0, false), sdk::StoreUse::kHoldRun);
 }
 
 TEST(HostStore, AMissingDirectoryIsNamed) {

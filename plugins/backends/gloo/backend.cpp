@@ -40,11 +40,10 @@ GlooBackend::GlooBackend(const sdk::Host& host, const sdk::Options& options,
              algorithm_name(settings_.algorithm), ", timeout ", settings_.timeout_ms, " ms");
   if (ignore_sigpipe())
     host.debug("gloo: SIGPIPE is ignored from now on (closed peers fail writes)");
-  // A joining process is nobody's rank 0: the running world's store serves it.
-  if (settings_.joining) return;
-  if (settings_.store.served_by(settings_.rank)) {
-    store_service_ = open_store(host, settings_, /*serve=*/true);
-  }
+  // Rank 0 serves the TCP store, or every process holds the run in a store
+  // no rank serves (a joining process is nobody's rank 0).
+  const sdk::StoreUse use = settings_.store.process_use(settings_.rank, settings_.joining);
+  if (use != sdk::StoreUse::kClient) store_service_ = open_store(host, settings_, use);
 }
 
 std::unique_ptr<sdk::Comm> GlooBackend::connect(int32_t rank) {

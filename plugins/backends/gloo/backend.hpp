@@ -39,8 +39,9 @@ class GlooBackend final : public sdk::Backend {
 
  private:
   Settings settings_;
-  // The TCP store this process serves as rank 0 (null otherwise); every
-  // world's engine shares it, so it lives until the last communicator goes.
+  // The TCP store this process serves as rank 0, or its hold on the run in
+  // a store no rank serves (null when neither); every world's engine
+  // shares it, so it lives until the last communicator goes.
   std::shared_ptr<sdk::Store> store_service_;
   uint64_t connects_ = 0;
 };

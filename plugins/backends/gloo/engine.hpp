@@ -19,7 +19,7 @@ namespace tessera::gloo_backend {
 // any) last. Every connect opens its own store client (open_store), so
 // groups may be formed from several threads.
 struct Engine {
-  std::shared_ptr<Store> store_service;  // rank 0's TCP store, or null
+  std::shared_ptr<Store> store_service;  // rank 0's TCP store, the hold on the run, or null
   sdk::Host host;
   Settings settings;
   DeviceChoice device;

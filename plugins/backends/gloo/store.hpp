@@ -19,11 +19,10 @@ namespace tessera::gloo_backend {
 
 using Store = sdk::Store;
 
-// A new connection to the store the settings name; with `serve`, this
-// process (rank 0) serves the TCP store first.
+// A new connection to the store the settings name, for `use`.
 inline std::unique_ptr<Store> open_store(const sdk::Host& host, const Settings& settings,
-                                         bool serve = false) {
-  return std::make_unique<Store>(host, settings.store, "gloo", serve);
+                                         sdk::StoreUse use = sdk::StoreUse::kClient) {
+  return std::make_unique<Store>(host, settings.store, "gloo", use);
 }
 
 // gloo's store interface on the host's store: get and wait block in the

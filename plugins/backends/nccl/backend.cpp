@@ -23,8 +23,11 @@ NcclBackend::NcclBackend(const sdk::Host& host, const sdk::Options& options,
              settings_.local_rank, " of ", devices, ", ", settings_.store.description(),
              ", run id '", settings_.store.run_id, "', timeout ", settings_.timeout_ms, " ms",
              settings_.stage_host ? ", host buffers staged" : "");
-  if (settings_.store.served_by(settings_.rank)) {
-    store_service_ = std::make_shared<sdk::Store>(host, settings_.store, "nccl", /*serve=*/true);
+  // Rank 0 serves the TCP store, or every process holds the run in a store
+  // no rank serves.
+  const sdk::StoreUse use = settings_.store.process_use(settings_.rank, false);
+  if (use != sdk::StoreUse::kClient) {
+    store_service_ = std::make_shared<sdk::Store>(host, settings_.store, "nccl", use);
   }
 }
 

@@ -17,7 +17,7 @@ namespace tessera::nccl_backend {
 struct Engine {
   Engine(const sdk::Host& h, const Settings& s)
       : host(h), settings(s), watchdog(s.local_rank, std::chrono::milliseconds(s.watchdog_ms)) {}
-  std::shared_ptr<sdk::Store> store_service;  // rank 0's TCP store, or null
+  std::shared_ptr<sdk::Store> store_service;  // rank 0's TCP store, the hold on the run, or null
   sdk::Host host;
   Settings settings;
   std::string prefix;  // store namespace of this world: "<run_id>/c<connect number>"

@@ -79,6 +79,14 @@ typedef struct tessera_store_config {
                          Closing the handle then waits up to timeout_ms for
                          the other clients to disconnect, removes the keys
                          under ns and stops the server. */
+  int32_t hold_run;   /* this handle stands for one process of the run
+                         while it is open: opening adds 1 to the run's
+                         count of processes (key ".live" under ns),
+                         closing subtracts 1, and the close that brings it
+                         to 0 removes every key under ns. For the stores
+                         no rank serves (file, Redis, a launcher's TCP
+                         store), so a finished run leaves no keys behind.
+                         Not with `serve` (the server removes them). */
 } tessera_store_config;
 
 /* An open store; owned by the plugin that opened it until store_close. */

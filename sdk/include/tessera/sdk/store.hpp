@@ -139,6 +139,14 @@ inline Ranks resolve_ranks(const EnvLookup& env, const tessera_backend_config& c
 // Where the rendezvous keys live.
 enum class StoreKind { kFile, kRedis, kTcp };
 
+// What a store handle is for besides reaching the store.
+enum class StoreUse {
+  kClient,  // only that
+  kServe,   // this process (rank 0) serves the TCP store while the handle is open
+  kHoldRun  // it stands for this process in the run: the last such handle closed
+            // removes the run's keys
+};
+
 struct StoreSettings {
   StoreKind kind = StoreKind::kFile;
   std::string dir;         // kFile
@@ -177,6 +185,15 @@ struct StoreSettings {
   // launcher serves it).
   [[nodiscard]] bool served_by(int32_t rank) const noexcept {
     return kind == StoreKind::kTcp && rank == 0 && !tcp_served_elsewhere;
+  }
+  // The handle a backend's process keeps open for the run: rank 0 serves
+  // the TCP store that a rank serves (a joining process never does), and
+  // removes the run's keys when it stops; where no rank serves the store
+  // (file, Redis, a launcher's TCP store) every process holds the run, so
+  // the last one to finish removes its keys. kClient: nothing to keep.
+  [[nodiscard]] StoreUse process_use(int32_t rank, bool joining) const noexcept {
+    if (served_by(0)) return !joining && rank == 0 ? StoreUse::kServe : StoreUse::kClient;
+    return StoreUse::kHoldRun;
   }
 };
 
@@ -263,12 +280,15 @@ struct StoreCas {
 // with the host's message, behind "<plugin>: ".
 class Store {
  public:
-  // Opens the store `settings` name. With `serve` (settings.served_by(rank)
-  // of the caller), this process first serves the TCP store on its
-  // address; closing the handle then waits for the other ranks (bounded by
-  // the timeout), removes the run's keys and stops serving. Throws
+  // Opens the store `settings` name. With StoreUse::kServe (rank 0 of a
+  // store settings.served_by), this process first serves the TCP store on
+  // its address; closing the handle then waits for the other ranks
+  // (bounded by the timeout), removes the run's keys and stops serving.
+  // With kHoldRun the handle counts as one of the run's processes until it
+  // closes; the last to close removes the run's keys. Throws
   // Error(UNSUPPORTED) when the host is older than ABI 1.8.
-  Store(const Host& host, const StoreSettings& settings, std::string plugin, bool serve = false)
+  Store(const Host& host, const StoreSettings& settings, std::string plugin,
+        StoreUse use = StoreUse::kClient)
       : host_(host), plugin_(std::move(plugin)) {
     const tessera_host_api* api = host_.raw();
     TESSERA_CHECK(
@@ -301,7 +321,8 @@ class Store {
     c.ns = settings.run_id.c_str();
     c.timeout_ms = settings.timeout_ms;
     c.source = settings.source();
-    c.serve = serve ? 1 : 0;
+    c.serve = use == StoreUse::kServe ? 1 : 0;
+    c.hold_run = use == StoreUse::kHoldRun ? 1 : 0;
     call(api->store_open(api->ctx, &c, &store_));
   }
   Store(const Store&) = delete;
