@@ -112,6 +112,11 @@ store::Config to_config(const tessera_store_config& c) {
                   out.source.empty() ? "" : " (" + out.source + ")",
                   " needs a host and a port in 1..65535");
   }
+  // The last holder removes every key under the namespace: without one,
+  // that would be every key of the store.
+  TESSERA_CHECK(c.hold_run == 0 || !out.ns.empty(), TESSERA_ERR_INVALID_ARGUMENT,
+                "a store handle that holds the run needs the run's namespace (ns), since the "
+                "last holder removes every key under it");
   TESSERA_CHECK(c.serve == 0 || c.hold_run == 0, TESSERA_ERR_INVALID_ARGUMENT,
                 "a store handle either serves the TCP store or holds the run, not both (the "
                 "server removes the run's keys itself)");
@@ -137,9 +142,8 @@ tessera_status host_store_open(void* ctx, const tessera_store_config* config,
         handle->server = std::make_unique<store::TcpStoreServer>(c.host, c.port);
       } catch (const Error& e) {
         throw Error(e.status(),
-                    detail::concat("cannot serve the TCP store (rank 0, ",
-                                   c.source.empty() ? "MASTER_ADDR:MASTER_PORT" : c.source,
-                                   "): ", e.what()));
+                    detail::concat(e.what(), " (this process serves it as rank 0 on ",
+                                   c.source.empty() ? "MASTER_ADDR:MASTER_PORT" : c.source, ")"));
       }
       handle->owner->logger()->debug("rank 0 serves the TCP store on {}:{}", c.host,
                                      handle->server->port());

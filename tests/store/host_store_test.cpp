@@ -159,6 +159,13 @@ TEST(HostStore, TheLastProcessOfARunRemovesItsKeys) {
   EXPECT_FALSE(reader.has({".live"}));
   EXPECT_EQ(text(bystander.get("k", 100)), "kept");
   expect_mentions(logged.log(), {"the last process of run 'run-9' removed its 2 keys"});
+  // Without a namespace the last holder would empty the whole store.
+  sdk::StoreSettings bare = where;
+  bare.run_id.clear();
+  const Error e = thrown_error(
+      [&] { const sdk::Store s(logged.host(), bare, "gloo", sdk::StoreUse::kHoldRun); });
+  EXPECT_EQ(e.status(), TESSERA_ERR_INVALID_ARGUMENT);
+  expect_mentions(e.what(), {"gloo:", "namespace"});
   // A TCP store rank 0 serves removes the keys itself: nobody holds the run.
   const sdk::StoreSettings served = tcp(1, "r", 100);
   EXPECT_EQ(served.process_use(0, false), sdk::StoreUse::kServe);

@@ -76,8 +76,9 @@ typedef struct tessera_store_config {
                          "MASTER_ADDR:MASTER_PORT"); may be NULL */
   int32_t serve;      /* TCP only: this process serves the store on
                          host:port while the handle is open (rank 0 does).
-                         Closing the handle then waits up to timeout_ms for
-                         the other clients to disconnect, removes the keys
+                         Closing the handle then waits up to timeout_ms
+                         (60 s when it is < 0) for the other clients to
+                         disconnect, removes the keys
                          under ns and stops the server. */
   int32_t hold_run;   /* this handle stands for one process of the run
                          while it is open: opening adds 1 to the run's
@@ -86,7 +87,8 @@ typedef struct tessera_store_config {
                          to 0 removes every key under ns. For the stores
                          no rank serves (file, Redis, a launcher's TCP
                          store), so a finished run leaves no keys behind.
-                         Not with `serve` (the server removes them). */
+                         Needs a namespace; not with `serve` (the server
+                         removes them). */
 } tessera_store_config;
 
 /* An open store; owned by the plugin that opened it until store_close. */

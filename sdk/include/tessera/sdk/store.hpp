@@ -351,16 +351,16 @@ class Store {
   // Waits until `key` exists and returns its value; TIMEOUT after
   // `timeout_ms` (< 0: waits forever).
   [[nodiscard]] std::vector<char> get(const std::string& key, int64_t timeout_ms) {
-    std::vector<char> out;
+    Received out;
     call(api()->store_get(api()->ctx, store_, key.c_str(), timeout_ms, &sink, &out));
-    return out;
+    return out.take(plugin_, key);
   }
 
   // Like get(), with a TIMEOUT message naming what was `awaited` ("the
   // unique id of rank 0 of group 'world'").
   [[nodiscard]] std::vector<char> await(const std::string& key, int64_t timeout_ms,
                                         const std::string& awaited) {
-    std::vector<char> out;
+    Received out;
     const tessera_status s =
         api()->store_get(api()->ctx, store_, key.c_str(), timeout_ms, &sink, &out);
     if (s == TESSERA_ERR_TIMEOUT) {
@@ -369,7 +369,7 @@ class Store {
                                                timeout_ms, " ms"));
     }
     call(s);
-    return out;
+    return out.take(plugin_, key);
   }
 
   // Adds `delta` to the integer under `key` (absent: 0) atomically; returns
@@ -384,26 +384,16 @@ class Store {
   // absent), it becomes `desired`.
   StoreCas compare_and_set(const std::string& key, const std::optional<std::vector<char>>& expected,
                            const std::vector<char>& desired) {
-    StoreCas r;
     int32_t swapped = 0;
-    std::vector<char> now;
-    bool present = false;
-    struct Into {
-      std::vector<char>* value;
-      bool* present;
-    } into{&now, &present};
-    const auto to = [](void* user, const void* data, uint64_t size) {
-      auto* i = static_cast<Into*>(user);
-      sink(i->value, data, size);
-      *i->present = true;
-    };
-    static char empty = 0;
+    Received now;
+    static const char empty = 0;
     const void* want = expected ? (expected->empty() ? &empty : expected->data()) : nullptr;
     call(api()->store_compare_set(api()->ctx, store_, key.c_str(), want,
                                   expected ? expected->size() : 0, desired.data(), desired.size(),
-                                  &swapped, to, &into));
+                                  &swapped, &sink, &now));
+    StoreCas r;
     r.swapped = swapped != 0;
-    if (present) r.value = std::move(now);
+    if (now.present) r.value = now.take(plugin_, key);
     return r;
   }
 
@@ -438,10 +428,28 @@ class Store {
  private:
   [[nodiscard]] const tessera_host_api* api() const noexcept { return host_.raw(); }
 
-  static void sink(void* user, const void* data, uint64_t size) {
-    auto* out = static_cast<std::vector<char>*>(user);
-    const auto* p = static_cast<const char*>(data);
-    out->assign(p, p + size);
+  // A value the host hands over through `sink`. Nothing may be thrown
+  // back through the host's C frames, so a copy that fails is recorded and
+  // thrown once the host's call has returned.
+  struct Received {
+    std::vector<char> value;
+    bool present = false;
+    bool failed = false;
+    std::vector<char> take(const std::string& plugin, const std::string& key) {
+      TESSERA_CHECK(!failed, TESSERA_ERR_OUT_OF_MEMORY, plugin,
+                    ": no memory to copy the value of key '", key, "' from the store");
+      return std::move(value);
+    }
+  };
+  static void sink(void* user, const void* data, uint64_t size) noexcept {
+    auto* out = static_cast<Received*>(user);
+    out->present = true;
+    try {
+      const auto* p = static_cast<const char*>(data);
+      out->value.assign(p, p + size);
+    } catch (...) {
+      out->failed = true;
+    }
   }
 
   static std::vector<const char*> c_keys(const std::vector<std::string>& keys) {
