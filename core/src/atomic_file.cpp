@@ -13,6 +13,7 @@
 #include <string_view>
 #include <system_error>
 
+#include "fd_guard.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera {
@@ -39,27 +40,6 @@ std::filesystem::path directory_of(const std::filesystem::path& path) {
   std::filesystem::path dir = path.parent_path();
   return dir.empty() ? std::filesystem::path(".") : dir;
 }
-
-// Closes `fd` on scope exit unless released; never throws.
-class FdGuard {
- public:
-  explicit FdGuard(int fd) noexcept : fd_(fd) {}
-  FdGuard(const FdGuard&) = delete;
-  FdGuard& operator=(const FdGuard&) = delete;
-  ~FdGuard() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  // Closes now and reports close()'s errno (0 on success).
-  int close_now() noexcept {
-    const int fd = fd_;
-    if (fd < 0) return 0;
-    fd_ = -1;
-    return ::close(fd) == 0 ? 0 : errno;
-  }
-
- private:
-  int fd_;
-};
 
 // Flushes the directory entry changes (the rename) of `dir` to disk.
 void sync_directory(const std::filesystem::path& dir) {

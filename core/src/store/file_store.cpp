@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "../fd_guard.hpp"
 #include "polling.hpp"
 #include "tessera/core/store.hpp"
 #include "tessera/sdk/error.hpp"
@@ -123,27 +124,6 @@ std::string temp_file_name() {
   name += "." + std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
   return name;
 }
-
-// Closes a descriptor on scope exit.
-class OwnedFd {
- public:
-  explicit OwnedFd(int fd) noexcept : fd_(fd) {}
-  OwnedFd(const OwnedFd&) = delete;
-  OwnedFd& operator=(const OwnedFd&) = delete;
-  ~OwnedFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  [[nodiscard]] int get() const noexcept { return fd_; }
-  // Closes now; errno of close() or 0.
-  int close_now() noexcept {
-    const int fd = fd_;
-    fd_ = -1;
-    return ::close(fd) == 0 ? 0 : errno;
-  }
-
- private:
-  int fd_;
-};
 
 // The full key and the value of a key file's content; nullopt when it is
 // too short to be one.
@@ -302,7 +282,7 @@ class FileStore final : public Store {
 
    private:
     std::string path_;
-    OwnedFd fd_;
+    FdGuard fd_;
   };
 
   [[nodiscard]] std::string full_key(const std::string& key) const {
@@ -321,7 +301,7 @@ class FileStore final : public Store {
   // The bytes of the file at `path`; nullopt when there is no such file.
   [[nodiscard]] std::optional<Value> read_file(const std::string& path,
                                                const std::string& doing) const {
-    const OwnedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    const FdGuard fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (fd.get() < 0) {
       const int err = errno;
       if (err == ENOENT) return std::nullopt;
@@ -384,7 +364,7 @@ class FileStore final : public Store {
     content.insert(content.end(), full.begin(), full.end());
     content.insert(content.end(), value.begin(), value.end());
 
-    OwnedFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    FdGuard fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
     if (fd.get() < 0) {
       const int err = errno;
       fail(doing, "create", temp, err);
