@@ -63,6 +63,7 @@ TEST(RunLog, MetricsJsonHasEveryField) {
   const auto j = nlohmann::json::parse(train::metrics_json(sample_metrics(2)));
   EXPECT_EQ(j.at("step"), 20);
   EXPECT_DOUBLE_EQ(j.at("loss").get<double>(), 3.21456);
+  EXPECT_TRUE(j.contains("loss_mean"));
   EXPECT_DOUBLE_EQ(j.at("grad_norm").get<double>(), 0.75);
   EXPECT_DOUBLE_EQ(j.at("lr").get<double>(), 3e-4);
   EXPECT_DOUBLE_EQ(j.at("step_seconds").get<double>(), 0.0852);
@@ -125,7 +126,10 @@ TEST(RunLog, SummaryNamesStepsLossThroughputMemoryAndCheckpoint) {
   s.memory = sample_metrics(2).memory;
   s.checkpoint = "runs/ck/step-00000020/model.safetensors";
   const std::string text = train::format_summary(s);
-  EXPECT_MENTIONS(text, "summary: steps 11-20 (10 run), final loss 1.5000");
+  EXPECT_MENTIONS(text, "summary: steps 11-20 (10 run), final loss 1.5000\n");
+  s.final_loss_mean = 1.625;
+  s.final_window_steps = 4;  // run.log_every = 4: the last line's window, steps 17-20
+  EXPECT_MENTIONS(train::format_summary(s), "final loss 1.5000 (mean 1.6250 over steps 17-20)\n");
   EXPECT_MENTIONS(text,
                   "mean step 10.0 ms, 51.2k tok/s, comm wait 25.0% | 2.5 GFLOP/s/rank, MFU 12.5%");
   EXPECT_MENTIONS(text, "peak memory (MiB)");

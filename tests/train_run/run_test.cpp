@@ -11,8 +11,10 @@
 #include <numbers>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "run_fixture.hpp"
@@ -95,6 +97,37 @@ TEST(RunTraining, NoneLowersTheLossOfAnMlp) {
     EXPECT_TRUE(mem.at("current").contains("optimizer"));
     EXPECT_GT(mem.at("total_peak").get<int64_t>(), 0);
   }
+}
+
+// A log line's loss_mean is the mean of the global losses of the steps
+// since the previous line (the last line's window may be shorter), and
+// the summary names the last window.
+TEST(RunTraining, LossMeanAveragesTheStepsSinceThePreviousLine) {
+  TESSERA_REQUIRE_STRATEGY("none");
+  RunOptions options;
+  const RunResult every = run_training(make_config(mlp_toml("none", 1, 12)), plugins(), options);
+  ASSERT_EQ(every.logged.size(), 12U);
+  for (const auto& m : every.logged) {
+    EXPECT_EQ(m.loss_mean, m.loss) << m.step;
+    EXPECT_EQ(m.window_steps, 1) << m.step;
+  }
+  std::ostringstream out;
+  options.out = &out;
+  const RunResult windows =
+      run_training(make_config(mlp_toml("none", 1, 12), {"run.log_every=5"}), plugins(), options);
+  ASSERT_EQ(windows.logged.size(), 3U);  // steps 5, 10 and 12
+  const std::pair<size_t, size_t> ranges[] = {{0, 5}, {5, 10}, {10, 12}};
+  for (size_t w = 0; w < 3; ++w) {
+    double sum = 0;
+    for (size_t i = ranges[w].first; i < ranges[w].second; ++i) sum += every.logged[i].loss;
+    const auto steps = static_cast<double>(ranges[w].second - ranges[w].first);
+    EXPECT_NEAR(windows.logged[w].loss_mean, sum / steps, 1e-12 * sum) << w;
+    EXPECT_EQ(windows.logged[w].loss, every.logged[ranges[w].second - 1].loss) << w;
+  }
+  EXPECT_EQ(windows.final_loss_mean, windows.logged.back().loss_mean);
+  EXPECT_EQ(windows.final_window_steps, 2);
+  EXPECT_MENTIONS(out.str(), fmt::format("final loss {:.4f} (mean {:.4f} over steps 11-12)",
+                                         windows.final_loss, windows.final_loss_mean));
 }
 
 TEST(RunTraining, GptReportsTokensPerSecondEveryLogStep) {

@@ -84,6 +84,8 @@ struct RankOutput {
   int64_t last_step = 0;
   int world_size = 0;  // of the world the rank ended on (smaller after losses: elastic)
   double final_loss = 0;
+  double final_loss_mean = 0;      // of the last log line's steps
+  int64_t final_window_steps = 0;  // how many
   double mean_step_seconds = 0;
   double comm_wait_share = 0;
   double gemm_rate = 0;  // mean over ranks

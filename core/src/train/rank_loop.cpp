@@ -37,6 +37,7 @@ struct Window {
   double compress_seconds = 0;
   double bytes_cross_node = 0;  // hierarchical reductions
   double last_loss = 0;         // this rank's share of the last step's loss
+  double loss_sum = 0;          // this rank's shares of the steps' losses, summed
   double last_grad_norm = 0;    // of the last step that updated
   int64_t skipped = 0;          // steps whose update overflowed (f16)
   double bubble = 0;            // summed over the steps
@@ -54,6 +55,7 @@ struct Window {
     compress_seconds += static_cast<double>(r.compress_ns) * 1e-9;
     bytes_cross_node += static_cast<double>(r.comm_bytes_cross_node);
     last_loss = r.loss;
+    loss_sum += r.loss;
     if (r.skipped != 0) {
       ++skipped;
     } else {
@@ -110,8 +112,8 @@ std::pair<double, double> model_flops(const RunPlan& plan, int world, double ste
 StepMetrics reduce_window(Communicator& comm, int tracked_as, const Window& window, int64_t step,
                           float lr, const RunPlan& plan, double gemm_rate) {
   const double per_step = window.steps == 0 ? 0.0 : 1.0 / static_cast<double>(window.steps);
-  std::array<double, 3> sums{window.last_loss, window.bubble * per_step,
-                             window.bubble_cpu * per_step};
+  std::array<double, 4> sums{window.last_loss, window.bubble * per_step,
+                             window.bubble_cpu * per_step, window.loss_sum * per_step};
   std::array<double, 8> maxes{window.mean_seconds(),
                               window.wait_share(),
                               window.bytes * per_step,
@@ -125,6 +127,8 @@ StepMetrics reduce_window(Communicator& comm, int tracked_as, const Window& wind
   StepMetrics m;
   m.step = step;
   m.loss = sums[0];
+  m.loss_mean = sums[3];
+  m.window_steps = window.steps;
   m.lr = lr;
   m.step_seconds = maxes[0];
   m.comm_wait_share = maxes[1];
@@ -417,6 +421,8 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
         metrics.skipped_steps = window.skipped;
       }
       out.final_loss = metrics.loss;
+      out.final_loss_mean = metrics.loss_mean;
+      out.final_window_steps = metrics.window_steps;
       if (log != nullptr) log->logged(metrics);
       out.logged.push_back(std::move(metrics));
       window = Window{};
@@ -438,6 +444,8 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
     summary.first_step = first;
     summary.last_step = out.last_step;
     summary.final_loss = out.final_loss;
+    summary.final_loss_mean = out.final_loss_mean;
+    summary.final_window_steps = out.final_window_steps;
     summary.mean_step_seconds = out.mean_step_seconds;
     if (out.mean_step_seconds > 0) {
       summary.samples_per_second =

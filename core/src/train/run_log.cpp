@@ -111,6 +111,7 @@ std::string metrics_json(const StepMetrics& m) {
   nlohmann::json j;
   j["step"] = m.step;
   j["loss"] = m.loss;
+  j["loss_mean"] = m.loss_mean;
   j["grad_norm"] = m.grad_norm;
   j["lr"] = m.lr;
   j["step_seconds"] = m.step_seconds;
@@ -151,9 +152,12 @@ std::string format_summary(const RunSummary& s) {
     text = fmt::format("summary: no steps to run (the run ends at step {})", s.last_step);
   } else {
     text = fmt::format(
-        "summary: steps {}-{} ({} run), final loss {:.4f}\n"
+        "summary: steps {}-{} ({} run), final loss {:.4f}{}\n"
         "  mean step {:.1f} ms, {}, comm wait {:.1f}%",
         s.first_step, s.last_step, s.last_step - s.first_step + 1, s.final_loss,
+        s.final_window_steps > 1 ? fmt::format(" (mean {:.4f} over steps {}-{})", s.final_loss_mean,
+                                               s.last_step - s.final_window_steps + 1, s.last_step)
+                                 : std::string(),
         s.mean_step_seconds * 1e3,
         s.tokens_per_second > 0 ? rate_text(s.tokens_per_second) + " tok/s"
                                 : rate_text(s.samples_per_second) + " samples/s",

@@ -270,6 +270,8 @@ RunResult run_training(const Config& config, const PluginRegistry& registry,
   RankOutput& lead = outputs.front();
   result.last_step = lead.last_step;
   result.final_loss = lead.final_loss;
+  result.final_loss_mean = lead.final_loss_mean;
+  result.final_window_steps = lead.final_window_steps;
   result.logged = std::move(lead.logged);
   result.mean_step_seconds = lead.mean_step_seconds;
   result.comm_wait_share = lead.comm_wait_share;

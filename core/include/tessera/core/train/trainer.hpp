@@ -79,6 +79,8 @@ RunPlan plan_run(const Config& config, const PluginRegistry& registry);
 struct StepMetrics {
   int64_t step = 0;
   double loss = 0;             // global mean loss of the last step
+  double loss_mean = 0;        // global mean loss averaged over the steps since the previous line
+  int64_t window_steps = 0;    // how many steps that is
   double grad_norm = 0;        // global gradient norm before clipping (max over ranks)
   double lr = 0;               // learning rate of the last step
   double step_seconds = 0;     // wall time per step (slowest rank)
@@ -131,6 +133,10 @@ struct RunResult {
   int64_t first_step = 1;  // > 1 after a resume
   int64_t last_step = 0;   // first_step - 1 when no step ran
   double final_loss = 0;   // global loss of last_step (0 when no step ran)
+  // The global loss averaged over the steps of the last log line (the
+  // last run.log_every steps, or fewer), and how many steps that is.
+  double final_loss_mean = 0;
+  int64_t final_window_steps = 0;
   std::vector<StepMetrics> logged;
   double mean_step_seconds = 0;             // over the steps of this run (slowest rank)
   double comm_wait_share = 0;               // over the steps of this run (max over ranks)
