@@ -10,6 +10,7 @@
 # process per rank, tessera launch):
 #   ddp                  2 ranks, nobody slowed (the reference pace)
 #   async s=4            1 server + 2 workers, nobody slowed
+#   async s=4 no predict the same with the servers' replies not predicted
 #   async s=0 slowed     1 server + 2 workers, world rank 2 (worker 1)
 #                        sleeping DELAY_MS per step: synchronous SGD with a
 #                        straggler, what ddp does with one
@@ -59,6 +60,8 @@ for backend in inmemory gloo; do
   row "${backend}" ddp 2 --set 'strategy.name="ddp"'
   async=(--set 'strategy.name="async_sgd"' --set 'strategy.options.servers=1')
   row "${backend}" "async s=4" 3 "${async[@]}" --set 'strategy.options.staleness=4'
+  row "${backend}" "async s=4 no predict" 3 "${async[@]}" --set 'strategy.options.staleness=4' \
+    --set 'strategy.options.predict=false'
   slowed=(--set "strategy.options.delay_ms=${delay}" --set 'strategy.options.delay_ranks="2"')
   row "${backend}" "async s=0 slowed" 3 "${async[@]}" --set 'strategy.options.staleness=0' \
     "${slowed[@]}"

@@ -74,18 +74,49 @@ TEST(AsyncSgdEquivalence, TwoServersAtStalenessZeroAreDdp) {
 // Staleness 4: every push is its own update from a gradient up to four
 // versions old. On the gpt test model with plain SGD the loss still falls
 // (by about 10 % in 30 steps) and ends within 5 % of ddp's (measured:
-// about 1 %, whatever order the pushes arrive in).
+// about 1 %, whatever order the pushes arrive in), with the servers'
+// replies predicted (the default) and without.
 TEST(AsyncSgdTraining, StaleUpdatesStillTrain) {
-  RunSpec s = async_spec("gpt", 1, 2, 4, "sgd");
-  s.steps = 30;
-  s.lr = 0.1;
-  RunSpec first = ddp_like(s, 2);
-  first.steps = 1;  // the loss of step 1 is the initial parameters'
-  const double initial = run(first).final_loss;
-  const train::RunResult result = run(s);
-  const train::RunResult ref = run(ddp_like(s, 2));
-  EXPECT_LT(result.final_loss, 0.95 * initial);
-  EXPECT_NEAR(result.final_loss, ref.final_loss, 0.05 * ref.final_loss);
+  for (const bool predict : {true, false}) {
+    SCOPED_TRACE(predict ? "predict" : "no predict");
+    RunSpec s = async_spec("gpt", 1, 2, 4, "sgd", predict ? "" : "predict = false\n");
+    s.steps = 30;
+    s.lr = 0.1;
+    RunSpec first = ddp_like(s, 2);
+    first.steps = 1;  // the loss of step 1 is the initial parameters'
+    const double initial = run(first).final_loss;
+    const train::RunResult result = run(s);
+    const train::RunResult ref = run(ddp_like(s, 2));
+    EXPECT_LT(result.final_loss, 0.95 * initial);
+    EXPECT_NEAR(result.final_loss, ref.final_loss, 0.05 * ref.final_loss);
+  }
+}
+
+// "mean delay D updates" of the server's debug line for the last step, or
+// -1 when the line has none.
+double mean_delay(const std::string& log) {
+  const std::string key = "mean delay ";
+  const size_t at = log.rfind(key);
+  if (at == std::string::npos) return -1;
+  return std::stod(log.substr(at + key.size()));
+}
+
+// A predicting server measures how many updates it applies between a
+// reply and the push computed from it: with two workers pushing in turn,
+// the other worker's push at least sometimes (more than 0), and at most a
+// few steps' pushes (the lead is bounded by staleness 2: 2 × 2 + 1
+// pushes). Without prediction, or at staleness 0, it measures nothing.
+TEST(AsyncSgdTraining, PredictingServersMeasureTheDelay) {
+  RunSpec s = async_spec("mlp", 1, 2, 2, "adamw");
+  s.steps = 12;
+  const double delay = mean_delay(debug_log_of(s, "strategy.async_sgd"));
+  EXPECT_GT(delay, 0.0);
+  EXPECT_LE(delay, 5.0);
+  EXPECT_EQ(mean_delay(debug_log_of(async_spec("mlp", 1, 2, 2, "adamw", "predict = false\n"),
+                                    "strategy.async_sgd")),
+            -1.0);
+  EXPECT_EQ(mean_delay(debug_log_of(async_spec("mlp", 1, 2, 0, "adamw"), "strategy.async_sgd")),
+            -1.0);
 }
 
 // "max lead L" of the server's debug line for the last step.
@@ -175,12 +206,18 @@ TEST(AsyncSgdCheckpoint, ResumesUnderDdpAndBack) {
 // The estimate against a run at staleness 0 (where every server step
 // sends one reply per worker): the largest rank's peaks (a worker's
 // replica and push buffers, a server's optimizer shard and message
-// buffers) and the bytes a rank sends per step.
+// buffers) and the bytes a rank sends per step; and at staleness 4, where
+// a predicting server also holds two more shard-sized buffers (with five
+// workers on one server the server is the largest rank).
 TEST(AsyncSgdEstimate, MatchesTheRun) {
   expect_estimate_matches_run(
       estimate_spec(kQuickstartGpt, "async_sgd", 3, "servers = 1\nstaleness = 0"));
   expect_estimate_matches_run(
       estimate_spec(kQuickstartGpt, "async_sgd", 4, "servers = 2\nstaleness = 0"));
+  expect_estimate_matches_run(
+      estimate_spec(kQuickstartGpt, "async_sgd", 3, "servers = 1\nstaleness = 4"));
+  expect_estimate_matches_run(
+      estimate_spec(kQuickstartGpt, "async_sgd", 6, "servers = 1\nstaleness = 4"));
 }
 
 TEST(AsyncSgdEstimate, RefusesWhatCheckRefuses) {

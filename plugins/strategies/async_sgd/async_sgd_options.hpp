@@ -21,6 +21,10 @@ inline constexpr tessera_option_decl kAsyncSgdOptions[] = {
      "parameter servers: the first `servers` ranks of the world; the other ranks are workers"},
     {"staleness", TESSERA_OPT_INT, "4",
      "how many versions a worker may run ahead of the slowest worker (0: synchronous SGD)"},
+    {"predict", TESSERA_OPT_BOOL, "true",
+     "staleness >= 1: a server's reply carries the parameters predicted for when the worker's "
+     "next push will be applied (the current ones moved along the recent updates), not the "
+     "current ones"},
     {"delay_ms", TESSERA_OPT_INT, "0",
      "injected slowdown for tests and benchmarks: sleep this long at the start of every step "
      "on the ranks of delay_ranks"},
@@ -36,10 +40,15 @@ inline constexpr tessera_option_decl kAsyncSgdOptions[] = {
 struct AsyncSgdOptions {
   int32_t servers = 1;
   int64_t staleness = 4;
+  bool predict = true;  // staleness >= 1 only
   int64_t delay_ms = 0;
   std::vector<int32_t> delay_ranks;  // sorted, distinct world ranks
   int64_t delay_every = 1;
   int64_t activation_checkpointing = 0;
+
+  // Whether the servers predict the parameters of their replies: only
+  // where pushes are applied one by one (staleness >= 1).
+  [[nodiscard]] bool predicting() const noexcept { return predict && staleness > 0; }
 
   // Reads and checks the options for a world of `world_size` ranks.
   // Throws tessera::Error (invalid argument) naming the strategy, the
@@ -62,6 +71,7 @@ struct AsyncSgdOptions {
     TESSERA_CHECK(o.staleness >= 0, TESSERA_ERR_INVALID_ARGUMENT,
                   "async_sgd: option 'staleness' = ", o.staleness,
                   " must be >= 0 (0: synchronous SGD)");
+    o.predict = options.get_bool("predict");
     o.delay_ms = options.get_int("delay_ms");
     TESSERA_CHECK(o.delay_ms >= 0, TESSERA_ERR_INVALID_ARGUMENT,
                   "async_sgd: option 'delay_ms' = ", o.delay_ms, " must be >= 0");

@@ -80,12 +80,15 @@ sdk::Estimate AsyncSgdStrategy::estimate(const sdk::Host& /*host*/, const sdk::O
   // A worker: the replica padded to whole shards, its gradients, one push
   // buffer per server. A server: its shard, the optimizer state for it,
   // the summed gradient at staleness 0, a push and a reply buffer per
-  // worker.
-  const int64_t worker[] = {4 * shard * servers, 4 * shard * servers, 0, 4 * message * servers};
+  // worker, and when predicting the mean change and the shard before an
+  // update.
+  const int64_t worker[] = {4 * shard * servers, 4 * shard * servers, 0, 4 * message * servers, 0};
   const int64_t server[] = {4 * shard, o.staleness == 0 ? 4 * shard : 0,
-                            4 * shard * model.optimizer_slots(), 4 * (message + shard) * workers};
+                            4 * shard * model.optimizer_slots(), 4 * (message + shard) * workers,
+                            o.predicting() ? 8 * shard : 0};
   const tessera_mem_category categories[] = {TESSERA_MEM_PARAMS, TESSERA_MEM_GRADS,
-                                             TESSERA_MEM_OPTIMIZER, TESSERA_MEM_COMM};
+                                             TESSERA_MEM_OPTIMIZER, TESSERA_MEM_COMM,
+                                             TESSERA_MEM_OTHER};
   // The categories of the largest rank: a worker unless the servers'
   // message buffers outgrow the worker's activations.
   int64_t worker_total = e[TESSERA_MEM_ACTIVATIONS];
@@ -144,6 +147,11 @@ AsyncSgdStrategy::AsyncSgdStrategy(const sdk::Host& host, const sdk::Options& op
     optim_ = env.optimizer().make_state(n);
     if (options_.staleness == 0) {
       sum_ = sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_GRADS, n);
+    }
+    if (options_.predicting()) {
+      drift_ = sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_OTHER, n);
+      before_ = sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_OTHER, n);
+      replied_at_.assign(static_cast<size_t>(w), 0);
     }
     for (int32_t i = 0; i < w; ++i) {
       push_in_.emplace_back(host, env.rank(), TESSERA_MEM_COMM, message);
@@ -303,7 +311,36 @@ void AsyncSgdStrategy::post_push_receive(int32_t w) {
 void AsyncSgdStrategy::apply(std::span<float> grad, int64_t update, float lr,
                              double max_grad_norm) {
   host_.scale(grad, sdk::clip_coefficient(host_.sum_squares(grad), max_grad_norm));
-  env_.optimizer().step(optim_, 0, params_.span(), grad, update, lr);
+  const std::span<float> params = params_.span();
+  if (!options_.predicting()) {
+    env_.optimizer().step(optim_, 0, params, grad, update, lr);
+    return;
+  }
+  const std::span<float> before = before_.span();
+  std::copy(params.begin(), params.end(), before.begin());
+  env_.optimizer().step(optim_, 0, params, grad, update, lr);
+  // A moving mean over about one round: weight 2 / (W + 1) for the newest
+  // change (an exponential mean with a span of W updates).
+  const float a = 2.0f / static_cast<float>(workers() + 1);
+  const std::span<float> drift = drift_.span();
+  for (size_t e = 0; e < params.size(); ++e) {
+    drift[e] += a * ((params[e] - before[e]) - drift[e]);
+  }
+}
+
+void AsyncSgdStrategy::write_reply(std::span<float> out) const {
+  const std::span<const float> params = params_.span();
+  if (!options_.predicting() || delay_ <= 0) {
+    std::copy(params.begin(), params.end(), out.begin());
+    return;
+  }
+  // The worker computes its next gradient from this reply, and the server
+  // applies it about delay_ updates later: the reply is the shard
+  // extrapolated that far along the recent mean change, so the gradient
+  // is computed about where it is applied.
+  const auto ahead = static_cast<float>(delay_);
+  const std::span<const float> drift = drift_.span();
+  for (size_t e = 0; e < params.size(); ++e) out[e] = params[e] + ahead * drift[e];
 }
 
 void AsyncSgdStrategy::arrive(int32_t w) {
@@ -323,6 +360,11 @@ void AsyncSgdStrategy::arrive(int32_t w) {
     // workers (their mean is the global mean's gradient) and with lr / W,
     // so that a round of W pushes moves plain SGD as one synchronous step.
     const std::span<float> grad = in.first(n);
+    if (options_.predicting()) {
+      const auto delay = static_cast<double>(updates_ - replied_at_[i]);
+      // A moving mean over about four rounds (a span of 4W pushes).
+      delay_ = delay_ < 0 ? delay : delay_ + 2.0 / (4 * workers() + 1) * (delay - delay_);
+    }
     host_.scale(grad, static_cast<float>(workers()));
     apply(grad, ++updates_, lr_[i] / static_cast<float>(workers()), max_grad_norm_);
     post_push_receive(w);
@@ -350,7 +392,8 @@ bool AsyncSgdStrategy::send_allowed_replies() {
     if (held_[i] == 0 || held_[i] - min_clock > options_.staleness) continue;
     reply_ops_[i].wait(host_);  // the previous reply, long received
     const std::span<float> out = reply_[i].span();
-    std::copy_n(params_.span().begin(), n, out.begin());
+    write_reply(out.first(n));
+    if (options_.predicting()) replied_at_[i] = updates_;
     reply_ops_[i] = ps_->start_send(std::span<const float>(out),
                                     options_.servers + static_cast<int32_t>(i), kReplyTag);
     max_lead_ = std::max(max_lead_, held_[i] - min_clock);
@@ -388,6 +431,7 @@ sdk::StepResult AsyncSgdStrategy::server_step(const sdk::StepArgs& args) {
     std::fill(clock_.begin(), clock_.end(), args.step - 1);
     std::fill(replied_.begin(), replied_.end(), args.step - 1);
     updates_ = options_.staleness > 0 ? (args.step - 1) * w : 0;
+    std::fill(replied_at_.begin(), replied_at_.end(), updates_);
     for (int32_t i = 0; i < w; ++i) post_push_receive(i);
     serving_ = true;
   }
@@ -429,7 +473,9 @@ sdk::StepResult AsyncSgdStrategy::server_step(const sdk::StepArgs& args) {
   const auto [lo, hi] = std::minmax_element(clock_.begin(), clock_.end());
   host_.debug("async_sgd: server ", env_.rank(), " step ", args.step, ": worker clocks ", *lo, "..",
               *hi, ", max lead ", max_lead_, " (staleness ", options_.staleness, "), ", updates_,
-              " updates");
+              " updates",
+              options_.predicting() ? ::tessera::detail::concat(", mean delay ", delay_, " updates")
+                                    : std::string());
   sdk::StepResult result;
   result.comm_wait_ns = idle_ns;
   return result;
