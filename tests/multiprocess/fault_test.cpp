@@ -129,5 +129,68 @@ INSTANTIATE_TEST_SUITE_P(Backends, Fault,
                                            FaultCase{Engine::kNccl, true, true}),
                          fault_case_name);
 
+// async_sgd has no collective in its steps: its servers and workers wait
+// on point-to-point receives that stay posted between steps. A killed
+// worker (world rank 2 of 1 server + 2 workers) or the server (rank 0)
+// must still fail the whole run on gloo within timeout_s + 10 s, a
+// survivor's error naming the lost rank, with the last checkpoint intact.
+// The workers sleep 30 ms per step (delay_ms) and checkpoints come every 3
+// steps, so the kill mostly lands inside async_sgd's steps rather than in
+// the host's checkpoint collectives (either must fail the run).
+class AsyncSgdFault : public ::testing::TestWithParam<int> {};
+
+TEST_P(AsyncSgdFault, KilledRankFailsTheRunWithinTheTimeout) {
+  const int victim = GetParam();
+  if (const std::string why = engine_unavailable(Engine::kGloo); !why.empty()) GTEST_SKIP() << why;
+  const TempDir dir("async-fault");
+  const auto config = write_gpt_config(dir.path(), 100000, 3, kTimeoutS, "async_sgd");
+  const auto ckpt = dir.path() / "ckpt";
+  const auto log = dir.path() / "run.log";
+  const std::string mark =
+      "async-fault-" + std::to_string(::getpid()) + "-" + std::to_string(victim);
+  ChildProcess run(train_command(Engine::kGloo, kFaultRanks, config,
+                                 {"strategy.options={}", "strategy.options.servers=1",
+                                  "strategy.options.staleness=4", "strategy.options.delay_ms=30",
+                                  "strategy.options.delay_ranks=\"1,2\"", "run.log_every=1000"},
+                                 mark),
+                   launched(log));
+  ASSERT_TRUE(eventually(std::chrono::minutes(2),
+                         [&] { return latest_step(ckpt) >= 6 || !run.running(); }));
+  ASSERT_TRUE(run.running()) << "the run ended before the fault:\n" << read_text(log);
+  const auto victims = processes_with_env(
+      {{"TESSERA_RUN_ID", mark}, {rank_env_key(Engine::kGloo), std::to_string(victim)}});
+  ASSERT_EQ(victims.size(), 1U) << "cannot find rank " << victim << "'s process";
+  const auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(victims.front(), SIGKILL), 0);
+
+  const ChildExit exit = run.wait(std::chrono::seconds(static_cast<int>(kTimeoutS) + 60));
+  const auto after_kill = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - killed_at);
+  const std::string text = read_text(log);
+  ASSERT_FALSE(exit.timed_out) << "the survivors hung:\n" << text;
+  EXPECT_TRUE(exit.code != 0 || exit.signal != 0)
+      << "the launcher reported success after a rank was killed:\n"
+      << text;
+  EXPECT_LE(after_kill.count(), static_cast<int64_t>(kTimeoutS * 1000) + 12000)
+      << "the survivors took " << after_kill.count() << " ms to exit:\n"
+      << text;
+  // A survivor's error names the lost rank ("rank 2 is lost", or the
+  // server's abort that says so, passed on to the other worker).
+  const std::regex names_victim("error:[^\n]*rank " + std::to_string(victim) + " is lost");
+  EXPECT_TRUE(std::regex_search(text, names_victim))
+      << "no survivor's error names rank " << victim << " as lost:\n"
+      << text;
+  EXPECT_TRUE(processes_with_env({{"TESSERA_RUN_ID", mark}}).empty()) << "ranks were left running";
+  const auto latest = train::find_latest_checkpoint(ckpt);
+  ASSERT_TRUE(latest.has_value()) << "no checkpoint survived";
+  EXPECT_GE(latest->step, 6);
+  EXPECT_FALSE(SafetensorsReader::open(latest->file).names().empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Gloo, AsyncSgdFault, ::testing::Values(2, 0),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return p.param == 0 ? std::string("server") : std::string("worker");
+                         });
+
 }  // namespace
 }  // namespace tessera::mptest
