@@ -59,6 +59,59 @@ std::string fault_case_name(const ::testing::TestParamInfo<FaultCase>& p) {
   return name;
 }
 
+// What became of a run after one of its ranks was killed.
+struct AfterKill {
+  ChildExit exit;
+  int64_t ms = 0;    // from the kill to the launcher's exit
+  std::string text;  // the run's log
+};
+
+// Lets `run` train past its checkpoint of step 6, SIGKILLs rank `victim`
+// (found by `mark_key` = `mark` and the engine's rank variable) and waits
+// for the run to end: fills `out`, or fails the test (fatally) when the run
+// ended first, the rank cannot be found, or the survivors hang.
+void kill_after_step_6(ChildProcess& run, const std::filesystem::path& ckpt,
+                       const std::filesystem::path& log, Engine engine, const char* mark_key,
+                       const std::string& mark, int victim, AfterKill* out) {
+  ASSERT_TRUE(eventually(std::chrono::minutes(2),
+                         [&] { return latest_step(ckpt) >= 6 || !run.running(); }));
+  ASSERT_TRUE(run.running()) << "the run ended before the fault:\n" << read_text(log);
+  const auto victims =
+      processes_with_env({{mark_key, mark}, {rank_env_key(engine), std::to_string(victim)}});
+  ASSERT_EQ(victims.size(), 1U) << "cannot find rank " << victim << "'s process";
+  const auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(victims.front(), SIGKILL), 0);
+  out->exit = run.wait(std::chrono::seconds(static_cast<int>(kTimeoutS) + 60));
+  out->ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                  killed_at)
+                .count();
+  out->text = read_text(log);
+  ASSERT_FALSE(out->exit.timed_out) << "the survivors hung:\n" << out->text;
+}
+
+// The survivors exited within timeout_s + 10 s (plus 2 s for the launcher
+// to notice), and the launcher's exit status is non-zero when
+// `launcher_fails`.
+void expect_ended_in_time(const AfterKill& after, bool launcher_fails) {
+  if (launcher_fails) {
+    EXPECT_TRUE(after.exit.code != 0 || after.exit.signal != 0)
+        << "the launcher reported success after a rank was killed:\n"
+        << after.text;
+  }
+  EXPECT_LE(after.ms, static_cast<int64_t>(kTimeoutS * 1000) + 12000)
+      << "the survivors took " << after.ms << " ms to exit:\n"
+      << after.text;
+}
+
+// The last complete checkpoint in `ckpt` is of step 6 or later and loads.
+void expect_checkpoint_intact(const std::filesystem::path& ckpt) {
+  const auto latest = train::find_latest_checkpoint(ckpt);
+  ASSERT_TRUE(latest.has_value()) << "no checkpoint survived";
+  EXPECT_GE(latest->step, 6);
+  const auto reader = SafetensorsReader::open(latest->file);
+  EXPECT_FALSE(reader.names().empty());
+}
+
 class Fault : public ::testing::TestWithParam<FaultCase> {};
 
 TEST_P(Fault, KilledRankFailsTheOthersWithinTheTimeout) {
@@ -77,30 +130,12 @@ TEST_P(Fault, KilledRankFailsTheOthersWithinTheTimeout) {
   ChildProcess run(command, launched(log));
 
   // Let it train past a few checkpoints, then kill one rank from outside.
-  ASSERT_TRUE(eventually(std::chrono::minutes(2),
-                         [&] { return latest_step(ckpt) >= 6 || !run.running(); }));
-  ASSERT_TRUE(run.running()) << "the run ended before the fault:\n" << read_text(log);
   const char* mark_key = engine == Engine::kMpi ? "TESSERA_TEST_MARK" : "TESSERA_RUN_ID";
-  const auto victims =
-      processes_with_env({{mark_key, mark}, {rank_env_key(engine), std::to_string(kVictim)}});
-  ASSERT_EQ(victims.size(), 1U) << "cannot find rank " << kVictim << "'s process";
-  const auto killed_at = std::chrono::steady_clock::now();
-  ASSERT_EQ(::kill(victims.front(), SIGKILL), 0);
-
-  const ChildExit exit = run.wait(std::chrono::seconds(static_cast<int>(kTimeoutS) + 60));
-  const auto after_kill = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::steady_clock::now() - killed_at);
-  const std::string text = read_text(log);
-  ASSERT_FALSE(exit.timed_out) << "the survivors hung:\n" << text;
-  if (param.launcher_fails) {
-    EXPECT_TRUE(exit.code != 0 || exit.signal != 0)
-        << "the launcher reported success after a rank was killed:\n"
-        << text;
-  }
-  // timeout_s + 10 s for the survivors, plus 2 s for the launcher to notice.
-  EXPECT_LE(after_kill.count(), static_cast<int64_t>(kTimeoutS * 1000) + 12000)
-      << "the survivors took " << after_kill.count() << " ms to exit:\n"
-      << text;
+  AfterKill after;
+  kill_after_step_6(run, ckpt, log, engine, mark_key, mark, kVictim, &after);
+  if (HasFatalFailure()) return;
+  const std::string& text = after.text;
+  expect_ended_in_time(after, param.launcher_fails);
   if (param.survivors_report) {
     EXPECT_GE(error_lines(text).size(), static_cast<size_t>(kFaultRanks - 1))
         << "expected an error from each surviving rank naming rank " << kVictim
@@ -115,11 +150,7 @@ TEST_P(Fault, KilledRankFailsTheOthersWithinTheTimeout) {
   EXPECT_TRUE(processes_with_env({{mark_key, mark}}).empty()) << "ranks were left running";
 
   // The last complete checkpoint is intact.
-  const auto latest = train::find_latest_checkpoint(ckpt);
-  ASSERT_TRUE(latest.has_value()) << "no checkpoint survived";
-  EXPECT_GE(latest->step, 6);
-  const auto reader = SafetensorsReader::open(latest->file);
-  EXPECT_FALSE(reader.names().empty());
+  expect_checkpoint_intact(ckpt);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Fault,
@@ -154,26 +185,11 @@ TEST_P(AsyncSgdFault, KilledRankFailsTheRunWithinTheTimeout) {
                                   "strategy.options.delay_ranks=\"1,2\"", "run.log_every=1000"},
                                  mark),
                    launched(log));
-  ASSERT_TRUE(eventually(std::chrono::minutes(2),
-                         [&] { return latest_step(ckpt) >= 6 || !run.running(); }));
-  ASSERT_TRUE(run.running()) << "the run ended before the fault:\n" << read_text(log);
-  const auto victims = processes_with_env(
-      {{"TESSERA_RUN_ID", mark}, {rank_env_key(Engine::kGloo), std::to_string(victim)}});
-  ASSERT_EQ(victims.size(), 1U) << "cannot find rank " << victim << "'s process";
-  const auto killed_at = std::chrono::steady_clock::now();
-  ASSERT_EQ(::kill(victims.front(), SIGKILL), 0);
-
-  const ChildExit exit = run.wait(std::chrono::seconds(static_cast<int>(kTimeoutS) + 60));
-  const auto after_kill = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::steady_clock::now() - killed_at);
-  const std::string text = read_text(log);
-  ASSERT_FALSE(exit.timed_out) << "the survivors hung:\n" << text;
-  EXPECT_TRUE(exit.code != 0 || exit.signal != 0)
-      << "the launcher reported success after a rank was killed:\n"
-      << text;
-  EXPECT_LE(after_kill.count(), static_cast<int64_t>(kTimeoutS * 1000) + 12000)
-      << "the survivors took " << after_kill.count() << " ms to exit:\n"
-      << text;
+  AfterKill after;
+  kill_after_step_6(run, ckpt, log, Engine::kGloo, "TESSERA_RUN_ID", mark, victim, &after);
+  if (HasFatalFailure()) return;
+  const std::string& text = after.text;
+  expect_ended_in_time(after, true);
   // A survivor's error names the lost rank ("rank 2 is lost", or the
   // server's abort that says so, passed on to the other worker).
   const std::regex names_victim("error:[^\n]*rank " + std::to_string(victim) + " is lost");
@@ -181,10 +197,7 @@ TEST_P(AsyncSgdFault, KilledRankFailsTheRunWithinTheTimeout) {
       << "no survivor's error names rank " << victim << " as lost:\n"
       << text;
   EXPECT_TRUE(processes_with_env({{"TESSERA_RUN_ID", mark}}).empty()) << "ranks were left running";
-  const auto latest = train::find_latest_checkpoint(ckpt);
-  ASSERT_TRUE(latest.has_value()) << "no checkpoint survived";
-  EXPECT_GE(latest->step, 6);
-  EXPECT_FALSE(SafetensorsReader::open(latest->file).names().empty());
+  expect_checkpoint_intact(ckpt);
 }
 
 INSTANTIATE_TEST_SUITE_P(Gloo, AsyncSgdFault, ::testing::Values(2, 0),
