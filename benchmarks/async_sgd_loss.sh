@@ -6,6 +6,10 @@
 #
 #   benchmarks/async_sgd_loss.sh [BUILD_DIR] [SEED ...]   (default seeds: 42 1 2 3 4 5 6)
 #
+# Extra `--set` arguments for every run (another optimizer, stragglers) go
+# in ASYNC_LOSS_SETS, e.g.
+#   ASYNC_LOSS_SETS='--set optimizer.name="sgd" --set optimizer.lr=0.3' benchmarks/async_sgd_loss.sh
+#
 # A log line every 50 steps, no checkpoints. Printed per seed and row: the
 # final loss (the last step's batch) and the mean loss of steps 251-300
 # (the summary's window mean); then the mean of each over the seeds and its
@@ -23,6 +27,8 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "${tmp}"' EXIT
 
 common=(--set 'run.log_every=50' --set 'checkpoint.dir=""' --set 'run.metrics=""')
+# shellcheck disable=SC2206  # split into words on purpose
+extra=(${ASYNC_LOSS_SETS:-})
 rows=("ddp" "async s=4" "async s=4 no predict")
 args() {
   case "$1" in
@@ -37,7 +43,7 @@ declare -A final_sum mean_sum
 for seed in "${seeds[@]}"; do
   for r in "${rows[@]}"; do
     # shellcheck disable=SC2046  # args() prints words on purpose
-    (cd "${tmp}" && "${tessera}" train "${config}" "${common[@]}" --set "run.seed=${seed}" \
+    (cd "${tmp}" && "${tessera}" train "${config}" "${common[@]}" ${extra[@]+"${extra[@]}"} --set "run.seed=${seed}" \
       $(args "${r}")) > "${tmp}/out.log" 2>&1 || {
       echo "${r} (seed ${seed}) failed:" >&2
       tail -20 "${tmp}/out.log" >&2

@@ -149,9 +149,10 @@ AsyncSgdStrategy::AsyncSgdStrategy(const sdk::Host& host, const sdk::Options& op
       sum_ = sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_GRADS, n);
     }
     if (options_.predicting()) {
-      drift_ = sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_OTHER, n);
+      last_change_ = sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_OTHER, n);
       before_ = sdk::TrackedBuffer<float>(host, env.rank(), TESSERA_MEM_OTHER, n);
       replied_at_.assign(static_cast<size_t>(w), 0);
+      delay_.assign(static_cast<size_t>(w), -1.0);
     }
     for (int32_t i = 0; i < w; ++i) {
       push_in_.emplace_back(host, env.rank(), TESSERA_MEM_COMM, message);
@@ -312,35 +313,59 @@ void AsyncSgdStrategy::apply(std::span<float> grad, int64_t update, float lr,
                              double max_grad_norm) {
   host_.scale(grad, sdk::clip_coefficient(host_.sum_squares(grad), max_grad_norm));
   const std::span<float> params = params_.span();
-  if (!options_.predicting()) {
-    env_.optimizer().step(optim_, 0, params, grad, update, lr);
-    return;
-  }
   const std::span<float> before = before_.span();
-  std::copy(params.begin(), params.end(), before.begin());
+  if (options_.predicting()) std::copy(params.begin(), params.end(), before.begin());
   env_.optimizer().step(optim_, 0, params, grad, update, lr);
-  // A moving mean over about one round: weight 2 / (W + 1) for the newest
-  // change (an exponential mean with a span of W updates).
-  const float a = 2.0f / static_cast<float>(workers() + 1);
-  const std::span<float> drift = drift_.span();
+  if (!options_.predicting()) return;
+  // The gain is the least-squares fit of this change on the previous one,
+  // over about four rounds: near 1 when updates persist (momentum, Adam),
+  // near 0 when they are mostly noise (plain SGD on small batches), where
+  // extrapolating would only add the noise.
+  const std::span<float> last = last_change_.span();
+  double repeat = 0;
+  double previous = 0;
   for (size_t e = 0; e < params.size(); ++e) {
-    drift[e] += a * ((params[e] - before[e]) - drift[e]);
+    const float change = params[e] - before[e];
+    repeat += static_cast<double>(change) * last[e];
+    previous += static_cast<double>(last[e]) * last[e];
+    last[e] = change;
   }
+  const double a = 2.0 / (4.0 * workers() + 1);
+  repeat_ += a * (repeat - repeat_);
+  previous_ += a * (previous - previous_);
 }
 
-void AsyncSgdStrategy::write_reply(std::span<float> out) const {
+double AsyncSgdStrategy::mean_delay() const {
+  double sum = 0;
+  int measured = 0;
+  for (const double d : delay_) {
+    if (d < 0) continue;
+    sum += d;
+    ++measured;
+  }
+  return measured > 0 ? sum / measured : -1.0;
+}
+
+double AsyncSgdStrategy::gain() const noexcept {
+  return previous_ > 0 ? std::clamp(repeat_ / previous_, 0.0, 1.0) : 0.0;
+}
+
+void AsyncSgdStrategy::write_reply(int32_t w, std::span<float> out) {
+  const auto i = static_cast<size_t>(w);
   const std::span<const float> params = params_.span();
-  if (!options_.predicting() || delay_ <= 0) {
+  const double ahead = options_.predicting() ? std::max(delay_[i], 0.0) * gain() : 0.0;
+  if (options_.predicting()) replied_at_[i] = updates_;
+  if (ahead <= 0) {
     std::copy(params.begin(), params.end(), out.begin());
     return;
   }
-  // The worker computes its next gradient from this reply, and the server
-  // applies it about delay_ updates later: the reply is the shard
-  // extrapolated that far along the recent mean change, so the gradient
-  // is computed about where it is applied.
-  const auto ahead = static_cast<float>(delay_);
-  const std::span<const float> drift = drift_.span();
-  for (size_t e = 0; e < params.size(); ++e) out[e] = params[e] + ahead * drift[e];
+  // Worker w computes its next gradient from this reply, and the server
+  // applies it about delay_[w] updates later, each expected to move the
+  // shard by gain() times the last change: the reply is the shard moved
+  // that far, so the gradient is computed about where it is applied.
+  const auto k = static_cast<float>(ahead);
+  const std::span<const float> last = last_change_.span();
+  for (size_t e = 0; e < params.size(); ++e) out[e] = params[e] + k * last[e];
 }
 
 void AsyncSgdStrategy::arrive(int32_t w) {
@@ -361,9 +386,10 @@ void AsyncSgdStrategy::arrive(int32_t w) {
     // so that a round of W pushes moves plain SGD as one synchronous step.
     const std::span<float> grad = in.first(n);
     if (options_.predicting()) {
+      // A moving mean over about four of this worker's pushes: a worker
+      // slower than the others sees more updates between reply and push.
       const auto delay = static_cast<double>(updates_ - replied_at_[i]);
-      // A moving mean over about four rounds (a span of 4W pushes).
-      delay_ = delay_ < 0 ? delay : delay_ + 2.0 / (4 * workers() + 1) * (delay - delay_);
+      delay_[i] = delay_[i] < 0 ? delay : delay_[i] + 0.4 * (delay - delay_[i]);
     }
     host_.scale(grad, static_cast<float>(workers()));
     apply(grad, ++updates_, lr_[i] / static_cast<float>(workers()), max_grad_norm_);
@@ -392,8 +418,7 @@ bool AsyncSgdStrategy::send_allowed_replies() {
     if (held_[i] == 0 || held_[i] - min_clock > options_.staleness) continue;
     reply_ops_[i].wait(host_);  // the previous reply, long received
     const std::span<float> out = reply_[i].span();
-    write_reply(out.first(n));
-    if (options_.predicting()) replied_at_[i] = updates_;
+    write_reply(static_cast<int32_t>(i), out.first(n));
     reply_ops_[i] = ps_->start_send(std::span<const float>(out),
                                     options_.servers + static_cast<int32_t>(i), kReplyTag);
     max_lead_ = std::max(max_lead_, held_[i] - min_clock);
@@ -471,11 +496,12 @@ sdk::StepResult AsyncSgdStrategy::server_step(const sdk::StepArgs& args) {
   // for them: done at once.
   for (sdk::PendingOp& op : reply_ops_) op.wait(host_);
   const auto [lo, hi] = std::minmax_element(clock_.begin(), clock_.end());
-  host_.debug("async_sgd: server ", env_.rank(), " step ", args.step, ": worker clocks ", *lo, "..",
-              *hi, ", max lead ", max_lead_, " (staleness ", options_.staleness, "), ", updates_,
-              " updates",
-              options_.predicting() ? ::tessera::detail::concat(", mean delay ", delay_, " updates")
-                                    : std::string());
+  host_.debug(
+      "async_sgd: server ", env_.rank(), " step ", args.step, ": worker clocks ", *lo, "..", *hi,
+      ", max lead ", max_lead_, " (staleness ", options_.staleness, "), ", updates_, " updates",
+      options_.predicting()
+          ? ::tessera::detail::concat(", mean delay ", mean_delay(), " updates, gain ", gain())
+          : std::string());
   sdk::StepResult result;
   result.comm_wait_ns = idle_ns;
   return result;

@@ -86,13 +86,19 @@ class AsyncSgdStrategy final : public sdk::Strategy {
   // Server: sends every reply the staleness bound allows; true if it sent one.
   bool send_allowed_replies();
   // Server: applies `grad` (the real elements of the shard) as one
-  // optimizer update, clipped by its own norm; when predicting, folds the
-  // change it made into drift_.
+  // optimizer update, clipped by its own norm; when predicting, keeps the
+  // change it made in last_change_ and refits the prediction's gain.
   void apply(std::span<float> grad, int64_t update, float lr, double max_grad_norm);
-  // Server: writes a reply (the real elements): the shard now or, when
-  // predicting, as it is expected to be when the worker's next push is
-  // applied.
-  void write_reply(std::span<float> out) const;
+  // Server: writes worker w's reply into `out` (the real elements): the
+  // shard now or, when predicting, as it is expected to be when w's next
+  // push is applied.
+  void write_reply(int32_t w, std::span<float> out);
+  // Server, predicting: how far one update is expected to move the shard
+  // along the last change, in [0, 1] (see the .cpp).
+  [[nodiscard]] double gain() const noexcept;
+  // Server, predicting: the mean over the workers of their measured delays
+  // (-1 before any push was measured), for the debug line.
+  [[nodiscard]] double mean_delay() const;
   void post_push_receive(int32_t w);
   // Aborts the strategy's communicator: every operation on it, pending or
   // later, fails on every rank with `reason`.
@@ -128,18 +134,21 @@ class AsyncSgdStrategy final : public sdk::Strategy {
   std::vector<int64_t> held_;                       // per worker: push awaiting a reply, 0: none
   std::vector<int64_t> replied_;                    // per worker: last step answered
   std::vector<float> lr_;                           // per worker: lr of its held push (staleness 0)
-  // Prediction (staleness >= 1, option `predict`): the mean change of the
-  // shard per update (a moving mean over about one round, W updates) and
-  // the mean delay of a push (the updates applied between the reply a
-  // worker computed from and its push; over about four rounds).
-  sdk::TrackedBuffer<float> drift_;   // OTHER
-  sdk::TrackedBuffer<float> before_;  // OTHER: the shard before the update being applied
-  std::vector<int64_t> replied_at_;   // per worker: updates_ when its last reply was sent
-  double delay_ = -1;                 // < 0: no push measured yet
-  int64_t updates_ = 0;               // optimizer updates applied
-  int64_t max_lead_ = 0;              // largest k - min clock of a reply
-  double max_grad_norm_ = 0;          // of the step being served
-  bool serving_ = false;              // receives posted
+  // Prediction (staleness >= 1, option `predict`): the change the last
+  // update made, how much of it the next update repeats (the gain's
+  // moving sums over about four rounds, 4W updates), and per worker the
+  // delay of its pushes (the updates applied between the reply it computed
+  // from and its push; a moving mean over about four of its pushes).
+  sdk::TrackedBuffer<float> last_change_;  // OTHER
+  sdk::TrackedBuffer<float> before_;       // OTHER: the shard before the update being applied
+  std::vector<int64_t> replied_at_;        // per worker: updates_ when its last reply was sent
+  std::vector<double> delay_;              // per worker; < 0: no push measured yet
+  double repeat_ = 0;                      // moving mean of <change, previous change>
+  double previous_ = 0;                    // moving mean of |previous change|^2
+  int64_t updates_ = 0;                    // optimizer updates applied
+  int64_t max_lead_ = 0;                   // largest k - min clock of a reply
+  double max_grad_norm_ = 0;               // of the step being served
+  bool serving_ = false;                   // receives posted
 
   bool failed_ = false;  // a step failed on this rank (the communicator is aborted)
 };
