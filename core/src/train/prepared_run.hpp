@@ -80,6 +80,10 @@ struct RankShared {
 // What one rank hands back. Every rank has the reduced metrics; the
 // checkpoint path is rank 0's.
 struct RankOutput {
+  // The rank's number in its errors: its world rank, or on a rank that
+  // joined a running world its rank in the world it joined (run_rank sets
+  // it when it is admitted).
+  int rank = 0;
   std::vector<StepMetrics> logged;
   int64_t last_step = 0;
   int world_size = 0;  // of the world the rank ended on (smaller after losses: elastic)

@@ -375,6 +375,7 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
       const int before = joining ? 0 : world->size();
       reformed = comm.borrow(changed.comm);
       world = reformed.get();
+      if (joining) out.rank = world->rank();
       // Whoever joined must run the same configuration: a rank that does
       // not fails alone, and the others lose it like any lost rank.
       std::string cut_short;

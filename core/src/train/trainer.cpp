@@ -35,9 +35,10 @@ using RankOutput = detail::RankOutput;
 using RankShared = detail::RankShared;
 
 // Runs `body` and rethrows what it throws as tessera::Error "rank R: ...",
-// keeping the status of a tessera::Error.
+// keeping the status of a tessera::Error; R is read when it throws (a rank
+// that joined a running world is named by its rank there).
 template <typename Body>
-void as_rank(int rank, Body&& body) {
+void as_rank(const int& rank, Body&& body) {
   try {
     body();
   } catch (const Error& e) {
@@ -173,7 +174,8 @@ RankOutput run_process_rank(Backend& backend, const RankShared& shared, const Ru
   const int rank = comm->rank();
   const ThreadRankGuard guard(rank);
   RankOutput output;
-  as_rank(rank, [&] {
+  output.rank = rank;
+  as_rank(output.rank, [&] {
     try {
       const int world = comm->size();
       // A joining rank starts as a world of itself alone.
@@ -214,7 +216,7 @@ RankOutput run_process_rank(Backend& backend, const RankShared& shared, const Ru
       };
       detail::run_rank(with_gather, *comm, log ? &*log : nullptr, output);
     } catch (const std::exception& e) {
-      comm->abort(fmt::format("rank {} failed: {}", rank, e.what()));
+      comm->abort(fmt::format("rank {} failed: {}", output.rank, e.what()));
       throw;
     }
   });
