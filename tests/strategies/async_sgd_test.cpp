@@ -7,6 +7,7 @@
 // any rank starts, naming the option.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -170,6 +171,21 @@ TEST(AsyncSgdTraining, SlowWorkerBoundsTheLead) {
 // steps, rank 2 at odd ones).
 TEST(AsyncSgdTraining, RotatingSlowdownBoundsTheLead) {
   expect_lead_within_staleness("delay_ms = 5\ndelay_ranks = \"1,2\"\ndelay_every = 2\n");
+}
+
+// With a bound larger than the run (staleness 20, 12 steps, one log step
+// at the end) a worker never waits for a slowed one: its own steps are
+// many times faster (RunResult::rank_step_seconds, which the summary
+// names when they differ).
+TEST(AsyncSgdTraining, UnboundedWorkersRunAheadOfASlowedOne) {
+  RunSpec s = async_spec("mlp", 1, 2, 20, "sgd", "delay_ms = 40\ndelay_ranks = \"1\"\n");
+  s.steps = 12;
+  const train::RunResult result = run(s);
+  ASSERT_EQ(result.rank_step_seconds.size(), 3U);
+  EXPECT_GT(result.rank_step_seconds[1], 0.04);  // it sleeps 40 ms at every step
+  EXPECT_LT(result.rank_step_seconds[2], 0.5 * result.rank_step_seconds[1]);
+  EXPECT_DOUBLE_EQ(result.mean_step_seconds, *std::max_element(result.rank_step_seconds.begin(),
+                                                               result.rank_step_seconds.end()));
 }
 
 // A server that fails (here: the NaN gradients of a learning rate of

@@ -138,6 +138,21 @@ TEST(RunLog, SummaryNamesStepsLossThroughputMemoryAndCheckpoint) {
   EXPECT_MENTIONS(text, "checkpoint: runs/ck/step-00000020/model.safetensors");
 }
 
+// Ranks whose own mean steps differ by more than 20% are named, the
+// fastest and the slowest; ranks that step together add no line.
+TEST(RunLog, SummaryNamesRanksWhoseStepsDiffer) {
+  train::RunSummary s;
+  s.first_step = 1;
+  s.last_step = 10;
+  s.mean_step_seconds = 0.05;
+  s.rank_step_seconds = {0.05, 0.05, 0.002};
+  EXPECT_MENTIONS(train::format_summary(s),
+                  "\n  ranks' mean steps differ: fastest rank 2 2.0 ms (500 steps/s), slowest "
+                  "rank 0 50.0 ms (20 steps/s)");
+  s.rank_step_seconds = {0.05, 0.045, 0.048};
+  EXPECT_EQ(train::format_summary(s).find("differ"), std::string::npos);
+}
+
 TEST(RunLog, WritesLinesToTheStreamAndMetricsToTheFile) {
   ScratchDir dir;
   std::ostringstream out;

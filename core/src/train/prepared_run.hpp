@@ -91,6 +91,7 @@ struct RankOutput {
   double final_loss_mean = 0;      // of the last log line's steps
   int64_t final_window_steps = 0;  // how many
   double mean_step_seconds = 0;
+  std::vector<double> rank_step_seconds;  // per rank of the world it ended on
   double comm_wait_share = 0;
   double gemm_rate = 0;  // mean over ranks
   double model_flops_per_second = 0;

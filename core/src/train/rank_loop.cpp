@@ -457,10 +457,18 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
     if (checkpoint_due(config, step)) write_step_checkpoint(s, *world, *strategy, step, log, out);
   }
 
-  std::array<double, 2> run_maxes{total.mean_seconds(), total.wait_share()};
-  world->allreduce(std::span<double>(run_maxes), TESSERA_MAX);
-  out.mean_step_seconds = run_maxes[0];
-  out.comm_wait_share = run_maxes[1];
+  // Each rank's mean step and wait share: the run's are the slowest's, and
+  // the summary names ranks whose steps differ (a straggler, or workers
+  // that run ahead of it: async_sgd).
+  std::array<double, 2> mine{total.mean_seconds(), total.wait_share()};
+  std::vector<double> every(2 * static_cast<size_t>(world->size()));
+  world->allgather(cpu_buffer(std::span<double>(mine)), cpu_buffer(std::span<double>(every)));
+  out.rank_step_seconds.clear();
+  for (size_t r = 0; r < every.size(); r += 2) {
+    out.rank_step_seconds.push_back(every[r]);
+    out.mean_step_seconds = std::max(out.mean_step_seconds, every[r]);
+    out.comm_wait_share = std::max(out.comm_wait_share, every[r + 1]);
+  }
   std::tie(out.model_flops_per_second, out.mfu) =
       model_flops(run.plan, world->size(), out.mean_step_seconds, gemm_rate);
   out.memory = gather_memory(*world, tracked_as);
@@ -473,6 +481,7 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
     summary.final_loss_mean = out.final_loss_mean;
     summary.final_window_steps = out.final_window_steps;
     summary.mean_step_seconds = out.mean_step_seconds;
+    summary.rank_step_seconds = out.rank_step_seconds;
     if (out.mean_step_seconds > 0) {
       summary.samples_per_second =
           static_cast<double>(run.plan.global_batch) / out.mean_step_seconds;

@@ -78,6 +78,22 @@ std::string flops_text(double flops_per_second, double mfu) {
   return text;
 }
 
+// "\n  ranks' mean steps differ: fastest rank 2 2.1 ms (476 steps/s),
+// slowest rank 1 52.3 ms (19.1 steps/s)" when the slowest rank's mean step
+// is over 1.2 times the fastest's; empty otherwise.
+std::string step_spread_text(const std::vector<double>& seconds) {
+  if (seconds.size() < 2) return {};
+  const auto fastest = std::min_element(seconds.begin(), seconds.end());
+  const auto slowest = std::max_element(seconds.begin(), seconds.end());  // the first of ties
+  if (*fastest <= 0 || *slowest <= 1.2 * *fastest) return {};
+  const auto rank_of = [&](auto it) { return it - seconds.begin(); };
+  return fmt::format(
+      "\n  ranks' mean steps differ: fastest rank {} {:.1f} ms ({:.3g} steps/s), slowest rank {} "
+      "{:.1f} ms ({:.3g} steps/s)",
+      rank_of(fastest), *fastest * 1e3, 1.0 / *fastest, rank_of(slowest), *slowest * 1e3,
+      1.0 / *slowest);
+}
+
 }  // namespace
 
 std::string format_step_line(const StepMetrics& m, int64_t total_steps, bool sequence) {
@@ -163,6 +179,7 @@ std::string format_summary(const RunSummary& s) {
                                 : rate_text(s.samples_per_second) + " samples/s",
         s.comm_wait_share * 100.0);
     text += flops_text(s.model_flops_per_second, s.mfu);
+    text += step_spread_text(s.rank_step_seconds);
   }
   if (!s.memory.empty()) {
     text += fmt::format("\n  {:<18}", "peak memory (MiB)");

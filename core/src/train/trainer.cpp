@@ -276,6 +276,7 @@ RunResult run_training(const Config& config, const PluginRegistry& registry,
   result.final_window_steps = lead.final_window_steps;
   result.logged = std::move(lead.logged);
   result.mean_step_seconds = lead.mean_step_seconds;
+  result.rank_step_seconds = lead.rank_step_seconds;
   result.comm_wait_share = lead.comm_wait_share;
   result.gemm_rate = lead.gemm_rate;
   result.model_flops_per_second = lead.model_flops_per_second;

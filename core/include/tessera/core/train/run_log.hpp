@@ -32,9 +32,10 @@ struct RunSummary {
   int64_t first_step = 1;
   int64_t last_step = 0;
   double final_loss = 0;
-  double final_loss_mean = 0;      // over the last log line's steps
-  int64_t final_window_steps = 0;  // how many; the mean is shown when > 1
-  double mean_step_seconds = 0;
+  double final_loss_mean = 0;             // over the last log line's steps
+  int64_t final_window_steps = 0;         // how many; the mean is shown when > 1
+  double mean_step_seconds = 0;           // the slowest rank's
+  std::vector<double> rank_step_seconds;  // each rank's own mean step
   double samples_per_second = 0;
   double tokens_per_second = 0;  // sequence models; 0 otherwise
   double comm_wait_share = 0;

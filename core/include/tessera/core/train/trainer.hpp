@@ -139,6 +139,7 @@ struct RunResult {
   int64_t final_window_steps = 0;
   std::vector<StepMetrics> logged;
   double mean_step_seconds = 0;             // over the steps of this run (slowest rank)
+  std::vector<double> rank_step_seconds;    // each rank's own mean step, by rank
   double comm_wait_share = 0;               // over the steps of this run (max over ranks)
   double gemm_rate = 0;                     // sgemm FLOP/s of one rank's threads (mean over ranks)
   double model_flops_per_second = 0;        // per rank, over the steps of this run
