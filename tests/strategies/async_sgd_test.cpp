@@ -93,8 +93,8 @@ TEST(AsyncSgdTraining, StaleUpdatesStillTrain) {
   }
 }
 
-// The number after `key` ("mean delay ", "gain ") in the server's debug
-// line for the last step, or -1 when the line has none.
+// The number after `key` ("mean delay ", "gain ", "max lead ") in the
+// server's debug line for the last step, or -1 when the line has none.
 double debug_value(const std::string& log, const std::string& key) {
   const size_t at = log.rfind(key);
   if (at == std::string::npos) return -1;
@@ -140,14 +140,6 @@ TEST(AsyncSgdTraining, ThePredictionFollowsHowMuchUpdatesPersist) {
   EXPECT_LT(noisy, 0.4);
 }
 
-// "max lead L" of the server's debug line for the last step.
-int64_t max_lead(const std::string& log) {
-  const std::string key = "max lead ";
-  const size_t at = log.rfind(key);
-  if (at == std::string::npos) return -1;
-  return std::stoll(log.substr(at + key.size()));
-}
-
 // Trains 12 steps of mlp on 1 server + 2 workers at staleness 2 with the
 // delay options `delays`: the run completes, and no reply ever let a worker
 // run more than `staleness` steps ahead of the slowest one.
@@ -157,7 +149,7 @@ void expect_lead_within_staleness(const std::string& delays) {
   train::RunResult result;
   const std::string log = debug_log_of(s, "strategy.async_sgd", &result);
   EXPECT_EQ(result.last_step, 12);
-  const int64_t lead = max_lead(log);
+  const auto lead = static_cast<int64_t>(debug_value(log, "max lead "));
   ASSERT_GE(lead, 0) << log;
   EXPECT_LE(lead, 2) << log;
 }
