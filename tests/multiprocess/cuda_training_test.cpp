@@ -1,5 +1,6 @@
 // Training on CUDA devices (run.device = "cuda", label gpu; skipped
-// without a GPU): the mlp model's CUDA units against its CPU units, and
+// without a GPU): the mlp, gpt and llama models' CUDA units against their
+// CPU units, and
 // the data-parallel strategies on one GPU against `none` there, on the
 // in-memory backend (ranks as threads sharing the device) and on nccl
 // (ranks as processes, through nccl_rank.sh on one GPU when there are
@@ -27,7 +28,8 @@ std::string no_gpu() {
   return {};
 }
 
-// A small `model` ("mlp" or "gpt") on synthetic data, `optimizer` with
+// A small `model` ("mlp", "gpt" or "llama", the last with grouped-query
+// attention: 4 query heads on 2 key/value heads) on synthetic data, `optimizer` with
 // the same settings on every device, a checkpoint at the end only.
 std::filesystem::path write_config(const std::filesystem::path& dir, const std::string& model,
                                    const std::string& optimizer) {
@@ -39,8 +41,10 @@ std::filesystem::path write_config(const std::filesystem::path& dir, const std::
     out << "[model]\nname = \"mlp\"\ninput = 48\nhidden = [96, 64]\nclasses = 10\n"
         << "activation = \"gelu\"\n\n[data]\nkind = \"synthetic\"\nbatch_size = 32\n\n";
   } else {
-    out << "[model]\nname = \"gpt\"\nlayers = 2\nd_model = 32\nheads = 4\nseq_len = 16\n"
-        << "vocab = 64\n\n[data]\nkind = \"synthetic\"\nbatch_size = 8\n\n";
+    out << "[model]\nname = \"" << model
+        << "\"\nlayers = 2\nd_model = 32\nheads = 4\nseq_len = 16\nvocab = 64\n"
+        << (model == "llama" ? "kv_heads = 2\n" : "")
+        << "\n[data]\nkind = \"synthetic\"\nbatch_size = 8\n\n";
   }
   out << "[optimizer]\nname = \"" << optimizer << "\"\nlr = 0.01\n"
       << (optimizer == "adamw" ? "eps = 1e-5\nweight_decay = 0.01\ngrad_clip = 1.0\n" : "")
@@ -103,14 +107,15 @@ TEST_P(CudaTraining, OnOneGpuMatchesCpu) {
   expect_within(tensors_of_file(gpu), tensors_of_file(cpu), 1e-4, model + " on cuda against cpu");
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpu, CudaTraining, ::testing::Values("mlp", "gpt"),
+INSTANTIATE_TEST_SUITE_P(Gpu, CudaTraining, ::testing::Values("mlp", "gpt", "llama"),
                          [](const ::testing::TestParamInfo<const char*>& p) {
                            return std::string(p.param);
                          });
 
 // Every exact data-parallel strategy on one GPU ends where `none` does
-// there: on the in-memory backend and on nccl. gpt with SGD: cuBLAS sums a
-// half batch's weight gradient in another order than the whole batch's,
+// there: on the in-memory backend and on nccl. gpt and llama with SGD:
+// cuBLAS sums a half batch's weight gradient in another order than the
+// whole batch's,
 // and with AdamW the attention's near-zero gradients (rounding noise, see
 // tests/strategies/run_support.hpp) turn that into 1.7e-4 of
 // block1.attn_qkv_w's scale in 8 steps (measured on an H200); the CPU
@@ -154,7 +159,9 @@ INSTANTIATE_TEST_SUITE_P(
                       StrategyCase{"gpt", "sgd", Engine::kInmemory, "ddp", ""},
                       StrategyCase{"gpt", "sgd", Engine::kNccl, "ddp", ""},
                       StrategyCase{"gpt", "sgd", Engine::kNccl, "zero3", "model.tied_head=false"},
-                      StrategyCase{"gpt", "sgd", Engine::kNccl, "fsdp", ""}),
+                      StrategyCase{"gpt", "sgd", Engine::kNccl, "fsdp", ""},
+                      StrategyCase{"llama", "sgd", Engine::kInmemory, "ddp", ""},
+                      StrategyCase{"llama", "sgd", Engine::kNccl, "zero3", ""}),
     [](const ::testing::TestParamInfo<StrategyCase>& p) {
       return std::string(p.param.model) + "_" + engine_name(p.param.engine) + "_" +
              p.param.strategy;

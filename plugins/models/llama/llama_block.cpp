@@ -9,24 +9,14 @@
 
 #include "llama.hpp"
 #include "tessera/models/kernels.hpp"
+#include "tessera/models/llama_params.hpp"
 #include "tessera/models/tensor_parallel.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::model {
 namespace {
 
-enum LlamaBlockParam : std::size_t {
-  kLlamaAttnNormG,
-  kLlamaWq,
-  kLlamaWk,
-  kLlamaWv,
-  kLlamaWo,
-  kLlamaMlpNormG,
-  kLlamaWGate,
-  kLlamaWUp,
-  kLlamaWDown,
-  kLlamaBlockParamCount
-};
+using enum llama_block::Param;
 
 struct LlamaBlockContext final : UnitContext {
   int64_t batch = -1;
@@ -203,7 +193,7 @@ void LlamaBlock::check_tensor_parallel(int32_t size, uint32_t flags) const {
 
 ConstView LlamaBlock::forward(UnitContext& ctx_base, std::span<const float* const> p,
                               const UnitInput& input) const {
-  kernels::check_count(name_, "parameter", p.size(), kLlamaBlockParamCount);
+  kernels::check_count(name_, "parameter", p.size(), kParamCount);
   auto& c = dynamic_cast<LlamaBlockContext&>(ctx_base);
   TESSERA_CHECK(
       input.batch != nullptr && input.batch->is_sequence() && input.batch->seq_len <= seq_len_,
@@ -244,14 +234,14 @@ ConstView LlamaBlock::forward(UnitContext& ctx_base, std::span<const float* cons
   c.x.assign(input.x.data, input.x.data + nl * d);
   llama_sized(c.rstd1, nl);
   llama_sized(c.h1, n * d);
-  llama_norm_gathered(tp, c.x.data(), p[kLlamaAttnNormG], nl, d, eps_, c.h1.data(), c.rstd1.data(),
-                      bsz, seq_l, "the attention's normed input");
+  llama_norm_gathered(tp, c.x.data(), p[kAttnNormG], nl, d, eps_, c.h1.data(), c.rstd1.data(), bsz,
+                      seq_l, "the attention's normed input");
   llama_sized(c.q, n * dl);
   llama_sized(c.k, n * kvd);
   llama_sized(c.v, n * kvd);
-  kernels::linear_forward(c.h1.data(), p[kLlamaWq], nullptr, n, d, dl, c.q.data());
-  kernels::linear_forward(c.h1.data(), p[kLlamaWk], nullptr, n, d, kvd, c.k.data());
-  kernels::linear_forward(c.h1.data(), p[kLlamaWv], nullptr, n, d, kvd, c.v.data());
+  kernels::linear_forward(c.h1.data(), p[kWq], nullptr, n, d, dl, c.q.data());
+  kernels::linear_forward(c.h1.data(), p[kWk], nullptr, n, d, kvd, c.k.data());
+  kernels::linear_forward(c.h1.data(), p[kWv], nullptr, n, d, kvd, c.v.data());
   kernels::rope_apply(c.q.data(), n, seq, sh.heads, hd, cos_.data(), sin_.data(), false);
   kernels::rope_apply(c.k.data(), n, seq, sh.kv, hd, cos_.data(), sin_.data(), false);
 
@@ -287,22 +277,22 @@ ConstView LlamaBlock::forward(UnitContext& ctx_base, std::span<const float* cons
   }
   // Residual around the output projection.
   llama_sized(c.x2, nl * d);
-  row_parallel_product(tp, c.attn.data(), p[kLlamaWo], bsz, seq_l, dl, d, c.x2.data(),
+  row_parallel_product(tp, c.attn.data(), p[kWo], bsz, seq_l, dl, d, c.x2.data(),
                        "the attention's output");
   for (int64_t i = 0; i < nl * d; ++i) c.x2[i] += c.x[i];
   // SwiGLU MLP with its residual.
   llama_sized(c.rstd2, nl);
   llama_sized(c.h2, n * d);
-  llama_norm_gathered(tp, c.x2.data(), p[kLlamaMlpNormG], nl, d, eps_, c.h2.data(), c.rstd2.data(),
-                      bsz, seq_l, "the MLP's normed input");
+  llama_norm_gathered(tp, c.x2.data(), p[kMlpNormG], nl, d, eps_, c.h2.data(), c.rstd2.data(), bsz,
+                      seq_l, "the MLP's normed input");
   llama_sized(c.gate, n * ffn);
   llama_sized(c.up, n * ffn);
   llama_sized(c.act, n * ffn);
-  kernels::linear_forward(c.h2.data(), p[kLlamaWGate], nullptr, n, d, ffn, c.gate.data());
-  kernels::linear_forward(c.h2.data(), p[kLlamaWUp], nullptr, n, d, ffn, c.up.data());
+  kernels::linear_forward(c.h2.data(), p[kWGate], nullptr, n, d, ffn, c.gate.data());
+  kernels::linear_forward(c.h2.data(), p[kWUp], nullptr, n, d, ffn, c.up.data());
   kernels::swiglu_forward(c.gate.data(), c.up.data(), n * ffn, c.act.data());
   llama_sized(c.y, nl * d);
-  row_parallel_product(tp, c.act.data(), p[kLlamaWDown], bsz, seq_l, ffn, d, c.y.data(),
+  row_parallel_product(tp, c.act.data(), p[kWDown], bsz, seq_l, ffn, d, c.y.data(),
                        "the MLP's output");
   for (int64_t i = 0; i < nl * d; ++i) c.y[i] += c.x2[i];
   return {c.y.data(), nl, d};
@@ -310,7 +300,7 @@ ConstView LlamaBlock::forward(UnitContext& ctx_base, std::span<const float* cons
 
 ConstView LlamaBlock::backward_input(UnitContext& ctx_base, std::span<const float* const> p,
                                      ConstView grad_output) const {
-  kernels::check_count(name_, "parameter", p.size(), kLlamaBlockParamCount);
+  kernels::check_count(name_, "parameter", p.size(), kParamCount);
   auto& c = dynamic_cast<LlamaBlockContext&>(ctx_base);
   TESSERA_CHECK(c.batch >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward without a forward on this context");
@@ -349,16 +339,16 @@ ConstView LlamaBlock::backward_input(UnitContext& ctx_base, std::span<const floa
 
   // MLP branch: y = x2 + w_down(silu(w_gate(h2)) ⊙ w_up(h2)), h2 = rmsnorm(x2).
   llama_sized(c.dact, n * ffn);
-  kernels::linear_backward_input(p[kLlamaWDown], c.dy.data(), n, ffn, d, c.dact.data());
+  kernels::linear_backward_input(p[kWDown], c.dy.data(), n, ffn, d, c.dact.data());
   llama_sized(c.dgate, n * ffn);
   llama_sized(c.dup, n * ffn);
   kernels::swiglu_backward(c.gate.data(), c.up.data(), c.dact.data(), n * ffn, c.dgate.data(),
                            c.dup.data());
   llama_sized(c.dh, nl * d);
   dh_all = c.sequence ? partial.data() : c.dh.data();
-  kernels::linear_backward_input(p[kLlamaWGate], c.dgate.data(), n, d, ffn, dh_all);
+  kernels::linear_backward_input(p[kWGate], c.dgate.data(), n, d, ffn, dh_all);
   // The up projection reads the same h2: its input gradient adds to dh.
-  kernels::linear_backward_input(p[kLlamaWUp], c.dup.data(), n, d, ffn, dh_all, true);
+  kernels::linear_backward_input(p[kWUp], c.dup.data(), n, d, ffn, dh_all, true);
   // gate and up are column-parallel: sum the parts of the norm's output
   // gradient.
   tp.partial_to_rows(dh_all, bsz, seq_l, d, c.dh.data(), "the MLP's input gradient");
@@ -367,20 +357,20 @@ ConstView LlamaBlock::backward_input(UnitContext& ctx_base, std::span<const floa
     // The residual's gradient on this rank's rows; the whole rows (for wo
     // and the weight half) gathered from every rank's.
     dx2_local.assign(grad_output.data, grad_output.data + nl * d);
-    kernels::rmsnorm_backward(c.x2.data(), p[kLlamaMlpNormG], c.rstd2.data(), c.dh.data(), nl, d,
+    kernels::rmsnorm_backward(c.x2.data(), p[kMlpNormG], c.rstd2.data(), c.dh.data(), nl, d,
                               dx2_local.data(), c.dnorm2_g.data());
     llama_sized(c.dx2, n * d);
     tp.gather_rows(dx2_local.data(), bsz, seq_l, d, c.dx2.data(),
                    "the attention's output gradient");
   } else {
     c.dx2 = c.dy;
-    kernels::rmsnorm_backward(c.x2.data(), p[kLlamaMlpNormG], c.rstd2.data(), c.dh.data(), n, d,
+    kernels::rmsnorm_backward(c.x2.data(), p[kMlpNormG], c.rstd2.data(), c.dh.data(), n, d,
                               c.dx2.data(), c.dnorm2_g.data());
   }
 
   // Attention branch: x2 = x + wo(attn(rope(wq h1), rope(wk h1), wv h1)), h1 = rmsnorm(x).
   llama_sized(c.da, n * dl);
-  kernels::linear_backward_input(p[kLlamaWo], c.dx2.data(), n, dl, d, c.da.data());
+  kernels::linear_backward_input(p[kWo], c.dx2.data(), n, dl, d, c.da.data());
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   llama_sized(c.dq, n * dl);
   llama_sized(c.dk, n * kvd);  // the heads of a group add into their shared k and v
@@ -419,9 +409,9 @@ ConstView LlamaBlock::backward_input(UnitContext& ctx_base, std::span<const floa
   // Back through the rotations (their transposes), then the projections.
   kernels::rope_apply(c.dq.data(), n, seq, sh.heads, hd, cos_.data(), sin_.data(), true);
   kernels::rope_apply(c.dk.data(), n, seq, sh.kv, hd, cos_.data(), sin_.data(), true);
-  kernels::linear_backward_input(p[kLlamaWq], c.dq.data(), n, d, dl, dh_all);
-  kernels::linear_backward_input(p[kLlamaWk], c.dk.data(), n, d, kvd, dh_all, true);
-  kernels::linear_backward_input(p[kLlamaWv], c.dv.data(), n, d, kvd, dh_all, true);
+  kernels::linear_backward_input(p[kWq], c.dq.data(), n, d, dl, dh_all);
+  kernels::linear_backward_input(p[kWk], c.dk.data(), n, d, kvd, dh_all, true);
+  kernels::linear_backward_input(p[kWv], c.dv.data(), n, d, kvd, dh_all, true);
   // q, k and v are column-parallel: sum the parts of the norm's output
   // gradient. With replicated key/value heads each rank's dk and dv hold
   // only its query heads' share (their sum over the group is the whole,
@@ -441,7 +431,7 @@ ConstView LlamaBlock::backward_input(UnitContext& ctx_base, std::span<const floa
     c.dx = c.dx2;
   }
   llama_sized(c.dnorm1_g, d);
-  kernels::rmsnorm_backward(c.x.data(), p[kLlamaAttnNormG], c.rstd1.data(), c.dh.data(), nl, d,
+  kernels::rmsnorm_backward(c.x.data(), p[kAttnNormG], c.rstd1.data(), c.dh.data(), nl, d,
                             c.dx.data(), c.dnorm1_g.data());
   c.input_grad_done = true;
   return {c.dx.data(), nl, d};
@@ -449,8 +439,8 @@ ConstView LlamaBlock::backward_input(UnitContext& ctx_base, std::span<const floa
 
 void LlamaBlock::backward_weight(UnitContext& ctx_base, std::span<const float* const> p,
                                  std::span<float* const> g) const {
-  kernels::check_count(name_, "parameter", p.size(), kLlamaBlockParamCount);
-  kernels::check_count(name_, "gradient", g.size(), kLlamaBlockParamCount);
+  kernels::check_count(name_, "parameter", p.size(), kParamCount);
+  kernels::check_count(name_, "gradient", g.size(), kParamCount);
   auto& c = dynamic_cast<LlamaBlockContext&>(ctx_base);
   TESSERA_CHECK(c.input_grad_done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                 "': backward_weight without backward_input on this context");
@@ -466,22 +456,22 @@ void LlamaBlock::backward_weight(UnitContext& ctx_base, std::span<const float* c
   // summed) get the same whole gradient on every rank of the group; with
   // sequence parallelism each rank's part instead (the gains from its rows,
   // wk and wv from its query heads' share), summed by the caller.
-  kernels::linear_backward_weight(c.act.data(), c.dy.data(), n, ffn, d, g[kLlamaWDown], nullptr);
-  kernels::linear_backward_weight(c.h2.data(), c.dgate.data(), n, d, ffn, g[kLlamaWGate], nullptr);
-  kernels::linear_backward_weight(c.h2.data(), c.dup.data(), n, d, ffn, g[kLlamaWUp], nullptr);
-  kernels::add_into(g[kLlamaMlpNormG], c.dnorm2_g.data(), d);
-  kernels::linear_backward_weight(c.attn.data(), c.dx2.data(), n, dl, d, g[kLlamaWo], nullptr);
-  kernels::linear_backward_weight(c.h1.data(), c.dq.data(), n, d, dl, g[kLlamaWq], nullptr);
-  kernels::linear_backward_weight(c.h1.data(), c.dk.data(), n, d, kvd, g[kLlamaWk], nullptr);
-  kernels::linear_backward_weight(c.h1.data(), c.dv.data(), n, d, kvd, g[kLlamaWv], nullptr);
-  kernels::add_into(g[kLlamaAttnNormG], c.dnorm1_g.data(), d);
+  kernels::linear_backward_weight(c.act.data(), c.dy.data(), n, ffn, d, g[kWDown], nullptr);
+  kernels::linear_backward_weight(c.h2.data(), c.dgate.data(), n, d, ffn, g[kWGate], nullptr);
+  kernels::linear_backward_weight(c.h2.data(), c.dup.data(), n, d, ffn, g[kWUp], nullptr);
+  kernels::add_into(g[kMlpNormG], c.dnorm2_g.data(), d);
+  kernels::linear_backward_weight(c.attn.data(), c.dx2.data(), n, dl, d, g[kWo], nullptr);
+  kernels::linear_backward_weight(c.h1.data(), c.dq.data(), n, d, dl, g[kWq], nullptr);
+  kernels::linear_backward_weight(c.h1.data(), c.dk.data(), n, d, kvd, g[kWk], nullptr);
+  kernels::linear_backward_weight(c.h1.data(), c.dv.data(), n, d, kvd, g[kWv], nullptr);
+  kernels::add_into(g[kAttnNormG], c.dnorm1_g.data(), d);
   c.input_grad_done = false;
 }
 
 ConstView LlamaBlock::backward(UnitContext& ctx_base, std::span<const float* const> p,
                                std::span<float* const> g, ConstView grad_output) const {
   // The two halves in order; the weight half does not touch dx.
-  kernels::check_count(name_, "gradient", g.size(), kLlamaBlockParamCount);
+  kernels::check_count(name_, "gradient", g.size(), kParamCount);
   const ConstView grad_input = backward_input(ctx_base, p, grad_output);
   backward_weight(ctx_base, p, g);
   return grad_input;

@@ -1,6 +1,7 @@
 // The `llama` model plugin: its declared options and registration.
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "llama.hpp"
 #include "tessera/models/cuda_units.hpp"
@@ -25,16 +26,37 @@ constexpr tessera_option_decl kLlamaOptions[] = {
      "not divide kv_heads) instead of kv_heads/tp of them"},
 };
 
+// On a CUDA run every unit is replaced by its CUDA version, which keeps
+// the CPU unit for its parameters, cost and initialisation.
+std::vector<std::unique_ptr<tessera::model::Unit>> cuda_units(
+    const tessera::sdk::Host& host, const tessera::model::LlamaConfig& config,
+    std::vector<std::unique_ptr<tessera::model::Unit>> units) {
+  const tessera::model::cuda::UnitFactory& factory = tessera::model::cuda::load_units("llama");
+  units.front() = factory.llama_embedding(host.raw(), std::move(units.front()), config.vocab,
+                                          config.d_model, config.seq_len);
+  const tessera::model::cuda::LlamaShape shape{config.d_model, config.heads,   config.kv_heads,
+                                               config.ffn,     config.seq_len, config.rope_theta,
+                                               config.norm_eps};
+  for (std::size_t i = 1; i + 1 < units.size(); ++i) {
+    units[i] = factory.llama_block(host.raw(), std::move(units[i]), shape);
+  }
+  units.back() = factory.llama_head(host.raw(), std::move(units.back()), config.vocab,
+                                    config.d_model, config.norm_eps);
+  return units;
+}
+
 std::unique_ptr<tessera::sdk::model::Model> make_llama(const tessera::sdk::Host& host,
                                                        const tessera::sdk::Options& options) {
-  tessera::model::cuda::require_cpu(host, "llama");
   const tessera::model::LlamaConfig config = tessera::model::parse_llama_config(options);
   if (config.kv_replicated) {
     host.info("kv_replicated: under tensor parallelism every rank keeps all ", config.kv_heads,
               " key/value heads (wk and wv whole, their gradients summed over the group)");
   }
+  std::vector<std::unique_ptr<tessera::model::Unit>> units =
+      tessera::model::build_llama_units(config);
+  if (tessera::model::cuda::wants_cuda(host)) units = cuda_units(host, config, std::move(units));
   return std::make_unique<tessera::sdk::model::Model>(
-      "llama", tessera::model::build_llama_units(config),
+      "llama", std::move(units),
       tessera::sdk::model::DataSpec::sequences(config.seq_len, config.vocab));
 }
 

@@ -251,7 +251,8 @@ __global__ void embedding_forward_kernel(const int32_t* tokens, const float* wte
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t row = i / d;
     const int64_t j = i - row * d;
-    x[i] = wte[int64_t{tokens[row]} * d + j] + wpe[(row % seq) * d + j];
+    const float w = wte[int64_t{tokens[row]} * d + j];
+    x[i] = wpe != nullptr ? w + wpe[(row % seq) * d + j] : w;
   }
 }
 
@@ -271,37 +272,41 @@ __global__ void embedding_backward_wpe_kernel(const float* dx, int64_t batch, in
   dwpe[i] += sum;
 }
 
-// Where one (example, head) of the attention kernels lives (blockIdx.y is
-// example · heads + head): position t's q, k and v in the fused
-// [batch·seq, 3·d] qkv, and the index of its row of this head in a
-// [batch·seq, d] tensor (the output and its gradient) or in qkv.
+// One (example, query head) of the attention kernels: where its rows of
+// q, k and v are, its rows in a [batch·seq, heads·dh] tensor (the output
+// and its gradient), and its entry of a [batch, heads, seq] statistic.
 struct HeadRows {
-  int64_t bh, d, stride, col, row0;
-  const float* base;
-  __device__ HeadRows(const float* qkv, int64_t seq, int64_t heads, int64_t dh)
-      : bh(blockIdx.y), d(heads * dh), stride(3 * heads * dh) {
-    const int64_t b = bh / heads;
-    col = (bh - b * heads) * dh;
-    row0 = b * seq;
-    base = qkv != nullptr ? qkv + row0 * stride : nullptr;
+  Attention a;
+  int64_t bh, row0, q_col, kv_col;
+  __device__ HeadRows(const Attention& at, int64_t b, int64_t h)
+      : a(at), bh(b * at.heads + h), row0(b * at.seq), q_col(h * at.dh) {
+    kv_col = h / (at.heads / at.kv_heads) * at.dh;
   }
-  __device__ const float* q(int64_t t) const { return base + t * stride + col; }
-  __device__ const float* k(int64_t t) const { return base + t * stride + d + col; }
-  __device__ const float* v(int64_t t) const { return base + t * stride + 2 * d + col; }
-  __device__ int64_t row(int64_t t) const { return (row0 + t) * d + col; }
-  __device__ int64_t qkv_row(int64_t t) const { return (row0 + t) * stride + col; }
+  __device__ int64_t q_row(int64_t t) const { return (row0 + t) * a.q_stride + q_col; }
+  __device__ int64_t kv_row(int64_t t) const { return (row0 + t) * a.kv_stride + kv_col; }
+  __device__ const float* q(int64_t t) const { return a.q + q_row(t); }
+  __device__ const float* k(int64_t t) const { return a.k + kv_row(t); }
+  __device__ const float* v(int64_t t) const { return a.v + kv_row(t); }
+  __device__ int64_t row(int64_t t) const { return (row0 + t) * a.heads * a.dh + q_col; }
+  __device__ int64_t stat(int64_t t) const { return bh * a.seq + t; }
 };
+
+// The (example, query head) of a block of grid (seq, batch·heads).
+__device__ HeadRows query_head(const Attention& a) {
+  const int64_t b = blockIdx.y / a.heads;
+  return HeadRows(a, b, blockIdx.y - b * a.heads);
+}
 
 // Attention: grid (seq, batch·heads), one block per query row i of one
 // head; scores of keys 0..i in shared memory (seq floats), then q (dh).
-__global__ void attention_forward_kernel(const float* qkv, int64_t seq, int64_t heads, int64_t dh,
-                                         float scale, float* out, float* lse) {
+__global__ void attention_forward_kernel(const Attention a, float* out, float* lse) {
   extern __shared__ float smem[];
   __shared__ float reduce[kThreads];
+  const int64_t dh = a.dh;
   float* scores = smem;          // seq
-  float* q = smem + seq;         // dh
+  float* q = smem + a.seq;       // dh
   const int64_t i = blockIdx.x;  // query position
-  const HeadRows at(qkv, seq, heads, dh);
+  const HeadRows at = query_head(a);
   for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) q[e] = at.q(i)[e];
   __syncthreads();
   float mx = -FLT_MAX;
@@ -309,7 +314,7 @@ __global__ void attention_forward_kernel(const float* qkv, int64_t seq, int64_t 
     const float* k = at.k(j);
     float s = 0.0f;
     for (int64_t e = 0; e < dh; ++e) s += q[e] * k[e];
-    s *= scale;
+    s *= a.scale;
     scores[j] = s;
     mx = fmaxf(mx, s);
   }
@@ -328,20 +333,20 @@ __global__ void attention_forward_kernel(const float* qkv, int64_t seq, int64_t 
     for (int64_t j = 0; j <= i; ++j) acc += scores[j] * at.v(j)[e];
     o[e] = acc * inv;
   }
-  if (threadIdx.x == 0) lse[at.bh * seq + i] = mx + logf(sum);
+  if (threadIdx.x == 0) lse[at.stat(i)] = mx + logf(sum);
 }
 
 // delta[b, h, i] = dout_i · out_i (= Σ_j p_ij · dp_ij).
-__global__ void attention_delta_kernel(const float* out, const float* dout, int64_t seq,
-                                       int64_t heads, int64_t dh, float* delta) {
+__global__ void attention_delta_kernel(const Attention a, const float* out, const float* dout,
+                                       float* delta) {
   __shared__ float reduce[kThreads];
   const int64_t i = blockIdx.x;
-  const HeadRows at(nullptr, seq, heads, dh);
+  const HeadRows at = query_head(a);
   const int64_t r = at.row(i);
   float s = 0.0f;
-  for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) s += out[r + e] * dout[r + e];
+  for (int64_t e = threadIdx.x; e < a.dh; e += blockDim.x) s += out[r + e] * dout[r + e];
   s = block_sum(s, reduce);
-  if (threadIdx.x == 0) delta[at.bh * seq + i] = s;
+  if (threadIdx.x == 0) delta[at.stat(i)] = s;
 }
 
 // p_ij and ds_ij = p_ij (dp_ij - delta_i) of query i and key j, with
@@ -362,69 +367,164 @@ __device__ ScoreGrad score_grad(const float* q, const float* k, const float* v, 
   return {p, p * (dp - delta)};
 }
 
-// dq_i = scale · Σ_{j<=i} ds_ij k_j.
-__global__ void attention_dq_kernel(const float* qkv, const float* lse, const float* dout,
-                                    const float* delta, int64_t seq, int64_t heads, int64_t dh,
-                                    float scale, float* dqkv) {
+// dq_i = scale · Σ_{j<=i} ds_ij k_j; grid (seq, batch·heads).
+__global__ void attention_dq_kernel(const Attention a, const float* lse, const float* dout,
+                                    const float* delta, float* dq_out) {
   extern __shared__ float smem[];
-  float* ds = smem;       // seq
-  float* q = smem + seq;  // dh
-  float* go = q + dh;     // dh: dout_i
+  const int64_t dh = a.dh;
+  float* ds = smem;         // seq
+  float* q = smem + a.seq;  // dh
+  float* go = q + dh;       // dh: dout_i
   const int64_t i = blockIdx.x;
-  const HeadRows at(qkv, seq, heads, dh);
+  const HeadRows at = query_head(a);
   for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) {
     q[e] = at.q(i)[e];
     go[e] = dout[at.row(i) + e];
   }
   __syncthreads();
-  const float l = lse[at.bh * seq + i];
-  const float di = delta[at.bh * seq + i];
+  const float l = lse[at.stat(i)];
+  const float di = delta[at.stat(i)];
   for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) {
-    ds[j] = score_grad(q, at.k(j), at.v(j), go, dh, scale, l, di).ds;
+    ds[j] = score_grad(q, at.k(j), at.v(j), go, dh, a.scale, l, di).ds;
   }
   __syncthreads();
-  float* dq = dqkv + at.qkv_row(i);
+  float* dq = dq_out + at.q_row(i);
   for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) {
     float acc = 0.0f;
     for (int64_t j = 0; j <= i; ++j) acc += ds[j] * at.k(j)[e];
-    dq[e] = acc * scale;
+    dq[e] = acc * a.scale;
   }
 }
 
-// dk_j = scale · Σ_{i>=j} ds_ij q_i ; dv_j = Σ_{i>=j} p_ij dout_i.
-__global__ void attention_dkv_kernel(const float* qkv, const float* lse, const float* dout,
-                                     const float* delta, int64_t seq, int64_t heads, int64_t dh,
-                                     float scale, float* dqkv) {
+// dk_j = scale · Σ_h Σ_{i>=j} ds^h_ij q^h_i ; dv_j = Σ_h Σ_{i>=j} p^h_ij
+// dout^h_i, over the query heads h of key/value head g; grid (seq,
+// batch·kv_heads), one block per key row j of one key/value head.
+__global__ void attention_dkv_kernel(const Attention a, const float* lse, const float* dout,
+                                     const float* delta, float* dk_out, float* dv_out) {
   extern __shared__ float smem[];
+  const int64_t seq = a.seq;
+  const int64_t dh = a.dh;
+  const int64_t group = a.heads / a.kv_heads;
   float* ds = smem;              // seq
   float* ps = smem + seq;        // seq
   float* k = ps + seq;           // dh
   float* v = k + dh;             // dh
   const int64_t j = blockIdx.x;  // key position
-  const HeadRows at(qkv, seq, heads, dh);
+  const int64_t b = blockIdx.y / a.kv_heads;
+  const int64_t g = blockIdx.y - b * a.kv_heads;
+  const HeadRows first(a, b, g * group);
   for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) {
-    k[e] = at.k(j)[e];
-    v[e] = at.v(j)[e];
+    k[e] = first.k(j)[e];
+    v[e] = first.v(j)[e];
   }
   __syncthreads();
-  for (int64_t i = j + threadIdx.x; i < seq; i += blockDim.x) {
-    const ScoreGrad g = score_grad(at.q(i), k, v, dout + at.row(i), dh, scale, lse[at.bh * seq + i],
-                                   delta[at.bh * seq + i]);
-    ps[i] = g.p;
-    ds[i] = g.ds;
-  }
-  __syncthreads();
-  float* dk = dqkv + at.qkv_row(j) + at.d;
-  float* dv = dk + at.d;
-  for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) {
-    float acc_k = 0.0f;
-    float acc_v = 0.0f;
-    for (int64_t i = j; i < seq; ++i) {
-      acc_k += ds[i] * at.q(i)[e];
-      acc_v += ps[i] * dout[at.row(i) + e];
+  float* dk = dk_out + first.kv_row(j);
+  float* dv = dv_out + first.kv_row(j);
+  for (int64_t m = 0; m < group; ++m) {
+    const HeadRows at(a, b, g * group + m);
+    for (int64_t i = j + threadIdx.x; i < seq; i += blockDim.x) {
+      const ScoreGrad s = score_grad(at.q(i), k, v, dout + at.row(i), dh, a.scale, lse[at.stat(i)],
+                                     delta[at.stat(i)]);
+      ps[i] = s.p;
+      ds[i] = s.ds;
     }
-    dk[e] = acc_k * scale;
-    dv[e] = acc_v;
+    __syncthreads();
+    // Each thread owns its elements e of dk and dv across the heads.
+    for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) {
+      float acc_k = 0.0f;
+      float acc_v = 0.0f;
+      for (int64_t i = j; i < seq; ++i) {
+        acc_k += ds[i] * at.q(i)[e];
+        acc_v += ps[i] * dout[at.row(i) + e];
+      }
+      dk[e] = m == 0 ? acc_k * a.scale : dk[e] + acc_k * a.scale;
+      dv[e] = m == 0 ? acc_v : dv[e] + acc_v;
+    }
+    __syncthreads();  // the next head overwrites ps and ds
+  }
+}
+
+// ---- llama's kernels ----
+
+// One block per row.
+__global__ void rmsnorm_forward_kernel(const float* x, const float* g, int64_t d, float eps,
+                                       float* y, float* rstd) {
+  __shared__ float shared[kThreads];
+  const int64_t r = blockIdx.x;
+  const float* in = x + r * d;
+  float sq = 0.0f;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) sq += in[j] * in[j];
+  const float rs = 1.0f / sqrtf(block_sum(sq, shared) / static_cast<float>(d) + eps);
+  float* out = y + r * d;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) out[j] = in[j] * rs * g[j];
+  if (threadIdx.x == 0) rstd[r] = rs;
+}
+
+__global__ void rmsnorm_backward_input_kernel(const float* x, const float* g, const float* rstd,
+                                              const float* dy, int64_t d, float* dx,
+                                              bool accumulate) {
+  __shared__ float shared[kThreads];
+  const int64_t r = blockIdx.x;
+  const float rs = rstd[r];
+  const float* in = x + r * d;
+  const float* grad = dy + r * d;
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) s += grad[j] * g[j] * in[j] * rs;
+  const float mean_gyx = block_sum(s, shared) / static_cast<float>(d);
+  float* out = dx + r * d;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+    const float v = rs * (grad[j] * g[j] - in[j] * rs * mean_gyx);
+    out[j] = accumulate ? out[j] + v : v;
+  }
+}
+
+// One thread per column, rows in order.
+__global__ void rmsnorm_backward_params_kernel(const float* x, const float* rstd, const float* dy,
+                                               int64_t rows, int64_t d, float* dg) {
+  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (j >= d) return;
+  float sg = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) sg += dy[r * d + j] * x[r * d + j] * rstd[r];
+  dg[j] += sg;
+}
+
+// One thread per rotated pair.
+__global__ void rope_kernel(float* x, int64_t pairs, int64_t seq, int64_t heads, int64_t half,
+                            const float* cos, const float* sin, float sign) {
+  for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < pairs;
+       p += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t per_row = heads * half;
+    const int64_t r = p / per_row;
+    const int64_t i = p % half;  // the pair within its head
+    const int64_t t = r % seq;
+    float* v = x + 2 * p;  // pairs are contiguous: row r, head h, pair i at 2·p
+    const float c = cos[t * half + i];
+    const float s = sign * sin[t * half + i];
+    const float a0 = v[0];
+    const float a1 = v[1];
+    v[0] = a0 * c - a1 * s;
+    v[1] = a0 * s + a1 * c;
+  }
+}
+
+__global__ void swiglu_forward_kernel(const float* gate, const float* up, int64_t count, float* y) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float z = gate[i];
+    y[i] = z / (1.0f + expf(-z)) * up[i];
+  }
+}
+
+__global__ void swiglu_backward_kernel(const float* gate, const float* up, const float* dy,
+                                       int64_t count, float* dgate, float* dup) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float z = gate[i];
+    const float e = expf(-z);
+    const float s = 1.0f / (1.0f + e);
+    // 1 − s = e · s, without the cancellation of 1 − s for large z.
+    dgate[i] = dy[i] * up[i] * (s * (1.0f + z * (e * s)));
+    dup[i] = dy[i] * z * s;
   }
 }
 
@@ -489,29 +589,72 @@ void embedding_backward(const int32_t* tokens, const float* dx, int64_t batch, i
   if (batch * seq * d == 0) return;
   embedding_backward_wte_kernel<<<blocks_for(d), kThreads, 0, stream>>>(tokens, dx, batch * seq, d,
                                                                         dwte);
+  if (dwpe == nullptr) return;
   embedding_backward_wpe_kernel<<<blocks_for(seq * d), kThreads, 0, stream>>>(dx, batch, seq, d,
                                                                               dwpe);
 }
 
-void attention_forward(const float* qkv, int64_t batch, int64_t seq, int64_t heads, int64_t dh,
-                       float scale, float* out, float* lse, cudaStream_t stream) {
-  if (batch * seq * heads == 0) return;
-  const dim3 grid(static_cast<unsigned>(seq), static_cast<unsigned>(batch * heads));
-  const size_t shared = static_cast<size_t>(seq + dh) * sizeof(float);
-  attention_forward_kernel<<<grid, kThreads, shared, stream>>>(qkv, seq, heads, dh, scale, out,
-                                                               lse);
+void attention_forward(const Attention& a, float* out, float* lse, cudaStream_t stream) {
+  if (a.batch * a.seq * a.heads == 0) return;
+  const dim3 grid(static_cast<unsigned>(a.seq), static_cast<unsigned>(a.batch * a.heads));
+  const size_t shared = static_cast<size_t>(a.seq + a.dh) * sizeof(float);
+  attention_forward_kernel<<<grid, kThreads, shared, stream>>>(a, out, lse);
 }
 
-void attention_backward(const float* qkv, const float* out, const float* lse, const float* dout,
-                        int64_t batch, int64_t seq, int64_t heads, int64_t dh, float scale,
-                        float* delta, float* dqkv, cudaStream_t stream) {
-  if (batch * seq * heads == 0) return;
-  const dim3 grid(static_cast<unsigned>(seq), static_cast<unsigned>(batch * heads));
-  attention_delta_kernel<<<grid, kThreads, 0, stream>>>(out, dout, seq, heads, dh, delta);
-  attention_dq_kernel<<<grid, kThreads, static_cast<size_t>(seq + 2 * dh) * sizeof(float),
-                        stream>>>(qkv, lse, dout, delta, seq, heads, dh, scale, dqkv);
-  attention_dkv_kernel<<<grid, kThreads, static_cast<size_t>(2 * seq + 2 * dh) * sizeof(float),
-                         stream>>>(qkv, lse, dout, delta, seq, heads, dh, scale, dqkv);
+void attention_backward(const Attention& a, const float* out, const float* lse, const float* dout,
+                        float* delta, float* dq, float* dk, float* dv, cudaStream_t stream) {
+  if (a.batch * a.seq * a.heads == 0) return;
+  const dim3 grid(static_cast<unsigned>(a.seq), static_cast<unsigned>(a.batch * a.heads));
+  attention_delta_kernel<<<grid, kThreads, 0, stream>>>(a, out, dout, delta);
+  attention_dq_kernel<<<grid, kThreads, static_cast<size_t>(a.seq + 2 * a.dh) * sizeof(float),
+                        stream>>>(a, lse, dout, delta, dq);
+  const dim3 kv_grid(static_cast<unsigned>(a.seq), static_cast<unsigned>(a.batch * a.kv_heads));
+  attention_dkv_kernel<<<kv_grid, kThreads,
+                         static_cast<size_t>(2 * a.seq + 2 * a.dh) * sizeof(float), stream>>>(
+      a, lse, dout, delta, dk, dv);
+}
+
+void rmsnorm_forward(const float* x, const float* g, int64_t rows, int64_t d, float eps, float* y,
+                     float* rstd, cudaStream_t stream) {
+  if (rows == 0) return;
+  rmsnorm_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, g, d, eps, y,
+                                                                               rstd);
+}
+
+void rmsnorm_backward_input(const float* x, const float* g, const float* rstd, const float* dy,
+                            int64_t rows, int64_t d, float* dx, bool accumulate,
+                            cudaStream_t stream) {
+  if (rows == 0) return;
+  rmsnorm_backward_input_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+      x, g, rstd, dy, d, dx, accumulate);
+}
+
+void rmsnorm_backward_params(const float* x, const float* rstd, const float* dy, int64_t rows,
+                             int64_t d, float* dg, cudaStream_t stream) {
+  if (d == 0) return;
+  rmsnorm_backward_params_kernel<<<blocks_for(d), kThreads, 0, stream>>>(x, rstd, dy, rows, d, dg);
+}
+
+void rope_apply(float* x, int64_t rows, int64_t seq, int64_t heads, int64_t hd, const float* cos,
+                const float* sin, bool inverse, cudaStream_t stream) {
+  const int64_t half = hd / 2;
+  const int64_t pairs = rows * heads * half;
+  if (pairs == 0) return;
+  rope_kernel<<<blocks_for(pairs), kThreads, 0, stream>>>(x, pairs, seq, heads, half, cos, sin,
+                                                          inverse ? -1.0f : 1.0f);
+}
+
+void swiglu_forward(const float* gate, const float* up, int64_t count, float* y,
+                    cudaStream_t stream) {
+  if (count == 0) return;
+  swiglu_forward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(gate, up, count, y);
+}
+
+void swiglu_backward(const float* gate, const float* up, const float* dy, int64_t count,
+                     float* dgate, float* dup, cudaStream_t stream) {
+  if (count == 0) return;
+  swiglu_backward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(gate, up, dy, count, dgate,
+                                                                     dup);
 }
 
 void bias_activation(float* z, const float* b, float* y, int64_t rows, int64_t cols, Act act,

@@ -61,25 +61,70 @@ void layernorm_backward_params(const float* x, const float* mean, const float* r
                                cudaStream_t stream);
 
 // x[b·T + t, :] = wte[token[b·T + t], :] + wpe[t, :] for `batch` examples
-// of `seq` tokens, width d.
+// of `seq` tokens, width d (wpe null: no position term).
 void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, int64_t batch,
                        int64_t seq, int64_t d, float* x, cudaStream_t stream);
 // dwte[token, :] += dx[row, :] over the rows in order (one thread per column,
-// so the sums are in a fixed order); dwpe[t, :] += Σ_b dx[b·T + t, :].
+// so the sums are in a fixed order); dwpe[t, :] += Σ_b dx[b·T + t, :]
+// (skipped when dwpe is null).
 void embedding_backward(const int32_t* tokens, const float* dx, int64_t batch, int64_t seq,
                         int64_t d, float* dwte, float* dwpe, cudaStream_t stream);
 
-// Causal multi-head attention of one block, fused: qkv [batch·seq, 3·d]
-// (q, k, v side by side, heads of width dh inside each), out [batch·seq, d]
-// = softmax(q·kᵀ·scale, causal)·v per (example, head), and lse [batch,
-// heads, seq] the log-sum-exp of each query row's scores. No seq×seq matrix
-// is kept: the backward recomputes the probabilities from q, k and lse.
-void attention_forward(const float* qkv, int64_t batch, int64_t seq, int64_t heads, int64_t dh,
-                       float scale, float* out, float* lse, cudaStream_t stream);
-// Its gradient dqkv [batch·seq, 3·d] (written) from dout; `delta` [batch,
-// heads, seq] is scratch.
-void attention_backward(const float* qkv, const float* out, const float* lse, const float* dout,
-                        int64_t batch, int64_t seq, int64_t heads, int64_t dh, float scale,
-                        float* delta, float* dqkv, cudaStream_t stream);
+// RMSNorm over rows of x [rows, d]: y = x·rstd·g with rstd = 1/sqrt(mean(x²)
+// + eps), keeping each row's rstd.
+void rmsnorm_forward(const float* x, const float* g, int64_t rows, int64_t d, float eps, float* y,
+                     float* rstd, cudaStream_t stream);
+// Its input gradient: dx (+)= rstd·(dy·g - x̂·mean(dy·g·x̂)) with x̂ = x·rstd,
+// added to dx when `accumulate`, else written.
+void rmsnorm_backward_input(const float* x, const float* g, const float* rstd, const float* dy,
+                            int64_t rows, int64_t d, float* dx, bool accumulate,
+                            cudaStream_t stream);
+// Its gain's gradient: dg[j] += Σ_r dy[r,j]·x̂[r,j], rows in order.
+void rmsnorm_backward_params(const float* x, const float* rstd, const float* dy, int64_t rows,
+                             int64_t d, float* dg, cudaStream_t stream);
+
+// Rotary position embedding in place on x [rows, heads·hd], row r at
+// position r % seq: each head's pairs (2i, 2i+1) rotated by the angle whose
+// cosine and sine are cos[t·hd/2 + i], sin[t·hd/2 + i]; `inverse` rotates
+// back (the transpose, for gradients).
+void rope_apply(float* x, int64_t rows, int64_t seq, int64_t heads, int64_t hd, const float* cos,
+                const float* sin, bool inverse, cudaStream_t stream);
+
+// y = silu(gate) ⊙ up over `count` elements.
+void swiglu_forward(const float* gate, const float* up, int64_t count, float* y,
+                    cudaStream_t stream);
+// Its gradients from dy: dgate = dy·up·silu'(gate), dup = dy·silu(gate).
+void swiglu_backward(const float* gate, const float* up, const float* dy, int64_t count,
+                     float* dgate, float* dup, cudaStream_t stream);
+
+// Causal attention with grouped key/value heads, fused. Row t of example b
+// is row b·seq + t of q (q_stride floats apart, query head h at column
+// h·dh) and of k and v (kv_stride apart, key/value head g at column g·dh);
+// query head h reads key/value head h / (heads / kv_heads). gpt's fused
+// qkv [rows, 3·d] is q = qkv, k = qkv + d, v = qkv + 2·d with both strides
+// 3·d.
+struct Attention {
+  const float* q;
+  const float* k;
+  const float* v;
+  int64_t q_stride;
+  int64_t kv_stride;
+  int64_t batch;
+  int64_t seq;
+  int64_t heads;
+  int64_t kv_heads;
+  int64_t dh;
+  float scale;  // of the scores q·kᵀ
+};
+// out [batch·seq, heads·dh] = softmax(q·kᵀ·scale, causal)·v per (example,
+// head), and lse [batch, heads, seq] the log-sum-exp of each query row's
+// scores. No seq×seq matrix is kept: the backward recomputes the
+// probabilities from q, k and lse.
+void attention_forward(const Attention& a, float* out, float* lse, cudaStream_t stream);
+// Its gradients (written) from dout: dq with q's layout, dk and dv with
+// k's and v's (the sum over the query heads of each group); `delta`
+// [batch, heads, seq] is scratch.
+void attention_backward(const Attention& a, const float* out, const float* lse, const float* dout,
+                        float* delta, float* dq, float* dk, float* dv, cudaStream_t stream);
 
 }  // namespace tessera::model::cuda

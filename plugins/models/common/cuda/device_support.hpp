@@ -325,6 +325,65 @@ inline void check_untensored(const Unit& unit, const UnitInput& input) {
                 unit.name(), "': tensor parallelism is not built for CUDA units");
 }
 
+// A unit's output gradient, which must be rows×cols, as the device reads
+// it (a copy in `staging` when it is ordinary host memory).
+inline const float* output_gradient(const Unit& unit, ConstView grad_output, int64_t rows,
+                                    int64_t cols, DeviceArray& staging, const Lane& l) {
+  TESSERA_CHECK(grad_output.rows == rows && grad_output.cols == cols && !grad_output.empty(),
+                TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit.name(), "': output gradient is ",
+                grad_output.rows, "x", grad_output.cols, ", expected ", rows, "x", cols);
+  return readable(grad_output.data, static_cast<size_t>(rows * cols), staging, l, unit.name());
+}
+
+// The softmax cross-entropy a head ends with, of logits [rows, cols]
+// against the device `targets`: the probabilities into `probs`, and the
+// loss summed over the rows times `scale` into *host_loss (read once
+// finish_call has synchronised the stream).
+struct CrossEntropyArrays {
+  DeviceArray probs, row_loss, loss_out;
+};
+inline float* cross_entropy(Lane& l, const float* logits, const int32_t* targets, int64_t rows,
+                            int64_t cols, float scale, CrossEntropyArrays& a, float* host_loss,
+                            const std::string& unit) {
+  const auto un = static_cast<size_t>(rows);
+  float* probs = a.probs.ensure(un * cols, unit);
+  auto* row_loss = a.row_loss.ensure<double>(un, unit);
+  softmax_xent(logits, targets, rows, cols, probs, row_loss, l.stream);
+  float* loss = a.loss_out.ensure(1, unit);
+  sum_loss(row_loss, rows, static_cast<double>(scale), loss, l.stream);
+  check(cudaMemcpyAsync(host_loss, loss, sizeof(float), cudaMemcpyDeviceToHost, l.stream), unit,
+        "cudaMemcpyAsync");
+  return probs;
+}
+
+// The scalar output gradient of a head (1 when none is given), wherever it is.
+inline float loss_gradient(ConstView grad_output, const std::string& unit) {
+  float g = 1.0f;
+  if (!grad_output.empty()) {
+    check(cudaMemcpy(&g, grad_output.data, sizeof(float), cudaMemcpyDefault), unit, "cudaMemcpy");
+  }
+  return g;
+}
+
+// A transformer unit's batch: sequences, and no tensor-parallel group.
+inline void require_sequences(const Unit& unit, const UnitInput& input) {
+  check_untensored(unit, input);
+  TESSERA_CHECK(input.batch != nullptr && input.batch->is_sequence(), TESSERA_ERR_INVALID_ARGUMENT,
+                "unit '", unit.name(), "': needs a sequence batch");
+}
+
+// The previous unit's output [batch·seq, d], copied into `saved`.
+inline int64_t take_rows(const Unit& unit, int64_t d, const UnitInput& input, DeviceArray& saved,
+                         const Lane& l) {
+  const int64_t n = input.batch->size * input.batch->seq_len;
+  TESSERA_CHECK(!input.x.empty() && input.x.rows == n && input.x.cols == d,
+                TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit.name(), "': input is ", input.x.rows,
+                "x", input.x.cols, ", expected ", n, "x", d);
+  copy_device(saved.ensure(static_cast<size_t>(n * d), unit.name()), input.x.data,
+              static_cast<size_t>(n * d), l, unit.name());
+  return n;
+}
+
 inline Act act_of(UnitActivation a) noexcept {
   return a == UnitActivation::relu ? Act::relu : a == UnitActivation::gelu ? Act::gelu : Act::none;
 }
@@ -361,5 +420,14 @@ std::unique_ptr<Unit> make_gpt_block(const tessera_host_api* host, std::unique_p
                                      int64_t d, int64_t heads, int64_t hidden);
 std::unique_ptr<Unit> make_gpt_head(const tessera_host_api* host, std::unique_ptr<Unit> twin,
                                     int64_t vocab, int64_t d);
+
+// The llama units: the block (llama_units.cpp); the embedding without
+// positions and the head with RMSNorm are gpt's (gpt_units.cpp).
+std::unique_ptr<Unit> make_llama_embedding(const tessera_host_api* host, std::unique_ptr<Unit> twin,
+                                           int64_t vocab, int64_t d, int64_t seq_len);
+std::unique_ptr<Unit> make_llama_block(const tessera_host_api* host, std::unique_ptr<Unit> twin,
+                                       const LlamaShape& shape);
+std::unique_ptr<Unit> make_llama_head(const tessera_host_api* host, std::unique_ptr<Unit> twin,
+                                      int64_t vocab, int64_t d, double norm_eps);
 
 }  // namespace tessera::model::cuda

@@ -3,7 +3,8 @@
 // device memory: the backward recomputes the probabilities from q, k and
 // each row's log-sum-exp), and the final LayerNorm with the head. The same
 // arithmetic as GptEmbedding, GptBlock and GptHead on one rank, in an
-// order of summation of the device's.
+// order of summation of the device's. llama's embedding and head are the
+// same units with its norm and layout (its block: llama_units.cpp).
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -19,27 +20,9 @@
 namespace tessera::model::cuda {
 namespace {
 
-void require_sequences(const Unit& unit, const UnitInput& input) {
-  check_untensored(unit, input);
-  TESSERA_CHECK(input.batch != nullptr && input.batch->is_sequence(), TESSERA_ERR_INVALID_ARGUMENT,
-                "unit '", unit.name(), "': needs a sequence batch");
-}
-
-// The previous unit's output [batch·seq, d], copied into `saved`.
-int64_t take_rows(const Unit& unit, int64_t d, const UnitInput& input, DeviceArray& saved,
-                  const Lane& l) {
-  const int64_t n = input.batch->size * input.batch->seq_len;
-  TESSERA_CHECK(!input.x.empty() && input.x.rows == n && input.x.cols == d,
-                TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit.name(), "': input is ", input.x.rows,
-                "x", input.x.cols, ", expected ", n, "x", d);
-  copy_device(saved.ensure(static_cast<size_t>(n * d), unit.name()), input.x.data,
-              static_cast<size_t>(n * d), l, unit.name());
-  return n;
-}
-
 // ---- embedding ----
 
-struct GptEmbeddingContext final : UnitContext {
+struct EmbeddingContext final : UnitContext {
   int64_t batch = -1;
   int64_t seq = 0;
   Operands params;
@@ -49,21 +32,27 @@ struct GptEmbeddingContext final : UnitContext {
   [[nodiscard]] std::size_t bytes() const noexcept override { return tokens.bytes() + x.bytes(); }
 };
 
-class CudaGptEmbedding final : public TwinnedUnit {
+// The token embedding, plus learned positions (gpt's "wpe", the second
+// parameter) when `positions`; llama's has none.
+class CudaEmbedding final : public TwinnedUnit {
  public:
-  CudaGptEmbedding(const tessera_host_api* host, std::unique_ptr<Unit> twin, int64_t vocab,
-                   int64_t d, int64_t seq_len)
-      : TwinnedUnit(host, std::move(twin)), vocab_(vocab), d_(d), seq_len_(seq_len) {}
+  CudaEmbedding(const tessera_host_api* host, std::unique_ptr<Unit> twin, int64_t vocab, int64_t d,
+                int64_t seq_len, bool positions)
+      : TwinnedUnit(host, std::move(twin)),
+        vocab_(vocab),
+        d_(d),
+        seq_len_(seq_len),
+        positions_(positions) {}
 
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override {
-    return std::make_unique<GptEmbeddingContext>();
+    return std::make_unique<EmbeddingContext>();
   }
 
   ConstView forward(UnitContext& ctx_base, std::span<const float* const> params,
                     const UnitInput& input) const override {
     check_counts(params.size(), 0);
     require_sequences(*this, input);
-    auto& c = dynamic_cast<GptEmbeddingContext&>(ctx_base);
+    auto& c = dynamic_cast<EmbeddingContext&>(ctx_base);
     const int64_t seq = input.batch->seq_len;
     TESSERA_CHECK(seq <= seq_len_, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                   "': the batch's sequences have ", seq, " tokens, more than seq_len ", seq_len_);
@@ -75,7 +64,8 @@ class CudaGptEmbedding final : public TwinnedUnit {
     c.params.bind(params, specs_, l, name_);
     const int64_t n = c.batch * seq;
     float* x = c.x.ensure(static_cast<size_t>(n * d_), name_);
-    embedding_forward(tokens, c.params[0], c.params[1], c.batch, seq, d_, x, l.stream);
+    embedding_forward(tokens, c.params[0], positions_ ? c.params[1] : nullptr, c.batch, seq, d_, x,
+                      l.stream);
     finish_call(l, name_);
     return {x, n, d_};
   }
@@ -83,19 +73,15 @@ class CudaGptEmbedding final : public TwinnedUnit {
   ConstView backward(UnitContext& ctx_base, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override {
     check_counts(params.size(), grads.size());
-    auto& c = dynamic_cast<GptEmbeddingContext&>(ctx_base);
+    auto& c = dynamic_cast<EmbeddingContext&>(ctx_base);
     TESSERA_CHECK(c.batch >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                   "': backward without a forward on this context");
     const int64_t n = c.batch * c.seq;
-    TESSERA_CHECK(grad_output.rows == n && grad_output.cols == d_ && !grad_output.empty(),
-                  TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': output gradient is ",
-                  grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", d_);
     Lane& l = lane(host_, name_);
-    const float* dx =
-        readable(grad_output.data, static_cast<size_t>(n * d_), c.staging_dx, l, name_);
+    const float* dx = output_gradient(*this, grad_output, n, d_, c.staging_dx, l);
     c.grads.bind(grads, specs_, l, name_);
-    embedding_backward(c.tokens.get<int32_t>(), dx, c.batch, c.seq, d_, c.grads[0], c.grads[1],
-                       l.stream);
+    embedding_backward(c.tokens.get<int32_t>(), dx, c.batch, c.seq, d_, c.grads[0],
+                       positions_ ? c.grads[1] : nullptr, l.stream);
     c.grads.finish(l, name_);
     finish_call(l, name_);
     return {};
@@ -105,6 +91,7 @@ class CudaGptEmbedding final : public TwinnedUnit {
   int64_t vocab_;
   int64_t d_;
   int64_t seq_len_;
+  bool positions_;
 };
 
 // ---- decoder block ----
@@ -163,8 +150,8 @@ class CudaGptBlock final : public TwinnedUnit {
     gemm(l, false, false, n, 3 * d, d, 1.0f, h1, d, p[kQkvW], 3 * d, 0.0f, qkv, 3 * d, name_);
     bias_residual(qkv, p[kQkvB], nullptr, n, 3 * d, l.stream);
     float* attn = c.attn.ensure(un * d, name_);
-    attention_forward(qkv, c.batch, c.seq, heads_, d / heads_, scale(), attn,
-                      c.lse.ensure(un * heads_, name_), l.stream);
+    attention_forward(attention(qkv, c.batch, c.seq), attn, c.lse.ensure(un * heads_, name_),
+                      l.stream);
     float* x2 = c.x2.ensure(un * d, name_);
     gemm(l, false, false, n, d, d, 1.0f, attn, d, p[kAttnProjW], d, 0.0f, x2, d, name_);
     bias_residual(x2, p[kAttnProjB], c.x.get(), n, d, l.stream);
@@ -192,15 +179,12 @@ class CudaGptBlock final : public TwinnedUnit {
     const int64_t hid = hidden_;
     const int64_t n = c.batch * c.seq;
     const auto un = static_cast<size_t>(n);
-    TESSERA_CHECK(grad_output.rows == n && grad_output.cols == d && !grad_output.empty(),
-                  TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': output gradient is ",
-                  grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", d);
     Lane& l = lane(host_, name_);
+    const float* dy = output_gradient(*this, grad_output, n, d, c.staging_dy, l);
     c.params.bind(params, specs_, l, name_);
     c.grads.bind(grads, specs_, l, name_);
     const Operands& p = c.params;
     const GradTargets& g = c.grads;
-    const float* dy = readable(grad_output.data, un * d, c.staging_dy, l, name_);
     // MLP: y = x2 + gelu(h2·fc_w + fc_b)·proj_w + proj_b.
     gemm(l, true, false, hid, d, n, 1.0f, c.act.get(), hid, dy, d, 1.0f, g[kProjW], d, name_);
     column_sum_add(dy, n, d, g[kProjB], l.stream);
@@ -225,8 +209,8 @@ class CudaGptBlock final : public TwinnedUnit {
     float* dattn = c.dattn.ensure(un * d, name_);
     gemm(l, false, true, n, d, d, 1.0f, dx2, d, p[kAttnProjW], d, 0.0f, dattn, d, name_);
     float* dqkv = c.dqkv.ensure(un * 3 * d, name_);
-    attention_backward(c.qkv.get(), c.attn.get(), c.lse.get(), dattn, c.batch, c.seq, heads_,
-                       d / heads_, scale(), c.delta.ensure(un * heads_, name_), dqkv, l.stream);
+    attention_backward(attention(c.qkv.get(), c.batch, c.seq), c.attn.get(), c.lse.get(), dattn,
+                       c.delta.ensure(un * heads_, name_), dqkv, dqkv + d, dqkv + 2 * d, l.stream);
     gemm(l, true, false, d, 3 * d, n, 1.0f, c.h1.get(), d, dqkv, 3 * d, 1.0f, g[kQkvW], 3 * d,
          name_);
     column_sum_add(dqkv, n, 3 * d, g[kQkvB], l.stream);
@@ -245,49 +229,72 @@ class CudaGptBlock final : public TwinnedUnit {
   }
 
  private:
-  [[nodiscard]] float scale() const {
+  // The fused qkv [batch·seq, 3·d] as the attention kernels read it.
+  [[nodiscard]] Attention attention(const float* qkv, int64_t batch, int64_t seq) const {
     const int64_t head_width = d_ / heads_;
-    return 1.0f / std::sqrt(static_cast<float>(head_width));
+    return {qkv,
+            qkv + d_,
+            qkv + 2 * d_,
+            3 * d_,
+            3 * d_,
+            batch,
+            seq,
+            heads_,
+            heads_,
+            head_width,
+            1.0f / std::sqrt(static_cast<float>(head_width))};
   }
   int64_t d_;
   int64_t heads_;
   int64_t hidden_;
 };
 
-// ---- final LayerNorm and head ----
+// ---- final norm and head ----
 
-struct GptHeadContext final : UnitContext {
+struct TokenHeadContext final : UnitContext {
   int64_t rows = -1;
   float scale = 1.0f;
   float loss = 0.0f;
   Operands params;
   GradTargets grads;
-  DeviceArray x, h, mean, rstd, logits, probs, targets, row_loss, loss_out, dlogits, dh;
+  DeviceArray x, h, mean, rstd, logits, targets, dlogits, dh;
+  CrossEntropyArrays xent;
   DeviceArray dx{true};
   [[nodiscard]] std::size_t bytes() const noexcept override {
     std::size_t total = 0;
-    for (const DeviceArray* a :
-         {&x, &h, &mean, &rstd, &logits, &probs, &targets, &row_loss, &dlogits, &dh, &dx}) {
+    for (const DeviceArray* a : {&x, &h, &mean, &rstd, &logits, &xent.probs, &targets,
+                                 &xent.row_loss, &dlogits, &dh, &dx}) {
       total += a->bytes();
     }
     return total;
   }
 };
 
-class CudaGptHead final : public TwinnedUnit {
+// The final norm and the head over the vocabulary with its softmax
+// cross-entropy. gpt's: LayerNorm ("lnf_g", "lnf_b") and w [vocab, d]
+// (logits = h·wᵀ, w possibly the tied wte). llama's: RMSNorm ("norm_g")
+// and w [d, vocab] (logits = h·w).
+class CudaHead final : public TwinnedUnit {
  public:
-  CudaGptHead(const tessera_host_api* host, std::unique_ptr<Unit> twin, int64_t vocab, int64_t d)
-      : TwinnedUnit(host, std::move(twin)), vocab_(vocab), d_(d) {}
+  enum class Norm { layer, rms };
+  CudaHead(const tessera_host_api* host, std::unique_ptr<Unit> twin, int64_t vocab, int64_t d,
+           Norm norm, float eps)
+      : TwinnedUnit(host, std::move(twin)),
+        vocab_(vocab),
+        d_(d),
+        norm_(norm),
+        eps_(eps),
+        w_(norm == Norm::layer ? 2 : 1) {}
 
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override {
-    return std::make_unique<GptHeadContext>();
+    return std::make_unique<TokenHeadContext>();
   }
 
   ConstView forward(UnitContext& ctx_base, std::span<const float* const> params,
                     const UnitInput& input) const override {
     check_counts(params.size(), 0);
     require_sequences(*this, input);
-    auto& c = dynamic_cast<GptHeadContext&>(ctx_base);
+    auto& c = dynamic_cast<TokenHeadContext&>(ctx_base);
     Lane& l = lane(host_, name_);
     const int64_t n = take_rows(*this, d_, input, c.x, l);
     TESSERA_CHECK(static_cast<int64_t>(input.batch->targets.size()) == n,
@@ -301,17 +308,16 @@ class CudaGptHead final : public TwinnedUnit {
     c.params.bind(params, specs_, l, name_);
     const Operands& p = c.params;
     float* h = c.h.ensure(un * d_, name_);
-    layernorm_forward(c.x.get(), p[0], p[1], n, d_, h, c.mean.ensure(un, name_),
-                      c.rstd.ensure(un, name_), l.stream);
+    float* rstd = c.rstd.ensure(un, name_);
+    if (norm_ == Norm::layer) {
+      layernorm_forward(c.x.get(), p[0], p[1], n, d_, h, c.mean.ensure(un, name_), rstd, l.stream);
+    } else {
+      rmsnorm_forward(c.x.get(), p[0], n, d_, eps_, h, rstd, l.stream);
+    }
     float* logits = c.logits.ensure(un * vocab_, name_);
-    gemm(l, false, true, n, vocab_, d_, 1.0f, h, d_, p[2], d_, 0.0f, logits, vocab_, name_);
-    float* probs = c.probs.ensure(un * vocab_, name_);
-    auto* row_loss = c.row_loss.ensure<double>(un, name_);
-    softmax_xent(logits, targets, n, vocab_, probs, row_loss, l.stream);
-    float* loss = c.loss_out.ensure(1, name_);
-    sum_loss(row_loss, n, static_cast<double>(input.loss_scale), loss, l.stream);
-    check(cudaMemcpyAsync(&c.loss, loss, sizeof(float), cudaMemcpyDeviceToHost, l.stream), name_,
-          "cudaMemcpyAsync");
+    gemm(l, false, vocab_rows(), n, vocab_, d_, 1.0f, h, d_, p[w_], w_stride(), 0.0f, logits,
+         vocab_, name_);
+    cross_entropy(l, logits, targets, n, vocab_, input.loss_scale, c.xent, &c.loss, name_);
     finish_call(l, name_);
     return {&c.loss, 1, 1};
   }
@@ -319,15 +325,11 @@ class CudaGptHead final : public TwinnedUnit {
   ConstView backward(UnitContext& ctx_base, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const override {
     check_counts(params.size(), grads.size());
-    auto& c = dynamic_cast<GptHeadContext&>(ctx_base);
+    auto& c = dynamic_cast<TokenHeadContext&>(ctx_base);
     TESSERA_CHECK(c.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                   "': backward without a forward on this context");
     Lane& l = lane(host_, name_);
-    float g_out = 1.0f;
-    if (!grad_output.empty()) {
-      check(cudaMemcpy(&g_out, grad_output.data, sizeof(float), cudaMemcpyDefault), name_,
-            "cudaMemcpy");
-    }
+    const float g_out = loss_gradient(grad_output, name_);
     const int64_t n = c.rows;
     const auto un = static_cast<size_t>(n);
     c.params.bind(params, specs_, l, name_);
@@ -335,32 +337,56 @@ class CudaGptHead final : public TwinnedUnit {
     const Operands& p = c.params;
     const GradTargets& g = c.grads;
     float* dlogits = c.dlogits.ensure(un * vocab_, name_);
-    xent_backward(c.probs.get(), c.targets.get<int32_t>(), n, vocab_, c.scale * g_out, dlogits,
+    xent_backward(c.xent.probs.get(), c.targets.get<int32_t>(), n, vocab_, c.scale * g_out, dlogits,
                   l.stream);
-    gemm(l, true, false, vocab_, d_, n, 1.0f, dlogits, vocab_, c.h.get(), d_, 1.0f, g[2], d_,
-         name_);
     float* dh = c.dh.ensure(un * d_, name_);
-    gemm(l, false, false, n, d_, vocab_, 1.0f, dlogits, vocab_, p[2], d_, 0.0f, dh, d_, name_);
+    if (vocab_rows()) {
+      // logits = h·wᵀ: dw += dlogitsᵀ·h, dh = dlogits·w.
+      gemm(l, true, false, vocab_, d_, n, 1.0f, dlogits, vocab_, c.h.get(), d_, 1.0f, g[w_], d_,
+           name_);
+    } else {
+      // logits = h·w: dw += hᵀ·dlogits, dh = dlogits·wᵀ.
+      gemm(l, true, false, d_, vocab_, n, 1.0f, c.h.get(), d_, dlogits, vocab_, 1.0f, g[w_], vocab_,
+           name_);
+    }
+    gemm(l, false, !vocab_rows(), n, d_, vocab_, 1.0f, dlogits, vocab_, p[w_], w_stride(), 0.0f, dh,
+         d_, name_);
     float* dx = c.dx.ensure(un * d_, name_);
-    layernorm_backward_input(c.x.get(), p[0], c.mean.get(), c.rstd.get(), dh, n, d_, dx, false,
-                             l.stream);
-    layernorm_backward_params(c.x.get(), c.mean.get(), c.rstd.get(), dh, n, d_, g[0], g[1],
-                              l.stream);
+    if (norm_ == Norm::layer) {
+      layernorm_backward_input(c.x.get(), p[0], c.mean.get(), c.rstd.get(), dh, n, d_, dx, false,
+                               l.stream);
+      layernorm_backward_params(c.x.get(), c.mean.get(), c.rstd.get(), dh, n, d_, g[0], g[1],
+                                l.stream);
+    } else {
+      rmsnorm_backward_input(c.x.get(), p[0], c.rstd.get(), dh, n, d_, dx, false, l.stream);
+      rmsnorm_backward_params(c.x.get(), c.rstd.get(), dh, n, d_, g[0], l.stream);
+    }
     c.grads.finish(l, name_);
     finish_call(l, name_);
     return {dx, n, d_};
   }
 
  private:
+  // gpt's w is [vocab, d], llama's [d, vocab].
+  [[nodiscard]] bool vocab_rows() const noexcept { return norm_ == Norm::layer; }
+  [[nodiscard]] int64_t w_stride() const noexcept { return vocab_rows() ? d_ : vocab_; }
   int64_t vocab_;
   int64_t d_;
+  Norm norm_;
+  float eps_;      // RMSNorm's (LayerNorm's is the kernel's 1e-5)
+  std::size_t w_;  // the index of w among the parameters
 };
 
 }  // namespace
 
 std::unique_ptr<Unit> make_gpt_embedding(const tessera_host_api* host, std::unique_ptr<Unit> twin,
                                          int64_t vocab, int64_t d, int64_t seq_len) {
-  return std::make_unique<CudaGptEmbedding>(host, std::move(twin), vocab, d, seq_len);
+  return std::make_unique<CudaEmbedding>(host, std::move(twin), vocab, d, seq_len, true);
+}
+
+std::unique_ptr<Unit> make_llama_embedding(const tessera_host_api* host, std::unique_ptr<Unit> twin,
+                                           int64_t vocab, int64_t d, int64_t seq_len) {
+  return std::make_unique<CudaEmbedding>(host, std::move(twin), vocab, d, seq_len, false);
 }
 
 std::unique_ptr<Unit> make_gpt_block(const tessera_host_api* host, std::unique_ptr<Unit> twin,
@@ -370,7 +396,13 @@ std::unique_ptr<Unit> make_gpt_block(const tessera_host_api* host, std::unique_p
 
 std::unique_ptr<Unit> make_gpt_head(const tessera_host_api* host, std::unique_ptr<Unit> twin,
                                     int64_t vocab, int64_t d) {
-  return std::make_unique<CudaGptHead>(host, std::move(twin), vocab, d);
+  return std::make_unique<CudaHead>(host, std::move(twin), vocab, d, CudaHead::Norm::layer, 0.0f);
+}
+
+std::unique_ptr<Unit> make_llama_head(const tessera_host_api* host, std::unique_ptr<Unit> twin,
+                                      int64_t vocab, int64_t d, double norm_eps) {
+  return std::make_unique<CudaHead>(host, std::move(twin), vocab, d, CudaHead::Norm::rms,
+                                    static_cast<float>(norm_eps));
 }
 
 }  // namespace tessera::model::cuda

@@ -60,12 +60,9 @@ class CudaDense final : public TwinnedUnit {
     TESSERA_CHECK(ctx.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                   "': backward without a forward on this context");
     const int64_t n = ctx.rows;
-    TESSERA_CHECK(grad_output.rows == n && grad_output.cols == out_ && !grad_output.empty(),
-                  TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': output gradient is ",
-                  grad_output.rows, "x", grad_output.cols, ", expected ", n, "x", out_);
     Lane& l = lane(host_, name_);
     const auto count = static_cast<size_t>(n * out_);
-    const float* dy = readable(grad_output.data, count, ctx.staging_dy, l, name_);
+    const float* dy = output_gradient(*this, grad_output, n, out_, ctx.staging_dy, l);
     float* dz = ctx.dz.ensure(count, name_);
     activation_backward(ctx.z.get(), dy, dz, static_cast<int64_t>(count), act_, l.stream);
     ctx.grads.bind(grads, specs_, l, name_);
@@ -97,11 +94,12 @@ struct HeadContext final : UnitContext {
   float loss = 0.0f;
   Operands params;
   GradTargets grads;
-  DeviceArray x, logits, probs, dlogits, targets, row_loss, loss_out;
+  DeviceArray x, logits, dlogits, targets;
+  CrossEntropyArrays xent;
   DeviceArray dx{true};
   [[nodiscard]] std::size_t bytes() const noexcept override {
-    return x.bytes() + logits.bytes() + probs.bytes() + dlogits.bytes() + targets.bytes() +
-           row_loss.bytes() + dx.bytes();
+    return x.bytes() + logits.bytes() + xent.probs.bytes() + dlogits.bytes() + targets.bytes() +
+           xent.row_loss.bytes() + dx.bytes();
   }
 };
 
@@ -133,16 +131,10 @@ class CudaClassifier final : public TwinnedUnit {
     const auto count = static_cast<size_t>(n * classes_);
     ctx.params.bind(params, specs_, l, name_);
     float* logits = ctx.logits.ensure(count, name_);
-    float* probs = ctx.probs.ensure(count, name_);
-    auto* row_loss = ctx.row_loss.ensure<double>(static_cast<size_t>(n), name_);
-    auto* loss = ctx.loss_out.ensure(1, name_);
     gemm(l, false, false, n, classes_, in_, 1.0f, ctx.x.get(), in_, ctx.params[0], classes_, 0.0f,
          logits, classes_, name_);
     bias_activation(logits, ctx.params[1], nullptr, n, classes_, Act::none, l.stream);
-    softmax_xent(logits, targets, n, classes_, probs, row_loss, l.stream);
-    sum_loss(row_loss, n, static_cast<double>(input.loss_scale), loss, l.stream);
-    check(cudaMemcpyAsync(&ctx.loss, loss, sizeof(float), cudaMemcpyDeviceToHost, l.stream), name_,
-          "cudaMemcpyAsync");
+    cross_entropy(l, logits, targets, n, classes_, input.loss_scale, ctx.xent, &ctx.loss, name_);
     finish_call(l, name_);
     return {&ctx.loss, 1, 1};
   }
@@ -154,16 +146,12 @@ class CudaClassifier final : public TwinnedUnit {
     TESSERA_CHECK(ctx.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                   "': backward without a forward on this context");
     Lane& l = lane(host_, name_);
-    float g = 1.0f;
-    if (!grad_output.empty()) {
-      check(cudaMemcpy(&g, grad_output.data, sizeof(float), cudaMemcpyDefault), name_,
-            "cudaMemcpy");
-    }
+    const float g = loss_gradient(grad_output, name_);
     const int64_t n = ctx.rows;
     const auto count = static_cast<size_t>(n * classes_);
     float* dlogits = ctx.dlogits.ensure(count, name_);
-    xent_backward(ctx.probs.get(), ctx.targets.get<int32_t>(), n, classes_, ctx.scale * g, dlogits,
-                  l.stream);
+    xent_backward(ctx.xent.probs.get(), ctx.targets.get<int32_t>(), n, classes_, ctx.scale * g,
+                  dlogits, l.stream);
     ctx.grads.bind(grads, specs_, l, name_);
     gemm(l, true, false, in_, classes_, n, 1.0f, ctx.x.get(), in_, dlogits, classes_, 1.0f,
          ctx.grads[0], classes_, name_);
@@ -196,8 +184,9 @@ std::unique_ptr<Unit> make_classifier(const tessera_host_api* host, std::unique_
   return std::make_unique<CudaClassifier>(host, std::move(twin), in, classes);
 }
 
-constexpr UnitFactory kFactory{kUnitFactoryVersion, &make_dense,     &make_classifier,
-                               &make_gpt_embedding, &make_gpt_block, &make_gpt_head};
+constexpr UnitFactory kFactory{kUnitFactoryVersion,   &make_dense,       &make_classifier,
+                               &make_gpt_embedding,   &make_gpt_block,   &make_gpt_head,
+                               &make_llama_embedding, &make_llama_block, &make_llama_head};
 
 }  // namespace
 }  // namespace tessera::model::cuda

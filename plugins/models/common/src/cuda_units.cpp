@@ -69,12 +69,6 @@ bool wants_cuda(const sdk::Host& host) noexcept {
   return host.compute_device().type == TESSERA_DEVICE_CUDA;
 }
 
-void require_cpu(const sdk::Host& host, std::string_view model) {
-  TESSERA_CHECK(!wants_cuda(host), TESSERA_ERR_UNSUPPORTED, "model '", model,
-                "' has no CUDA units yet: run.device = \"cuda\" trains the mlp and gpt models "
-                "(docs/training.md, \"Devices\")");
-}
-
 const UnitFactory& load_units(std::string_view model) {
   static const Loaded loaded = load();
   TESSERA_CHECK(loaded.factory != nullptr, TESSERA_ERR_UNSUPPORTED, "model '", model,

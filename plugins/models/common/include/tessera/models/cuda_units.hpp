@@ -22,6 +22,18 @@
 
 namespace tessera::model::cuda {
 
+// A llama decoder block's shape (LlamaConfig's, which the CUDA module does
+// not link).
+struct LlamaShape {
+  int64_t d_model;
+  int64_t heads;
+  int64_t kv_heads;  // divides heads
+  int64_t ffn;
+  int64_t seq_len;
+  double rope_theta;
+  double norm_eps;
+};
+
 // The activation of a dense unit.
 enum class UnitActivation : int32_t { none = 0, relu = 1, gelu = 2 };
 
@@ -45,18 +57,25 @@ struct UnitFactory {
                                      int64_t d, int64_t heads, int64_t hidden);
   std::unique_ptr<Unit> (*gpt_head)(const tessera_host_api* host, std::unique_ptr<Unit> twin,
                                     int64_t vocab, int64_t d);
+  // llama's units (version 2): the token embedding (the twin's "wte"
+  // [vocab, d]); a pre-RMSNorm block with rotary positions, grouped-query
+  // fused causal attention and a SwiGLU MLP (its nine parameters in
+  // LlamaBlock's order); the final RMSNorm and the untied head ("norm_g",
+  // "w" [d, vocab]).
+  std::unique_ptr<Unit> (*llama_embedding)(const tessera_host_api* host, std::unique_ptr<Unit> twin,
+                                           int64_t vocab, int64_t d, int64_t seq_len);
+  std::unique_ptr<Unit> (*llama_block)(const tessera_host_api* host, std::unique_ptr<Unit> twin,
+                                       const LlamaShape& shape);
+  std::unique_ptr<Unit> (*llama_head)(const tessera_host_api* host, std::unique_ptr<Unit> twin,
+                                      int64_t vocab, int64_t d, double norm_eps);
 };
 
-inline constexpr uint32_t kUnitFactoryVersion = 1;
+inline constexpr uint32_t kUnitFactoryVersion = 2;
 // The module's one exported symbol: extern "C" const UnitFactory* NAME().
-#define TESSERA_CUDA_UNITS_ENTRY tessera_cuda_units_v1
+#define TESSERA_CUDA_UNITS_ENTRY tessera_cuda_units_v2
 
 // Whether `host` runs this rank on a CUDA device (host ABI 1.5).
 bool wants_cuda(const sdk::Host& host) noexcept;
-
-// For a model without CUDA units: throws tessera::Error (unsupported)
-// naming `model` when `host` runs this rank on a CUDA device.
-void require_cpu(const sdk::Host& host, std::string_view model);
 
 // The module's factory, loaded once per process: cuda/libtessera_cuda_units.so
 // beside the calling model plugin, else as the dynamic linker finds it.

@@ -1,0 +1,231 @@
+// llama's CUDA decoder block (see tessera/models/cuda_units.hpp):
+// pre-RMSNorm, rotary positions on q and k, grouped-query causal attention
+// fused as gpt's (no seq×seq matrix in device memory), SwiGLU MLP. The
+// same arithmetic as LlamaBlock on one rank, in an order of summation of
+// the device's. The embedding and the head are gpt's units with llama's
+// norm and layout (gpt_units.cpp).
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "device_support.hpp"
+#include "tessera/models/kernels.hpp"
+#include "tessera/models/llama_params.hpp"
+
+namespace tessera::model::cuda {
+namespace {
+
+// ---- decoder block ----
+
+struct LlamaBlockContext final : UnitContext {
+  int64_t batch = -1;
+  int64_t seq = 0;
+  Operands params;
+  GradTargets grads;
+  // The rotation tables [seq_len, head_dim / 2], uploaded by the first forward.
+  DeviceArray cos, sin;
+  // Kept from forward for backward (q and k after the rotation).
+  DeviceArray x, h1, rstd1, q, k, v, attn, lse, x2, h2, rstd2, gate, up, act;
+  // Backward scratch.
+  DeviceArray staging_dy, dact, dgate, dup, dh2, dx2, dattn, delta, dq, dk, dv, dh1;
+  DeviceArray y{true}, dx{true};
+  [[nodiscard]] std::size_t bytes() const noexcept override {
+    std::size_t total = 0;
+    for (const DeviceArray* a : {&x,   &h1,    &rstd1, &q,  &k,   &v,    &attn,  &lse, &x2,
+                                 &h2,  &rstd2, &gate,  &up, &act, &dact, &dgate, &dup, &dh2,
+                                 &dx2, &dattn, &delta, &dq, &dk,  &dv,   &dh1,   &y,   &dx}) {
+      total += a->bytes();
+    }
+    return total;
+  }
+};
+
+class CudaLlamaBlock final : public TwinnedUnit {
+  // In the class: gpt_units.cpp's parameter names share this unity file.
+  using enum llama_block::Param;
+
+ public:
+  CudaLlamaBlock(const tessera_host_api* host, std::unique_ptr<Unit> twin, const LlamaShape& shape)
+      : TwinnedUnit(host, std::move(twin)),
+        d_(shape.d_model),
+        heads_(shape.heads),
+        kv_heads_(shape.kv_heads),
+        hd_(shape.d_model / shape.heads),
+        ffn_(shape.ffn),
+        seq_len_(shape.seq_len),
+        eps_(static_cast<float>(shape.norm_eps)) {
+    TESSERA_CHECK(heads_ > 0 && kv_heads_ > 0 && heads_ % kv_heads_ == 0 && hd_ % 2 == 0,
+                  TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': kv_heads ", kv_heads_,
+                  " must divide heads ", heads_, " and the head dimension ", hd_, " be even");
+    cos_.resize(static_cast<std::size_t>(seq_len_ * hd_ / 2));
+    sin_.resize(cos_.size());
+    kernels::rope_tables(seq_len_, hd_, shape.rope_theta, cos_.data(), sin_.data());
+  }
+
+  [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override {
+    return std::make_unique<LlamaBlockContext>();
+  }
+
+  ConstView forward(UnitContext& ctx_base, std::span<const float* const> params,
+                    const UnitInput& input) const override {
+    check_counts(params.size(), 0);
+    require_sequences(*this, input);
+    TESSERA_CHECK(input.batch->seq_len <= seq_len_, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                  "': needs a sequence batch with seq_len <= ", seq_len_);
+    auto& c = dynamic_cast<LlamaBlockContext&>(ctx_base);
+    Lane& l = lane(host_, name_);
+    const int64_t n = take_rows(*this, d_, input, c.x, l);
+    c.batch = input.batch->size;
+    c.seq = input.batch->seq_len;
+    const int64_t d = d_;
+    const int64_t kvd = kv_heads_ * hd_;
+    const auto un = static_cast<size_t>(n);
+    upload_tables(c, l);
+    c.params.bind(params, specs_, l, name_);
+    const Operands& p = c.params;
+    // Attention: h1 = rmsnorm(x)·g1; q, k, v; RoPE on q and k.
+    float* h1 = c.h1.ensure(un * d, name_);
+    rmsnorm_forward(c.x.get(), p[kAttnNormG], n, d, eps_, h1, c.rstd1.ensure(un, name_), l.stream);
+    float* q = c.q.ensure(un * d, name_);
+    float* k = c.k.ensure(un * kvd, name_);
+    float* v = c.v.ensure(un * kvd, name_);
+    gemm(l, false, false, n, d, d, 1.0f, h1, d, p[kWq], d, 0.0f, q, d, name_);
+    gemm(l, false, false, n, kvd, d, 1.0f, h1, d, p[kWk], kvd, 0.0f, k, kvd, name_);
+    gemm(l, false, false, n, kvd, d, 1.0f, h1, d, p[kWv], kvd, 0.0f, v, kvd, name_);
+    rope_apply(q, n, c.seq, heads_, hd_, c.cos.get(), c.sin.get(), false, l.stream);
+    rope_apply(k, n, c.seq, kv_heads_, hd_, c.cos.get(), c.sin.get(), false, l.stream);
+    float* attn = c.attn.ensure(un * d, name_);
+    attention_forward(attention(c), attn, c.lse.ensure(un * heads_, name_), l.stream);
+    // x2 = x + attn·wo.
+    float* x2 = c.x2.ensure(un * d, name_);
+    gemm(l, false, false, n, d, d, 1.0f, attn, d, p[kWo], d, 0.0f, x2, d, name_);
+    bias_residual(x2, nullptr, c.x.get(), n, d, l.stream);
+    // y = x2 + (silu(h2·w_gate) ⊙ h2·w_up)·w_down, h2 = rmsnorm(x2)·g2.
+    float* h2 = c.h2.ensure(un * d, name_);
+    rmsnorm_forward(x2, p[kMlpNormG], n, d, eps_, h2, c.rstd2.ensure(un, name_), l.stream);
+    float* gate = c.gate.ensure(un * ffn_, name_);
+    float* up = c.up.ensure(un * ffn_, name_);
+    float* act = c.act.ensure(un * ffn_, name_);
+    gemm(l, false, false, n, ffn_, d, 1.0f, h2, d, p[kWGate], ffn_, 0.0f, gate, ffn_, name_);
+    gemm(l, false, false, n, ffn_, d, 1.0f, h2, d, p[kWUp], ffn_, 0.0f, up, ffn_, name_);
+    swiglu_forward(gate, up, n * ffn_, act, l.stream);
+    float* y = c.y.ensure(un * d, name_);
+    gemm(l, false, false, n, d, ffn_, 1.0f, act, ffn_, p[kWDown], d, 0.0f, y, d, name_);
+    bias_residual(y, nullptr, x2, n, d, l.stream);
+    finish_call(l, name_);
+    return {y, n, d};
+  }
+
+  ConstView backward(UnitContext& ctx_base, std::span<const float* const> params,
+                     std::span<float* const> grads, ConstView grad_output) const override {
+    check_counts(params.size(), grads.size());
+    auto& c = dynamic_cast<LlamaBlockContext&>(ctx_base);
+    TESSERA_CHECK(c.batch >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                  "': backward without a forward on this context");
+    const int64_t d = d_;
+    const int64_t kvd = kv_heads_ * hd_;
+    const int64_t ffn = ffn_;
+    const int64_t n = c.batch * c.seq;
+    const auto un = static_cast<size_t>(n);
+    Lane& l = lane(host_, name_);
+    const float* dy = output_gradient(*this, grad_output, n, d, c.staging_dy, l);
+    c.params.bind(params, specs_, l, name_);
+    c.grads.bind(grads, specs_, l, name_);
+    const Operands& p = c.params;
+    const GradTargets& g = c.grads;
+    // MLP.
+    gemm(l, true, false, ffn, d, n, 1.0f, c.act.get(), ffn, dy, d, 1.0f, g[kWDown], d, name_);
+    float* dact = c.dact.ensure(un * ffn, name_);
+    gemm(l, false, true, n, ffn, d, 1.0f, dy, d, p[kWDown], d, 0.0f, dact, ffn, name_);
+    float* dgate = c.dgate.ensure(un * ffn, name_);
+    float* dup = c.dup.ensure(un * ffn, name_);
+    swiglu_backward(c.gate.get(), c.up.get(), dact, n * ffn, dgate, dup, l.stream);
+    gemm(l, true, false, d, ffn, n, 1.0f, c.h2.get(), d, dgate, ffn, 1.0f, g[kWGate], ffn, name_);
+    gemm(l, true, false, d, ffn, n, 1.0f, c.h2.get(), d, dup, ffn, 1.0f, g[kWUp], ffn, name_);
+    float* dh2 = c.dh2.ensure(un * d, name_);
+    gemm(l, false, true, n, d, ffn, 1.0f, dgate, ffn, p[kWGate], ffn, 0.0f, dh2, d, name_);
+    gemm(l, false, true, n, d, ffn, 1.0f, dup, ffn, p[kWUp], ffn, 1.0f, dh2, d, name_);
+    // The residual's gradient plus the second RMSNorm's.
+    float* dx2 = c.dx2.ensure(un * d, name_);
+    copy_device(dx2, dy, un * d, l, name_);
+    rmsnorm_backward_input(c.x2.get(), p[kMlpNormG], c.rstd2.get(), dh2, n, d, dx2, true, l.stream);
+    rmsnorm_backward_params(c.x2.get(), c.rstd2.get(), dh2, n, d, g[kMlpNormG], l.stream);
+    // Attention: x2 = x + attn·wo.
+    gemm(l, true, false, d, d, n, 1.0f, c.attn.get(), d, dx2, d, 1.0f, g[kWo], d, name_);
+    float* dattn = c.dattn.ensure(un * d, name_);
+    gemm(l, false, true, n, d, d, 1.0f, dx2, d, p[kWo], d, 0.0f, dattn, d, name_);
+    float* dq = c.dq.ensure(un * d, name_);
+    float* dk = c.dk.ensure(un * kvd, name_);
+    float* dv = c.dv.ensure(un * kvd, name_);
+    attention_backward(attention(c), c.attn.get(), c.lse.get(), dattn,
+                       c.delta.ensure(un * heads_, name_), dq, dk, dv, l.stream);
+    // Back through the rotations (their transposes), then the projections.
+    rope_apply(dq, n, c.seq, heads_, hd_, c.cos.get(), c.sin.get(), true, l.stream);
+    rope_apply(dk, n, c.seq, kv_heads_, hd_, c.cos.get(), c.sin.get(), true, l.stream);
+    gemm(l, true, false, d, d, n, 1.0f, c.h1.get(), d, dq, d, 1.0f, g[kWq], d, name_);
+    gemm(l, true, false, d, kvd, n, 1.0f, c.h1.get(), d, dk, kvd, 1.0f, g[kWk], kvd, name_);
+    gemm(l, true, false, d, kvd, n, 1.0f, c.h1.get(), d, dv, kvd, 1.0f, g[kWv], kvd, name_);
+    float* dh1 = c.dh1.ensure(un * d, name_);
+    gemm(l, false, true, n, d, d, 1.0f, dq, d, p[kWq], d, 0.0f, dh1, d, name_);
+    gemm(l, false, true, n, d, kvd, 1.0f, dk, kvd, p[kWk], kvd, 1.0f, dh1, d, name_);
+    gemm(l, false, true, n, d, kvd, 1.0f, dv, kvd, p[kWv], kvd, 1.0f, dh1, d, name_);
+    // The input's gradient: the residual's plus the first RMSNorm's.
+    float* dx = c.dx.ensure(un * d, name_);
+    copy_device(dx, dx2, un * d, l, name_);
+    rmsnorm_backward_input(c.x.get(), p[kAttnNormG], c.rstd1.get(), dh1, n, d, dx, true, l.stream);
+    rmsnorm_backward_params(c.x.get(), c.rstd1.get(), dh1, n, d, g[kAttnNormG], l.stream);
+    c.grads.finish(l, name_);
+    finish_call(l, name_);
+    return {dx, n, d};
+  }
+
+ private:
+  void upload_tables(LlamaBlockContext& c, const Lane& l) const {
+    if (c.cos.bytes() != 0) return;
+    float* cos = c.cos.ensure(cos_.size(), name_);
+    float* sin = c.sin.ensure(sin_.size(), name_);
+    for (auto [to, from] : {std::pair{cos, &cos_}, std::pair{sin, &sin_}}) {
+      check(cudaMemcpyAsync(to, from->data(), from->size() * sizeof(float), cudaMemcpyHostToDevice,
+                            l.stream),
+            name_, "cudaMemcpyAsync");
+    }
+  }
+  // q [rows, d] and k, v [rows, kv_heads·hd] of the context, as the
+  // attention kernels read them.
+  [[nodiscard]] Attention attention(const LlamaBlockContext& c) const {
+    const int64_t kvd = kv_heads_ * hd_;
+    return {c.q.get(),
+            c.k.get(),
+            c.v.get(),
+            d_,
+            kvd,
+            c.batch,
+            c.seq,
+            heads_,
+            kv_heads_,
+            hd_,
+            1.0f / std::sqrt(static_cast<float>(hd_))};
+  }
+  int64_t d_;
+  int64_t heads_;
+  int64_t kv_heads_;
+  int64_t hd_;
+  int64_t ffn_;
+  int64_t seq_len_;
+  float eps_;
+  std::vector<float> cos_;  // [seq_len, hd / 2], as LlamaBlock's
+  std::vector<float> sin_;
+};
+
+}  // namespace
+
+std::unique_ptr<Unit> make_llama_block(const tessera_host_api* host, std::unique_ptr<Unit> twin,
+                                       const LlamaShape& shape) {
+  return std::make_unique<CudaLlamaBlock>(host, std::move(twin), shape);
+}
+
+}  // namespace tessera::model::cuda
