@@ -90,11 +90,14 @@ void read_run(Section s, RunSection& run) {
   }
   std::string precision;
   if (s.read("precision", precision)) {
-    s.require("precision", precision == "f32" || precision == "bf16" || precision == "f16",
-              "must be \"f32\", \"bf16\" or \"f16\"; got '" + precision + "'");
-    run.precision = precision == "bf16"  ? ComputePrecision::bf16
-                    : precision == "f16" ? ComputePrecision::f16
-                                         : ComputePrecision::f32;
+    s.require(
+        "precision",
+        precision == "f32" || precision == "tf32" || precision == "bf16" || precision == "f16",
+        "must be \"f32\", \"tf32\", \"bf16\" or \"f16\"; got '" + precision + "'");
+    run.precision = precision == "tf32"   ? ComputePrecision::tf32
+                    : precision == "bf16" ? ComputePrecision::bf16
+                    : precision == "f16"  ? ComputePrecision::f16
+                                          : ComputePrecision::f32;
     s.require("precision",
               run.precision == ComputePrecision::f32 || run.device == ComputeDevice::cuda,
               "\"" + precision + "\" needs run.device = \"cuda\" (the CPU units compute in f32)");

@@ -217,9 +217,14 @@ tessera_dtype host_compute_precision(void* /*ctx*/) noexcept {
     case ComputePrecision::f16:
       return TESSERA_F16;
     case ComputePrecision::f32:
+    case ComputePrecision::tf32:  // f32 data; compute_tf32 says how it is multiplied
       break;
   }
   return TESSERA_F32;
+}
+
+int32_t host_compute_tf32(void* /*ctx*/) noexcept {
+  return run_precision() == ComputePrecision::tf32 ? 1 : 0;
 }
 
 constexpr std::size_t kHostAlignment = 64;
@@ -396,6 +401,7 @@ HostContext::HostContext(const std::string& logger_name) : logger_(get_logger(lo
   api_.vec_scale = &host_vec_scale;
   api_.vec_sum_squares = &host_vec_sum_squares;
   install_store_calls(api_);
+  api_.compute_tf32 = &host_compute_tf32;
 }
 
 std::string take_thread_error() {

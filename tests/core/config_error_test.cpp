@@ -77,7 +77,13 @@ TEST(ConfigErrors, RangesAreCheckedWithTheLine) {
   EXPECT_EQ(config_error("[run]\ndevice = \"gpu\"\n"),
             "run.toml:2: 'run.device' must be \"cpu\" or \"cuda\"; got 'gpu'");
   EXPECT_EQ(config_error("[run]\ndevice = \"cuda\"\nprecision = \"f8\"\n"),
-            "run.toml:3: 'run.precision' must be \"f32\", \"bf16\" or \"f16\"; got 'f8'");
+            "run.toml:3: 'run.precision' must be \"f32\", \"tf32\", \"bf16\" or \"f16\"; got "
+            "'f8'");
+  EXPECT_EQ(config_error("[run]\nprecision = \"tf32\"\n"),
+            "run.toml:2: 'run.precision' \"tf32\" needs run.device = \"cuda\" (the CPU units "
+            "compute in f32)");
+  EXPECT_EQ(config_error("[run]\ndevice = \"cuda\"\nprecision = \"tf32\"\nloss_scale = 128\n"),
+            "run.toml:4: 'run.loss_scale' applies to run.precision = \"f16\" only");
   EXPECT_EQ(config_error("[run]\nprecision = \"f16\"\n"),
             "run.toml:2: 'run.precision' \"f16\" needs run.device = \"cuda\" (the CPU units "
             "compute in f32)");

@@ -267,6 +267,16 @@ TEST(Config, F16ReadsAndPrintsItsLossScaling) {
   expect_same(c, parse_config(text, "printed.toml"));
 }
 
+// TF32 products on a CUDA run, printed back.
+TEST(Config, Tf32IsAPrecisionOfCudaRuns) {
+  const Config c = parse_config("[run]\ndevice = \"cuda\"\nprecision = \"tf32\"\n", "run.toml");
+  EXPECT_EQ(c.run.precision, ComputePrecision::tf32);
+  const std::string text = to_toml(c);
+  EXPECT_NE(text.find("precision = \"tf32\""), std::string::npos) << text;
+  EXPECT_EQ(text.find("loss_scale"), std::string::npos) << text;
+  expect_same(c, parse_config(text, "printed.toml"));
+}
+
 TEST(Config, ToTomlPrintsEveryKeyIncludingDefaultsAndEmptyOptions) {
   const Config c = parse_config("", "run.toml");
   const std::string text = to_toml(c);

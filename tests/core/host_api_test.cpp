@@ -1,6 +1,7 @@
 // The host API table handed to plugins: every field filled, per-thread
 // errors, option accessors, logging with an explicit rank, memory tracking.
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -8,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tessera/core/device.hpp"
 #include "tessera/core/host_api.hpp"
 #include "tessera/core/logging.hpp"
 #include "tessera/core/memory.hpp"
@@ -47,8 +49,29 @@ TEST_F(HostApi, EveryFieldIsFilled) {
   EXPECT_NE(api_->vec_fill, nullptr);
   EXPECT_NE(api_->vec_scale, nullptr);
   EXPECT_NE(api_->vec_sum_squares, nullptr);
+  EXPECT_NE(api_->compute_tf32, nullptr);
   EXPECT_TRUE(sdk::Host(api_).has_vector_passes());
   EXPECT_EQ(host_.logger()->name(), "backend.hosttest");
+}
+
+// run.precision = "tf32": f32 data (compute_precision) multiplied in TF32
+// (compute_tf32, ABI 1.9), for the run's scope only; a host older than 1.9
+// never asks for TF32.
+TEST_F(HostApi, ComputeTf32FollowsTheRunsPrecision) {
+  const sdk::Host host(api_);
+  EXPECT_FALSE(host.compute_tf32());
+  {
+    const RunDeviceGuard run(ComputeDevice::cpu, ComputePrecision::tf32);
+    EXPECT_TRUE(host.compute_tf32());
+    EXPECT_EQ(host.compute_precision(), TESSERA_F32);
+    tessera_host_api older = *api_;
+    older.struct_size = offsetof(tessera_host_api, compute_tf32);
+    EXPECT_FALSE(sdk::Host(&older).compute_tf32());
+  }
+  EXPECT_FALSE(host.compute_tf32());
+  const RunDeviceGuard bf16(ComputeDevice::cpu, ComputePrecision::bf16);
+  EXPECT_FALSE(host.compute_tf32());
+  EXPECT_EQ(host.compute_precision(), TESSERA_BF16);
 }
 
 TEST_F(HostApi, ErrorsAreKeptPerThreadAndTakenOnce) {

@@ -174,11 +174,11 @@ double final_loss(const std::string& log) {
   return at == std::string::npos ? std::nan("") : std::stod(log.substr(at + key.size()));
 }
 
-// The quick start (4 in-memory ranks, ddp, 300 steps of gpt) with bf16 and
-// with f16 matrix products (f16 with dynamic loss scaling) ends within 2% of
-// its f32 loss, on one GPU; f16 from a scale far too large skips steps and
+// The quick start (4 in-memory ranks, ddp, 300 steps of gpt) with TF32,
+// bf16 and f16 matrix products (f16 with dynamic loss scaling) ends within
+// 2% of its f32 loss, on one GPU; f16 from a scale far too large skips steps and
 // lowers the scale until the gradients fit, and still trains.
-TEST(CudaPrecision, SixteenBitQuickStartsEndWithinTwoPercentOfF32) {
+TEST(CudaPrecision, ReducedPrecisionQuickStartsEndWithinTwoPercentOfF32) {
   if (const std::string why = no_gpu(); !why.empty()) GTEST_SKIP() << why;
   const TempDir dir("cuda-bf16");
   const std::filesystem::path source =
@@ -194,6 +194,7 @@ TEST(CudaPrecision, SixteenBitQuickStartsEndWithinTwoPercentOfF32) {
   };
   const std::vector<Run> runs = {
       {"f32", {"run.precision=\"f32\""}},
+      {"tf32", {"run.precision=\"tf32\""}},
       {"bf16", {"run.precision=\"bf16\""}},
       {"f16", {"run.precision=\"f16\""}},
       {"f16_overflowing", {"run.precision=\"f16\"", "run.loss_scale=1099511627776.0"}}};
@@ -210,11 +211,14 @@ TEST(CudaPrecision, SixteenBitQuickStartsEndWithinTwoPercentOfF32) {
     loss[run.name] = final_loss(text);
     logs[run.name] = text;
   }
-  std::cout << "quick start on cuda: final loss f32 " << loss["f32"] << ", bf16 " << loss["bf16"]
-            << ", f16 " << loss["f16"] << ", f16 from 2^40 " << loss["f16_overflowing"] << "\n";
+  std::cout << "quick start on cuda: final loss f32 " << loss["f32"] << ", tf32 " << loss["tf32"]
+            << ", bf16 " << loss["bf16"] << ", f16 " << loss["f16"] << ", f16 from 2^40 "
+            << loss["f16_overflowing"] << "\n";
+  EXPECT_NE(logs["tf32"].find("precision: tf32"), std::string::npos) << logs["tf32"];
   EXPECT_NE(logs["bf16"].find("precision: bf16"), std::string::npos) << logs["bf16"];
   EXPECT_NE(logs["f16"].find("precision: f16"), std::string::npos) << logs["f16"];
   EXPECT_NE(logs["f16"].find("| loss scale "), std::string::npos) << logs["f16"];
+  EXPECT_LE(std::fabs(loss["tf32"] - loss["f32"]), 0.02 * loss["f32"]);
   EXPECT_LE(std::fabs(loss["bf16"] - loss["f32"]), 0.02 * loss["f32"]);
   EXPECT_LE(std::fabs(loss["f16"] - loss["f32"]), 0.02 * loss["f32"]);
   const std::string& over = logs["f16_overflowing"];

@@ -33,6 +33,8 @@ std::string_view compute_device_name(ComputeDevice device) noexcept {
 
 std::string_view compute_precision_name(ComputePrecision precision) noexcept {
   switch (precision) {
+    case ComputePrecision::tf32:
+      return "tf32";
     case ComputePrecision::bf16:
       return "bf16";
     case ComputePrecision::f16:

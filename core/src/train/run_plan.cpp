@@ -341,6 +341,11 @@ std::vector<std::string> describe_run(const PreparedRun& run, const Config& conf
   if (config.run.device == ComputeDevice::cuda) {
     lines.emplace_back("device: cuda (each rank on the CUDA device of its LOCAL_RANK)");
   }
+  if (config.run.precision == ComputePrecision::tf32) {
+    lines.emplace_back(
+        "precision: tf32 (f32 matrix products on the TF32 tensor cores: inputs rounded to a "
+        "10-bit mantissa, accumulated in f32; everything else f32)");
+  }
   if (config.run.precision == ComputePrecision::bf16) {
     lines.emplace_back(
         "precision: bf16 (matrix products on bfloat16 inputs, accumulated in f32; f32 "

@@ -21,12 +21,14 @@ struct ElementwiseStep;
 
 enum class ComputeDevice { cpu, cuda };
 
-// The dtype of the models' matrix products (run.precision).
-enum class ComputePrecision { f32, bf16, f16 };
+// The precision of the models' matrix products (run.precision): f32, f32
+// on TF32 tensor cores (inputs rounded to TF32's 10-bit mantissa), or
+// bfloat16 or float16 inputs; every one accumulates in f32.
+enum class ComputePrecision { f32, tf32, bf16, f16 };
 
 // "cpu" | "cuda".
 std::string_view compute_device_name(ComputeDevice device) noexcept;
-// "f32" | "bf16" | "f16".
+// "f32" | "tf32" | "bf16" | "f16".
 std::string_view compute_precision_name(ComputePrecision precision) noexcept;
 
 // The device of the current run, what tessera_host_api.compute_device

@@ -42,6 +42,7 @@ struct Lane {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   tessera_dtype precision = TESSERA_F32;
+  bool tf32 = false;  // f32 products on the TF32 tensor cores
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
   Lane() = default;
@@ -74,14 +75,17 @@ inline Lane& lane(const sdk::Host& host, const std::string& unit) {
     slot->precision = -1;  // the math mode is set below
   }
   const tessera_dtype precision = host.compute_precision();
-  if (slot->precision != precision) {
+  const bool tf32 = precision == TESSERA_F32 && host.compute_tf32();
+  if (slot->precision != precision || slot->tf32 != tf32) {
     // Plain f32 products (no TF32), so results follow the CPU's to
-    // rounding; bf16 and f16 products on the tensor cores, accumulated in
-    // f32.
-    check(cublasSetMathMode(slot->blas,
-                            precision != TESSERA_F32 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH),
-          unit, "cublasSetMathMode");
+    // rounding, unless the run asks for TF32; bf16 and f16 products on the
+    // tensor cores, accumulated in f32.
+    const cublasMath_t mode = tf32                       ? CUBLAS_TF32_TENSOR_OP_MATH
+                              : precision != TESSERA_F32 ? CUBLAS_DEFAULT_MATH
+                                                         : CUBLAS_PEDANTIC_MATH;
+    check(cublasSetMathMode(slot->blas, mode), unit, "cublasSetMathMode");
     slot->precision = precision;
+    slot->tf32 = tf32;
   }
   return *slot;
 }

@@ -39,9 +39,10 @@ extern "C" {
  *        compute_precision
  *   1.6  host find_strategy
  *   1.7  host vec_fill, vec_scale, vec_sum_squares
- *   1.8  host store_* (the rendezvous store, tessera_store_config) */
+ *   1.8  host store_* (the rendezvous store, tessera_store_config)
+ *   1.9  host compute_tf32 */
 #define TESSERA_ABI_MAJOR 1
-#define TESSERA_ABI_MINOR 8
+#define TESSERA_ABI_MINOR 9
 
 /* Marks the single symbol a plugin exports; everything else is hidden. */
 #if defined(_WIN32)

@@ -275,6 +275,14 @@ typedef struct tessera_host_api {
    * namespace); *removed (may be NULL) gets how many. */
   tessera_status (*store_delete_prefix)(void* ctx, tessera_store* store, const char* prefix,
                                         int64_t* removed);
+
+  /* ---- ABI 1.9 (check struct_size before use) ---- */
+
+  /* 1 when the run's f32 matrix products may round their inputs to TF32
+   * (10-bit mantissa) on the tensor cores and accumulate in f32
+   * (run.precision = "tf32"; compute_precision then says TESSERA_F32),
+   * else 0: f32 products in full f32. */
+  int32_t (*compute_tf32)(void* ctx);
 } tessera_host_api;
 
 #ifdef __cplusplus

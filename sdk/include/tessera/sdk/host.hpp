@@ -80,6 +80,13 @@ class Host {
   [[nodiscard]] tessera_dtype compute_precision() const noexcept {
     return has_devices() ? api_->compute_precision(api_->ctx) : TESSERA_F32;
   }
+  // Whether f32 matrix products may run in TF32 (run.precision = "tf32";
+  // false before host ABI 1.9).
+  [[nodiscard]] bool compute_tf32() const noexcept {
+    return api_ != nullptr &&
+           api_->struct_size >= offsetof(tessera_host_api, compute_tf32) + sizeof(void*) &&
+           api_->compute_tf32 != nullptr && api_->compute_tf32(api_->ctx) != 0;
+  }
   // The device whose kernels read `ptr` in place (CPU before host ABI 1.5).
   [[nodiscard]] tessera_device pointer_device(const void* ptr) const noexcept {
     tessera_device d{TESSERA_DEVICE_CPU, 0};
