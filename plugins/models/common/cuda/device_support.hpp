@@ -38,7 +38,11 @@ inline void check(cublasStatus_t status, const std::string& unit, const char* ca
 
 // A stream and a cuBLAS handle on it, per thread and device, the run's
 // precision of matrix products, and scratch for their 16-bit inputs.
+// Device memory comes from the device's stream-ordered pool (the caching
+// allocator: see DeviceArray) where the device has one.
 struct Lane {
+  int32_t device = 0;
+  bool pooled = false;  // cudaMallocAsync from the device's default pool
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   tessera_dtype precision = TESSERA_F32;
@@ -49,13 +53,47 @@ struct Lane {
   Lane(const Lane&) = delete;
   Lane& operator=(const Lane&) = delete;
   ~Lane() {
-    if (scratch != nullptr) cudaFree(scratch);
+    if (scratch != nullptr) pooled ? cudaFreeAsync(scratch, stream) : cudaFree(scratch);
     if (blas != nullptr) cublasDestroy(blas);
-    if (stream != nullptr) cudaStreamDestroy(stream);
+    if (stream != nullptr) {
+      cudaStreamSynchronize(stream);
+      cudaStreamDestroy(stream);
+    }
   }
-  // At least `bytes` of device scratch (grown after the stream's work).
+  // At least `bytes` of device scratch, usable on `stream`.
   void* ensure_scratch(size_t bytes, const std::string& unit);
+  // `bytes` of device memory usable on `stream` (in stream order) and, once
+  // the stream has been synchronised, anywhere; and its release after the
+  // work queued on `stream` so far.
+  void* allocate(size_t bytes, const std::string& unit) const {
+    void* ptr = nullptr;
+    check(pooled ? cudaMallocAsync(&ptr, bytes, stream) : cudaMalloc(&ptr, bytes), unit,
+          pooled ? "cudaMallocAsync" : "cudaMalloc");
+    return ptr;
+  }
+  void release(void* ptr, const std::string& unit) const {
+    if (ptr == nullptr) return;
+    check(pooled ? cudaFreeAsync(ptr, stream) : cudaFree(ptr), unit,
+          pooled ? "cudaFreeAsync" : "cudaFree");
+  }
 };
+
+// Makes `device`'s default memory pool a cache: memory freed into it stays
+// reserved for the next allocation instead of going back to the driver at
+// every synchronisation (the pool's default release threshold is 0).
+// False when the device has no stream-ordered pools.
+inline bool keep_pool(int32_t device, const std::string& unit) {
+  int supported = 0;
+  check(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device), unit,
+        "cudaDeviceGetAttribute");
+  if (supported == 0) return false;
+  cudaMemPool_t pool = nullptr;
+  check(cudaDeviceGetDefaultMemPool(&pool, device), unit, "cudaDeviceGetDefaultMemPool");
+  uint64_t keep = UINT64_MAX;
+  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), unit,
+        "cudaMemPoolSetAttribute");
+  return true;
+}
 
 // Makes the rank's device current and returns this thread's lane on it.
 inline Lane& lane(const sdk::Host& host, const std::string& unit) {
@@ -67,6 +105,8 @@ inline Lane& lane(const sdk::Host& host, const std::string& unit) {
   std::unique_ptr<Lane>& slot = lanes[device.index];
   if (!slot) {
     auto made = std::make_unique<Lane>();
+    made->device = device.index;
+    made->pooled = keep_pool(device.index, unit);
     check(cudaStreamCreateWithFlags(&made->stream, cudaStreamNonBlocking), unit,
           "cudaStreamCreate");
     check(cublasCreate(&made->blas), unit, "cublasCreate");
@@ -92,35 +132,61 @@ inline Lane& lane(const sdk::Host& host, const std::string& unit) {
 
 inline void* Lane::ensure_scratch(size_t bytes, const std::string& unit) {
   if (bytes > scratch_bytes) {
-    check(cudaStreamSynchronize(stream), unit, "cudaStreamSynchronize");
-    if (scratch != nullptr) check(cudaFree(scratch), unit, "cudaFree");
+    // In stream order: the products queued before still read the old one.
+    release(scratch, unit);
     scratch = nullptr;
     scratch_bytes = 0;
-    check(cudaMalloc(&scratch, bytes), unit, "cudaMalloc");
+    scratch = allocate(bytes, unit);
     scratch_bytes = bytes;
   }
   return scratch;
 }
 
-// Device memory that grows and is kept (a context's activations);
-// `managed` memory the host may read too (what a unit hands back).
+// Device memory that grows and is kept (a context's activations), from
+// the device's pool, so that contexts made and dropped step after step
+// (activation checkpointing, strategies that free them) reuse memory
+// without a cudaMalloc or a device synchronisation; or `managed` memory
+// the host may read too (what a unit hands back). Every unit call
+// synchronises its stream before it returns, so between calls an array
+// holds no pending work and may be used from any thread's stream.
 class DeviceArray {
  public:
   explicit DeviceArray(bool managed = false) : managed_(managed) {}
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray& operator=(const DeviceArray&) = delete;
   ~DeviceArray() {
-    if (data_ != nullptr) cudaFree(data_);
+    if (data_ == nullptr) return;
+    if (!pooled_) {
+      cudaFree(data_);
+      return;
+    }
+    // Nothing is queued on it (see above): back to its device's pool.
+    int current = 0;
+    if (cudaGetDevice(&current) != cudaSuccess) current = device_;
+    cudaSetDevice(device_);
+    cudaFreeAsync(data_, cudaStreamPerThread);
+    cudaSetDevice(current);
   }
   template <typename T = float>
-  T* ensure(size_t count, const std::string& unit) {
+  T* ensure(size_t count, const Lane& l, const std::string& unit) {
     const size_t bytes = count * sizeof(T);
     if (bytes > bytes_) {
-      if (data_ != nullptr) check(cudaFree(data_), unit, "cudaFree");
+      if (managed_) {
+        if (data_ != nullptr) check(cudaFree(data_), unit, "cudaFree");
+      } else if (pooled_) {
+        l.release(data_, unit);  // after the work queued on the lane's stream
+      } else if (data_ != nullptr) {
+        check(cudaFree(data_), unit, "cudaFree");
+      }
       data_ = nullptr;
       bytes_ = 0;
-      check(managed_ ? cudaMallocManaged(&data_, bytes) : cudaMalloc(&data_, bytes), unit,
-            managed_ ? "cudaMallocManaged" : "cudaMalloc");
+      if (managed_) {
+        check(cudaMallocManaged(&data_, bytes), unit, "cudaMallocManaged");
+      } else {
+        data_ = l.allocate(bytes, unit);
+        pooled_ = l.pooled;
+        device_ = l.device;
+      }
       bytes_ = bytes;
     }
     return static_cast<T*>(data_);
@@ -133,6 +199,8 @@ class DeviceArray {
 
  private:
   bool managed_;
+  bool pooled_ = false;  // from `device_`'s pool (cudaMallocAsync)
+  int32_t device_ = 0;
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
@@ -152,7 +220,7 @@ inline bool device_readable(const void* ptr) {
 inline const float* readable(const float* ptr, size_t count, DeviceArray& staging, const Lane& l,
                              const std::string& unit) {
   if (ptr == nullptr || device_readable(ptr)) return ptr;
-  float* copy = staging.ensure(count, unit);
+  float* copy = staging.ensure(count, l, unit);
   check(cudaMemcpyAsync(copy, ptr, count * sizeof(float), cudaMemcpyHostToDevice, l.stream), unit,
         "cudaMemcpyAsync");
   return copy;
@@ -170,7 +238,7 @@ class GradTarget {
       host_ = nullptr;
       return;
     }
-    device_ = staging.ensure(count, unit);
+    device_ = staging.ensure(count, l, unit);
     check(cudaMemcpyAsync(device_, grad, count * sizeof(float), cudaMemcpyHostToDevice, l.stream),
           unit, "cudaMemcpyAsync");
   }
@@ -245,7 +313,7 @@ inline const int32_t* upload_ids(std::span<const int32_t> ids, int64_t bound, co
     TESSERA_CHECK(ids[r] >= 0 && ids[r] < bound, TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit,
                   "': ", what, " ", ids[r], " ", at, " ", r, " is outside [0, ", bound, ")");
   }
-  auto* device = to.ensure<int32_t>(ids.size(), unit);
+  auto* device = to.ensure<int32_t>(ids.size(), l, unit);
   if (!ids.empty()) {
     check(cudaMemcpyAsync(device, ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
                           l.stream),
@@ -316,7 +384,7 @@ inline int64_t take_input(const Unit& unit, int64_t width, const UnitInput& inpu
     rows = input.x.rows;
   }
   const auto count = static_cast<size_t>(rows * width);
-  float* to = saved.ensure(count, name);
+  float* to = saved.ensure(count, l, name);
   if (count > 0) {
     check(cudaMemcpyAsync(to, from, count * sizeof(float), cudaMemcpyDefault, l.stream), name,
           "cudaMemcpyAsync");
@@ -350,10 +418,10 @@ inline float* cross_entropy(Lane& l, const float* logits, const int32_t* targets
                             int64_t cols, float scale, CrossEntropyArrays& a, float* host_loss,
                             const std::string& unit) {
   const auto un = static_cast<size_t>(rows);
-  float* probs = a.probs.ensure(un * cols, unit);
-  auto* row_loss = a.row_loss.ensure<double>(un, unit);
+  float* probs = a.probs.ensure(un * cols, l, unit);
+  auto* row_loss = a.row_loss.ensure<double>(un, l, unit);
   softmax_xent(logits, targets, rows, cols, probs, row_loss, l.stream);
-  float* loss = a.loss_out.ensure(1, unit);
+  float* loss = a.loss_out.ensure(1, l, unit);
   sum_loss(row_loss, rows, static_cast<double>(scale), loss, l.stream);
   check(cudaMemcpyAsync(host_loss, loss, sizeof(float), cudaMemcpyDeviceToHost, l.stream), unit,
         "cudaMemcpyAsync");
@@ -383,7 +451,7 @@ inline int64_t take_rows(const Unit& unit, int64_t d, const UnitInput& input, De
   TESSERA_CHECK(!input.x.empty() && input.x.rows == n && input.x.cols == d,
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit.name(), "': input is ", input.x.rows,
                 "x", input.x.cols, ", expected ", n, "x", d);
-  copy_device(saved.ensure(static_cast<size_t>(n * d), unit.name()), input.x.data,
+  copy_device(saved.ensure(static_cast<size_t>(n * d), l, unit.name()), input.x.data,
               static_cast<size_t>(n * d), l, unit.name());
   return n;
 }

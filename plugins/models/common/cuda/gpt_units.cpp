@@ -63,7 +63,7 @@ class CudaEmbedding final : public TwinnedUnit {
         upload_ids(input.batch->tokens, vocab_, "token", "at position", c.tokens, l, name_);
     c.params.bind(params, specs_, l, name_);
     const int64_t n = c.batch * seq;
-    float* x = c.x.ensure(static_cast<size_t>(n * d_), name_);
+    float* x = c.x.ensure(static_cast<size_t>(n * d_), l, name_);
     embedding_forward(tokens, c.params[0], positions_ ? c.params[1] : nullptr, c.batch, seq, d_, x,
                       l.stream);
     finish_call(l, name_);
@@ -143,26 +143,26 @@ class CudaGptBlock final : public TwinnedUnit {
     const auto un = static_cast<size_t>(n);
     c.params.bind(params, specs_, l, name_);
     const Operands& p = c.params;
-    float* h1 = c.h1.ensure(un * d, name_);
-    layernorm_forward(c.x.get(), p[kLn1G], p[kLn1B], n, d, h1, c.mean1.ensure(un, name_),
-                      c.rstd1.ensure(un, name_), l.stream);
-    float* qkv = c.qkv.ensure(un * 3 * d, name_);
+    float* h1 = c.h1.ensure(un * d, l, name_);
+    layernorm_forward(c.x.get(), p[kLn1G], p[kLn1B], n, d, h1, c.mean1.ensure(un, l, name_),
+                      c.rstd1.ensure(un, l, name_), l.stream);
+    float* qkv = c.qkv.ensure(un * 3 * d, l, name_);
     gemm(l, false, false, n, 3 * d, d, 1.0f, h1, d, p[kQkvW], 3 * d, 0.0f, qkv, 3 * d, name_);
     bias_residual(qkv, p[kQkvB], nullptr, n, 3 * d, l.stream);
-    float* attn = c.attn.ensure(un * d, name_);
-    attention_forward(attention(qkv, c.batch, c.seq), attn, c.lse.ensure(un * heads_, name_),
+    float* attn = c.attn.ensure(un * d, l, name_);
+    attention_forward(attention(qkv, c.batch, c.seq), attn, c.lse.ensure(un * heads_, l, name_),
                       l.stream);
-    float* x2 = c.x2.ensure(un * d, name_);
+    float* x2 = c.x2.ensure(un * d, l, name_);
     gemm(l, false, false, n, d, d, 1.0f, attn, d, p[kAttnProjW], d, 0.0f, x2, d, name_);
     bias_residual(x2, p[kAttnProjB], c.x.get(), n, d, l.stream);
-    float* h2 = c.h2.ensure(un * d, name_);
-    layernorm_forward(x2, p[kLn2G], p[kLn2B], n, d, h2, c.mean2.ensure(un, name_),
-                      c.rstd2.ensure(un, name_), l.stream);
-    float* u = c.u.ensure(un * hid, name_);
-    float* act = c.act.ensure(un * hid, name_);
+    float* h2 = c.h2.ensure(un * d, l, name_);
+    layernorm_forward(x2, p[kLn2G], p[kLn2B], n, d, h2, c.mean2.ensure(un, l, name_),
+                      c.rstd2.ensure(un, l, name_), l.stream);
+    float* u = c.u.ensure(un * hid, l, name_);
+    float* act = c.act.ensure(un * hid, l, name_);
     gemm(l, false, false, n, hid, d, 1.0f, h2, d, p[kFcW], hid, 0.0f, u, hid, name_);
     bias_activation(u, p[kFcB], act, n, hid, Act::gelu, l.stream);
-    float* y = c.y.ensure(un * d, name_);
+    float* y = c.y.ensure(un * d, l, name_);
     gemm(l, false, false, n, d, hid, 1.0f, act, hid, p[kProjW], d, 0.0f, y, d, name_);
     bias_residual(y, p[kProjB], x2, n, d, l.stream);
     finish_call(l, name_);
@@ -188,16 +188,16 @@ class CudaGptBlock final : public TwinnedUnit {
     // MLP: y = x2 + gelu(h2·fc_w + fc_b)·proj_w + proj_b.
     gemm(l, true, false, hid, d, n, 1.0f, c.act.get(), hid, dy, d, 1.0f, g[kProjW], d, name_);
     column_sum_add(dy, n, d, g[kProjB], l.stream);
-    float* dact = c.dact.ensure(un * hid, name_);
+    float* dact = c.dact.ensure(un * hid, l, name_);
     gemm(l, false, true, n, hid, d, 1.0f, dy, d, p[kProjW], d, 0.0f, dact, hid, name_);
-    float* du = c.du.ensure(un * hid, name_);
+    float* du = c.du.ensure(un * hid, l, name_);
     activation_backward(c.u.get(), dact, du, n * hid, Act::gelu, l.stream);
     gemm(l, true, false, d, hid, n, 1.0f, c.h2.get(), d, du, hid, 1.0f, g[kFcW], hid, name_);
     column_sum_add(du, n, hid, g[kFcB], l.stream);
-    float* dh2 = c.dh2.ensure(un * d, name_);
+    float* dh2 = c.dh2.ensure(un * d, l, name_);
     gemm(l, false, true, n, d, hid, 1.0f, du, hid, p[kFcW], hid, 0.0f, dh2, d, name_);
     // The residual's gradient plus the second LayerNorm's.
-    float* dx2 = c.dx2.ensure(un * d, name_);
+    float* dx2 = c.dx2.ensure(un * d, l, name_);
     copy_device(dx2, dy, un * d, l, name_);
     layernorm_backward_input(c.x2.get(), p[kLn2G], c.mean2.get(), c.rstd2.get(), dh2, n, d, dx2,
                              true, l.stream);
@@ -206,18 +206,19 @@ class CudaGptBlock final : public TwinnedUnit {
     // Attention: x2 = x + attn·attn_proj_w + attn_proj_b.
     gemm(l, true, false, d, d, n, 1.0f, c.attn.get(), d, dx2, d, 1.0f, g[kAttnProjW], d, name_);
     column_sum_add(dx2, n, d, g[kAttnProjB], l.stream);
-    float* dattn = c.dattn.ensure(un * d, name_);
+    float* dattn = c.dattn.ensure(un * d, l, name_);
     gemm(l, false, true, n, d, d, 1.0f, dx2, d, p[kAttnProjW], d, 0.0f, dattn, d, name_);
-    float* dqkv = c.dqkv.ensure(un * 3 * d, name_);
+    float* dqkv = c.dqkv.ensure(un * 3 * d, l, name_);
     attention_backward(attention(c.qkv.get(), c.batch, c.seq), c.attn.get(), c.lse.get(), dattn,
-                       c.delta.ensure(un * heads_, name_), dqkv, dqkv + d, dqkv + 2 * d, l.stream);
+                       c.delta.ensure(un * heads_, l, name_), dqkv, dqkv + d, dqkv + 2 * d,
+                       l.stream);
     gemm(l, true, false, d, 3 * d, n, 1.0f, c.h1.get(), d, dqkv, 3 * d, 1.0f, g[kQkvW], 3 * d,
          name_);
     column_sum_add(dqkv, n, 3 * d, g[kQkvB], l.stream);
-    float* dh1 = c.dh1.ensure(un * d, name_);
+    float* dh1 = c.dh1.ensure(un * d, l, name_);
     gemm(l, false, true, n, d, 3 * d, 1.0f, dqkv, 3 * d, p[kQkvW], 3 * d, 0.0f, dh1, d, name_);
     // The input's gradient: the residual's plus the first LayerNorm's.
-    float* dx = c.dx.ensure(un * d, name_);
+    float* dx = c.dx.ensure(un * d, l, name_);
     copy_device(dx, dx2, un * d, l, name_);
     layernorm_backward_input(c.x.get(), p[kLn1G], c.mean1.get(), c.rstd1.get(), dh1, n, d, dx, true,
                              l.stream);
@@ -307,14 +308,15 @@ class CudaHead final : public TwinnedUnit {
         upload_ids(input.batch->targets, vocab_, "target", "at position", c.targets, l, name_);
     c.params.bind(params, specs_, l, name_);
     const Operands& p = c.params;
-    float* h = c.h.ensure(un * d_, name_);
-    float* rstd = c.rstd.ensure(un, name_);
+    float* h = c.h.ensure(un * d_, l, name_);
+    float* rstd = c.rstd.ensure(un, l, name_);
     if (norm_ == Norm::layer) {
-      layernorm_forward(c.x.get(), p[0], p[1], n, d_, h, c.mean.ensure(un, name_), rstd, l.stream);
+      layernorm_forward(c.x.get(), p[0], p[1], n, d_, h, c.mean.ensure(un, l, name_), rstd,
+                        l.stream);
     } else {
       rmsnorm_forward(c.x.get(), p[0], n, d_, eps_, h, rstd, l.stream);
     }
-    float* logits = c.logits.ensure(un * vocab_, name_);
+    float* logits = c.logits.ensure(un * vocab_, l, name_);
     gemm(l, false, vocab_rows(), n, vocab_, d_, 1.0f, h, d_, p[w_], w_stride(), 0.0f, logits,
          vocab_, name_);
     cross_entropy(l, logits, targets, n, vocab_, input.loss_scale, c.xent, &c.loss, name_);
@@ -336,10 +338,10 @@ class CudaHead final : public TwinnedUnit {
     c.grads.bind(grads, specs_, l, name_);
     const Operands& p = c.params;
     const GradTargets& g = c.grads;
-    float* dlogits = c.dlogits.ensure(un * vocab_, name_);
+    float* dlogits = c.dlogits.ensure(un * vocab_, l, name_);
     xent_backward(c.xent.probs.get(), c.targets.get<int32_t>(), n, vocab_, c.scale * g_out, dlogits,
                   l.stream);
-    float* dh = c.dh.ensure(un * d_, name_);
+    float* dh = c.dh.ensure(un * d_, l, name_);
     if (vocab_rows()) {
       // logits = h·wᵀ: dw += dlogitsᵀ·h, dh = dlogits·w.
       gemm(l, true, false, vocab_, d_, n, 1.0f, dlogits, vocab_, c.h.get(), d_, 1.0f, g[w_], d_,
@@ -351,7 +353,7 @@ class CudaHead final : public TwinnedUnit {
     }
     gemm(l, false, !vocab_rows(), n, d_, vocab_, 1.0f, dlogits, vocab_, p[w_], w_stride(), 0.0f, dh,
          d_, name_);
-    float* dx = c.dx.ensure(un * d_, name_);
+    float* dx = c.dx.ensure(un * d_, l, name_);
     if (norm_ == Norm::layer) {
       layernorm_backward_input(c.x.get(), p[0], c.mean.get(), c.rstd.get(), dh, n, d_, dx, false,
                                l.stream);

@@ -88,32 +88,33 @@ class CudaLlamaBlock final : public TwinnedUnit {
     c.params.bind(params, specs_, l, name_);
     const Operands& p = c.params;
     // Attention: h1 = rmsnorm(x)·g1; q, k, v; RoPE on q and k.
-    float* h1 = c.h1.ensure(un * d, name_);
-    rmsnorm_forward(c.x.get(), p[kAttnNormG], n, d, eps_, h1, c.rstd1.ensure(un, name_), l.stream);
-    float* q = c.q.ensure(un * d, name_);
-    float* k = c.k.ensure(un * kvd, name_);
-    float* v = c.v.ensure(un * kvd, name_);
+    float* h1 = c.h1.ensure(un * d, l, name_);
+    rmsnorm_forward(c.x.get(), p[kAttnNormG], n, d, eps_, h1, c.rstd1.ensure(un, l, name_),
+                    l.stream);
+    float* q = c.q.ensure(un * d, l, name_);
+    float* k = c.k.ensure(un * kvd, l, name_);
+    float* v = c.v.ensure(un * kvd, l, name_);
     gemm(l, false, false, n, d, d, 1.0f, h1, d, p[kWq], d, 0.0f, q, d, name_);
     gemm(l, false, false, n, kvd, d, 1.0f, h1, d, p[kWk], kvd, 0.0f, k, kvd, name_);
     gemm(l, false, false, n, kvd, d, 1.0f, h1, d, p[kWv], kvd, 0.0f, v, kvd, name_);
     rope_apply(q, n, c.seq, heads_, hd_, c.cos.get(), c.sin.get(), false, l.stream);
     rope_apply(k, n, c.seq, kv_heads_, hd_, c.cos.get(), c.sin.get(), false, l.stream);
-    float* attn = c.attn.ensure(un * d, name_);
-    attention_forward(attention(c), attn, c.lse.ensure(un * heads_, name_), l.stream);
+    float* attn = c.attn.ensure(un * d, l, name_);
+    attention_forward(attention(c), attn, c.lse.ensure(un * heads_, l, name_), l.stream);
     // x2 = x + attn·wo.
-    float* x2 = c.x2.ensure(un * d, name_);
+    float* x2 = c.x2.ensure(un * d, l, name_);
     gemm(l, false, false, n, d, d, 1.0f, attn, d, p[kWo], d, 0.0f, x2, d, name_);
     bias_residual(x2, nullptr, c.x.get(), n, d, l.stream);
     // y = x2 + (silu(h2·w_gate) ⊙ h2·w_up)·w_down, h2 = rmsnorm(x2)·g2.
-    float* h2 = c.h2.ensure(un * d, name_);
-    rmsnorm_forward(x2, p[kMlpNormG], n, d, eps_, h2, c.rstd2.ensure(un, name_), l.stream);
-    float* gate = c.gate.ensure(un * ffn_, name_);
-    float* up = c.up.ensure(un * ffn_, name_);
-    float* act = c.act.ensure(un * ffn_, name_);
+    float* h2 = c.h2.ensure(un * d, l, name_);
+    rmsnorm_forward(x2, p[kMlpNormG], n, d, eps_, h2, c.rstd2.ensure(un, l, name_), l.stream);
+    float* gate = c.gate.ensure(un * ffn_, l, name_);
+    float* up = c.up.ensure(un * ffn_, l, name_);
+    float* act = c.act.ensure(un * ffn_, l, name_);
     gemm(l, false, false, n, ffn_, d, 1.0f, h2, d, p[kWGate], ffn_, 0.0f, gate, ffn_, name_);
     gemm(l, false, false, n, ffn_, d, 1.0f, h2, d, p[kWUp], ffn_, 0.0f, up, ffn_, name_);
     swiglu_forward(gate, up, n * ffn_, act, l.stream);
-    float* y = c.y.ensure(un * d, name_);
+    float* y = c.y.ensure(un * d, l, name_);
     gemm(l, false, false, n, d, ffn_, 1.0f, act, ffn_, p[kWDown], d, 0.0f, y, d, name_);
     bias_residual(y, nullptr, x2, n, d, l.stream);
     finish_call(l, name_);
@@ -139,42 +140,42 @@ class CudaLlamaBlock final : public TwinnedUnit {
     const GradTargets& g = c.grads;
     // MLP.
     gemm(l, true, false, ffn, d, n, 1.0f, c.act.get(), ffn, dy, d, 1.0f, g[kWDown], d, name_);
-    float* dact = c.dact.ensure(un * ffn, name_);
+    float* dact = c.dact.ensure(un * ffn, l, name_);
     gemm(l, false, true, n, ffn, d, 1.0f, dy, d, p[kWDown], d, 0.0f, dact, ffn, name_);
-    float* dgate = c.dgate.ensure(un * ffn, name_);
-    float* dup = c.dup.ensure(un * ffn, name_);
+    float* dgate = c.dgate.ensure(un * ffn, l, name_);
+    float* dup = c.dup.ensure(un * ffn, l, name_);
     swiglu_backward(c.gate.get(), c.up.get(), dact, n * ffn, dgate, dup, l.stream);
     gemm(l, true, false, d, ffn, n, 1.0f, c.h2.get(), d, dgate, ffn, 1.0f, g[kWGate], ffn, name_);
     gemm(l, true, false, d, ffn, n, 1.0f, c.h2.get(), d, dup, ffn, 1.0f, g[kWUp], ffn, name_);
-    float* dh2 = c.dh2.ensure(un * d, name_);
+    float* dh2 = c.dh2.ensure(un * d, l, name_);
     gemm(l, false, true, n, d, ffn, 1.0f, dgate, ffn, p[kWGate], ffn, 0.0f, dh2, d, name_);
     gemm(l, false, true, n, d, ffn, 1.0f, dup, ffn, p[kWUp], ffn, 1.0f, dh2, d, name_);
     // The residual's gradient plus the second RMSNorm's.
-    float* dx2 = c.dx2.ensure(un * d, name_);
+    float* dx2 = c.dx2.ensure(un * d, l, name_);
     copy_device(dx2, dy, un * d, l, name_);
     rmsnorm_backward_input(c.x2.get(), p[kMlpNormG], c.rstd2.get(), dh2, n, d, dx2, true, l.stream);
     rmsnorm_backward_params(c.x2.get(), c.rstd2.get(), dh2, n, d, g[kMlpNormG], l.stream);
     // Attention: x2 = x + attn·wo.
     gemm(l, true, false, d, d, n, 1.0f, c.attn.get(), d, dx2, d, 1.0f, g[kWo], d, name_);
-    float* dattn = c.dattn.ensure(un * d, name_);
+    float* dattn = c.dattn.ensure(un * d, l, name_);
     gemm(l, false, true, n, d, d, 1.0f, dx2, d, p[kWo], d, 0.0f, dattn, d, name_);
-    float* dq = c.dq.ensure(un * d, name_);
-    float* dk = c.dk.ensure(un * kvd, name_);
-    float* dv = c.dv.ensure(un * kvd, name_);
+    float* dq = c.dq.ensure(un * d, l, name_);
+    float* dk = c.dk.ensure(un * kvd, l, name_);
+    float* dv = c.dv.ensure(un * kvd, l, name_);
     attention_backward(attention(c), c.attn.get(), c.lse.get(), dattn,
-                       c.delta.ensure(un * heads_, name_), dq, dk, dv, l.stream);
+                       c.delta.ensure(un * heads_, l, name_), dq, dk, dv, l.stream);
     // Back through the rotations (their transposes), then the projections.
     rope_apply(dq, n, c.seq, heads_, hd_, c.cos.get(), c.sin.get(), true, l.stream);
     rope_apply(dk, n, c.seq, kv_heads_, hd_, c.cos.get(), c.sin.get(), true, l.stream);
     gemm(l, true, false, d, d, n, 1.0f, c.h1.get(), d, dq, d, 1.0f, g[kWq], d, name_);
     gemm(l, true, false, d, kvd, n, 1.0f, c.h1.get(), d, dk, kvd, 1.0f, g[kWk], kvd, name_);
     gemm(l, true, false, d, kvd, n, 1.0f, c.h1.get(), d, dv, kvd, 1.0f, g[kWv], kvd, name_);
-    float* dh1 = c.dh1.ensure(un * d, name_);
+    float* dh1 = c.dh1.ensure(un * d, l, name_);
     gemm(l, false, true, n, d, d, 1.0f, dq, d, p[kWq], d, 0.0f, dh1, d, name_);
     gemm(l, false, true, n, d, kvd, 1.0f, dk, kvd, p[kWk], kvd, 1.0f, dh1, d, name_);
     gemm(l, false, true, n, d, kvd, 1.0f, dv, kvd, p[kWv], kvd, 1.0f, dh1, d, name_);
     // The input's gradient: the residual's plus the first RMSNorm's.
-    float* dx = c.dx.ensure(un * d, name_);
+    float* dx = c.dx.ensure(un * d, l, name_);
     copy_device(dx, dx2, un * d, l, name_);
     rmsnorm_backward_input(c.x.get(), p[kAttnNormG], c.rstd1.get(), dh1, n, d, dx, true, l.stream);
     rmsnorm_backward_params(c.x.get(), c.rstd1.get(), dh1, n, d, g[kAttnNormG], l.stream);
@@ -186,8 +187,8 @@ class CudaLlamaBlock final : public TwinnedUnit {
  private:
   void upload_tables(LlamaBlockContext& c, const Lane& l) const {
     if (c.cos.bytes() != 0) return;
-    float* cos = c.cos.ensure(cos_.size(), name_);
-    float* sin = c.sin.ensure(sin_.size(), name_);
+    float* cos = c.cos.ensure(cos_.size(), l, name_);
+    float* sin = c.sin.ensure(sin_.size(), l, name_);
     for (auto [to, from] : {std::pair{cos, &cos_}, std::pair{sin, &sin_}}) {
       check(cudaMemcpyAsync(to, from->data(), from->size() * sizeof(float), cudaMemcpyHostToDevice,
                             l.stream),

@@ -44,8 +44,8 @@ class CudaDense final : public TwinnedUnit {
     ctx.rows = n;
     const auto count = static_cast<size_t>(n * out_);
     ctx.params.bind(params, specs_, l, name_);
-    float* z = ctx.z.ensure(count, name_);
-    float* y = ctx.y.ensure(count, name_);
+    float* z = ctx.z.ensure(count, l, name_);
+    float* y = ctx.y.ensure(count, l, name_);
     gemm(l, false, false, n, out_, in_, 1.0f, ctx.x.get(), in_, ctx.params[0], out_, 0.0f, z, out_,
          name_);
     bias_activation(z, ctx.params[1], y, n, out_, act_, l.stream);
@@ -63,7 +63,7 @@ class CudaDense final : public TwinnedUnit {
     Lane& l = lane(host_, name_);
     const auto count = static_cast<size_t>(n * out_);
     const float* dy = output_gradient(*this, grad_output, n, out_, ctx.staging_dy, l);
-    float* dz = ctx.dz.ensure(count, name_);
+    float* dz = ctx.dz.ensure(count, l, name_);
     activation_backward(ctx.z.get(), dy, dz, static_cast<int64_t>(count), act_, l.stream);
     ctx.grads.bind(grads, specs_, l, name_);
     // dW += xᵀ·dz, db += Σ_rows dz.
@@ -74,7 +74,7 @@ class CudaDense final : public TwinnedUnit {
     ConstView result;
     if (!is_first()) {
       ctx.params.bind(params, specs_, l, name_);
-      float* dx = ctx.dx.ensure(static_cast<size_t>(n * in_), name_);
+      float* dx = ctx.dx.ensure(static_cast<size_t>(n * in_), l, name_);
       gemm(l, false, true, n, in_, out_, 1.0f, dz, out_, ctx.params[0], out_, 0.0f, dx, in_, name_);
       result = {dx, n, in_};
     }
@@ -130,7 +130,7 @@ class CudaClassifier final : public TwinnedUnit {
     ctx.scale = input.loss_scale;
     const auto count = static_cast<size_t>(n * classes_);
     ctx.params.bind(params, specs_, l, name_);
-    float* logits = ctx.logits.ensure(count, name_);
+    float* logits = ctx.logits.ensure(count, l, name_);
     gemm(l, false, false, n, classes_, in_, 1.0f, ctx.x.get(), in_, ctx.params[0], classes_, 0.0f,
          logits, classes_, name_);
     bias_activation(logits, ctx.params[1], nullptr, n, classes_, Act::none, l.stream);
@@ -149,7 +149,7 @@ class CudaClassifier final : public TwinnedUnit {
     const float g = loss_gradient(grad_output, name_);
     const int64_t n = ctx.rows;
     const auto count = static_cast<size_t>(n * classes_);
-    float* dlogits = ctx.dlogits.ensure(count, name_);
+    float* dlogits = ctx.dlogits.ensure(count, l, name_);
     xent_backward(ctx.xent.probs.get(), ctx.targets.get<int32_t>(), n, classes_, ctx.scale * g,
                   dlogits, l.stream);
     ctx.grads.bind(grads, specs_, l, name_);
@@ -160,7 +160,7 @@ class CudaClassifier final : public TwinnedUnit {
     ConstView result;
     if (!is_first()) {
       ctx.params.bind(params, specs_, l, name_);
-      float* dx = ctx.dx.ensure(static_cast<size_t>(n * in_), name_);
+      float* dx = ctx.dx.ensure(static_cast<size_t>(n * in_), l, name_);
       gemm(l, false, true, n, in_, classes_, 1.0f, dlogits, classes_, ctx.params[0], classes_, 0.0f,
            dx, in_, name_);
       result = {dx, n, in_};
