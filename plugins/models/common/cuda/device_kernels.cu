@@ -39,7 +39,7 @@ __device__ float act_derivative(float u, Act act) {
 __device__ float block_sum(float v, float* shared) {
   shared[threadIdx.x] = v;
   __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+  for (unsigned s = blockDim.x / 2; s > 0; s /= 2) {
     if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
     __syncthreads();
   }
@@ -51,7 +51,7 @@ __device__ float block_sum(float v, float* shared) {
 __device__ float block_max(float v, float* shared) {
   shared[threadIdx.x] = v;
   __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+  for (unsigned s = blockDim.x / 2; s > 0; s /= 2) {
     if (threadIdx.x < s) shared[threadIdx.x] = fmaxf(shared[threadIdx.x], shared[threadIdx.x + s]);
     __syncthreads();
   }
@@ -99,7 +99,7 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* targets,
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) mx = fmaxf(mx, in[j]);
   shared[threadIdx.x] = mx;
   __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+  for (unsigned s = blockDim.x / 2; s > 0; s /= 2) {
     if (threadIdx.x < s) shared[threadIdx.x] = fmaxf(shared[threadIdx.x], shared[threadIdx.x + s]);
     __syncthreads();
   }
@@ -113,7 +113,7 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* targets,
   }
   shared[threadIdx.x] = sum;
   __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+  for (unsigned s = blockDim.x / 2; s > 0; s /= 2) {
     if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
     __syncthreads();
   }

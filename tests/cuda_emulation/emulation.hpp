@@ -1,0 +1,53 @@
+// The launch of the kernel emulation (see include/cuda_runtime.h): the
+// CUDA units' kernel source, rewritten at configure time so that
+// `k<<<grid, block, shared, stream>>>(args)` reads
+// `::tessera::emu::launch(k)(grid, block, shared, stream)(args)`, runs on
+// CPU threads. The blocks of a launch run one after another; the threads
+// of a block are blockDim.x·y·z real threads meeting at a barrier for
+// every __syncthreads, so a kernel that reads shared memory another thread
+// writes without a barrier between is a data race ThreadSanitizer reports.
+// The launch returns once every block is done (a synchronous stream).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <functional>
+#include <tuple>
+#include <utility>
+
+namespace tessera::emu {
+
+// Runs `body` once per thread of every block of `grid`, with
+// `shared_bytes` of dynamic shared memory per block.
+void run_grid(dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<void()>& body);
+
+// How many launches ran since the process started (a test's check that a
+// host wrapper launched at all).
+std::size_t launches();
+
+template <typename... Params>
+class Launch {
+ public:
+  explicit Launch(void (*kernel)(Params...)) : kernel_(kernel) {}
+  // The launch configuration; the stream is ignored (every launch is
+  // synchronous).
+  auto operator()(dim3 grid, dim3 block, std::size_t shared = 0,
+                  cudaStream_t /*stream*/ = nullptr) const {
+    return [kernel = kernel_, grid, block, shared](auto&&... args) {
+      const std::tuple<Params...> params(std::forward<decltype(args)>(args)...);
+      // Each thread gets its own copies of the parameters, as on a device.
+      run_grid(grid, block, shared, [&] { std::apply(kernel, params); });
+    };
+  }
+
+ private:
+  void (*kernel_)(Params...);
+};
+
+template <typename... Params>
+Launch<Params...> launch(void (*kernel)(Params...)) {
+  return Launch<Params...>(kernel);
+}
+
+}  // namespace tessera::emu

@@ -1,0 +1,429 @@
+// The CUDA units' kernels, run on CPU threads by the emulation
+// (emulation.hpp), against the CPU kernels they mirror
+// (tessera/models/kernels.hpp) and, for the fused attention, against a
+// direct double-precision evaluation of causal softmax attention: every
+// row norm, the rotary embedding, SwiGLU, the embedding lookup and
+// scatter, the cross-entropy, and the attention forward and backward in
+// gpt's fused qkv layout and in llama's separate q, k, v with grouped
+// key/value heads. Sizes are chosen so that rows are wider than a block's
+// 256 threads where a kernel strides over them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "device_kernels.hpp"
+#include "emulation.hpp"
+#include "tessera/models/kernels.hpp"
+
+namespace tessera::model::cuda {
+namespace {
+
+std::vector<float> random_values(std::size_t count, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> out(count);
+  for (float& v : out) v = normal(gen);
+  return out;
+}
+
+// Every element within `tolerance` of the largest magnitude of `expected`.
+template <typename A, typename B>
+void expect_close(const std::vector<A>& actual, const std::vector<B>& expected, double tolerance,
+                  const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  double largest = 0.0;
+  for (const B& e : expected) largest = std::max(largest, std::fabs(static_cast<double>(e)));
+  double worst = 0.0;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    const double diff =
+        std::fabs(static_cast<double>(actual[i]) - static_cast<double>(expected[i]));
+    if (diff > worst) {
+      worst = diff;
+      at = i;
+    }
+  }
+  EXPECT_LE(worst, tolerance * std::max(largest, 1e-30))
+      << what << ": element " << at << " is " << actual[at] << ", expected " << expected[at]
+      << " (largest " << largest << ")";
+}
+
+constexpr double kTolerance = 1e-5;
+
+// The products' 16-bit inputs: rounded to nearest even, element by element.
+TEST(CudaKernelsEmulated, SixteenBitCopiesRoundToNearestEven) {
+  const std::vector<float> in = {1.0f, -2.0f, 1.00390625f, 1.01171875f, 65504.0f, 65520.0f, 6e-8f};
+  std::vector<uint16_t> bf16(in.size());
+  to_bf16(in.data(), bf16.data(), static_cast<int64_t>(in.size()), nullptr);
+  EXPECT_EQ(bf16, (std::vector<uint16_t>{0x3f80, 0xc000, 0x3f80, 0x3f82, 0x4780, 0x4780, 0x3381}));
+  std::vector<uint16_t> f16(in.size());
+  to_f16(in.data(), f16.data(), static_cast<int64_t>(in.size()), nullptr);
+  EXPECT_EQ(f16, (std::vector<uint16_t>{0x3c00, 0xc000, 0x3c04, 0x3c0c, 0x7bff, 0x7c00, 0x0001}));
+}
+
+TEST(CudaKernelsEmulated, RmsNormForwardAndBackwardMatchTheCpu) {
+  const int64_t rows = 5;
+  const int64_t d = 300;  // wider than a block
+  const float eps = 1e-5f;
+  const auto n = static_cast<std::size_t>(rows * d);
+  const std::vector<float> x = random_values(n, 1);
+  const std::vector<float> g = random_values(static_cast<std::size_t>(d), 2);
+  const std::vector<float> dy = random_values(n, 3);
+  std::vector<float> y_cpu(n);
+  std::vector<float> rstd_cpu(rows);
+  kernels::rmsnorm_forward(x.data(), g.data(), rows, d, eps, y_cpu.data(), rstd_cpu.data());
+  std::vector<float> y(n);
+  std::vector<float> rstd(rows);
+  const std::size_t before = emu::launches();
+  rmsnorm_forward(x.data(), g.data(), rows, d, eps, y.data(), rstd.data(), nullptr);
+  EXPECT_EQ(emu::launches(), before + 1);
+  expect_close(y, y_cpu, kTolerance, "y");
+  expect_close(rstd, rstd_cpu, kTolerance, "rstd");
+
+  std::vector<float> dx_cpu(n, 0.0f);
+  std::vector<float> dg_cpu(static_cast<std::size_t>(d), 0.5f);
+  kernels::rmsnorm_backward(x.data(), g.data(), rstd_cpu.data(), dy.data(), rows, d, dx_cpu.data(),
+                            dg_cpu.data());
+  std::vector<float> dx(n, 0.0f);
+  rmsnorm_backward_input(x.data(), g.data(), rstd.data(), dy.data(), rows, d, dx.data(), false,
+                         nullptr);
+  expect_close(dx, dx_cpu, kTolerance, "dx");
+  std::vector<float> dx_added(n, 1.0f);  // accumulate: added to what is there
+  rmsnorm_backward_input(x.data(), g.data(), rstd.data(), dy.data(), rows, d, dx_added.data(), true,
+                         nullptr);
+  for (float& v : dx_cpu) v += 1.0f;
+  expect_close(dx_added, dx_cpu, kTolerance, "dx accumulated");
+  std::vector<float> dg(static_cast<std::size_t>(d), 0.5f);
+  rmsnorm_backward_params(x.data(), rstd.data(), dy.data(), rows, d, dg.data(), nullptr);
+  expect_close(dg, dg_cpu, kTolerance, "dg");
+}
+
+TEST(CudaKernelsEmulated, LayerNormForwardAndBackwardMatchTheCpu) {
+  const int64_t rows = 4;
+  const int64_t d = 270;
+  const auto n = static_cast<std::size_t>(rows * d);
+  const std::vector<float> x = random_values(n, 4, 2.0f);
+  const std::vector<float> g = random_values(static_cast<std::size_t>(d), 5);
+  const std::vector<float> b = random_values(static_cast<std::size_t>(d), 6);
+  const std::vector<float> dy = random_values(n, 7);
+  std::vector<float> y_cpu(n);
+  std::vector<float> mean_cpu(rows);
+  std::vector<float> rstd_cpu(rows);
+  kernels::layernorm_forward(x.data(), g.data(), b.data(), rows, d, y_cpu.data(), mean_cpu.data(),
+                             rstd_cpu.data());
+  std::vector<float> y(n);
+  std::vector<float> mean(rows);
+  std::vector<float> rstd(rows);
+  layernorm_forward(x.data(), g.data(), b.data(), rows, d, y.data(), mean.data(), rstd.data(),
+                    nullptr);
+  expect_close(y, y_cpu, kTolerance, "y");
+  expect_close(mean, mean_cpu, kTolerance, "mean");
+  expect_close(rstd, rstd_cpu, kTolerance, "rstd");
+
+  std::vector<float> dx_cpu(n, 0.0f);
+  std::vector<float> dg_cpu(static_cast<std::size_t>(d), 0.0f);
+  std::vector<float> db_cpu(static_cast<std::size_t>(d), 0.0f);
+  kernels::layernorm_backward(x.data(), g.data(), mean_cpu.data(), rstd_cpu.data(), dy.data(), rows,
+                              d, dx_cpu.data(), dg_cpu.data(), db_cpu.data());
+  std::vector<float> dx(n, 0.0f);
+  layernorm_backward_input(x.data(), g.data(), mean.data(), rstd.data(), dy.data(), rows, d,
+                           dx.data(), false, nullptr);
+  expect_close(dx, dx_cpu, kTolerance, "dx");
+  std::vector<float> dg(static_cast<std::size_t>(d), 0.0f);
+  std::vector<float> db(static_cast<std::size_t>(d), 0.0f);
+  layernorm_backward_params(x.data(), mean.data(), rstd.data(), dy.data(), rows, d, dg.data(),
+                            db.data(), nullptr);
+  expect_close(dg, dg_cpu, kTolerance, "dg");
+  expect_close(db, db_cpu, kTolerance, "db");
+}
+
+TEST(CudaKernelsEmulated, RotaryEmbeddingAndItsInverseMatchTheCpu) {
+  const int64_t batch = 2;
+  const int64_t seq = 6;
+  const int64_t heads = 3;
+  const int64_t hd = 8;
+  const int64_t rows = batch * seq;
+  std::vector<float> cos(static_cast<std::size_t>(seq * hd / 2));
+  std::vector<float> sin(cos.size());
+  kernels::rope_tables(seq, hd, 10000.0, cos.data(), sin.data());
+  const std::vector<float> x = random_values(static_cast<std::size_t>(rows * heads * hd), 8);
+  for (const bool inverse : {false, true}) {
+    std::vector<float> cpu = x;
+    kernels::rope_apply(cpu.data(), rows, seq, heads, hd, cos.data(), sin.data(), inverse);
+    std::vector<float> emulated = x;
+    rope_apply(emulated.data(), rows, seq, heads, hd, cos.data(), sin.data(), inverse, nullptr);
+    expect_close(emulated, cpu, 1e-6, inverse ? "inverse" : "forward");
+  }
+  // The inverse undoes the rotation.
+  std::vector<float> there_and_back = x;
+  rope_apply(there_and_back.data(), rows, seq, heads, hd, cos.data(), sin.data(), false, nullptr);
+  rope_apply(there_and_back.data(), rows, seq, heads, hd, cos.data(), sin.data(), true, nullptr);
+  expect_close(there_and_back, x, 1e-6, "rotated and back");
+}
+
+TEST(CudaKernelsEmulated, SwiGluAndItsGradientMatchTheCpu) {
+  const std::size_t count = 700;
+  const std::vector<float> gate = random_values(count, 9, 3.0f);
+  const std::vector<float> up = random_values(count, 10);
+  const std::vector<float> dy = random_values(count, 11);
+  std::vector<float> y_cpu(count);
+  kernels::swiglu_forward(gate.data(), up.data(), static_cast<int64_t>(count), y_cpu.data());
+  std::vector<float> y(count);
+  swiglu_forward(gate.data(), up.data(), static_cast<int64_t>(count), y.data(), nullptr);
+  expect_close(y, y_cpu, kTolerance, "y");
+  std::vector<float> dgate_cpu(count);
+  std::vector<float> dup_cpu(count);
+  kernels::swiglu_backward(gate.data(), up.data(), dy.data(), static_cast<int64_t>(count),
+                           dgate_cpu.data(), dup_cpu.data());
+  std::vector<float> dgate(count);
+  std::vector<float> dup(count);
+  swiglu_backward(gate.data(), up.data(), dy.data(), static_cast<int64_t>(count), dgate.data(),
+                  dup.data(), nullptr);
+  expect_close(dgate, dgate_cpu, kTolerance, "dgate");
+  expect_close(dup, dup_cpu, kTolerance, "dup");
+}
+
+TEST(CudaKernelsEmulated, EmbeddingWithAndWithoutPositions) {
+  const int64_t batch = 2;
+  const int64_t seq = 3;
+  const int64_t vocab = 5;
+  const int64_t d = 260;
+  const std::vector<int32_t> tokens = {4, 0, 4, 2, 2, 1};
+  const std::vector<float> wte = random_values(static_cast<std::size_t>(vocab * d), 12);
+  const std::vector<float> wpe = random_values(static_cast<std::size_t>(seq * d), 13);
+  const std::vector<float> dx = random_values(static_cast<std::size_t>(batch * seq * d), 14);
+  for (const bool positions : {true, false}) {
+    const std::string what = positions ? "with positions" : "without positions";
+    std::vector<float> x(dx.size());
+    embedding_forward(tokens.data(), wte.data(), positions ? wpe.data() : nullptr, batch, seq, d,
+                      x.data(), nullptr);
+    std::vector<double> x_ref(dx.size());
+    std::vector<double> dwte_ref(wte.size(), 0.0);
+    std::vector<double> dwpe_ref(wpe.size(), 0.0);
+    for (int64_t r = 0; r < batch * seq; ++r) {
+      for (int64_t j = 0; j < d; ++j) {
+        const auto at = static_cast<std::size_t>(r * d + j);
+        const auto token_at = static_cast<std::size_t>(tokens[static_cast<std::size_t>(r)] * d + j);
+        const auto position_at = static_cast<std::size_t>((r % seq) * d + j);
+        x_ref[at] = wte[token_at] + (positions ? wpe[position_at] : 0.0f);
+        dwte_ref[token_at] += dx[at];
+        dwpe_ref[position_at] += dx[at];
+      }
+    }
+    expect_close(x, x_ref, 1e-7, "lookup " + what);
+    std::vector<float> dwte(wte.size(), 0.0f);
+    std::vector<float> dwpe(wpe.size(), 0.0f);
+    embedding_backward(tokens.data(), dx.data(), batch, seq, d, dwte.data(),
+                       positions ? dwpe.data() : nullptr, nullptr);
+    expect_close(dwte, dwte_ref, kTolerance, "dwte " + what);
+    if (positions) {
+      expect_close(dwpe, dwpe_ref, kTolerance, "dwpe");
+    } else {
+      EXPECT_TRUE(std::all_of(dwpe.begin(), dwpe.end(), [](float v) { return v == 0.0f; }));
+    }
+  }
+}
+
+TEST(CudaKernelsEmulated, CrossEntropyMatchesTheCpu) {
+  const int64_t rows = 6;
+  const int64_t cols = 300;
+  const std::vector<float> logits = random_values(static_cast<std::size_t>(rows * cols), 15, 2.0f);
+  const std::vector<int32_t> targets = {0, 299, 17, 150, 150, 3};
+  std::vector<float> probs_cpu(logits.size());
+  const double loss_cpu = kernels::softmax_xent_forward(logits.data(), targets.data(), rows, cols,
+                                                        probs_cpu.data(), "test");
+  std::vector<float> probs(logits.size());
+  std::vector<double> row_loss(rows);
+  softmax_xent(logits.data(), targets.data(), rows, cols, probs.data(), row_loss.data(), nullptr);
+  expect_close(probs, probs_cpu, kTolerance, "probabilities");
+  float loss = 0.0f;
+  sum_loss(row_loss.data(), rows, 0.5, &loss, nullptr);
+  EXPECT_NEAR(loss, 0.5 * loss_cpu, 1e-5 * loss_cpu);
+  std::vector<float> dlogits_cpu(logits.size());
+  kernels::softmax_xent_backward(probs_cpu.data(), targets.data(), rows, cols, 0.25f,
+                                 dlogits_cpu.data());
+  std::vector<float> dlogits(logits.size());
+  xent_backward(probs.data(), targets.data(), rows, cols, 0.25f, dlogits.data(), nullptr);
+  expect_close(dlogits, dlogits_cpu, kTolerance, "dlogits");
+}
+
+// Causal attention evaluated directly in double: q [rows, heads·dh], k and
+// v [rows, kv_heads·dh] (query head h reading key/value head h / group),
+// and the gradients of Σ out ⊙ dout.
+struct AttentionReference {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+
+AttentionReference reference_attention(const std::vector<float>& q, const std::vector<float>& k,
+                                       const std::vector<float>& v, const std::vector<float>& dout,
+                                       int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                                       int64_t dh) {
+  const int64_t group = heads / kv_heads;
+  const int64_t qw = heads * dh;
+  const int64_t kw = kv_heads * dh;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
+  AttentionReference r;
+  r.out.assign(q.size(), 0.0);
+  r.dq.assign(q.size(), 0.0);
+  r.dk.assign(k.size(), 0.0);
+  r.dv.assign(v.size(), 0.0);
+  r.lse.assign(static_cast<std::size_t>(batch * heads * seq), 0.0);
+  auto at = [](int64_t row, int64_t width, int64_t col) {
+    return static_cast<std::size_t>(row * width + col);
+  };
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t g = h / group;
+      for (int64_t i = 0; i < seq; ++i) {
+        const int64_t qi = b * seq + i;
+        std::vector<double> p(static_cast<std::size_t>(i + 1));
+        double mx = -1e300;
+        for (int64_t j = 0; j <= i; ++j) {
+          double s = 0.0;
+          for (int64_t e = 0; e < dh; ++e) {
+            s +=
+                static_cast<double>(q[at(qi, qw, h * dh + e)]) * k[at(b * seq + j, kw, g * dh + e)];
+          }
+          p[static_cast<std::size_t>(j)] = s * scale;
+          mx = std::max(mx, s * scale);
+        }
+        double sum = 0.0;
+        for (double& pj : p) {
+          pj = std::exp(pj - mx);
+          sum += pj;
+        }
+        r.lse[static_cast<std::size_t>((b * heads + h) * seq + i)] = mx + std::log(sum);
+        for (double& pj : p) pj /= sum;
+        // out_i, then the gradients: dp_ij = dout_i·v_j, ds = p (dp − Σ p dp).
+        std::vector<double> dp(p.size());
+        double dot = 0.0;
+        for (int64_t j = 0; j <= i; ++j) {
+          const auto jj = static_cast<std::size_t>(j);
+          double d = 0.0;
+          for (int64_t e = 0; e < dh; ++e) {
+            const double vv = v[at(b * seq + j, kw, g * dh + e)];
+            r.out[at(qi, qw, h * dh + e)] += p[jj] * vv;
+            d += static_cast<double>(dout[at(qi, qw, h * dh + e)]) * vv;
+          }
+          dp[jj] = d;
+          dot += p[jj] * d;
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          const auto jj = static_cast<std::size_t>(j);
+          const double ds = p[jj] * (dp[jj] - dot);
+          for (int64_t e = 0; e < dh; ++e) {
+            r.dq[at(qi, qw, h * dh + e)] += scale * ds * k[at(b * seq + j, kw, g * dh + e)];
+            r.dk[at(b * seq + j, kw, g * dh + e)] += scale * ds * q[at(qi, qw, h * dh + e)];
+            r.dv[at(b * seq + j, kw, g * dh + e)] += p[jj] * dout[at(qi, qw, h * dh + e)];
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// llama's layout: q, k and v apart, 4 query heads on 2 key/value heads.
+TEST(CudaKernelsEmulated, GroupedQueryAttentionMatchesTheDirectEvaluation) {
+  const int64_t batch = 2;
+  const int64_t seq = 7;
+  const int64_t heads = 4;
+  const int64_t kv_heads = 2;
+  const int64_t dh = 6;
+  const int64_t rows = batch * seq;
+  const auto q_count = static_cast<std::size_t>(rows * heads * dh);
+  const auto kv_count = static_cast<std::size_t>(rows * kv_heads * dh);
+  const std::vector<float> q = random_values(q_count, 16);
+  const std::vector<float> k = random_values(kv_count, 17);
+  const std::vector<float> v = random_values(kv_count, 18);
+  const std::vector<float> dout = random_values(q_count, 19);
+  const AttentionReference ref =
+      reference_attention(q, k, v, dout, batch, seq, heads, kv_heads, dh);
+  const Attention a{q.data(),
+                    k.data(),
+                    v.data(),
+                    heads * dh,
+                    kv_heads * dh,
+                    batch,
+                    seq,
+                    heads,
+                    kv_heads,
+                    dh,
+                    1.0f / std::sqrt(static_cast<float>(dh))};
+  std::vector<float> out(q_count);
+  std::vector<float> lse(static_cast<std::size_t>(batch * heads * seq));
+  attention_forward(a, out.data(), lse.data(), nullptr);
+  expect_close(out, ref.out, kTolerance, "out");
+  expect_close(lse, ref.lse, kTolerance, "lse");
+  std::vector<float> delta(lse.size());
+  std::vector<float> dq(q_count, 7.0f);  // written, not added to
+  std::vector<float> dk(kv_count, 7.0f);
+  std::vector<float> dv(kv_count, 7.0f);
+  attention_backward(a, out.data(), lse.data(), dout.data(), delta.data(), dq.data(), dk.data(),
+                     dv.data(), nullptr);
+  expect_close(dq, ref.dq, kTolerance, "dq");
+  expect_close(dk, ref.dk, kTolerance, "dk (summed over each group's query heads)");
+  expect_close(dv, ref.dv, kTolerance, "dv (summed over each group's query heads)");
+}
+
+// gpt's layout: q, k and v side by side in one [rows, 3·d] qkv, one
+// key/value head per query head.
+TEST(CudaKernelsEmulated, FusedQkvAttentionMatchesTheDirectEvaluation) {
+  const int64_t batch = 2;
+  const int64_t seq = 5;
+  const int64_t heads = 3;
+  const int64_t dh = 4;
+  const int64_t d = heads * dh;
+  const int64_t rows = batch * seq;
+  const std::vector<float> qkv = random_values(static_cast<std::size_t>(rows * 3 * d), 20);
+  const std::vector<float> dout = random_values(static_cast<std::size_t>(rows * d), 21);
+  std::vector<float> q(static_cast<std::size_t>(rows * d));
+  std::vector<float> k(q.size());
+  std::vector<float> v(q.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < d; ++j) {
+      const auto to = static_cast<std::size_t>(r * d + j);
+      q[to] = qkv[static_cast<std::size_t>(r * 3 * d + j)];
+      k[to] = qkv[static_cast<std::size_t>(r * 3 * d + d + j)];
+      v[to] = qkv[static_cast<std::size_t>(r * 3 * d + 2 * d + j)];
+    }
+  }
+  const AttentionReference ref = reference_attention(q, k, v, dout, batch, seq, heads, heads, dh);
+  const Attention a{qkv.data(),
+                    qkv.data() + d,
+                    qkv.data() + 2 * d,
+                    3 * d,
+                    3 * d,
+                    batch,
+                    seq,
+                    heads,
+                    heads,
+                    dh,
+                    1.0f / std::sqrt(static_cast<float>(dh))};
+  std::vector<float> out(dout.size());
+  std::vector<float> lse(static_cast<std::size_t>(batch * heads * seq));
+  attention_forward(a, out.data(), lse.data(), nullptr);
+  expect_close(out, ref.out, kTolerance, "out");
+  std::vector<float> delta(lse.size());
+  std::vector<float> dqkv(qkv.size(), 0.0f);
+  attention_backward(a, out.data(), lse.data(), dout.data(), delta.data(), dqkv.data(),
+                     dqkv.data() + d, dqkv.data() + 2 * d, nullptr);
+  std::vector<double> ref_dqkv(qkv.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < d; ++j) {
+      const auto from = static_cast<std::size_t>(r * d + j);
+      ref_dqkv[static_cast<std::size_t>(r * 3 * d + j)] = ref.dq[from];
+      ref_dqkv[static_cast<std::size_t>(r * 3 * d + d + j)] = ref.dk[from];
+      ref_dqkv[static_cast<std::size_t>(r * 3 * d + 2 * d + j)] = ref.dv[from];
+    }
+  }
+  expect_close(dqkv, ref_dqkv, kTolerance, "dqkv");
+}
+
+}  // namespace
+}  // namespace tessera::model::cuda
