@@ -13,6 +13,28 @@ namespace {
 thread_local std::barrier<>* t_block_barrier = nullptr;
 std::vector<float> g_shared;  // the running launch's dynamic shared memory
 std::atomic<std::size_t> g_launches{0};
+std::atomic<unsigned> g_thread_limit{0};
+
+// Thread `t` of every block of `grid` in turn, on the calling thread, each
+// block's run ending at `barrier` (all of the block's threads meet there
+// before the next block reuses the shared arrays).
+void run_thread(dim3 grid, dim3 block, uint3 t, std::barrier<>& barrier,
+                const std::function<void()>& body) {
+  t_block_barrier = &barrier;
+  thread_idx = t;
+  block_dim = block;
+  grid_dim = grid;
+  for (unsigned bz = 0; bz < grid.z; ++bz) {
+    for (unsigned by = 0; by < grid.y; ++by) {
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        block_idx = {bx, by, bz};
+        body();
+        barrier.arrive_and_wait();
+      }
+    }
+  }
+  t_block_barrier = nullptr;
+}
 
 }  // namespace
 
@@ -22,33 +44,27 @@ float* dynamic_shared() { return g_shared.data(); }
 
 std::size_t launches() { return g_launches.load(); }
 
+void limit_block_threads(unsigned threads) { g_thread_limit.store(threads); }
+
 void run_grid(dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<void()>& body) {
   g_launches.fetch_add(1);
   g_shared.assign((shared_bytes + sizeof(float) - 1) / sizeof(float) + 1, 0.0f);
+  const unsigned limit = g_thread_limit.load();
+  if (limit > 0 && block.y == 1 && block.z == 1 && block.x > limit) block.x = limit;
   const auto threads = static_cast<std::ptrdiff_t>(block.x) * block.y * block.z;
   std::barrier<> barrier(threads);
+  if (threads == 1) {
+    // One thread per block: every block in the calling thread, in order.
+    run_thread(grid, block, {0, 0, 0}, barrier, body);
+    return;
+  }
   std::vector<std::thread> workers;
   workers.reserve(static_cast<std::size_t>(threads));
   for (unsigned tz = 0; tz < block.z; ++tz) {
     for (unsigned ty = 0; ty < block.y; ++ty) {
       for (unsigned tx = 0; tx < block.x; ++tx) {
         workers.emplace_back([&, tx, ty, tz] {
-          t_block_barrier = &barrier;
-          thread_idx = {tx, ty, tz};
-          block_dim = block;
-          grid_dim = grid;
-          for (unsigned bz = 0; bz < grid.z; ++bz) {
-            for (unsigned by = 0; by < grid.y; ++by) {
-              for (unsigned bx = 0; bx < grid.x; ++bx) {
-                block_idx = {bx, by, bz};
-                body();
-                // The whole block is done before the next one reuses the
-                // shared arrays.
-                barrier.arrive_and_wait();
-              }
-            }
-          }
-          t_block_barrier = nullptr;
+          run_thread(grid, block, {tx, ty, tz}, barrier, body);
         });
       }
     }

@@ -26,6 +26,23 @@ void run_grid(dim3 grid, dim3 block, std::size_t shared_bytes, const std::functi
 // host wrapper launched at all).
 std::size_t launches();
 
+// Runs every block with at most `threads` threads (a power of two; 0: as
+// launched) from here on; with 1, the blocks run one after another in the
+// calling thread. The kernels loop over blockDim and gridDim (grid-stride
+// loops) and size their reductions by blockDim, so fewer threads compute
+// the same; a whole model's passes run many times faster so, the kernels'
+// own tests keeping the launched 256 threads and their barriers.
+void limit_block_threads(unsigned threads);
+
+// limit_block_threads(threads) for a scope; as launched after it.
+class BlockThreadLimit {
+ public:
+  explicit BlockThreadLimit(unsigned threads) { limit_block_threads(threads); }
+  BlockThreadLimit(const BlockThreadLimit&) = delete;
+  BlockThreadLimit& operator=(const BlockThreadLimit&) = delete;
+  ~BlockThreadLimit() { limit_block_threads(0); }
+};
+
 template <typename... Params>
 class Launch {
  public:

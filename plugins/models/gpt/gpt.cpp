@@ -36,4 +36,18 @@ std::vector<std::unique_ptr<Unit>> build_gpt_units(const GptConfig& config) {
   return units;
 }
 
+std::vector<std::unique_ptr<Unit>> cuda_gpt_units(const cuda::UnitFactory& factory,
+                                                  const tessera_host_api* host,
+                                                  const GptConfig& config,
+                                                  std::vector<std::unique_ptr<Unit>> units) {
+  units.front() = factory.gpt_embedding(host, std::move(units.front()), config.vocab,
+                                        config.d_model, config.seq_len);
+  for (std::size_t i = 1; i + 1 < units.size(); ++i) {
+    units[i] = factory.gpt_block(host, std::move(units[i]), config.d_model, config.heads,
+                                 config.mlp_ratio * config.d_model);
+  }
+  units.back() = factory.gpt_head(host, std::move(units.back()), config.vocab, config.d_model);
+  return units;
+}
+
 }  // namespace tessera::model

@@ -12,6 +12,7 @@
 
 #include "tessera/sdk/host.hpp"
 
+#include "tessera/models/cuda_units.hpp"
 #include "tessera/models/unit.hpp"
 
 namespace tessera::model {
@@ -154,5 +155,13 @@ class GptHead final : public ConventionUnit {
 
 // The units of a gpt: "embed", "block0".."block{L-1}", "head".
 std::vector<std::unique_ptr<Unit>> build_gpt_units(const GptConfig& config);
+
+// For a CUDA run: `units` (build_gpt_units') each replaced by its CUDA
+// version from `factory`, which keeps the CPU unit for its parameters,
+// cost and initialisation.
+std::vector<std::unique_ptr<Unit>> cuda_gpt_units(const cuda::UnitFactory& factory,
+                                                  const tessera_host_api* host,
+                                                  const GptConfig& config,
+                                                  std::vector<std::unique_ptr<Unit>> units);
 
 }  // namespace tessera::model

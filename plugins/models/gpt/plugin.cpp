@@ -19,29 +19,15 @@ constexpr tessera_option_decl kGptOptions[] = {
     {"mlp_ratio", TESSERA_OPT_INT, "4", "hidden width of each block's MLP, in units of d_model"},
 };
 
-// On a CUDA run every unit is replaced by its CUDA version, which keeps
-// the CPU unit for its parameters, cost and initialisation.
-std::vector<std::unique_ptr<tessera::model::Unit>> cuda_units(
-    const tessera::sdk::Host& host, const tessera::model::GptConfig& config,
-    std::vector<std::unique_ptr<tessera::model::Unit>> units) {
-  const tessera::model::cuda::UnitFactory& factory = tessera::model::cuda::load_units("gpt");
-  units.front() = factory.gpt_embedding(host.raw(), std::move(units.front()), config.vocab,
-                                        config.d_model, config.seq_len);
-  for (std::size_t i = 1; i + 1 < units.size(); ++i) {
-    units[i] = factory.gpt_block(host.raw(), std::move(units[i]), config.d_model, config.heads,
-                                 config.mlp_ratio * config.d_model);
-  }
-  units.back() =
-      factory.gpt_head(host.raw(), std::move(units.back()), config.vocab, config.d_model);
-  return units;
-}
-
 std::unique_ptr<tessera::sdk::model::Model> make_gpt(const tessera::sdk::Host& host,
                                                      const tessera::sdk::Options& options) {
   const tessera::model::GptConfig config = tessera::model::parse_gpt_config(options);
   std::vector<std::unique_ptr<tessera::model::Unit>> units =
       tessera::model::build_gpt_units(config);
-  if (tessera::model::cuda::wants_cuda(host)) units = cuda_units(host, config, std::move(units));
+  if (tessera::model::cuda::wants_cuda(host)) {
+    units = tessera::model::cuda_gpt_units(tessera::model::cuda::load_units("gpt"), host.raw(),
+                                           config, std::move(units));
+  }
   return std::make_unique<tessera::sdk::model::Model>(
       "gpt", std::move(units),
       tessera::sdk::model::DataSpec::sequences(config.seq_len, config.vocab));

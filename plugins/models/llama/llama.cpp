@@ -53,4 +53,20 @@ std::vector<std::unique_ptr<Unit>> build_llama_units(const LlamaConfig& config) 
   return units;
 }
 
+std::vector<std::unique_ptr<Unit>> cuda_llama_units(const cuda::UnitFactory& factory,
+                                                    const tessera_host_api* host,
+                                                    const LlamaConfig& config,
+                                                    std::vector<std::unique_ptr<Unit>> units) {
+  units.front() = factory.llama_embedding(host, std::move(units.front()), config.vocab,
+                                          config.d_model, config.seq_len);
+  const cuda::LlamaShape shape{config.d_model, config.heads,      config.kv_heads, config.ffn,
+                               config.seq_len, config.rope_theta, config.norm_eps};
+  for (std::size_t i = 1; i + 1 < units.size(); ++i) {
+    units[i] = factory.llama_block(host, std::move(units[i]), shape);
+  }
+  units.back() = factory.llama_head(host, std::move(units.back()), config.vocab, config.d_model,
+                                    config.norm_eps);
+  return units;
+}
+
 }  // namespace tessera::model

@@ -14,6 +14,7 @@
 
 #include "tessera/sdk/host.hpp"
 
+#include "tessera/models/cuda_units.hpp"
 #include "tessera/models/unit.hpp"
 
 namespace tessera::model {
@@ -187,5 +188,13 @@ class LlamaHead final : public ConventionUnit {
 
 // The units of a llama: "embed", "block0".."block{L-1}", "head".
 std::vector<std::unique_ptr<Unit>> build_llama_units(const LlamaConfig& config);
+
+// For a CUDA run: `units` (build_llama_units') each replaced by its CUDA
+// version from `factory`, which keeps the CPU unit for its parameters,
+// cost and initialisation.
+std::vector<std::unique_ptr<Unit>> cuda_llama_units(const cuda::UnitFactory& factory,
+                                                    const tessera_host_api* host,
+                                                    const LlamaConfig& config,
+                                                    std::vector<std::unique_ptr<Unit>> units);
 
 }  // namespace tessera::model

@@ -26,25 +26,6 @@ constexpr tessera_option_decl kLlamaOptions[] = {
      "not divide kv_heads) instead of kv_heads/tp of them"},
 };
 
-// On a CUDA run every unit is replaced by its CUDA version, which keeps
-// the CPU unit for its parameters, cost and initialisation.
-std::vector<std::unique_ptr<tessera::model::Unit>> cuda_units(
-    const tessera::sdk::Host& host, const tessera::model::LlamaConfig& config,
-    std::vector<std::unique_ptr<tessera::model::Unit>> units) {
-  const tessera::model::cuda::UnitFactory& factory = tessera::model::cuda::load_units("llama");
-  units.front() = factory.llama_embedding(host.raw(), std::move(units.front()), config.vocab,
-                                          config.d_model, config.seq_len);
-  const tessera::model::cuda::LlamaShape shape{config.d_model, config.heads,   config.kv_heads,
-                                               config.ffn,     config.seq_len, config.rope_theta,
-                                               config.norm_eps};
-  for (std::size_t i = 1; i + 1 < units.size(); ++i) {
-    units[i] = factory.llama_block(host.raw(), std::move(units[i]), shape);
-  }
-  units.back() = factory.llama_head(host.raw(), std::move(units.back()), config.vocab,
-                                    config.d_model, config.norm_eps);
-  return units;
-}
-
 std::unique_ptr<tessera::sdk::model::Model> make_llama(const tessera::sdk::Host& host,
                                                        const tessera::sdk::Options& options) {
   const tessera::model::LlamaConfig config = tessera::model::parse_llama_config(options);
@@ -54,7 +35,10 @@ std::unique_ptr<tessera::sdk::model::Model> make_llama(const tessera::sdk::Host&
   }
   std::vector<std::unique_ptr<tessera::model::Unit>> units =
       tessera::model::build_llama_units(config);
-  if (tessera::model::cuda::wants_cuda(host)) units = cuda_units(host, config, std::move(units));
+  if (tessera::model::cuda::wants_cuda(host)) {
+    units = tessera::model::cuda_llama_units(tessera::model::cuda::load_units("llama"), host.raw(),
+                                             config, std::move(units));
+  }
   return std::make_unique<tessera::sdk::model::Model>(
       "llama", std::move(units),
       tessera::sdk::model::DataSpec::sequences(config.seq_len, config.vocab));

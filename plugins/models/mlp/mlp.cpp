@@ -510,4 +510,20 @@ std::vector<std::unique_ptr<Unit>> build_mlp_units(const MlpConfig& config) {
   return units;
 }
 
+std::vector<std::unique_ptr<Unit>> cuda_mlp_units(const cuda::UnitFactory& factory,
+                                                  const tessera_host_api* host,
+                                                  const MlpConfig& config,
+                                                  std::vector<std::unique_ptr<Unit>> units) {
+  const cuda::UnitActivation act = config.activation == kernels::Activation::gelu
+                                       ? cuda::UnitActivation::gelu
+                                       : cuda::UnitActivation::relu;
+  int64_t width = config.input;
+  for (std::size_t i = 0; i < config.hidden.size(); ++i) {
+    units[i] = factory.dense(host, std::move(units[i]), width, config.hidden[i], act);
+    width = config.hidden[i];
+  }
+  units.back() = factory.classifier(host, std::move(units.back()), width, config.classes);
+  return units;
+}
+
 }  // namespace tessera::model

@@ -10,6 +10,7 @@
 
 #include "tessera/sdk/host.hpp"
 
+#include "tessera/models/cuda_units.hpp"
 #include "tessera/models/kernels.hpp"
 #include "tessera/models/unit.hpp"
 
@@ -153,5 +154,13 @@ class ClassifierHead final : public ConventionUnit {
 // ones row-split; an even last hidden layer gathers its output for the
 // head.
 std::vector<std::unique_ptr<Unit>> build_mlp_units(const MlpConfig& config);
+
+// For a CUDA run: `units` (build_mlp_units') each replaced by its CUDA
+// version from `factory`, which keeps the CPU unit for its parameters,
+// cost and initialisation.
+std::vector<std::unique_ptr<Unit>> cuda_mlp_units(const cuda::UnitFactory& factory,
+                                                  const tessera_host_api* host,
+                                                  const MlpConfig& config,
+                                                  std::vector<std::unique_ptr<Unit>> units);
 
 }  // namespace tessera::model

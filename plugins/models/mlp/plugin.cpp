@@ -16,31 +16,15 @@ constexpr tessera_option_decl kMlpOptions[] = {
     {"activation", TESSERA_OPT_STRING, "\"relu\"", "activation of hidden layers: relu | gelu"},
 };
 
-// On a CUDA run every unit is replaced by its CUDA version, which keeps
-// the CPU unit for its parameters, cost and initialisation.
-std::vector<std::unique_ptr<tessera::model::Unit>> cuda_units(
-    const tessera::sdk::Host& host, const tessera::model::MlpConfig& config,
-    std::vector<std::unique_ptr<tessera::model::Unit>> units) {
-  const tessera::model::cuda::UnitFactory& factory = tessera::model::cuda::load_units("mlp");
-  const tessera::model::cuda::UnitActivation act =
-      config.activation == tessera::model::kernels::Activation::gelu
-          ? tessera::model::cuda::UnitActivation::gelu
-          : tessera::model::cuda::UnitActivation::relu;
-  int64_t width = config.input;
-  for (std::size_t i = 0; i < config.hidden.size(); ++i) {
-    units[i] = factory.dense(host.raw(), std::move(units[i]), width, config.hidden[i], act);
-    width = config.hidden[i];
-  }
-  units.back() = factory.classifier(host.raw(), std::move(units.back()), width, config.classes);
-  return units;
-}
-
 std::unique_ptr<tessera::sdk::model::Model> make_mlp(const tessera::sdk::Host& host,
                                                      const tessera::sdk::Options& options) {
   const tessera::model::MlpConfig config = tessera::model::parse_mlp_config(options);
   std::vector<std::unique_ptr<tessera::model::Unit>> units =
       tessera::model::build_mlp_units(config);
-  if (tessera::model::cuda::wants_cuda(host)) units = cuda_units(host, config, std::move(units));
+  if (tessera::model::cuda::wants_cuda(host)) {
+    units = tessera::model::cuda_mlp_units(tessera::model::cuda::load_units("mlp"), host.raw(),
+                                           config, std::move(units));
+  }
   return std::make_unique<tessera::sdk::model::Model>(
       "mlp", std::move(units),
       tessera::sdk::model::DataSpec::classification(config.input, config.classes));

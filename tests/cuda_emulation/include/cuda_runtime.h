@@ -12,6 +12,67 @@
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
 
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4
+};
+enum cudaMemoryType {
+  cudaMemoryTypeUnregistered = 0,
+  cudaMemoryTypeHost = 1,
+  cudaMemoryTypeDevice = 2,
+  cudaMemoryTypeManaged = 3
+};
+struct cudaPointerAttributes {
+  cudaMemoryType type = cudaMemoryTypeUnregistered;
+  int device = 0;
+};
+enum cudaDeviceAttr { cudaDevAttrMemoryPoolsSupported = 115 };
+enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
+struct CUmemPoolHandle_st;
+using cudaMemPool_t = CUmemPoolHandle_st*;
+inline constexpr unsigned cudaStreamNonBlocking = 1;
+inline constexpr unsigned cudaMemAttachGlobal = 1;
+inline cudaStream_t const cudaStreamPerThread = reinterpret_cast<cudaStream_t>(0x2);
+
+const char* cudaGetErrorName(cudaError_t err);
+const char* cudaGetErrorString(cudaError_t err);
+cudaError_t cudaGetLastError();
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDevice(int* device);
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device);
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaMalloc(void** ptr, size_t bytes);
+cudaError_t cudaMallocManaged(void** ptr, size_t bytes, unsigned flags = cudaMemAttachGlobal);
+cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t stream);
+cudaError_t cudaFree(void* ptr);
+cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream);
+cudaError_t cudaMemcpy(void* to, const void* from, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* to, const void* from, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream);
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr);
+
+// The runtime's typed overloads of its C calls.
+template <typename T>
+cudaError_t cudaMalloc(T** ptr, size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void**>(ptr), bytes);
+}
+template <typename T>
+cudaError_t cudaMallocManaged(T** ptr, size_t bytes, unsigned flags = cudaMemAttachGlobal) {
+  return cudaMallocManaged(reinterpret_cast<void**>(ptr), bytes, flags);
+}
+template <typename T>
+cudaError_t cudaMallocAsync(T** ptr, size_t bytes, cudaStream_t stream) {
+  return cudaMallocAsync(reinterpret_cast<void**>(ptr), bytes, stream);
+}
+
 struct dim3 {
   unsigned x = 1;
   unsigned y = 1;
@@ -32,6 +93,10 @@ inline thread_local uint3 thread_idx;
 inline thread_local uint3 block_idx;
 inline thread_local dim3 block_dim;
 inline thread_local dim3 grid_dim;
+// Bytes of the emulation's "device" memory (cudaMalloc and
+// cudaMallocAsync) not yet freed, and of its managed memory.
+size_t device_bytes_in_use();
+size_t managed_bytes_in_use();
 // Waits for every thread of the calling thread's block.
 void sync_block();
 // The running launch's dynamic shared memory (its third launch argument).

@@ -80,11 +80,12 @@ __global__ void activation_backward_kernel(const float* z, const float* dy, floa
 }
 
 __global__ void column_sum_add_kernel(const float* m, int64_t rows, int64_t cols, float* out) {
-  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (j >= cols) return;
-  float sum = 0.0f;
-  for (int64_t r = 0; r < rows; ++r) sum += m[r * cols + j];
-  out[j] += sum;
+  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < cols;
+       j += int64_t{gridDim.x} * blockDim.x) {
+    float sum = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) sum += m[r * cols + j];
+    out[j] += sum;
+  }
 }
 
 // One block per row: the maximum, the sum of exponentials, then the
@@ -228,21 +229,22 @@ __global__ void layernorm_backward_input_kernel(const float* x, const float* g, 
   }
 }
 
-// One thread per column, rows in order.
+// One thread per column (a grid-stride loop), rows in order.
 __global__ void layernorm_backward_params_kernel(const float* x, const float* mean,
                                                  const float* rstd, const float* dy, int64_t rows,
                                                  int64_t d, float* dg, float* db) {
-  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (j >= d) return;
-  float sg = 0.0f;
-  float sb = 0.0f;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float grad = dy[r * d + j];
-    sg += grad * (x[r * d + j] - mean[r]) * rstd[r];
-    sb += grad;
+  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < d;
+       j += int64_t{gridDim.x} * blockDim.x) {
+    float sg = 0.0f;
+    float sb = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float grad = dy[r * d + j];
+      sg += grad * (x[r * d + j] - mean[r]) * rstd[r];
+      sb += grad;
+    }
+    dg[j] += sg;
+    db[j] += sb;
   }
-  dg[j] += sg;
-  db[j] += sb;
 }
 
 __global__ void embedding_forward_kernel(const int32_t* tokens, const float* wte, const float* wpe,
@@ -258,18 +260,20 @@ __global__ void embedding_forward_kernel(const int32_t* tokens, const float* wte
 
 __global__ void embedding_backward_wte_kernel(const int32_t* tokens, const float* dx, int64_t rows,
                                               int64_t d, float* dwte) {
-  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (j >= d) return;
-  for (int64_t r = 0; r < rows; ++r) dwte[int64_t{tokens[r]} * d + j] += dx[r * d + j];
+  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < d;
+       j += int64_t{gridDim.x} * blockDim.x) {
+    for (int64_t r = 0; r < rows; ++r) dwte[int64_t{tokens[r]} * d + j] += dx[r * d + j];
+  }
 }
 
 __global__ void embedding_backward_wpe_kernel(const float* dx, int64_t batch, int64_t seq,
                                               int64_t d, float* dwpe) {
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i >= seq * d) return;
-  float sum = 0.0f;
-  for (int64_t b = 0; b < batch; ++b) sum += dx[b * seq * d + i];
-  dwpe[i] += sum;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < seq * d;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    float sum = 0.0f;
+    for (int64_t b = 0; b < batch; ++b) sum += dx[b * seq * d + i];
+    dwpe[i] += sum;
+  }
 }
 
 // One (example, query head) of the attention kernels: where its rows of
@@ -478,14 +482,15 @@ __global__ void rmsnorm_backward_input_kernel(const float* x, const float* g, co
   }
 }
 
-// One thread per column, rows in order.
+// One thread per column (a grid-stride loop), rows in order.
 __global__ void rmsnorm_backward_params_kernel(const float* x, const float* rstd, const float* dy,
                                                int64_t rows, int64_t d, float* dg) {
-  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (j >= d) return;
-  float sg = 0.0f;
-  for (int64_t r = 0; r < rows; ++r) sg += dy[r * d + j] * x[r * d + j] * rstd[r];
-  dg[j] += sg;
+  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < d;
+       j += int64_t{gridDim.x} * blockDim.x) {
+    float sg = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) sg += dy[r * d + j] * x[r * d + j] * rstd[r];
+    dg[j] += sg;
+  }
 }
 
 // One thread per rotated pair.

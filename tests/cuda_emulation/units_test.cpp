@@ -1,0 +1,347 @@
+// The CUDA units of mlp, gpt and llama (plugins/models/common/cuda), built
+// as the model plugins build them (cuda_mlp_units, cuda_gpt_units,
+// cuda_llama_units over the module's factory) and run through a whole
+// forward and backward pass on the emulated runtime, cuBLAS and kernels
+// (see emulation.hpp), against the CPU units they wrap: the loss and every
+// parameter's gradient. This checks each unit's wiring (which GEMM with
+// which transposes and strides, which parameter, the residuals, the
+// staging of host buffers and the in-place path of managed ones) where
+// there is no GPU; the `gpu` tests check the same on a device.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "emulation.hpp"
+#include "gpt.hpp"
+#include "llama.hpp"
+#include "mlp.hpp"
+#include "tessera/c/host.h"
+#include "tessera/models/cuda_units.hpp"
+
+extern "C" const tessera::model::cuda::UnitFactory* TESSERA_CUDA_UNITS_ENTRY();
+
+namespace tessera::model {
+namespace {
+
+// A host table that runs its rank on emulated CUDA device 0 at the given
+// precision; its mem_alloc hands out (emulated) managed memory.
+class CudaHost {
+ public:
+  explicit CudaHost(tessera_dtype precision = TESSERA_F32, bool tf32 = false)
+      : precision_(precision), tf32_(tf32) {
+    api_.struct_size = sizeof(api_);
+    api_.abi_major = TESSERA_ABI_MAJOR;
+    api_.abi_minor = TESSERA_ABI_MINOR;
+    api_.ctx = this;
+    api_.compute_device = [](void*, tessera_device* out) { *out = {TESSERA_DEVICE_CUDA, 0}; };
+    api_.mem_alloc = [](void*, uint64_t bytes) -> void* {
+      void* ptr = nullptr;
+      if (cudaMallocManaged(&ptr, bytes) != cudaSuccess) return nullptr;
+      std::memset(ptr, 0, bytes);
+      return ptr;
+    };
+    api_.mem_free = [](void*, void* ptr, uint64_t) { (void)cudaFree(ptr); };
+    api_.pointer_device = [](void*, const void* ptr, tessera_device* out) {
+      cudaPointerAttributes a;
+      (void)cudaPointerGetAttributes(&a, ptr);
+      *out = a.type == cudaMemoryTypeUnregistered ? tessera_device{TESSERA_DEVICE_CPU, 0}
+                                                  : tessera_device{TESSERA_DEVICE_CUDA, 0};
+    };
+    api_.compute_precision = [](void* ctx) { return static_cast<CudaHost*>(ctx)->precision_; };
+    api_.compute_tf32 = [](void* ctx) { return static_cast<CudaHost*>(ctx)->tf32_ ? 1 : 0; };
+  }
+  [[nodiscard]] const tessera_host_api* api() const noexcept { return &api_; }
+
+ private:
+  tessera_host_api api_{};
+  tessera_dtype precision_;
+  bool tf32_;
+};
+
+using Units = std::vector<std::unique_ptr<Unit>>;
+
+// One buffer per parameter of every unit, in host memory or in (emulated)
+// managed memory, which the CUDA units read in place.
+class Buffers {
+ public:
+  Buffers(const Units& units, bool managed) : managed_(managed) {
+    for (const auto& u : units) {
+      auto& ps = params_.emplace_back();
+      auto& gs = grads_.emplace_back();
+      for (const ParamSpec& spec : u->params()) {
+        ps.push_back(make(static_cast<std::size_t>(spec.numel())));
+        gs.push_back(make(static_cast<std::size_t>(spec.numel())));
+      }
+    }
+  }
+  Buffers(const Buffers&) = delete;
+  Buffers& operator=(const Buffers&) = delete;
+  ~Buffers() {
+    for (auto* group : {&params_, &grads_}) {
+      for (auto& unit : *group) {
+        for (const Buffer& b : unit) {
+          if (managed_) (void)cudaFree(b.data);
+        }
+      }
+    }
+  }
+  [[nodiscard]] std::vector<const float*> params(std::size_t unit) const {
+    std::vector<const float*> out;
+    for (const Buffer& b : params_[unit]) out.push_back(b.data);
+    return out;
+  }
+  [[nodiscard]] std::vector<float*> grads(std::size_t unit) const {
+    std::vector<float*> out;
+    for (const Buffer& b : grads_[unit]) out.push_back(b.data);
+    return out;
+  }
+  [[nodiscard]] std::vector<float*> mutable_params(std::size_t unit) const {
+    std::vector<float*> out;
+    for (const Buffer& b : params_[unit]) out.push_back(b.data);
+    return out;
+  }
+  [[nodiscard]] std::span<const float> grad(std::size_t unit, std::size_t i) const {
+    return {grads_[unit][i].data, grads_[unit][i].count};
+  }
+  [[nodiscard]] std::size_t count(std::size_t unit) const { return params_[unit].size(); }
+  void copy_params_from(const Buffers& other) {
+    for (std::size_t u = 0; u < params_.size(); ++u) {
+      for (std::size_t i = 0; i < params_[u].size(); ++i) {
+        std::copy_n(other.params_[u][i].data, params_[u][i].count, params_[u][i].data);
+      }
+    }
+  }
+
+ private:
+  struct Buffer {
+    float* data;
+    std::size_t count;
+  };
+  Buffer make(std::size_t count) {
+    float* data = nullptr;
+    if (managed_) {
+      EXPECT_EQ(cudaMallocManaged(&data, count * sizeof(float)), cudaSuccess);
+    } else {
+      data = storage_.emplace_back(count).data();
+    }
+    std::fill_n(data, count, 0.0f);
+    return {data, count};
+  }
+  bool managed_;
+  std::vector<std::vector<float>> storage_;
+  std::vector<std::vector<Buffer>> params_, grads_;
+};
+
+// Forward through every unit, then backward from the loss; the loss.
+double forward_backward(const Units& units, const Buffers& b, const BatchView& batch,
+                        float loss_scale) {
+  std::vector<std::unique_ptr<UnitContext>> contexts;
+  ConstView x;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    contexts.push_back(units[u]->make_context());
+    UnitInput in;
+    in.batch = &batch;
+    in.x = x;
+    in.loss_scale = loss_scale;
+    const std::vector<const float*> p = b.params(u);
+    x = units[u]->forward(*contexts[u], p, in);
+  }
+  if (x.data == nullptr || x.rows * x.cols != 1) {
+    ADD_FAILURE() << "the last unit returned no 1x1 loss";
+    return std::nan("");
+  }
+  const double loss = x.data[0];
+  ConstView grad;
+  for (std::size_t u = units.size(); u-- > 0;) {
+    const std::vector<const float*> p = b.params(u);
+    const std::vector<float*> g = b.grads(u);
+    grad = units[u]->backward(*contexts[u], p, g, grad);
+  }
+  return loss;
+}
+
+struct Batch {
+  std::vector<int32_t> tokens, targets;
+  std::vector<float> inputs;
+  BatchView view;
+};
+
+Batch sequence_batch(int64_t examples, int64_t seq, int64_t vocab, uint32_t seed) {
+  Batch b;
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(vocab - 1));
+  for (int64_t i = 0; i < examples * seq; ++i) {
+    b.tokens.push_back(token(gen));
+    b.targets.push_back(token(gen));
+  }
+  b.view.size = examples;
+  b.view.seq_len = seq;
+  b.view.tokens = b.tokens;
+  b.view.targets = b.targets;
+  return b;
+}
+
+Batch feature_batch(int64_t examples, int64_t features, int64_t classes, uint32_t seed) {
+  Batch b;
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int32_t> label(0, static_cast<int32_t>(classes - 1));
+  for (int64_t i = 0; i < examples * features; ++i) b.inputs.push_back(normal(gen));
+  for (int64_t i = 0; i < examples; ++i) b.targets.push_back(label(gen));
+  b.view.size = examples;
+  b.view.features = features;
+  b.view.inputs = b.inputs;
+  b.view.targets = b.targets;
+  return b;
+}
+
+// The CPU units and their CUDA versions run on the same parameters: the
+// loss and every gradient within `tolerance` of the CPU's largest value
+// per tensor.
+void expect_same_training(const Units& cpu, const Units& cuda, const BatchView& batch, bool managed,
+                          double tolerance) {
+  // One thread per block (see emu::limit_block_threads): the same results;
+  // the kernels' tests run their blocks' threads.
+  const emu::BlockThreadLimit one_thread(1);
+  Buffers cpu_buffers(cpu, false);
+  for (std::size_t u = 0; u < cpu.size(); ++u) {
+    cpu[u]->init(cpu_buffers.mutable_params(u), 1234 + u);
+  }
+  Buffers cuda_buffers(cuda, managed);
+  cuda_buffers.copy_params_from(cpu_buffers);
+  const double cpu_loss = forward_backward(cpu, cpu_buffers, batch, 0.75f);
+  const double cuda_loss = forward_backward(cuda, cuda_buffers, batch, 0.75f);
+  EXPECT_NEAR(cuda_loss, cpu_loss, tolerance * std::fabs(cpu_loss));
+  for (std::size_t u = 0; u < cpu.size(); ++u) {
+    for (std::size_t i = 0; i < cpu_buffers.count(u); ++i) {
+      const std::span<const float> want = cpu_buffers.grad(u, i);
+      const std::span<const float> got = cuda_buffers.grad(u, i);
+      double largest = 0.0;
+      double worst = 0.0;
+      for (std::size_t j = 0; j < want.size(); ++j) {
+        largest = std::max(largest, std::fabs(static_cast<double>(want[j])));
+        worst = std::max(worst, std::fabs(static_cast<double>(got[j]) - want[j]));
+      }
+      EXPECT_GT(largest, 0.0) << cpu[u]->name() << "." << cpu[u]->params()[i].name;
+      EXPECT_LE(worst, tolerance * largest)
+          << cpu[u]->name() << "." << cpu[u]->params()[i].name << " (largest " << largest << ")";
+    }
+  }
+}
+
+const cuda::UnitFactory& factory() {
+  const cuda::UnitFactory* f = TESSERA_CUDA_UNITS_ENTRY();
+  EXPECT_EQ(f->version, cuda::kUnitFactoryVersion);
+  return *f;
+}
+
+constexpr double kTolerance = 1e-4;
+
+LlamaConfig small_llama() {
+  LlamaConfig c;
+  c.vocab = 40;
+  c.layers = 2;
+  c.d_model = 32;
+  c.heads = 4;
+  c.kv_heads = 2;  // grouped-query
+  c.seq_len = 12;
+  c.ffn = llama_default_ffn(c.d_model);
+  return c;
+}
+
+class CudaUnitsEmulated : public ::testing::TestWithParam<bool> {};  // managed buffers or not
+
+TEST_P(CudaUnitsEmulated, LlamaMatchesItsCpuUnits) {
+  const CudaHost host;
+  const LlamaConfig config = small_llama();
+  const Units cpu = build_llama_units(config);
+  const Units cuda = cuda_llama_units(factory(), host.api(), config, build_llama_units(config));
+  const Batch batch = sequence_batch(3, 10, config.vocab, 7);  // shorter than seq_len
+  expect_same_training(cpu, cuda, batch.view, GetParam(), kTolerance);
+}
+
+TEST_P(CudaUnitsEmulated, GptMatchesItsCpuUnits) {
+  const CudaHost host;
+  GptConfig config;
+  config.vocab = 40;
+  config.layers = 2;
+  config.d_model = 24;
+  config.heads = 3;
+  config.seq_len = 8;
+  config.tied_head = false;
+  const Units cpu = build_gpt_units(config);
+  const Units cuda = cuda_gpt_units(factory(), host.api(), config, build_gpt_units(config));
+  const Batch batch = sequence_batch(2, 8, config.vocab, 8);
+  expect_same_training(cpu, cuda, batch.view, GetParam(), kTolerance);
+}
+
+TEST_P(CudaUnitsEmulated, MlpMatchesItsCpuUnits) {
+  const CudaHost host;
+  MlpConfig config;
+  config.input = 12;
+  config.hidden = {20, 16};
+  config.classes = 5;
+  config.activation = kernels::Activation::gelu;
+  const Units cpu = build_mlp_units(config);
+  const Units cuda = cuda_mlp_units(factory(), host.api(), config, build_mlp_units(config));
+  const Batch batch = feature_batch(6, config.input, config.classes, 9);
+  expect_same_training(cpu, cuda, batch.view, GetParam(), kTolerance);
+}
+
+INSTANTIATE_TEST_SUITE_P(Buffers, CudaUnitsEmulated, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? std::string("Managed") : std::string("Host");
+                         });
+
+// bf16 products: every GEMM's inputs rounded to bfloat16 (cublasGemmEx on
+// 16BF), so the result is the f32 run's to bf16's precision; TF32 is a math
+// mode of the same f32 products.
+TEST(CudaUnitsEmulatedPrecision, Bf16ProductsAndTf32MathMode) {
+  const LlamaConfig config = small_llama();
+  const Batch batch = sequence_batch(2, 12, config.vocab, 10);
+  const CudaHost bf16(TESSERA_BF16);
+  const std::size_t before = emu::gemm_ex_calls(CUDA_R_16BF);
+  expect_same_training(build_llama_units(config),
+                       cuda_llama_units(factory(), bf16.api(), config, build_llama_units(config)),
+                       batch.view, false, 3e-2);
+  EXPECT_GT(emu::gemm_ex_calls(CUDA_R_16BF), before);
+  EXPECT_EQ(emu::last_math_mode(), CUBLAS_DEFAULT_MATH);
+  const CudaHost tf32(TESSERA_F32, true);
+  expect_same_training(build_llama_units(config),
+                       cuda_llama_units(factory(), tf32.api(), config, build_llama_units(config)),
+                       batch.view, false, kTolerance);
+  EXPECT_EQ(emu::last_math_mode(), CUBLAS_TF32_TENSOR_OP_MATH);
+  const CudaHost f32;
+  expect_same_training(build_llama_units(config),
+                       cuda_llama_units(factory(), f32.api(), config, build_llama_units(config)),
+                       batch.view, false, kTolerance);
+  EXPECT_EQ(emu::last_math_mode(), CUBLAS_PEDANTIC_MATH);
+}
+
+// Contexts made and dropped return their device memory: nothing is left
+// in use once the units' contexts are gone (the lanes' scratch aside).
+TEST(CudaUnitsEmulatedMemory, DroppedContextsReturnTheirDeviceMemory) {
+  const CudaHost host;
+  const LlamaConfig config = small_llama();
+  const Units cpu = build_llama_units(config);
+  const Units cuda = cuda_llama_units(factory(), host.api(), config, build_llama_units(config));
+  const Batch batch = sequence_batch(2, 12, config.vocab, 11);
+  const std::size_t device_before = emu::device_bytes_in_use();
+  const std::size_t managed_before = emu::managed_bytes_in_use();
+  expect_same_training(cpu, cuda, batch.view, false, kTolerance);
+  EXPECT_EQ(emu::device_bytes_in_use(), device_before);
+  EXPECT_EQ(emu::managed_bytes_in_use(), managed_before);
+}
+
+}  // namespace
+}  // namespace tessera::model
