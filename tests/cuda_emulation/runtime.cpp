@@ -168,6 +168,10 @@ cudaError_t cudaMemcpyAsync(void* to, const void* from, size_t bytes, cudaMemcpy
                             cudaStream_t /*stream*/) {
   return cudaMemcpy(to, from, bytes, kind);
 }
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t /*stream*/) {
+  if (bytes > 0) std::memset(ptr, value, bytes);
+  return cudaSuccess;
+}
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr) {
   *attributes = cudaPointerAttributes{};
   const auto* p = static_cast<const char*>(ptr);

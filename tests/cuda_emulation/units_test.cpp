@@ -19,6 +19,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "emulation.hpp"
@@ -27,6 +28,7 @@
 #include "mlp.hpp"
 #include "tessera/c/host.h"
 #include "tessera/models/cuda_units.hpp"
+#include "tessera/sdk/error.hpp"
 
 extern "C" const tessera::model::cuda::UnitFactory* TESSERA_CUDA_UNITS_ENTRY();
 
@@ -142,9 +144,14 @@ class Buffers {
   std::vector<std::vector<Buffer>> params_, grads_;
 };
 
+// How the backward pass runs: whole, or split as a zero-bubble pipeline
+// splits it (every unit's input half from the last unit to the first, then
+// every weight half from the first to the last).
+enum class Backward { whole, split };
+
 // Forward through every unit, then backward from the loss; the loss.
 double forward_backward(const Units& units, const Buffers& b, const BatchView& batch,
-                        float loss_scale) {
+                        float loss_scale, Backward mode = Backward::whole) {
   std::vector<std::unique_ptr<UnitContext>> contexts;
   ConstView x;
   for (std::size_t u = 0; u < units.size(); ++u) {
@@ -165,7 +172,13 @@ double forward_backward(const Units& units, const Buffers& b, const BatchView& b
   for (std::size_t u = units.size(); u-- > 0;) {
     const std::vector<const float*> p = b.params(u);
     const std::vector<float*> g = b.grads(u);
-    grad = units[u]->backward(*contexts[u], p, g, grad);
+    grad = mode == Backward::whole ? units[u]->backward(*contexts[u], p, g, grad)
+                                   : units[u]->backward_input(*contexts[u], p, grad);
+  }
+  if (mode == Backward::split) {
+    for (std::size_t u = 0; u < units.size(); ++u) {
+      units[u]->backward_weight(*contexts[u], b.params(u), b.grads(u));
+    }
   }
   return loss;
 }
@@ -259,6 +272,28 @@ LlamaConfig small_llama() {
   return c;
 }
 
+// An untied gpt of `layers` blocks.
+GptConfig small_gpt(int64_t layers) {
+  GptConfig c;
+  c.vocab = 40;
+  c.layers = layers;
+  c.d_model = 24;
+  c.heads = 3;
+  c.seq_len = 8;
+  c.tied_head = false;
+  return c;
+}
+
+// An mlp with GELU layers of `hidden` widths.
+MlpConfig small_mlp(std::vector<int64_t> hidden) {
+  MlpConfig c;
+  c.input = 12;
+  c.hidden = std::move(hidden);
+  c.classes = 5;
+  c.activation = kernels::Activation::gelu;
+  return c;
+}
+
 class CudaUnitsEmulated : public ::testing::TestWithParam<bool> {};  // managed buffers or not
 
 TEST_P(CudaUnitsEmulated, LlamaMatchesItsCpuUnits) {
@@ -272,13 +307,7 @@ TEST_P(CudaUnitsEmulated, LlamaMatchesItsCpuUnits) {
 
 TEST_P(CudaUnitsEmulated, GptMatchesItsCpuUnits) {
   const CudaHost host;
-  GptConfig config;
-  config.vocab = 40;
-  config.layers = 2;
-  config.d_model = 24;
-  config.heads = 3;
-  config.seq_len = 8;
-  config.tied_head = false;
+  const GptConfig config = small_gpt(2);
   const Units cpu = build_gpt_units(config);
   const Units cuda = cuda_gpt_units(factory(), host.api(), config, build_gpt_units(config));
   const Batch batch = sequence_batch(2, 8, config.vocab, 8);
@@ -287,11 +316,7 @@ TEST_P(CudaUnitsEmulated, GptMatchesItsCpuUnits) {
 
 TEST_P(CudaUnitsEmulated, MlpMatchesItsCpuUnits) {
   const CudaHost host;
-  MlpConfig config;
-  config.input = 12;
-  config.hidden = {20, 16};
-  config.classes = 5;
-  config.activation = kernels::Activation::gelu;
+  const MlpConfig config = small_mlp({20, 16});
   const Units cpu = build_mlp_units(config);
   const Units cuda = cuda_mlp_units(factory(), host.api(), config, build_mlp_units(config));
   const Batch batch = feature_batch(6, config.input, config.classes, 9);
@@ -326,6 +351,64 @@ TEST(CudaUnitsEmulatedPrecision, Bf16ProductsAndTf32MathMode) {
                        cuda_llama_units(factory(), f32.api(), config, build_llama_units(config)),
                        batch.view, false, kTolerance);
   EXPECT_EQ(emu::last_math_mode(), CUBLAS_PEDANTIC_MATH);
+}
+
+// Split into its halves (as zero-bubble pipelines run it), a CUDA unit's
+// backward gives the whole one's gradients bit for bit; a weight half
+// without an input half before it is refused.
+TEST(CudaUnitsEmulatedSplit, TheHalvesGiveTheWholeBackwardsGradients) {
+  const emu::BlockThreadLimit one_thread(1);
+  const CudaHost host;
+  const LlamaConfig llama = small_llama();
+  const GptConfig gpt = small_gpt(1);
+  const MlpConfig mlp = small_mlp({20});
+  const Batch tokens = sequence_batch(2, 8, 40, 12);
+  const Batch features = feature_batch(4, mlp.input, mlp.classes, 13);
+  struct Case {
+    std::string name;
+    Units units;
+    const BatchView* batch;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"llama",
+                   cuda_llama_units(factory(), host.api(), llama, build_llama_units(llama)),
+                   &tokens.view});
+  cases.push_back(
+      {"gpt", cuda_gpt_units(factory(), host.api(), gpt, build_gpt_units(gpt)), &tokens.view});
+  cases.push_back(
+      {"mlp", cuda_mlp_units(factory(), host.api(), mlp, build_mlp_units(mlp)), &features.view});
+  for (const Case& c : cases) {
+    for (const auto& u : c.units) {
+      EXPECT_NE(u->flags() & TESSERA_UNIT_SPLIT_BACKWARD, 0U) << c.name << " " << u->name();
+    }
+    Buffers whole(c.units, false);
+    for (std::size_t u = 0; u < c.units.size(); ++u) {
+      c.units[u]->init(whole.mutable_params(u), 99 + u);
+    }
+    Buffers split(c.units, false);
+    split.copy_params_from(whole);
+    const double loss_whole = forward_backward(c.units, whole, *c.batch, 1.0f, Backward::whole);
+    const double loss_split = forward_backward(c.units, split, *c.batch, 1.0f, Backward::split);
+    EXPECT_EQ(loss_whole, loss_split) << c.name;
+    for (std::size_t u = 0; u < c.units.size(); ++u) {
+      for (std::size_t i = 0; i < whole.count(u); ++i) {
+        const std::span<const float> a = whole.grad(u, i);
+        const std::span<const float> b = split.grad(u, i);
+        EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin()))
+            << c.name << " " << c.units[u]->name() << "." << c.units[u]->params()[i].name;
+      }
+    }
+    auto ctx = c.units.back()->make_context();
+    try {
+      c.units.back()->backward_weight(*ctx, whole.params(c.units.size() - 1),
+                                      whole.grads(c.units.size() - 1));
+      ADD_FAILURE() << c.name << ": a weight half without an input half ran";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("backward_weight without backward_input"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // Contexts made and dropped return their device memory: nothing is left

@@ -125,7 +125,8 @@ struct StrategyCase {
   const char* optimizer;
   Engine engine;
   const char* strategy;
-  const char* extra;  // one more --set, or ""
+  const char* extra;              // one more --set for both runs, or ""
+  const char* strategy_set = "";  // one more --set for the strategy's run only, or ""
 };
 
 class CudaStrategies : public ::testing::TestWithParam<StrategyCase> {};
@@ -140,6 +141,7 @@ TEST_P(CudaStrategies, MatchNoneOnOneGpu) {
   if (*c.extra != '\0') extra.emplace_back(c.extra);
   const auto expected =
       train_on_device(Engine::kInmemory, config, dir.path(), "none", 1, "cuda", extra);
+  if (*c.strategy_set != '\0') extra.emplace_back(c.strategy_set);
   const auto actual = train_on_device(c.engine, config, dir.path(), c.strategy, 2, "cuda", extra);
   if (HasFailure()) return;
   expect_within(tensors_of_file(actual), tensors_of_file(expected), kTolerance,
@@ -161,7 +163,11 @@ INSTANTIATE_TEST_SUITE_P(
                       StrategyCase{"gpt", "sgd", Engine::kNccl, "zero3", "model.tied_head=false"},
                       StrategyCase{"gpt", "sgd", Engine::kNccl, "fsdp", ""},
                       StrategyCase{"llama", "sgd", Engine::kInmemory, "ddp", ""},
-                      StrategyCase{"llama", "sgd", Engine::kNccl, "zero3", ""}),
+                      StrategyCase{"llama", "sgd", Engine::kNccl, "zero3", ""},
+                      StrategyCase{"llama", "sgd", Engine::kInmemory, "pipeline", "",
+                                   "strategy.options.schedule=\"zb1\""},
+                      StrategyCase{"gpt", "sgd", Engine::kNccl, "pipeline", "",
+                                   "strategy.options.schedule=\"zb1\""}),
     [](const ::testing::TestParamInfo<StrategyCase>& p) {
       return std::string(p.param.model) + "_" + engine_name(p.param.engine) + "_" +
              p.param.strategy;

@@ -407,6 +407,24 @@ inline const float* output_gradient(const Unit& unit, ConstView grad_output, int
   return readable(grad_output.data, static_cast<size_t>(rows * cols), staging, l, unit.name());
 }
 
+// `count` floats of `a`, zeroed in stream order: a sum the unit adds into.
+inline float* zeroed(DeviceArray& a, size_t count, const Lane& l, const std::string& unit) {
+  float* p = a.ensure(count, l, unit);
+  if (count > 0) {
+    check(cudaMemsetAsync(p, 0, count * sizeof(float), l.stream), unit, "cudaMemsetAsync");
+  }
+  return p;
+}
+
+// A copy of `count` floats at `from` in `to`: an output gradient the weight
+// half reads after the caller may have reused its buffer.
+inline float* kept(DeviceArray& to, const float* from, size_t count, const Lane& l,
+                   const std::string& unit) {
+  float* p = to.ensure(count, l, unit);
+  copy_device(p, from, count, l, unit);
+  return p;
+}
+
 // The softmax cross-entropy a head ends with, of logits [rows, cols]
 // against the device `targets`: the probabilities into `probs`, and the
 // loss summed over the rows times `scale` into *host_loss (read once
@@ -462,6 +480,12 @@ inline Act act_of(UnitActivation a) noexcept {
 
 // What the CUDA units share: the twin that gives name, parameters, cost and
 // initialisation.
+// Every CUDA unit splits its backward pass (TESSERA_UNIT_SPLIT_BACKWARD,
+// for zero-bubble pipelines): backward_input computes the input gradient
+// and keeps what the weight half needs in the context (the output
+// gradients of the products, the norms' gain gradients summed over the
+// rows); backward_weight adds the parameter gradients. The whole backward
+// is the two in order, so both ways give the same gradients bit for bit.
 class TwinnedUnit : public Unit {
  public:
   TwinnedUnit(const tessera_host_api* host, std::unique_ptr<Unit> twin)
@@ -472,12 +496,32 @@ class TwinnedUnit : public Unit {
   void init(std::span<float* const> params, uint64_t seed) const override {
     twin_->init(params, seed);
   }
+  [[nodiscard]] uint32_t flags() const noexcept override { return TESSERA_UNIT_SPLIT_BACKWARD; }
+  ConstView backward(UnitContext& ctx, std::span<const float* const> params,
+                     std::span<float* const> grads, ConstView grad_output) const final {
+    check_counts(params.size(), grads.size());
+    const ConstView grad_input = backward_input(ctx, params, grad_output);
+    backward_weight(ctx, params, grads);
+    return grad_input;
+  }
 
  protected:
   void check_counts(size_t params, size_t grads) const {
     TESSERA_CHECK(params == specs_.size() && (grads == 0 || grads == specs_.size()),
                   TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': expected ", specs_.size(),
                   " parameter buffers, got ", params);
+  }
+  // backward_input's check that a forward ran on the context.
+  void require_forward(bool ran) const {
+    TESSERA_CHECK(ran, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                  "': backward without a forward on this context");
+  }
+  // backward_weight's check that backward_input ran since the forward, and
+  // its mark that the context's input half is used up.
+  void take_input_half(bool& done) const {
+    TESSERA_CHECK(done, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                  "': backward_weight without backward_input on this context");
+    done = false;
   }
   sdk::Host host_;
 

@@ -25,11 +25,14 @@ namespace {
 struct EmbeddingContext final : UnitContext {
   int64_t batch = -1;
   int64_t seq = 0;
+  bool input_grad_done = false;
   Operands params;
   GradTargets grads;
-  DeviceArray tokens, staging_dx;
+  DeviceArray tokens, staging_dx, dx;  // dx: the output gradient, kept for the weight half
   DeviceArray x{true};
-  [[nodiscard]] std::size_t bytes() const noexcept override { return tokens.bytes() + x.bytes(); }
+  [[nodiscard]] std::size_t bytes() const noexcept override {
+    return tokens.bytes() + x.bytes() + dx.bytes();
+  }
 };
 
 // The token embedding, plus learned positions (gpt's "wpe", the second
@@ -70,21 +73,33 @@ class CudaEmbedding final : public TwinnedUnit {
     return {x, n, d_};
   }
 
-  ConstView backward(UnitContext& ctx_base, std::span<const float* const> params,
-                     std::span<float* const> grads, ConstView grad_output) const override {
-    check_counts(params.size(), grads.size());
+  // No input gradient: the output gradient is kept for the weight half.
+  ConstView backward_input(UnitContext& ctx_base, std::span<const float* const> params,
+                           ConstView grad_output) const override {
+    check_counts(params.size(), 0);
     auto& c = dynamic_cast<EmbeddingContext&>(ctx_base);
-    TESSERA_CHECK(c.batch >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
-                  "': backward without a forward on this context");
+    require_forward(c.batch >= 0);
     const int64_t n = c.batch * c.seq;
     Lane& l = lane(host_, name_);
     const float* dx = output_gradient(*this, grad_output, n, d_, c.staging_dx, l);
+    kept(c.dx, dx, static_cast<size_t>(n * d_), l, name_);
+    c.input_grad_done = true;
+    finish_call(l, name_);
+    return {};
+  }
+
+  // The rows' gradients scattered into the table (and the positions').
+  void backward_weight(UnitContext& ctx_base, std::span<const float* const> params,
+                       std::span<float* const> grads) const override {
+    check_counts(params.size(), grads.size());
+    auto& c = dynamic_cast<EmbeddingContext&>(ctx_base);
+    take_input_half(c.input_grad_done);
+    Lane& l = lane(host_, name_);
     c.grads.bind(grads, specs_, l, name_);
-    embedding_backward(c.tokens.get<int32_t>(), dx, c.batch, c.seq, d_, c.grads[0],
+    embedding_backward(c.tokens.get<int32_t>(), c.dx.get(), c.batch, c.seq, d_, c.grads[0],
                        positions_ ? c.grads[1] : nullptr, l.stream);
     c.grads.finish(l, name_);
     finish_call(l, name_);
-    return {};
   }
 
  private:
@@ -101,18 +116,22 @@ using enum gpt_block::Param;
 struct GptBlockContext final : UnitContext {
   int64_t batch = -1;
   int64_t seq = 0;
+  bool input_grad_done = false;
   Operands params;
   GradTargets grads;
   // Kept from forward for backward.
   DeviceArray x, h1, mean1, rstd1, qkv, attn, lse, x2, h2, mean2, rstd2, u, act;
-  // Backward scratch.
-  DeviceArray staging_dy, dact, du, dh2, dx2, dattn, delta, dqkv, dh1;
+  // Backward scratch, and what the input half keeps for the weight half
+  // (dy, du, dx2, dqkv and the LayerNorms' parameter gradients).
+  DeviceArray staging_dy, dy, dact, du, dh2, dx2, dattn, delta, dqkv, dh1;
+  DeviceArray dln1g, dln1b, dln2g, dln2b;
   DeviceArray y{true}, dx{true};
   [[nodiscard]] std::size_t bytes() const noexcept override {
     std::size_t total = 0;
     for (const DeviceArray* a :
-         {&x,   &h1,   &mean1, &rstd1, &qkv, &attn,  &lse,   &x2,   &h2,  &mean2, &rstd2, &u,
-          &act, &dact, &du,    &dh2,   &dx2, &dattn, &delta, &dqkv, &dh1, &y,     &dx}) {
+         {&x,     &h1,  &mean1, &rstd1, &qkv,   &attn,  &lse, &x2,  &h2,    &mean2,
+          &rstd2, &u,   &act,   &dy,    &dact,  &du,    &dh2, &dx2, &dattn, &delta,
+          &dqkv,  &dh1, &dln1g, &dln1b, &dln2g, &dln2b, &y,   &dx}) {
       total += a->bytes();
     }
     return total;
@@ -169,31 +188,28 @@ class CudaGptBlock final : public TwinnedUnit {
     return {y, n, d};
   }
 
-  ConstView backward(UnitContext& ctx_base, std::span<const float* const> params,
-                     std::span<float* const> grads, ConstView grad_output) const override {
-    check_counts(params.size(), grads.size());
+  // Every input-gradient product; keeps the output gradient dy, du, dx2
+  // and dqkv (the products' output gradients) and the LayerNorms' gain and
+  // bias gradients for the weight half.
+  ConstView backward_input(UnitContext& ctx_base, std::span<const float* const> params,
+                           ConstView grad_output) const override {
+    check_counts(params.size(), 0);
     auto& c = dynamic_cast<GptBlockContext&>(ctx_base);
-    TESSERA_CHECK(c.batch >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
-                  "': backward without a forward on this context");
+    require_forward(c.batch >= 0);
     const int64_t d = d_;
     const int64_t hid = hidden_;
     const int64_t n = c.batch * c.seq;
     const auto un = static_cast<size_t>(n);
     Lane& l = lane(host_, name_);
-    const float* dy = output_gradient(*this, grad_output, n, d, c.staging_dy, l);
+    const float* dy =
+        kept(c.dy, output_gradient(*this, grad_output, n, d, c.staging_dy, l), un * d, l, name_);
     c.params.bind(params, specs_, l, name_);
-    c.grads.bind(grads, specs_, l, name_);
     const Operands& p = c.params;
-    const GradTargets& g = c.grads;
     // MLP: y = x2 + gelu(h2·fc_w + fc_b)·proj_w + proj_b.
-    gemm(l, true, false, hid, d, n, 1.0f, c.act.get(), hid, dy, d, 1.0f, g[kProjW], d, name_);
-    column_sum_add(dy, n, d, g[kProjB], l.stream);
     float* dact = c.dact.ensure(un * hid, l, name_);
     gemm(l, false, true, n, hid, d, 1.0f, dy, d, p[kProjW], d, 0.0f, dact, hid, name_);
     float* du = c.du.ensure(un * hid, l, name_);
     activation_backward(c.u.get(), dact, du, n * hid, Act::gelu, l.stream);
-    gemm(l, true, false, d, hid, n, 1.0f, c.h2.get(), d, du, hid, 1.0f, g[kFcW], hid, name_);
-    column_sum_add(du, n, hid, g[kFcB], l.stream);
     float* dh2 = c.dh2.ensure(un * d, l, name_);
     gemm(l, false, true, n, d, hid, 1.0f, du, hid, p[kFcW], hid, 0.0f, dh2, d, name_);
     // The residual's gradient plus the second LayerNorm's.
@@ -201,20 +217,15 @@ class CudaGptBlock final : public TwinnedUnit {
     copy_device(dx2, dy, un * d, l, name_);
     layernorm_backward_input(c.x2.get(), p[kLn2G], c.mean2.get(), c.rstd2.get(), dh2, n, d, dx2,
                              true, l.stream);
-    layernorm_backward_params(c.x2.get(), c.mean2.get(), c.rstd2.get(), dh2, n, d, g[kLn2G],
-                              g[kLn2B], l.stream);
+    layernorm_backward_params(c.x2.get(), c.mean2.get(), c.rstd2.get(), dh2, n, d,
+                              zeroed(c.dln2g, d, l, name_), zeroed(c.dln2b, d, l, name_), l.stream);
     // Attention: x2 = x + attn·attn_proj_w + attn_proj_b.
-    gemm(l, true, false, d, d, n, 1.0f, c.attn.get(), d, dx2, d, 1.0f, g[kAttnProjW], d, name_);
-    column_sum_add(dx2, n, d, g[kAttnProjB], l.stream);
     float* dattn = c.dattn.ensure(un * d, l, name_);
     gemm(l, false, true, n, d, d, 1.0f, dx2, d, p[kAttnProjW], d, 0.0f, dattn, d, name_);
     float* dqkv = c.dqkv.ensure(un * 3 * d, l, name_);
     attention_backward(attention(c.qkv.get(), c.batch, c.seq), c.attn.get(), c.lse.get(), dattn,
                        c.delta.ensure(un * heads_, l, name_), dqkv, dqkv + d, dqkv + 2 * d,
                        l.stream);
-    gemm(l, true, false, d, 3 * d, n, 1.0f, c.h1.get(), d, dqkv, 3 * d, 1.0f, g[kQkvW], 3 * d,
-         name_);
-    column_sum_add(dqkv, n, 3 * d, g[kQkvB], l.stream);
     float* dh1 = c.dh1.ensure(un * d, l, name_);
     gemm(l, false, true, n, d, 3 * d, 1.0f, dqkv, 3 * d, p[kQkvW], 3 * d, 0.0f, dh1, d, name_);
     // The input's gradient: the residual's plus the first LayerNorm's.
@@ -222,11 +233,44 @@ class CudaGptBlock final : public TwinnedUnit {
     copy_device(dx, dx2, un * d, l, name_);
     layernorm_backward_input(c.x.get(), p[kLn1G], c.mean1.get(), c.rstd1.get(), dh1, n, d, dx, true,
                              l.stream);
-    layernorm_backward_params(c.x.get(), c.mean1.get(), c.rstd1.get(), dh1, n, d, g[kLn1G],
-                              g[kLn1B], l.stream);
-    c.grads.finish(l, name_);
+    layernorm_backward_params(c.x.get(), c.mean1.get(), c.rstd1.get(), dh1, n, d,
+                              zeroed(c.dln1g, d, l, name_), zeroed(c.dln1b, d, l, name_), l.stream);
+    c.input_grad_done = true;
     finish_call(l, name_);
     return {dx, n, d};
+  }
+
+  // The weight products xᵀ·dy of the four projections, their biases' row
+  // sums, and the LayerNorms' kept gradients.
+  void backward_weight(UnitContext& ctx_base, std::span<const float* const> params,
+                       std::span<float* const> grads) const override {
+    check_counts(params.size(), grads.size());
+    auto& c = dynamic_cast<GptBlockContext&>(ctx_base);
+    take_input_half(c.input_grad_done);
+    const int64_t d = d_;
+    const int64_t hid = hidden_;
+    const int64_t n = c.batch * c.seq;
+    Lane& l = lane(host_, name_);
+    c.grads.bind(grads, specs_, l, name_);
+    const GradTargets& g = c.grads;
+    gemm(l, true, false, hid, d, n, 1.0f, c.act.get(), hid, c.dy.get(), d, 1.0f, g[kProjW], d,
+         name_);
+    column_sum_add(c.dy.get(), n, d, g[kProjB], l.stream);
+    gemm(l, true, false, d, hid, n, 1.0f, c.h2.get(), d, c.du.get(), hid, 1.0f, g[kFcW], hid,
+         name_);
+    column_sum_add(c.du.get(), n, hid, g[kFcB], l.stream);
+    add_into(g[kLn2G], c.dln2g.get(), d, l.stream);
+    add_into(g[kLn2B], c.dln2b.get(), d, l.stream);
+    gemm(l, true, false, d, d, n, 1.0f, c.attn.get(), d, c.dx2.get(), d, 1.0f, g[kAttnProjW], d,
+         name_);
+    column_sum_add(c.dx2.get(), n, d, g[kAttnProjB], l.stream);
+    gemm(l, true, false, d, 3 * d, n, 1.0f, c.h1.get(), d, c.dqkv.get(), 3 * d, 1.0f, g[kQkvW],
+         3 * d, name_);
+    column_sum_add(c.dqkv.get(), n, 3 * d, g[kQkvB], l.stream);
+    add_into(g[kLn1G], c.dln1g.get(), d, l.stream);
+    add_into(g[kLn1B], c.dln1b.get(), d, l.stream);
+    c.grads.finish(l, name_);
+    finish_call(l, name_);
   }
 
  private:
@@ -254,17 +298,19 @@ class CudaGptBlock final : public TwinnedUnit {
 
 struct TokenHeadContext final : UnitContext {
   int64_t rows = -1;
+  bool input_grad_done = false;
   float scale = 1.0f;
   float loss = 0.0f;
   Operands params;
   GradTargets grads;
   DeviceArray x, h, mean, rstd, logits, targets, dlogits, dh;
+  DeviceArray dg, db;  // the norm's parameter gradients, kept for the weight half
   CrossEntropyArrays xent;
   DeviceArray dx{true};
   [[nodiscard]] std::size_t bytes() const noexcept override {
     std::size_t total = 0;
     for (const DeviceArray* a : {&x, &h, &mean, &rstd, &logits, &xent.probs, &targets,
-                                 &xent.row_loss, &dlogits, &dh, &dx}) {
+                                 &xent.row_loss, &dlogits, &dh, &dg, &db, &dx}) {
       total += a->bytes();
     }
     return total;
@@ -324,48 +370,64 @@ class CudaHead final : public TwinnedUnit {
     return {&c.loss, 1, 1};
   }
 
-  ConstView backward(UnitContext& ctx_base, std::span<const float* const> params,
-                     std::span<float* const> grads, ConstView grad_output) const override {
-    check_counts(params.size(), grads.size());
+  // dlogits (kept), dh and dx; the norm's parameter gradients kept.
+  ConstView backward_input(UnitContext& ctx_base, std::span<const float* const> params,
+                           ConstView grad_output) const override {
+    check_counts(params.size(), 0);
     auto& c = dynamic_cast<TokenHeadContext&>(ctx_base);
-    TESSERA_CHECK(c.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
-                  "': backward without a forward on this context");
+    require_forward(c.rows >= 0);
     Lane& l = lane(host_, name_);
     const float g_out = loss_gradient(grad_output, name_);
     const int64_t n = c.rows;
     const auto un = static_cast<size_t>(n);
     c.params.bind(params, specs_, l, name_);
-    c.grads.bind(grads, specs_, l, name_);
     const Operands& p = c.params;
-    const GradTargets& g = c.grads;
     float* dlogits = c.dlogits.ensure(un * vocab_, l, name_);
     xent_backward(c.xent.probs.get(), c.targets.get<int32_t>(), n, vocab_, c.scale * g_out, dlogits,
                   l.stream);
+    // dh = dlogits·w (gpt: logits = h·wᵀ) or dlogits·wᵀ (llama: logits = h·w).
     float* dh = c.dh.ensure(un * d_, l, name_);
-    if (vocab_rows()) {
-      // logits = h·wᵀ: dw += dlogitsᵀ·h, dh = dlogits·w.
-      gemm(l, true, false, vocab_, d_, n, 1.0f, dlogits, vocab_, c.h.get(), d_, 1.0f, g[w_], d_,
-           name_);
-    } else {
-      // logits = h·w: dw += hᵀ·dlogits, dh = dlogits·wᵀ.
-      gemm(l, true, false, d_, vocab_, n, 1.0f, c.h.get(), d_, dlogits, vocab_, 1.0f, g[w_], vocab_,
-           name_);
-    }
     gemm(l, false, !vocab_rows(), n, d_, vocab_, 1.0f, dlogits, vocab_, p[w_], w_stride(), 0.0f, dh,
          d_, name_);
     float* dx = c.dx.ensure(un * d_, l, name_);
+    float* dg = zeroed(c.dg, static_cast<size_t>(d_), l, name_);
     if (norm_ == Norm::layer) {
       layernorm_backward_input(c.x.get(), p[0], c.mean.get(), c.rstd.get(), dh, n, d_, dx, false,
                                l.stream);
-      layernorm_backward_params(c.x.get(), c.mean.get(), c.rstd.get(), dh, n, d_, g[0], g[1],
-                                l.stream);
+      layernorm_backward_params(c.x.get(), c.mean.get(), c.rstd.get(), dh, n, d_, dg,
+                                zeroed(c.db, static_cast<size_t>(d_), l, name_), l.stream);
     } else {
       rmsnorm_backward_input(c.x.get(), p[0], c.rstd.get(), dh, n, d_, dx, false, l.stream);
-      rmsnorm_backward_params(c.x.get(), c.rstd.get(), dh, n, d_, g[0], l.stream);
+      rmsnorm_backward_params(c.x.get(), c.rstd.get(), dh, n, d_, dg, l.stream);
     }
-    c.grads.finish(l, name_);
+    c.input_grad_done = true;
     finish_call(l, name_);
     return {dx, n, d_};
+  }
+
+  // w's gradient from the kept dlogits, and the norm's.
+  void backward_weight(UnitContext& ctx_base, std::span<const float* const> params,
+                       std::span<float* const> grads) const override {
+    check_counts(params.size(), grads.size());
+    auto& c = dynamic_cast<TokenHeadContext&>(ctx_base);
+    take_input_half(c.input_grad_done);
+    const int64_t n = c.rows;
+    Lane& l = lane(host_, name_);
+    c.grads.bind(grads, specs_, l, name_);
+    const GradTargets& g = c.grads;
+    if (vocab_rows()) {
+      // logits = h·wᵀ: dw += dlogitsᵀ·h.
+      gemm(l, true, false, vocab_, d_, n, 1.0f, c.dlogits.get(), vocab_, c.h.get(), d_, 1.0f, g[w_],
+           d_, name_);
+    } else {
+      // logits = h·w: dw += hᵀ·dlogits.
+      gemm(l, true, false, d_, vocab_, n, 1.0f, c.h.get(), d_, c.dlogits.get(), vocab_, 1.0f, g[w_],
+           vocab_, name_);
+    }
+    add_into(g[0], c.dg.get(), d_, l.stream);
+    if (norm_ == Norm::layer) add_into(g[1], c.db.get(), d_, l.stream);
+    c.grads.finish(l, name_);
+    finish_call(l, name_);
   }
 
  private:

@@ -24,20 +24,24 @@ namespace {
 struct LlamaBlockContext final : UnitContext {
   int64_t batch = -1;
   int64_t seq = 0;
+  bool input_grad_done = false;
   Operands params;
   GradTargets grads;
   // The rotation tables [seq_len, head_dim / 2], uploaded by the first forward.
   DeviceArray cos, sin;
   // Kept from forward for backward (q and k after the rotation).
   DeviceArray x, h1, rstd1, q, k, v, attn, lse, x2, h2, rstd2, gate, up, act;
-  // Backward scratch.
-  DeviceArray staging_dy, dact, dgate, dup, dh2, dx2, dattn, delta, dq, dk, dv, dh1;
+  // Backward scratch, and what the input half keeps for the weight half
+  // (dy, dgate, dup, dx2, dq, dk, dv and the RMSNorms' gain gradients).
+  DeviceArray staging_dy, dy, dact, dgate, dup, dh2, dx2, dattn, delta, dq, dk, dv, dh1;
+  DeviceArray dnorm1, dnorm2;
   DeviceArray y{true}, dx{true};
   [[nodiscard]] std::size_t bytes() const noexcept override {
     std::size_t total = 0;
-    for (const DeviceArray* a : {&x,   &h1,    &rstd1, &q,  &k,   &v,    &attn,  &lse, &x2,
-                                 &h2,  &rstd2, &gate,  &up, &act, &dact, &dgate, &dup, &dh2,
-                                 &dx2, &dattn, &delta, &dq, &dk,  &dv,   &dh1,   &y,   &dx}) {
+    for (const DeviceArray* a :
+         {&x,     &h1,    &rstd1, &q,   &k,  &v,    &attn,   &lse,    &x2,  &h2,
+          &rstd2, &gate,  &up,    &act, &dy, &dact, &dgate,  &dup,    &dh2, &dx2,
+          &dattn, &delta, &dq,    &dk,  &dv, &dh1,  &dnorm1, &dnorm2, &y,   &dx}) {
       total += a->bytes();
     }
     return total;
@@ -121,32 +125,30 @@ class CudaLlamaBlock final : public TwinnedUnit {
     return {y, n, d};
   }
 
-  ConstView backward(UnitContext& ctx_base, std::span<const float* const> params,
-                     std::span<float* const> grads, ConstView grad_output) const override {
-    check_counts(params.size(), grads.size());
+  // Every input-gradient product; keeps the output gradient dy, dgate,
+  // dup, dx2, dq, dk and dv (the products' output gradients, dq and dk
+  // rotated back) and the RMSNorms' gain gradients for the weight half.
+  ConstView backward_input(UnitContext& ctx_base, std::span<const float* const> params,
+                           ConstView grad_output) const override {
+    check_counts(params.size(), 0);
     auto& c = dynamic_cast<LlamaBlockContext&>(ctx_base);
-    TESSERA_CHECK(c.batch >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
-                  "': backward without a forward on this context");
+    require_forward(c.batch >= 0);
     const int64_t d = d_;
     const int64_t kvd = kv_heads_ * hd_;
     const int64_t ffn = ffn_;
     const int64_t n = c.batch * c.seq;
     const auto un = static_cast<size_t>(n);
     Lane& l = lane(host_, name_);
-    const float* dy = output_gradient(*this, grad_output, n, d, c.staging_dy, l);
+    const float* dy =
+        kept(c.dy, output_gradient(*this, grad_output, n, d, c.staging_dy, l), un * d, l, name_);
     c.params.bind(params, specs_, l, name_);
-    c.grads.bind(grads, specs_, l, name_);
     const Operands& p = c.params;
-    const GradTargets& g = c.grads;
     // MLP.
-    gemm(l, true, false, ffn, d, n, 1.0f, c.act.get(), ffn, dy, d, 1.0f, g[kWDown], d, name_);
     float* dact = c.dact.ensure(un * ffn, l, name_);
     gemm(l, false, true, n, ffn, d, 1.0f, dy, d, p[kWDown], d, 0.0f, dact, ffn, name_);
     float* dgate = c.dgate.ensure(un * ffn, l, name_);
     float* dup = c.dup.ensure(un * ffn, l, name_);
     swiglu_backward(c.gate.get(), c.up.get(), dact, n * ffn, dgate, dup, l.stream);
-    gemm(l, true, false, d, ffn, n, 1.0f, c.h2.get(), d, dgate, ffn, 1.0f, g[kWGate], ffn, name_);
-    gemm(l, true, false, d, ffn, n, 1.0f, c.h2.get(), d, dup, ffn, 1.0f, g[kWUp], ffn, name_);
     float* dh2 = c.dh2.ensure(un * d, l, name_);
     gemm(l, false, true, n, d, ffn, 1.0f, dgate, ffn, p[kWGate], ffn, 0.0f, dh2, d, name_);
     gemm(l, false, true, n, d, ffn, 1.0f, dup, ffn, p[kWUp], ffn, 1.0f, dh2, d, name_);
@@ -154,9 +156,9 @@ class CudaLlamaBlock final : public TwinnedUnit {
     float* dx2 = c.dx2.ensure(un * d, l, name_);
     copy_device(dx2, dy, un * d, l, name_);
     rmsnorm_backward_input(c.x2.get(), p[kMlpNormG], c.rstd2.get(), dh2, n, d, dx2, true, l.stream);
-    rmsnorm_backward_params(c.x2.get(), c.rstd2.get(), dh2, n, d, g[kMlpNormG], l.stream);
+    rmsnorm_backward_params(c.x2.get(), c.rstd2.get(), dh2, n, d, zeroed(c.dnorm2, d, l, name_),
+                            l.stream);
     // Attention: x2 = x + attn·wo.
-    gemm(l, true, false, d, d, n, 1.0f, c.attn.get(), d, dx2, d, 1.0f, g[kWo], d, name_);
     float* dattn = c.dattn.ensure(un * d, l, name_);
     gemm(l, false, true, n, d, d, 1.0f, dx2, d, p[kWo], d, 0.0f, dattn, d, name_);
     float* dq = c.dq.ensure(un * d, l, name_);
@@ -167,9 +169,6 @@ class CudaLlamaBlock final : public TwinnedUnit {
     // Back through the rotations (their transposes), then the projections.
     rope_apply(dq, n, c.seq, heads_, hd_, c.cos.get(), c.sin.get(), true, l.stream);
     rope_apply(dk, n, c.seq, kv_heads_, hd_, c.cos.get(), c.sin.get(), true, l.stream);
-    gemm(l, true, false, d, d, n, 1.0f, c.h1.get(), d, dq, d, 1.0f, g[kWq], d, name_);
-    gemm(l, true, false, d, kvd, n, 1.0f, c.h1.get(), d, dk, kvd, 1.0f, g[kWk], kvd, name_);
-    gemm(l, true, false, d, kvd, n, 1.0f, c.h1.get(), d, dv, kvd, 1.0f, g[kWv], kvd, name_);
     float* dh1 = c.dh1.ensure(un * d, l, name_);
     gemm(l, false, true, n, d, d, 1.0f, dq, d, p[kWq], d, 0.0f, dh1, d, name_);
     gemm(l, false, true, n, d, kvd, 1.0f, dk, kvd, p[kWk], kvd, 1.0f, dh1, d, name_);
@@ -178,10 +177,40 @@ class CudaLlamaBlock final : public TwinnedUnit {
     float* dx = c.dx.ensure(un * d, l, name_);
     copy_device(dx, dx2, un * d, l, name_);
     rmsnorm_backward_input(c.x.get(), p[kAttnNormG], c.rstd1.get(), dh1, n, d, dx, true, l.stream);
-    rmsnorm_backward_params(c.x.get(), c.rstd1.get(), dh1, n, d, g[kAttnNormG], l.stream);
-    c.grads.finish(l, name_);
+    rmsnorm_backward_params(c.x.get(), c.rstd1.get(), dh1, n, d, zeroed(c.dnorm1, d, l, name_),
+                            l.stream);
+    c.input_grad_done = true;
     finish_call(l, name_);
     return {dx, n, d};
+  }
+
+  // The seven weight products xᵀ·dy and the RMSNorms' kept gradients.
+  void backward_weight(UnitContext& ctx_base, std::span<const float* const> params,
+                       std::span<float* const> grads) const override {
+    check_counts(params.size(), grads.size());
+    auto& c = dynamic_cast<LlamaBlockContext&>(ctx_base);
+    take_input_half(c.input_grad_done);
+    const int64_t d = d_;
+    const int64_t kvd = kv_heads_ * hd_;
+    const int64_t ffn = ffn_;
+    const int64_t n = c.batch * c.seq;
+    Lane& l = lane(host_, name_);
+    c.grads.bind(grads, specs_, l, name_);
+    const GradTargets& g = c.grads;
+    gemm(l, true, false, ffn, d, n, 1.0f, c.act.get(), ffn, c.dy.get(), d, 1.0f, g[kWDown], d,
+         name_);
+    gemm(l, true, false, d, ffn, n, 1.0f, c.h2.get(), d, c.dgate.get(), ffn, 1.0f, g[kWGate], ffn,
+         name_);
+    gemm(l, true, false, d, ffn, n, 1.0f, c.h2.get(), d, c.dup.get(), ffn, 1.0f, g[kWUp], ffn,
+         name_);
+    add_into(g[kMlpNormG], c.dnorm2.get(), d, l.stream);
+    gemm(l, true, false, d, d, n, 1.0f, c.attn.get(), d, c.dx2.get(), d, 1.0f, g[kWo], d, name_);
+    gemm(l, true, false, d, d, n, 1.0f, c.h1.get(), d, c.dq.get(), d, 1.0f, g[kWq], d, name_);
+    gemm(l, true, false, d, kvd, n, 1.0f, c.h1.get(), d, c.dk.get(), kvd, 1.0f, g[kWk], kvd, name_);
+    gemm(l, true, false, d, kvd, n, 1.0f, c.h1.get(), d, c.dv.get(), kvd, 1.0f, g[kWv], kvd, name_);
+    add_into(g[kAttnNormG], c.dnorm1.get(), d, l.stream);
+    c.grads.finish(l, name_);
+    finish_call(l, name_);
   }
 
  private:

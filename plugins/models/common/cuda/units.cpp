@@ -15,6 +15,7 @@ namespace tessera::model::cuda {
 namespace {
 struct DenseContext final : UnitContext {
   int64_t rows = -1;
+  bool input_grad_done = false;
   Operands params;
   GradTargets grads;
   DeviceArray x, z, dz, staging_dy;
@@ -53,24 +54,18 @@ class CudaDense final : public TwinnedUnit {
     return {y, n, out_};
   }
 
-  ConstView backward(UnitContext& ctx_base, std::span<const float* const> params,
-                     std::span<float* const> grads, ConstView grad_output) const override {
-    check_counts(params.size(), grads.size());
+  // dz = dy ⊙ act'(z) (kept) and dx = dz·wᵀ.
+  ConstView backward_input(UnitContext& ctx_base, std::span<const float* const> params,
+                           ConstView grad_output) const override {
+    check_counts(params.size(), 0);
     auto& ctx = dynamic_cast<DenseContext&>(ctx_base);
-    TESSERA_CHECK(ctx.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
-                  "': backward without a forward on this context");
+    require_forward(ctx.rows >= 0);
     const int64_t n = ctx.rows;
     Lane& l = lane(host_, name_);
     const auto count = static_cast<size_t>(n * out_);
     const float* dy = output_gradient(*this, grad_output, n, out_, ctx.staging_dy, l);
     float* dz = ctx.dz.ensure(count, l, name_);
     activation_backward(ctx.z.get(), dy, dz, static_cast<int64_t>(count), act_, l.stream);
-    ctx.grads.bind(grads, specs_, l, name_);
-    // dW += xᵀ·dz, db += Σ_rows dz.
-    gemm(l, true, false, in_, out_, n, 1.0f, ctx.x.get(), in_, dz, out_, 1.0f, ctx.grads[0], out_,
-         name_);
-    column_sum_add(dz, n, out_, ctx.grads[1], l.stream);
-    ctx.grads.finish(l, name_);
     ConstView result;
     if (!is_first()) {
       ctx.params.bind(params, specs_, l, name_);
@@ -78,8 +73,25 @@ class CudaDense final : public TwinnedUnit {
       gemm(l, false, true, n, in_, out_, 1.0f, dz, out_, ctx.params[0], out_, 0.0f, dx, in_, name_);
       result = {dx, n, in_};
     }
+    ctx.input_grad_done = true;
     finish_call(l, name_);
     return result;
+  }
+
+  // dW += xᵀ·dz, db += Σ_rows dz.
+  void backward_weight(UnitContext& ctx_base, std::span<const float* const> params,
+                       std::span<float* const> grads) const override {
+    check_counts(params.size(), grads.size());
+    auto& ctx = dynamic_cast<DenseContext&>(ctx_base);
+    take_input_half(ctx.input_grad_done);
+    const int64_t n = ctx.rows;
+    Lane& l = lane(host_, name_);
+    ctx.grads.bind(grads, specs_, l, name_);
+    gemm(l, true, false, in_, out_, n, 1.0f, ctx.x.get(), in_, ctx.dz.get(), out_, 1.0f,
+         ctx.grads[0], out_, name_);
+    column_sum_add(ctx.dz.get(), n, out_, ctx.grads[1], l.stream);
+    ctx.grads.finish(l, name_);
+    finish_call(l, name_);
   }
 
  private:
@@ -90,6 +102,7 @@ class CudaDense final : public TwinnedUnit {
 
 struct HeadContext final : UnitContext {
   int64_t rows = -1;
+  bool input_grad_done = false;
   float scale = 1.0f;
   float loss = 0.0f;
   Operands params;
@@ -139,12 +152,12 @@ class CudaClassifier final : public TwinnedUnit {
     return {&ctx.loss, 1, 1};
   }
 
-  ConstView backward(UnitContext& ctx_base, std::span<const float* const> params,
-                     std::span<float* const> grads, ConstView grad_output) const override {
-    check_counts(params.size(), grads.size());
+  // dlogits (kept) and dx = dlogits·wᵀ.
+  ConstView backward_input(UnitContext& ctx_base, std::span<const float* const> params,
+                           ConstView grad_output) const override {
+    check_counts(params.size(), 0);
     auto& ctx = dynamic_cast<HeadContext&>(ctx_base);
-    TESSERA_CHECK(ctx.rows >= 0, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
-                  "': backward without a forward on this context");
+    require_forward(ctx.rows >= 0);
     Lane& l = lane(host_, name_);
     const float g = loss_gradient(grad_output, name_);
     const int64_t n = ctx.rows;
@@ -152,11 +165,6 @@ class CudaClassifier final : public TwinnedUnit {
     float* dlogits = ctx.dlogits.ensure(count, l, name_);
     xent_backward(ctx.xent.probs.get(), ctx.targets.get<int32_t>(), n, classes_, ctx.scale * g,
                   dlogits, l.stream);
-    ctx.grads.bind(grads, specs_, l, name_);
-    gemm(l, true, false, in_, classes_, n, 1.0f, ctx.x.get(), in_, dlogits, classes_, 1.0f,
-         ctx.grads[0], classes_, name_);
-    column_sum_add(dlogits, n, classes_, ctx.grads[1], l.stream);
-    ctx.grads.finish(l, name_);
     ConstView result;
     if (!is_first()) {
       ctx.params.bind(params, specs_, l, name_);
@@ -165,8 +173,25 @@ class CudaClassifier final : public TwinnedUnit {
            dx, in_, name_);
       result = {dx, n, in_};
     }
+    ctx.input_grad_done = true;
     finish_call(l, name_);
     return result;
+  }
+
+  // dW += xᵀ·dlogits, db += Σ_rows dlogits.
+  void backward_weight(UnitContext& ctx_base, std::span<const float* const> params,
+                       std::span<float* const> grads) const override {
+    check_counts(params.size(), grads.size());
+    auto& ctx = dynamic_cast<HeadContext&>(ctx_base);
+    take_input_half(ctx.input_grad_done);
+    const int64_t n = ctx.rows;
+    Lane& l = lane(host_, name_);
+    ctx.grads.bind(grads, specs_, l, name_);
+    gemm(l, true, false, in_, classes_, n, 1.0f, ctx.x.get(), in_, ctx.dlogits.get(), classes_,
+         1.0f, ctx.grads[0], classes_, name_);
+    column_sum_add(ctx.dlogits.get(), n, classes_, ctx.grads[1], l.stream);
+    ctx.grads.finish(l, name_);
+    finish_call(l, name_);
   }
 
  private:
