@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "../support/error_of.hpp"
 #include "estimate_support.hpp"
@@ -121,19 +122,35 @@ TEST(AsyncSgdTraining, PredictingServersMeasureTheDelay) {
             -1.0);
 }
 
+// The median over a run's steps of the number after `key` in the server's
+// debug lines, or -1 when there is none.
+double median_debug_value(const std::string& log, const std::string& key) {
+  std::vector<double> values;
+  for (size_t at = log.find(key); at != std::string::npos; at = log.find(key, at + 1)) {
+    values.push_back(std::stod(log.substr(at + key.size())));
+  }
+  if (values.empty()) return -1;
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
+}
+
 // The prediction's gain is how much of an update the next one repeats:
 // AdamW's updates carry its momentum from one to the next (measured over
 // eight runs: 0.66 to 0.84 after 30 steps), plain SGD's on the gpt test
 // model's small batches are mostly noise (0.17 to 0.25), so a server
-// extrapolates the first and hardly the second.
+// extrapolates the first and hardly the second. The median over the
+// steps: at the end of a run where one worker ran far ahead (seen under
+// AddressSanitizer), consecutive updates come from parameters of very
+// different ages and AdamW's gain fell to 0.46 in its last steps, as it
+// should.
 TEST(AsyncSgdTraining, ThePredictionFollowsHowMuchUpdatesPersist) {
   RunSpec adamw = async_spec("gpt", 1, 2, 4, "adamw");
   adamw.steps = 30;
   RunSpec sgd = async_spec("gpt", 1, 2, 4, "sgd");
   sgd.steps = 30;
   sgd.lr = 0.1;
-  const double persistent = debug_value(debug_log_of(adamw, "strategy.async_sgd"), "gain ");
-  const double noisy = debug_value(debug_log_of(sgd, "strategy.async_sgd"), "gain ");
+  const double persistent = median_debug_value(debug_log_of(adamw, "strategy.async_sgd"), "gain ");
+  const double noisy = median_debug_value(debug_log_of(sgd, "strategy.async_sgd"), "gain ");
   EXPECT_GT(persistent, 0.5);
   EXPECT_LE(persistent, 1.0);
   EXPECT_GE(noisy, 0.0);
