@@ -328,10 +328,11 @@ INSTANTIATE_TEST_SUITE_P(Buffers, CudaUnitsEmulated, ::testing::Values(false, tr
                            return p.param ? std::string("Managed") : std::string("Host");
                          });
 
-// bf16 products: every GEMM's inputs rounded to bfloat16 (cublasGemmEx on
-// 16BF), so the result is the f32 run's to bf16's precision; TF32 is a math
-// mode of the same f32 products.
-TEST(CudaUnitsEmulatedPrecision, Bf16ProductsAndTf32MathMode) {
+// bf16 and f16 products: every GEMM's inputs rounded to bfloat16 or
+// float16 (cublasGemmEx on 16BF or 16F), so the result is the f32 run's to
+// that precision (f16 has 3 more mantissa bits); TF32 is a math mode of
+// the same f32 products.
+TEST(CudaUnitsEmulatedPrecision, SixteenBitProductsAndTf32MathMode) {
   const LlamaConfig config = small_llama();
   const Batch batch = sequence_batch(2, 12, config.vocab, 10);
   const CudaHost bf16(TESSERA_BF16);
@@ -341,6 +342,12 @@ TEST(CudaUnitsEmulatedPrecision, Bf16ProductsAndTf32MathMode) {
                        batch.view, false, 3e-2);
   EXPECT_GT(emu::gemm_ex_calls(CUDA_R_16BF), before);
   EXPECT_EQ(emu::last_math_mode(), CUBLAS_DEFAULT_MATH);
+  const CudaHost f16(TESSERA_F16);
+  const std::size_t before_f16 = emu::gemm_ex_calls(CUDA_R_16F);
+  expect_same_training(build_llama_units(config),
+                       cuda_llama_units(factory(), f16.api(), config, build_llama_units(config)),
+                       batch.view, false, 1e-2);
+  EXPECT_GT(emu::gemm_ex_calls(CUDA_R_16F), before_f16);
   const CudaHost tf32(TESSERA_F32, true);
   expect_same_training(build_llama_units(config),
                        cuda_llama_units(factory(), tf32.api(), config, build_llama_units(config)),
