@@ -94,12 +94,20 @@ TEST(AsyncSgdTraining, StaleUpdatesStillTrain) {
   }
 }
 
-// The number after `key` ("mean delay ", "gain ", "max lead ") in the
-// server's debug line for the last step, or -1 when the line has none.
+// The numbers after `key` ("mean delay ", "gain ", "max lead ") in the
+// server's debug lines, step by step.
+std::vector<double> debug_values(const std::string& log, const std::string& key) {
+  std::vector<double> values;
+  for (size_t at = log.find(key); at != std::string::npos; at = log.find(key, at + 1)) {
+    values.push_back(std::stod(log.substr(at + key.size())));
+  }
+  return values;
+}
+
+// The last step's value of `key`, or -1 when the lines have none.
 double debug_value(const std::string& log, const std::string& key) {
-  const size_t at = log.rfind(key);
-  if (at == std::string::npos) return -1;
-  return std::stod(log.substr(at + key.size()));
+  const std::vector<double> values = debug_values(log, key);
+  return values.empty() ? -1 : values.back();
 }
 
 // A predicting server measures how many updates it applies between a
@@ -125,10 +133,7 @@ TEST(AsyncSgdTraining, PredictingServersMeasureTheDelay) {
 // The median over a run's steps of the number after `key` in the server's
 // debug lines, or -1 when there is none.
 double median_debug_value(const std::string& log, const std::string& key) {
-  std::vector<double> values;
-  for (size_t at = log.find(key); at != std::string::npos; at = log.find(key, at + 1)) {
-    values.push_back(std::stod(log.substr(at + key.size())));
-  }
+  std::vector<double> values = debug_values(log, key);
   if (values.empty()) return -1;
   std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
   return values[values.size() / 2];

@@ -171,12 +171,10 @@ class DeviceArray {
   T* ensure(size_t count, const Lane& l, const std::string& unit) {
     const size_t bytes = count * sizeof(T);
     if (bytes > bytes_) {
-      if (managed_) {
-        if (data_ != nullptr) check(cudaFree(data_), unit, "cudaFree");
-      } else if (pooled_) {
+      if (pooled_) {
         l.release(data_, unit);  // after the work queued on the lane's stream
       } else if (data_ != nullptr) {
-        check(cudaFree(data_), unit, "cudaFree");
+        check(cudaFree(data_), unit, "cudaFree");  // managed, or a device without pools
       }
       data_ = nullptr;
       bytes_ = 0;
@@ -397,14 +395,32 @@ inline void check_untensored(const Unit& unit, const UnitInput& input) {
                 unit.name(), "': tensor parallelism is not built for CUDA units");
 }
 
-// A unit's output gradient, which must be rows×cols, as the device reads
-// it (a copy in `staging` when it is ordinary host memory).
-inline const float* output_gradient(const Unit& unit, ConstView grad_output, int64_t rows,
-                                    int64_t cols, DeviceArray& staging, const Lane& l) {
+// A unit's output gradient must be rows×cols.
+inline void check_output_gradient(const Unit& unit, ConstView grad_output, int64_t rows,
+                                  int64_t cols) {
   TESSERA_CHECK(grad_output.rows == rows && grad_output.cols == cols && !grad_output.empty(),
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit.name(), "': output gradient is ",
                 grad_output.rows, "x", grad_output.cols, ", expected ", rows, "x", cols);
+}
+
+// A unit's output gradient as the device reads it (a copy in `staging`
+// when it is ordinary host memory).
+inline const float* output_gradient(const Unit& unit, ConstView grad_output, int64_t rows,
+                                    int64_t cols, DeviceArray& staging, const Lane& l) {
+  check_output_gradient(unit, grad_output, rows, cols);
   return readable(grad_output.data, static_cast<size_t>(rows * cols), staging, l, unit.name());
+}
+
+// A copy of a unit's output gradient in `keep`, from device or host
+// memory alike: the weight half reads it after the caller may have reused
+// its buffer.
+inline float* kept_output_gradient(const Unit& unit, ConstView grad_output, int64_t rows,
+                                   int64_t cols, DeviceArray& keep, const Lane& l) {
+  check_output_gradient(unit, grad_output, rows, cols);
+  const auto count = static_cast<size_t>(rows * cols);
+  float* p = keep.ensure(count, l, unit.name());
+  copy_device(p, grad_output.data, count, l, unit.name());
+  return p;
 }
 
 // `count` floats of `a`, zeroed in stream order: a sum the unit adds into.
@@ -413,15 +429,6 @@ inline float* zeroed(DeviceArray& a, size_t count, const Lane& l, const std::str
   if (count > 0) {
     check(cudaMemsetAsync(p, 0, count * sizeof(float), l.stream), unit, "cudaMemsetAsync");
   }
-  return p;
-}
-
-// A copy of `count` floats at `from` in `to`: an output gradient the weight
-// half reads after the caller may have reused its buffer.
-inline float* kept(DeviceArray& to, const float* from, size_t count, const Lane& l,
-                   const std::string& unit) {
-  float* p = to.ensure(count, l, unit);
-  copy_device(p, from, count, l, unit);
   return p;
 }
 
@@ -479,8 +486,8 @@ inline Act act_of(UnitActivation a) noexcept {
 }
 
 // What the CUDA units share: the twin that gives name, parameters, cost and
-// initialisation.
-// Every CUDA unit splits its backward pass (TESSERA_UNIT_SPLIT_BACKWARD,
+// initialisation, and the split backward. Every CUDA unit splits its
+// backward pass (TESSERA_UNIT_SPLIT_BACKWARD,
 // for zero-bubble pipelines): backward_input computes the input gradient
 // and keeps what the weight half needs in the context (the output
 // gradients of the products, the norms' gain gradients summed over the

@@ -28,7 +28,7 @@ struct EmbeddingContext final : UnitContext {
   bool input_grad_done = false;
   Operands params;
   GradTargets grads;
-  DeviceArray tokens, staging_dx, dx;  // dx: the output gradient, kept for the weight half
+  DeviceArray tokens, dx;  // dx: the output gradient, kept for the weight half
   DeviceArray x{true};
   [[nodiscard]] std::size_t bytes() const noexcept override {
     return tokens.bytes() + x.bytes() + dx.bytes();
@@ -81,8 +81,7 @@ class CudaEmbedding final : public TwinnedUnit {
     require_forward(c.batch >= 0);
     const int64_t n = c.batch * c.seq;
     Lane& l = lane(host_, name_);
-    const float* dx = output_gradient(*this, grad_output, n, d_, c.staging_dx, l);
-    kept(c.dx, dx, static_cast<size_t>(n * d_), l, name_);
+    kept_output_gradient(*this, grad_output, n, d_, c.dx, l);
     c.input_grad_done = true;
     finish_call(l, name_);
     return {};
@@ -123,7 +122,7 @@ struct GptBlockContext final : UnitContext {
   DeviceArray x, h1, mean1, rstd1, qkv, attn, lse, x2, h2, mean2, rstd2, u, act;
   // Backward scratch, and what the input half keeps for the weight half
   // (dy, du, dx2, dqkv and the LayerNorms' parameter gradients).
-  DeviceArray staging_dy, dy, dact, du, dh2, dx2, dattn, delta, dqkv, dh1;
+  DeviceArray dy, dact, du, dh2, dx2, dattn, delta, dqkv, dh1;
   DeviceArray dln1g, dln1b, dln2g, dln2b;
   DeviceArray y{true}, dx{true};
   [[nodiscard]] std::size_t bytes() const noexcept override {
@@ -201,8 +200,7 @@ class CudaGptBlock final : public TwinnedUnit {
     const int64_t n = c.batch * c.seq;
     const auto un = static_cast<size_t>(n);
     Lane& l = lane(host_, name_);
-    const float* dy =
-        kept(c.dy, output_gradient(*this, grad_output, n, d, c.staging_dy, l), un * d, l, name_);
+    const float* dy = kept_output_gradient(*this, grad_output, n, d, c.dy, l);
     c.params.bind(params, specs_, l, name_);
     const Operands& p = c.params;
     // MLP: y = x2 + gelu(h2·fc_w + fc_b)·proj_w + proj_b.

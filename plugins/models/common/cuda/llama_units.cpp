@@ -33,7 +33,7 @@ struct LlamaBlockContext final : UnitContext {
   DeviceArray x, h1, rstd1, q, k, v, attn, lse, x2, h2, rstd2, gate, up, act;
   // Backward scratch, and what the input half keeps for the weight half
   // (dy, dgate, dup, dx2, dq, dk, dv and the RMSNorms' gain gradients).
-  DeviceArray staging_dy, dy, dact, dgate, dup, dh2, dx2, dattn, delta, dq, dk, dv, dh1;
+  DeviceArray dy, dact, dgate, dup, dh2, dx2, dattn, delta, dq, dk, dv, dh1;
   DeviceArray dnorm1, dnorm2;
   DeviceArray y{true}, dx{true};
   [[nodiscard]] std::size_t bytes() const noexcept override {
@@ -139,8 +139,7 @@ class CudaLlamaBlock final : public TwinnedUnit {
     const int64_t n = c.batch * c.seq;
     const auto un = static_cast<size_t>(n);
     Lane& l = lane(host_, name_);
-    const float* dy =
-        kept(c.dy, output_gradient(*this, grad_output, n, d, c.staging_dy, l), un * d, l, name_);
+    const float* dy = kept_output_gradient(*this, grad_output, n, d, c.dy, l);
     c.params.bind(params, specs_, l, name_);
     const Operands& p = c.params;
     // MLP.
