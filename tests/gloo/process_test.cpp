@@ -2,15 +2,18 @@
 // forked child: a killed rank is named by every survivor, ranks that never
 // arrive are named at connect, a receive nobody sends to names its peer, the
 // raw library calls compute what the checked path computes, a finished
-// run leaves no keys in a file store, and ranks meet
+// run leaves no keys in a file store, an abort ends a send gloo had
+// queued for writing, and ranks meet
 // through the TCP store rank 0 serves with only MASTER_ADDR and MASTER_PORT
 // (and fail within the timeout when rank 0 is gone).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <thread>
@@ -261,6 +264,55 @@ TEST(GlooProcesses, TcpStoreGoneBeforeConnectFailsWithinTheTimeout) {
   EXPECT_EQ(outcomes[1].exit_code, 0) << describe(outcomes);
   EXPECT_TRUE(contains(outcomes[1].text, "MASTER_ADDR:MASTER_PORT")) << describe(outcomes);
   EXPECT_TRUE(contains(outcomes[1].text, "1500 ms")) << describe(outcomes);
+}
+
+// A send gloo has already queued for writing is not among the operations a
+// failing pair releases: it used to wait for gloo's own timeout however
+// early its group was aborted. Rank 1 posts a 64 MiB receive and stops
+// (SIGSTOP), so rank 0's send is matched, partly written and queued; rank 0
+// then aborts the world, and the send must end within seconds, not at the
+// 30 s timeout.
+TEST(GlooProcesses, AnAbortEndsASendQueuedForWriting) {
+  const test::TempDir dir("gloo-queued-send");
+  const auto pid_file = dir.path() / "rank1.pid";
+  constexpr size_t kFloats = size_t{16} << 20;  // 64 MiB
+  const auto outcomes = run_ranks(2, {0, 1}, {}, [&](int rank, std::string& text) {
+    auto backend = open_gloo({}, milliseconds(30000));
+    auto world = backend->connect();
+    world->barrier();
+    std::vector<float> data(kFloats, 1.0F);
+    if (rank == 1) {
+      Work posted = world->irecv(cpu_buffer(std::span<float>(data)), 0, 5);
+      std::ofstream(pid_file) << ::getpid() << '\n';
+      ::raise(SIGSTOP);  // rank 0 kills it
+      text = "rank 1 went on";
+      return 3;
+    }
+    std::this_thread::sleep_for(milliseconds(500));  // rank 1's receive is announced
+    Work sent = world->isend(cpu_buffer(std::span<float>(data)), 1, 5);
+    std::this_thread::sleep_for(milliseconds(300));
+    const auto start = std::chrono::steady_clock::now();
+    world->abort("the test aborts the world");
+    int code = 3;
+    try {
+      sent.wait();
+      text = "the send completed although rank 1 is stopped";
+    } catch (const Error& e) {
+      const auto waited =
+          std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start)
+              .count();
+      text = std::string(e.what()) + " (after " + std::to_string(waited) + " ms)";
+      code = e.status() == TESSERA_ERR_PEER_LOST && waited < 5000 ? 0 : 2;
+    }
+    pid_t stopped = 0;
+    std::ifstream(pid_file) >> stopped;
+    if (stopped > 0) ::kill(stopped, SIGKILL);
+    return code;
+  });
+  ASSERT_EQ(outcomes.size(), 2U);
+  EXPECT_EQ(outcomes[0].exit_code, 0) << describe(outcomes);
+  EXPECT_TRUE(contains(outcomes[0].text, "the test aborts the world")) << describe(outcomes);
+  EXPECT_EQ(outcomes[1].exit_code, -SIGKILL) << describe(outcomes);
 }
 
 }  // namespace

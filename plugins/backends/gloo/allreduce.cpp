@@ -28,10 +28,14 @@ void run_unbound(const std::shared_ptr<gloo::Context>& context, const tessera_co
                  const RunOptions& opts) {
   const auto n = static_cast<size_t>(a.send.count);
   gloo::AllreduceOptions o(context);
+  std::vector<Waits::Watched> guards;  // after `o`, which owns the buffers
+  const auto buffer = [&](void* p) {
+    return Waits::watch(opts.waits, context->createUnboundBuffer(p, n * sizeof(T)), guards);
+  };
   o.setAlgorithm(opts.allreduce == Algorithm::kBcube ? gloo::AllreduceOptions::Algorithm::BCUBE
                                                      : gloo::AllreduceOptions::Algorithm::RING);
-  if (a.send.data != a.recv.data) o.setInput(static_cast<T*>(a.send.data), n);
-  o.setOutput(static_cast<T*>(a.recv.data), n);
+  if (a.send.data != a.recv.data) o.setInput<T>(buffer(a.send.data));
+  o.setOutput<T>(buffer(a.recv.data));
   o.setReduceFunction(reduce_fn(a.send.dtype, a.op));
   o.setTimeout(opts.timeout);
   gloo::allreduce(o);

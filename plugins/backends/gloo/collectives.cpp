@@ -30,6 +30,23 @@ T* typed(void* p) {
   return static_cast<T*>(p);
 }
 
+// gloo's unbound buffer over `elements` of T at `p`, recorded in the
+// operation's waits (if any) while `guards` lives. Declare `guards` after
+// the options object that will own the buffer.
+template <typename T>
+std::unique_ptr<gloo::transport::UnboundBuffer> watched(const Ctx& ctx, void* p, size_t elements,
+                                                        const RunOptions& opts,
+                                                        std::vector<Waits::Watched>& guards) {
+  return Waits::watch(opts.waits, ctx->createUnboundBuffer(p, elements * sizeof(T)), guards);
+}
+
+// gloo's barrier creates its buffer itself; this exposes it to the waits.
+class WatchedBarrierOptions : public gloo::BarrierOptions {
+ public:
+  using gloo::BarrierOptions::BarrierOptions;
+  [[nodiscard]] gloo::transport::UnboundBuffer* own_buffer() const noexcept { return buffer.get(); }
+};
+
 // A copy of `send` in scratch memory when it overlaps `recv` in a way gloo
 // does not support (gloo's own in-place forms are passed through).
 void* stage(void* send, size_t send_bytes, const void* recv, size_t recv_bytes,
@@ -47,12 +64,13 @@ void broadcast(const Ctx& ctx, const tessera_coll_args& a, const RunOptions& opt
   sdk::visit_dtype(a.recv.dtype, [&](auto tag) {
     using T = decltype(tag);
     gloo::BroadcastOptions o(ctx);
+    std::vector<Waits::Watched> guards;
     if (root && a.send.data != a.recv.data) {
       void* in = stage(a.send.data, bytes_of(n, a.send.dtype), a.recv.data,
                        bytes_of(n, a.recv.dtype), nullptr, *opts.scratch);
-      o.setInput(typed<T>(in), n);
+      o.setInput<T>(watched<T>(ctx, in, n, opts, guards));
     }
-    o.setOutput(typed<T>(a.recv.data), n);
+    o.setOutput<T>(watched<T>(ctx, a.recv.data, n, opts, guards));
     o.setRoot(a.root);
     o.setTimeout(opts.timeout);
     gloo::broadcast(o);
@@ -70,8 +88,9 @@ void reduce(const Ctx& ctx, const tessera_coll_args& a, const RunOptions& opts) 
   sdk::visit_dtype(a.send.dtype, [&](auto tag) {
     using T = decltype(tag);
     gloo::ReduceOptions o(ctx);
-    if (in != out) o.setInput(typed<T>(in), n);
-    o.setOutput(typed<T>(out), n);
+    std::vector<Waits::Watched> guards;
+    if (in != out) o.setInput<T>(watched<T>(ctx, in, n, opts, guards));
+    o.setOutput<T>(watched<T>(ctx, out, n, opts, guards));
     o.setRoot(a.root);
     o.setReduceFunction(reduce_fn(a.send.dtype, a.op));
     o.setTimeout(opts.timeout);
@@ -89,8 +108,9 @@ void allgather(const Ctx& ctx, const tessera_coll_args& a, const RunOptions& opt
   sdk::visit_dtype(a.send.dtype, [&](auto tag) {
     using T = decltype(tag);
     gloo::AllgatherOptions o(ctx);
-    if (in != own_block) o.setInput(typed<T>(in), n);
-    o.setOutput(typed<T>(a.recv.data), n * static_cast<uint64_t>(ctx->size));
+    std::vector<Waits::Watched> guards;
+    if (in != own_block) o.setInput<T>(watched<T>(ctx, in, n, opts, guards));
+    o.setOutput<T>(watched<T>(ctx, a.recv.data, n * static_cast<size_t>(ctx->size), opts, guards));
     o.setTimeout(opts.timeout);
     gloo::allgather(o);
   });
@@ -108,8 +128,12 @@ void gather(const Ctx& ctx, const tessera_coll_args& a, const RunOptions& opts) 
   sdk::visit_dtype(a.send.dtype, [&](auto tag) {
     using T = decltype(tag);
     gloo::GatherOptions o(ctx);
-    o.setInput(typed<T>(in), n);
-    if (root) o.setOutput(typed<T>(a.recv.data), n * static_cast<uint64_t>(ctx->size));
+    std::vector<Waits::Watched> guards;
+    o.setInput<T>(watched<T>(ctx, in, n, opts, guards));
+    if (root) {
+      o.setOutput<T>(
+          watched<T>(ctx, a.recv.data, n * static_cast<size_t>(ctx->size), opts, guards));
+    }
     o.setRoot(a.root);
     o.setTimeout(opts.timeout);
     gloo::gather(o);
@@ -130,12 +154,17 @@ void scatter(const Ctx& ctx, const tessera_coll_args& a, const RunOptions& opts)
   sdk::visit_dtype(a.recv.dtype, [&](auto tag) {
     using T = decltype(tag);
     gloo::ScatterOptions o(ctx);
+    std::vector<Waits::Watched> guards;
     if (root) {
-      std::vector<T*> blocks(size);
-      for (size_t r = 0; r < size; ++r) blocks[r] = typed<T>(in) + r * static_cast<size_t>(n);
-      o.setInputs(blocks, n);
+      std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> blocks;
+      blocks.reserve(size);
+      for (size_t r = 0; r < size; ++r) {
+        blocks.push_back(
+            watched<T>(ctx, typed<T>(in) + r * static_cast<size_t>(n), n, opts, guards));
+      }
+      o.setInputs<T>(std::move(blocks));
     }
-    o.setOutput(typed<T>(a.recv.data), n);
+    o.setOutput<T>(watched<T>(ctx, a.recv.data, n, opts, guards));
     o.setRoot(a.root);
     o.setTimeout(opts.timeout);
     gloo::scatter(o);
@@ -148,8 +177,9 @@ void alltoall(const Ctx& ctx, const tessera_coll_args& a, const RunOptions& opts
   sdk::visit_dtype(a.send.dtype, [&](auto tag) {
     using T = decltype(tag);
     gloo::AlltoallOptions o(ctx);
-    o.setInput(typed<T>(in), a.send.count);
-    o.setOutput(typed<T>(a.recv.data), a.recv.count);
+    std::vector<Waits::Watched> guards;
+    o.setInput<T>(watched<T>(ctx, in, a.send.count, opts, guards));
+    o.setOutput<T>(watched<T>(ctx, a.recv.data, a.recv.count, opts, guards));
     o.setTimeout(opts.timeout);
     gloo::alltoall(o);
   });
@@ -186,7 +216,9 @@ void reduce_scatter(const Ctx& ctx, const tessera_coll_args& a, const RunOptions
 }
 
 void barrier(const Ctx& ctx, const RunOptions& opts) {
-  gloo::BarrierOptions o(ctx);
+  WatchedBarrierOptions o(ctx);
+  std::vector<Waits::Watched> guards;
+  if (opts.waits != nullptr) guards.emplace_back(opts.waits, o.own_buffer());
   o.setTimeout(opts.timeout);
   gloo::barrier(o);
 }

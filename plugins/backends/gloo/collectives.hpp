@@ -20,6 +20,7 @@
 #include "settings.hpp"
 #include "sockets.hpp"
 #include "tessera/c/backend.h"
+#include "waits.hpp"
 
 namespace tessera::gloo_backend {
 
@@ -31,6 +32,9 @@ struct RunOptions {
   // The group's sockets: their send buffers are restored after each run of
   // an algorithm object (see PairSockets::restore_send_buffers). May be null.
   const PairSockets* sockets = nullptr;
+  // The operation's waits: every unbound buffer handed to gloo is recorded
+  // there while gloo uses it (waits.hpp). May be null (nothing recorded).
+  Waits* waits = nullptr;
 };
 
 // The allreduce algorithm for `args` on a group of `size`: `configured`

@@ -135,6 +135,9 @@ void GlooComm::execute(const tessera_coll_args& args, uint64_t seq, int64_t time
   opts.timeout = gloo_timeout(timeout_ms);
   opts.scratch = &scratch_;
   opts.sockets = &group_->sockets();
+  Waits waits;
+  const WaitRegistry::Enlisted enlisted(group_->waits(), waits);
+  opts.waits = &waits;
   if (args.coll == TESSERA_COLL_ALLREDUCE) {
     opts.allreduce = resolve_allreduce(engine_->settings.algorithm, args, size(),
                                        engine_->settings.auto_threshold_bytes);
@@ -158,6 +161,12 @@ void GlooComm::execute(const tessera_coll_args& args, uint64_t seq, int64_t time
     throw explain_failure(*engine_, *group_, op, e.what());
   }
   group_->unwatch();
+  // gloo returns normally from waits the group's breakage interrupted: the
+  // result is not to be trusted.
+  if (waits.interrupted()) {
+    throw explain_failure(*engine_, *group_, op,
+                          "its waits were interrupted (the group's connections were shut down)");
+  }
 }
 
 std::unique_ptr<sdk::Work> GlooComm::post(const tessera_coll_args& args, bool nonblocking) {
@@ -194,7 +203,7 @@ std::unique_ptr<sdk::Work> GlooComm::post_p2p(const tessera_coll_args& args, boo
       args.coll == TESSERA_COLL_SEND ? group_->post_send(args.peer) : group_->post_recv(args.peer);
   const int64_t timeout = engine_->settings.resolve_timeout(args.timeout_ms);
   const auto limit = std::chrono::milliseconds(timeout);  // < 0: P2pOp waits without limit
-  auto p2p = std::make_shared<P2pOp>(group_->context(), args);
+  auto p2p = std::make_shared<P2pOp>(group_->context(), args, &group_->waits());
   try {
     p2p->post();
   } catch (const std::exception& e) {
@@ -577,7 +586,7 @@ void GlooComm::raw(const tessera_coll_args& args) {
   const int64_t timeout = engine_->settings.timeout_ms;
   try {
     if (args.coll == TESSERA_COLL_SEND || args.coll == TESSERA_COLL_RECV) {
-      P2pOp p2p(group_->context(), args);
+      P2pOp p2p(group_->context(), args, nullptr);
       p2p.post();
       p2p.wait(std::chrono::milliseconds(timeout));
       return;

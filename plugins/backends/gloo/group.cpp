@@ -107,6 +107,7 @@ void Group::add_child(const std::shared_ptr<Group>& child) {
 void Group::break_sockets() noexcept {
   broken_.store(true);
   connection_.sockets.shutdown_all();
+  waits_.interrupt_all();
 }
 
 void Group::watch(std::chrono::steady_clock::time_point deadline) noexcept {

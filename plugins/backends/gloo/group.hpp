@@ -14,6 +14,7 @@
 
 #include "rendezvous.hpp"
 #include "tessera/sdk/error.hpp"
+#include "waits.hpp"
 
 namespace tessera::gloo_backend {
 
@@ -82,10 +83,15 @@ class Group {
   void add_child(const std::shared_ptr<Group>& child);
 
   // Fails every pending operation of the group on this rank and, through
-  // the closed connections, on the peers. The group is unusable afterwards.
+  // the closed connections, on the peers, and wakes the running
+  // operations' waits (waits.hpp). The group is unusable afterwards.
   void break_sockets() noexcept;
   // True once break_sockets ran: transport errors after it are our own doing.
   [[nodiscard]] bool sockets_broken() const noexcept { return broken_.load(); }
+  // The running operations' gloo buffers. An interrupted wait lets gloo go
+  // on to its next step, which may wait again: once the sockets are broken
+  // the watchdog interrupts them again every period until they are over.
+  [[nodiscard]] WaitRegistry& waits() noexcept { return waits_; }
 
   // ---- deadline watch for operations gloo does not time out itself ----
   // The running operation must end by `deadline` (steady clock).
@@ -115,6 +121,7 @@ class Group {
   std::string abort_reason_;                    // guarded by mu_
   std::vector<std::weak_ptr<Group>> children_;  // guarded by mu_
   std::atomic<bool> broken_{false};
+  WaitRegistry waits_;
 
   std::atomic<int64_t> deadline_ns_{0};  // 0: nothing watched
   std::atomic<bool> expired_{false};

@@ -1,5 +1,7 @@
 #include "p2p.hpp"
 
+#include <stdexcept>
+
 #include "forever.hpp"
 #include "tessera/sdk/error.hpp"
 
@@ -26,12 +28,17 @@ uint64_t p2p_slot(int32_t tag, tessera_dtype dtype, uint64_t count) noexcept {
          fold;
 }
 
-P2pOp::P2pOp(const std::shared_ptr<gloo::Context>& context, const tessera_coll_args& args)
+P2pOp::P2pOp(const std::shared_ptr<gloo::Context>& context, const tessera_coll_args& args,
+             WaitRegistry* registry)
     : send_(args.coll == TESSERA_COLL_SEND), peer_(args.peer), slot_(0), bytes_(0) {
   const tessera_buffer& b = send_ ? args.send : args.recv;
   slot_ = p2p_slot(args.tag, b.dtype, b.count);
   bytes_ = static_cast<size_t>(b.count) * tessera_dtype_size(b.dtype);
   buffer_ = context->createUnboundBuffer(b.data, bytes_);
+  if (registry != nullptr) {
+    watched_ = Waits::Watched(&waits_, buffer_.get());
+    enlisted_.emplace(*registry, waits_);
+  }
 }
 
 void P2pOp::post() {
@@ -45,10 +52,13 @@ void P2pOp::post() {
 void P2pOp::wait(std::chrono::milliseconds timeout) {
   const auto limit = timeout.count() < 0 ? std::chrono::milliseconds(kForever) : timeout;
   const bool done = send_ ? buffer_->waitSend(nullptr, limit) : buffer_->waitRecv(nullptr, limit);
-  // gloo reports an interrupted wait with false; nothing here interrupts
-  // waits, so this is a broken invariant rather than a peer's doing.
-  TESSERA_CHECK(done, TESSERA_ERR_INTERNAL, "gloo ", send_ ? "send to" : "recv from", " rank ",
-                peer_, ": the wait was interrupted");
+  // gloo reports an interrupted wait with false: the group broke.
+  if (!done) {
+    throw std::runtime_error(detail::concat("gloo ", send_ ? "send to" : "recv from", " rank ",
+                                            peer_,
+                                            ": the wait was interrupted (the group's connections "
+                                            "were shut down)"));
+  }
 }
 
 }  // namespace tessera::gloo_backend

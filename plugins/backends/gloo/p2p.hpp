@@ -12,11 +12,13 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
 
 #include "tessera/c/backend.h"
+#include "waits.hpp"
 
 namespace tessera::gloo_backend {
 
@@ -28,7 +30,13 @@ uint64_t p2p_slot(int32_t tag, tessera_dtype dtype, uint64_t count) noexcept;
 class P2pOp {
  public:
   // `args` is a valid SEND or RECV for `context` (sdk::validate_coll_args).
-  P2pOp(const std::shared_ptr<gloo::Context>& context, const tessera_coll_args& args);
+  // While it lives, its buffer is among the running operations of
+  // `registry` (if not null), whose interruption ends its wait.
+  P2pOp(const std::shared_ptr<gloo::Context>& context, const tessera_coll_args& args,
+        WaitRegistry* registry);
+  P2pOp(const P2pOp&) = delete;
+  P2pOp& operator=(const P2pOp&) = delete;
+  ~P2pOp() = default;
 
   // Hands the operation to gloo; never blocks. Throws what gloo throws (an
   // IoException when the pair to the peer is already broken).
@@ -37,7 +45,8 @@ class P2pOp {
   // Blocks until the message is delivered (send: written to the connection,
   // which needs the peer's matching receive; recv: received). gloo fails the
   // whole context after `timeout` (and throws gloo::IoException); a negative
-  // timeout waits for as long as the connection lives.
+  // timeout waits for as long as the connection lives. Throws
+  // std::runtime_error when the registry interrupted the wait.
   void wait(std::chrono::milliseconds timeout);
 
  private:
@@ -45,7 +54,11 @@ class P2pOp {
   int32_t peer_;
   uint64_t slot_;
   size_t bytes_;
+  // Destroyed in reverse order: unlisted, then forgotten, then freed.
   std::unique_ptr<gloo::transport::UnboundBuffer> buffer_;
+  Waits waits_;
+  Waits::Watched watched_;
+  std::optional<WaitRegistry::Enlisted> enlisted_;
 };
 
 }  // namespace tessera::gloo_backend

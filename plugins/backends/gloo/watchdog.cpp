@@ -28,7 +28,11 @@ void Watchdog::loop() {
     }
     lock.unlock();
     const auto now = std::chrono::steady_clock::now();
-    for (const auto& g : live) g->expire_if_late(now);
+    for (const auto& g : live) {
+      g->expire_if_late(now);
+      // gloo may wait again after an interrupted wait (group.hpp).
+      if (g->sockets_broken()) g->waits().interrupt_all();
+    }
     live.clear();  // a group may be destroyed here, outside the lock
     lock.lock();
   }

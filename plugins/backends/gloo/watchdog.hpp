@@ -5,7 +5,9 @@
 // handed to them. An operation registers its deadline with its group
 // (Group::watch, two atomic stores); this thread looks at every group every
 // few milliseconds and breaks the sockets of one whose operation is late,
-// which makes the blocked gloo call return with an IoException.
+// which makes the blocked gloo call return with an IoException. Once a
+// group's sockets are broken, it also wakes the waits of the group's
+// running operations every period (waits.hpp), until they are over.
 #pragma once
 
 #include <chrono>
