@@ -215,16 +215,29 @@ void Control::serve() {
     } catch (const std::exception& e) {
       // A peer died with a message announced but not delivered: its broken
       // pair fails the receive. Stop listening to it and receive again,
-      // into a fresh buffer (gloo keeps the failure in the old one).
-      const auto dead = rank_named_in(e.what(), connection_.peer_endpoints);
-      if (!dead || std::find(others_.begin(), others_.end(), *dead) == others_.end()) {
+      // into a fresh buffer (gloo keeps the failure in the old one). The
+      // peer is the one gloo's message names, else every peer whose
+      // connection is gone.
+      std::vector<int32_t> dead;
+      const auto named = rank_named_in(e.what(), connection_.peer_endpoints);
+      if (named && std::find(others_.begin(), others_.end(), *named) != others_.end()) {
+        dead.push_back(*named);
+      } else {
+        for (const int32_t r : others_) {
+          if (connection_.sockets.closed(r)) dead.push_back(r);
+        }
+      }
+      if (dead.empty()) {
         host_.log(TESSERA_LOG_WARN, connection_.context->rank,
                   "gloo control: receiving control messages failed (", e.what(),
-                  "); stall reports and abort propagation are off from now on");
+                  ") and no peer's connection is closed; stall reports and abort propagation are "
+                  "off from now on");
         return;
       }
-      std::erase(others_, *dead);
-      mark_lost(*dead);
+      for (const int32_t r : dead) {
+        std::erase(others_, r);
+        mark_lost(r);
+      }
       if (others_.empty()) return;
       const std::lock_guard<std::mutex> lock(inbox_mu_);
       if (!serving_) return;

@@ -109,7 +109,7 @@ PairSockets PairSockets::find(const std::vector<std::string>& local,
       int bytes = 0;
       socklen_t len = sizeof bytes;
       if (::getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, &len) != 0) bytes = 0;
-      result.sockets_.push_back(Socket{fd, local[k], remote[k], bytes});
+      result.sockets_.push_back(Socket{static_cast<int32_t>(k), fd, local[k], remote[k], bytes});
       break;
     }
   }
@@ -122,6 +122,13 @@ void PairSockets::shutdown_all() const noexcept {
       ::shutdown(s.fd, SHUT_RDWR);
     }
   }
+}
+
+bool PairSockets::closed(int32_t peer) const noexcept {
+  for (const Socket& s : sockets_) {
+    if (s.peer == peer) return !matches(s.fd, false, s.local) || !matches(s.fd, true, s.remote);
+  }
+  return false;
 }
 
 void PairSockets::restore_send_buffers() const noexcept {

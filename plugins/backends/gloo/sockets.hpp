@@ -57,11 +57,17 @@ class PairSockets {
   // algorithm-object run. Safe from any thread.
   void restore_send_buffers() const noexcept;
 
+  // True when the socket found for peer `peer` no longer joins its two
+  // endpoints: the connection was reset, or gloo closed it after its pair
+  // failed. False for a peer whose socket was not found.
+  [[nodiscard]] bool closed(int32_t peer) const noexcept;
+
   // Number of sockets found.
   [[nodiscard]] size_t size() const noexcept { return sockets_.size(); }
 
  private:
   struct Socket {
+    int32_t peer = -1;
     int fd = -1;
     std::string local;
     std::string remote;
