@@ -337,9 +337,6 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
   Window total;
   // A joining rank's first step admits it into the running world.
   bool awaiting_admission = s.joining;
-  // Whether the ranks of the current world are not known to agree: a check
-  // after ranks joined failed for a reason other than a difference.
-  bool unchecked = false;
   for (int64_t step = first; step <= last; ++step) {
     const auto start = Clock::now();
     const std::vector<Batch> micro = sampler->micro_batches(step, config.data.micro_batches);
@@ -377,22 +374,21 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
       world = reformed.get();
       if (joining) out.rank = world->rank();
       // Whoever joined must run the same configuration: a rank that does
-      // not fails alone, and the others lose it like any lost rank.
+      // not fails alone, and the others lose it like any lost rank. The
+      // check runs after every change, losses included, so that every rank
+      // of the new world posts it: whether an earlier check was cut short
+      // differs from rank to rank (see below).
       std::string cut_short;
-      if (world->size() > before || unchecked) {
-        try {
-          check_ranks_agree(*world, s.fingerprint, /*throw_all=*/false);
-          unchecked = false;
-        } catch (const Error& e) {
-          if (e.status() == TESSERA_ERR_MISMATCH) throw;  // this rank differs
-          // A rank left during the exchange: a joiner that differs leaves
-          // as soon as it has the others' fingerprints, which may be before
-          // this rank has them all. The next step fails on the lost rank
-          // and the strategy recovers as from any loss; the check runs again
-          // on the world it re-forms.
-          unchecked = true;
-          cut_short = e.what();
-        }
+      try {
+        check_ranks_agree(*world, s.fingerprint, /*throw_all=*/false);
+      } catch (const Error& e) {
+        if (e.status() == TESSERA_ERR_MISMATCH) throw;  // this rank differs
+        // A rank left during the exchange: a joiner that differs leaves as
+        // soon as it has the others' fingerprints, which may be before
+        // this rank has them all (and after another has). The next step
+        // fails on the lost rank and the strategy recovers as from any
+        // loss; the check runs again on the world it re-forms.
+        cut_short = e.what();
       }
       check_layout(changed.layout, config, run.plan.strategy, world->size());
       sampler.emplace(*run.dataset, config.run.seed, config.data.batch_size,
