@@ -29,13 +29,10 @@ void run_unbound(const std::shared_ptr<gloo::Context>& context, const tessera_co
   const auto n = static_cast<size_t>(a.send.count);
   gloo::AllreduceOptions o(context);
   std::vector<Waits::Watched> guards;  // after `o`, which owns the buffers
-  const auto buffer = [&](void* p) {
-    return Waits::watch(opts.waits, context->createUnboundBuffer(p, n * sizeof(T)), guards);
-  };
   o.setAlgorithm(opts.allreduce == Algorithm::kBcube ? gloo::AllreduceOptions::Algorithm::BCUBE
                                                      : gloo::AllreduceOptions::Algorithm::RING);
-  if (a.send.data != a.recv.data) o.setInput<T>(buffer(a.send.data));
-  o.setOutput<T>(buffer(a.recv.data));
+  if (a.send.data != a.recv.data) o.setInput<T>(watched<T>(context, a.send.data, n, opts, guards));
+  o.setOutput<T>(watched<T>(context, a.recv.data, n, opts, guards));
   o.setReduceFunction(reduce_fn(a.send.dtype, a.op));
   o.setTimeout(opts.timeout);
   gloo::allreduce(o);

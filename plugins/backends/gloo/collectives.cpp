@@ -30,16 +30,6 @@ T* typed(void* p) {
   return static_cast<T*>(p);
 }
 
-// gloo's unbound buffer over `elements` of T at `p`, recorded in the
-// operation's waits (if any) while `guards` lives. Declare `guards` after
-// the options object that will own the buffer.
-template <typename T>
-std::unique_ptr<gloo::transport::UnboundBuffer> watched(const Ctx& ctx, void* p, size_t elements,
-                                                        const RunOptions& opts,
-                                                        std::vector<Waits::Watched>& guards) {
-  return Waits::watch(opts.waits, ctx->createUnboundBuffer(p, elements * sizeof(T)), guards);
-}
-
 // gloo's barrier creates its buffer itself; this exposes it to the waits.
 class WatchedBarrierOptions : public gloo::BarrierOptions {
  public:
@@ -217,8 +207,7 @@ void reduce_scatter(const Ctx& ctx, const tessera_coll_args& a, const RunOptions
 
 void barrier(const Ctx& ctx, const RunOptions& opts) {
   WatchedBarrierOptions o(ctx);
-  std::vector<Waits::Watched> guards;
-  if (opts.waits != nullptr) guards.emplace_back(opts.waits, o.own_buffer());
+  const Waits::Watched guard(opts.waits, o.own_buffer());  // after `o`, which owns the buffer
   o.setTimeout(opts.timeout);
   gloo::barrier(o);
 }

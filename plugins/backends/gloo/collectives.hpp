@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include <gloo/context.h>
 
@@ -49,6 +50,20 @@ Algorithm resolve_allreduce(Algorithm configured, const tessera_coll_args& args,
 // with their pairs' timeout, fixed when the group connected; the caller
 // enforces shorter deadlines by breaking the group's sockets.
 bool gloo_enforces_timeout(tessera_coll_type coll, Algorithm allreduce) noexcept;
+
+// gloo's unbound buffer over `elements` of T at `p`, recorded in the
+// operation's waits (if any) while `guards` lives. Declare `guards` after
+// the options object that will own the buffer, so that the buffer is
+// forgotten before it is freed.
+template <typename T>
+std::unique_ptr<gloo::transport::UnboundBuffer> watched(const std::shared_ptr<gloo::Context>& ctx,
+                                                        void* p, size_t elements,
+                                                        const RunOptions& opts,
+                                                        std::vector<Waits::Watched>& guards) {
+  auto buffer = ctx->createUnboundBuffer(p, elements * sizeof(T));
+  if (opts.waits != nullptr) guards.emplace_back(opts.waits, buffer.get());
+  return buffer;
+}
 
 // Runs collective `args` (not send/recv) to completion on `context`.
 // `args` must be valid (sdk::validate_coll_args). Zero counts and groups of

@@ -27,13 +27,6 @@ Waits::Watched::~Watched() {
   if (waits_ != nullptr) waits_->remove(buffer_);
 }
 
-std::unique_ptr<gloo::transport::UnboundBuffer> Waits::watch(
-    Waits* waits, std::unique_ptr<gloo::transport::UnboundBuffer> buffer,
-    std::vector<Watched>& guards) {
-  if (waits != nullptr) guards.emplace_back(waits, buffer.get());
-  return buffer;
-}
-
 void Waits::add(gloo::transport::UnboundBuffer* buffer) {
   const std::lock_guard<std::mutex> lock(mu_);
   buffers_.push_back(buffer);
@@ -51,14 +44,13 @@ void Waits::remove(gloo::transport::UnboundBuffer* buffer) noexcept {
   if (at != buffers_.end()) buffers_.erase(at);
 }
 
-bool Waits::interrupt() noexcept {
+void Waits::interrupt() noexcept {
   const std::lock_guard<std::mutex> lock(mu_);
   interrupted_ = true;
   for (auto* buffer : buffers_) {
     buffer->abortWaitSend();
     buffer->abortWaitRecv();
   }
-  return !buffers_.empty();
 }
 
 bool Waits::interrupted() const noexcept {

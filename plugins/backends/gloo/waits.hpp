@@ -53,15 +53,9 @@ class Waits {
     gloo::transport::UnboundBuffer* buffer_ = nullptr;
   };
 
-  // `buffer`, recorded in `waits` (which may be null: nothing recorded)
-  // while `guards` lives; returns it for gloo's options.
-  static std::unique_ptr<gloo::transport::UnboundBuffer> watch(
-      Waits* waits, std::unique_ptr<gloo::transport::UnboundBuffer> buffer,
-      std::vector<Watched>& guards);
-
   // Wakes every wait on the recorded buffers and marks the operation
-  // interrupted. Returns whether it recorded any buffer.
-  bool interrupt() noexcept;
+  // interrupted.
+  void interrupt() noexcept;
   // True once interrupt() ran: the operation's result must be discarded.
   [[nodiscard]] bool interrupted() const noexcept;
 
