@@ -47,6 +47,15 @@ Error explain_failure(Engine& engine, Group& group, const OpInfo& op, const std:
                           .count();
   if (auto earlier = group.error()) return *earlier;
   const bool expired = group.take_expired();
+  if (!expired && group.sockets_broken()) {
+    // Another operation of this group failed first and broke its sockets,
+    // which is what ended this one (its gloo message names a peer that did
+    // nothing wrong). That operation's report, once it has asked the peers,
+    // is this one's error: reporting this one's own view instead would race
+    // with it to fail the group, and could win with a wrong cause.
+    const auto wait = std::chrono::milliseconds(2 * engine.settings.probe_ms);
+    if (auto first = group.await_error(std::chrono::steady_clock::now() + wait)) return *first;
+  }
   // A peer the transport names is only a suspect: it may have closed its
   // side on purpose because it failed first. Our own shutdown names peers
   // too, so nothing is read from the text after it.

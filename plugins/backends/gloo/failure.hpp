@@ -34,8 +34,10 @@ struct OpInfo {
 
 // The error `op` fails with after gloo threw `what` while running it on
 // `group`. Returns the abort error if the group was (or turns out to have
-// been) aborted, the group's earlier error if it had already failed, and
-// otherwise records the stall report as the group's error. Breaks the
+// been) aborted, the group's earlier error if it had already failed (or
+// fails within twice `probe_ms`, when another operation's failure had
+// already broken the group's sockets), and otherwise records the stall
+// report as the group's error. Breaks the
 // group's sockets so that peers waiting on this rank fail promptly too.
 Error explain_failure(Engine& engine, Group& group, const OpInfo& op, const std::string& what);
 

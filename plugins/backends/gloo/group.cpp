@@ -57,6 +57,12 @@ std::optional<Error> Group::error() const {
   return error_;
 }
 
+std::optional<Error> Group::await_error(std::chrono::steady_clock::time_point deadline) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  failed_.wait_until(lock, deadline, [&] { return error_.has_value(); });
+  return error_;
+}
+
 std::string Group::abort_reason() const {
   const std::lock_guard<std::mutex> lock(mu_);
   return abort_reason_;
@@ -76,6 +82,7 @@ Error Group::fail(const Error& error) {
       state_.store(kFailed, std::memory_order_release);
     }
   }
+  failed_.notify_all();
   break_sockets();
   const std::lock_guard<std::mutex> lock(mu_);
   return *error_;
@@ -92,6 +99,7 @@ void Group::abort(const std::string& reason, const std::string& origin) {
     state_.store(kAborted, std::memory_order_release);
     children = children_;
   }
+  failed_.notify_all();
   break_sockets();
   for (const auto& weak : children) {
     if (const auto child = weak.lock()) child->abort(reason, origin);

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -70,6 +71,9 @@ class Group {
   [[nodiscard]] bool aborted() const noexcept { return state_.load() == kAborted; }
   // The error later operations fail with, if any.
   [[nodiscard]] std::optional<Error> error() const;
+  // The error, waiting for it until `deadline` if the group has none yet.
+  [[nodiscard]] std::optional<Error> await_error(
+      std::chrono::steady_clock::time_point deadline) const;
   // The reason given to abort(), or "" if the group was not aborted.
   [[nodiscard]] std::string abort_reason() const;
   // The first failure wins: records `error` unless the group already failed
@@ -117,6 +121,7 @@ class Group {
 
   std::atomic<int> state_{kHealthy};
   mutable std::mutex mu_;
+  mutable std::condition_variable failed_;      // error_ was set
   std::optional<Error> error_;                  // guarded by mu_
   std::string abort_reason_;                    // guarded by mu_
   std::vector<std::weak_ptr<Group>> children_;  // guarded by mu_
