@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tessera/models/kernels.hpp"
+#include "tessera/sdk/comm_view.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::model {
@@ -25,6 +26,7 @@ TpGroup::TpGroup(const tessera_tp_group* tp, const tessera_host_api* host, std::
   size_ = tp->size;
   // flags is the 2.0 struct's zero `reserved`: read it from any caller.
   sequence_ = (tp->flags & TESSERA_TP_SEQUENCE) != 0;
+  on_device_ = sdk::buffers_on_device(sdk::Host(host), *backend_);
 }
 
 TpGroup TpGroup::for_backward(const tessera_tp_group* tp, const tessera_host_api* host,
@@ -160,6 +162,8 @@ void TpGroup::run(tessera_coll_args& args, const char* coll, int64_t count,
                   std::string_view what) const {
   args.struct_size = sizeof args;
   args.timeout_ms = 0;  // the communicator's own: a missing rank ends in an error, not a hang
+  // The CUDA units' buffers (managed memory) go to nccl as CUDA buffers.
+  if (on_device_) sdk::place_on_device(sdk::Host(host_), args);
   const tessera_status status = backend_->post(comm_, &args, nullptr);
   if (status == TESSERA_OK) return;
   const char* msg = nullptr;

@@ -28,6 +28,33 @@ struct CommStats {
   int64_t compress_ns = 0;
 };
 
+// Whether a collective on `backend` may take the buffers of this rank's
+// device as CUDA buffers: a CUDA run over a backend that accepts them.
+inline bool buffers_on_device(const Host& host, const tessera_backend_api& backend) noexcept {
+  return host.compute_device().type == TESSERA_DEVICE_CUDA &&
+         (backend.capabilities & TESSERA_BACKEND_CAP_CUDA_BUFFERS) != 0;
+}
+
+// Marks the send and receive buffers of `a`, built as CPU ones, as CUDA
+// buffers when the device reads both in place (device or managed memory,
+// such as the host's TrackedBuffer), so a backend for which
+// buffers_on_device holds works on them where they are. They stay CPU
+// buffers when either is ordinary host memory (a backend takes both on one
+// kind of device).
+inline void place_on_device(const Host& host, tessera_coll_args& a) noexcept {
+  tessera_buffer* sides[] = {&a.send, &a.recv};
+  tessera_device device{TESSERA_DEVICE_CPU, 0};
+  for (tessera_buffer* b : sides) {
+    if (b->data == nullptr || b->count == 0) continue;
+    if (b->device.type != TESSERA_DEVICE_CPU) return;
+    const tessera_device d = host.pointer_device(b->data);
+    if (d.type != TESSERA_DEVICE_CUDA) return;
+    device = d;
+  }
+  if (device.type != TESSERA_DEVICE_CUDA) return;
+  for (tessera_buffer* b : sides) b->device = device;
+}
+
 // A started non-blocking operation of a CommView. Must be waited on; the
 // destructor waits (and swallows errors) only as a last resort.
 class PendingOp {
@@ -108,8 +135,7 @@ class CommView {
     size_ = api_->comm_size(comm_);
     // A CUDA run on a backend that takes CUDA buffers: the buffers kernels
     // read in place go to it as CUDA buffers (see place()).
-    on_device_ = host_.compute_device().type == TESSERA_DEVICE_CUDA &&
-                 (api_->capabilities & TESSERA_BACKEND_CAP_CUDA_BUFFERS) != 0;
+    on_device_ = buffers_on_device(host_, *api_);
   }
   CommView(const CommView&) = delete;
   CommView& operator=(const CommView&) = delete;
@@ -265,24 +291,10 @@ class CommView {
   }
 
  private:
-  // On a CUDA run over a backend that takes CUDA buffers, buffers built as
-  // CPU ones (buffer()) whose memory the device reads in place (the host's
-  // managed memory, TrackedBuffer) go as CUDA buffers, so the backend works
-  // on them where they are. Send and receive stay CPU buffers when either
-  // is ordinary host memory (a backend takes both on one kind of device).
+  // Buffers built as CPU ones (buffer()) that the device reads in place go
+  // as CUDA buffers where the backend takes them (place_on_device).
   void place(tessera_coll_args& a) const noexcept {
-    if (!on_device_) return;
-    tessera_buffer* sides[] = {&a.send, &a.recv};
-    tessera_device device{TESSERA_DEVICE_CPU, 0};
-    for (tessera_buffer* b : sides) {
-      if (b->data == nullptr || b->count == 0) continue;
-      if (b->device.type != TESSERA_DEVICE_CPU) return;
-      const tessera_device d = host_.pointer_device(b->data);
-      if (d.type != TESSERA_DEVICE_CUDA) return;
-      device = d;
-    }
-    if (device.type != TESSERA_DEVICE_CUDA) return;
-    for (tessera_buffer* b : sides) b->device = device;
+    if (on_device_) place_on_device(host_, a);
   }
 
   template <typename Fn>

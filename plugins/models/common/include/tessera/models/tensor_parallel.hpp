@@ -127,6 +127,9 @@ class TpGroup {
   int32_t rank_ = 0;
   int32_t size_ = 1;
   bool sequence_ = false;
+  // A CUDA run over a backend that takes CUDA buffers: buffers the device
+  // reads in place go as CUDA buffers (sdk::place_on_device).
+  bool on_device_ = false;
 };
 
 // A normalisation whose output feeds column-parallel products:
