@@ -10,22 +10,13 @@
 #include <span>
 #include <vector>
 
+#include "shards.hpp"
 #include "tessera/c/model.h"
 #include "tessera/core/data/batch.hpp"
 #include "tessera/core/model/model.hpp"
 #include "tessera/models/unit.hpp"
 
 namespace tessera::model::testing {
-
-// This rank's part of `whole` (a parameter of `spec`'s shape) in a group of
-// `size`, as the split hint says: `column` the last dimension, `row` the
-// first, each of `split_blocks` blocks alike; `none`, or a split `size`
-// does not divide, the whole tensor.
-std::vector<float> shard_of(const ParamSpec& spec, std::span<const float> whole, int rank,
-                            int size);
-// Writes `shard` (from shard_of) back into its place in `whole`.
-void place_shard(const ParamSpec& spec, std::span<const float> shard, std::span<float> whole,
-                 int rank, int size);
 
 // Runs body(rank, group) on `size` ranks of a fresh `inmemory` backend, one
 // thread each (20 s timeout per collective; a failing rank aborts the
