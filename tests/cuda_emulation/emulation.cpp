@@ -4,6 +4,7 @@
 #include <atomic>
 #include <barrier>
 #include <cstdint>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -47,6 +48,10 @@ std::size_t launches() { return g_launches.load(); }
 void limit_block_threads(unsigned threads) { g_thread_limit.store(threads); }
 
 void run_grid(dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<void()>& body) {
+  // One launch at a time: the shared arrays are the process's (ranks as
+  // threads launch at once in the tensor-parallel checks).
+  static std::mutex launch_mutex;
+  const std::lock_guard<std::mutex> lock(launch_mutex);
   g_launches.fetch_add(1);
   g_shared.assign((shared_bytes + sizeof(float) - 1) / sizeof(float) + 1, 0.0f);
   const unsigned limit = g_thread_limit.load();

@@ -6,7 +6,8 @@
 // of a block are blockDim.x·y·z real threads meeting at a barrier for
 // every __syncthreads, so a kernel that reads shared memory another thread
 // writes without a barrier between is a data race ThreadSanitizer reports.
-// The launch returns once every block is done (a synchronous stream).
+// The launch returns once every block is done (a synchronous stream); one
+// launch runs at a time, whichever thread starts it.
 #pragma once
 
 #include <cuda_runtime.h>

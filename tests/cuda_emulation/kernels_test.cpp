@@ -248,8 +248,68 @@ TEST(CudaKernelsEmulated, CrossEntropyMatchesTheCpu) {
   kernels::softmax_xent_backward(probs_cpu.data(), targets.data(), rows, cols, 0.25f,
                                  dlogits_cpu.data());
   std::vector<float> dlogits(logits.size());
-  xent_backward(probs.data(), targets.data(), rows, cols, 0.25f, dlogits.data(), nullptr);
+  xent_backward(probs.data(), targets.data(), rows, cols, 0, 0.25f, dlogits.data(), nullptr);
   expect_close(dlogits, dlogits_cpu, kTolerance, "dlogits");
+}
+
+// The cross-entropy over logits split by columns between 3 "ranks" (the
+// group's allreduces done here): each rank's probabilities are its
+// columns of the whole rows' softmax, every rank's loss the whole loss,
+// and its gradient its columns of the whole gradient.
+TEST(CudaKernelsEmulated, CrossEntropySplitByColumnsMatchesTheWhole) {
+  const int64_t rows = 5;
+  const int64_t cols = 90;  // 30 a rank
+  const int64_t parts = 3;
+  const int64_t c = cols / parts;
+  const std::vector<float> logits = random_values(static_cast<std::size_t>(rows * cols), 16, 3.0f);
+  const std::vector<int32_t> targets = {0, 89, 30, 29, 61};
+  std::vector<float> probs_cpu(logits.size());
+  const double loss_cpu = kernels::softmax_xent_forward(logits.data(), targets.data(), rows, cols,
+                                                        probs_cpu.data(), "test");
+  std::vector<float> dlogits_cpu(logits.size());
+  kernels::softmax_xent_backward(probs_cpu.data(), targets.data(), rows, cols, 0.25f,
+                                 dlogits_cpu.data());
+  // Each rank's columns, its row maxima and sums.
+  std::vector<std::vector<float>> local(parts), mx(parts), sums(parts), probs(parts);
+  for (int64_t k = 0; k < parts; ++k) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto from = logits.begin() + r * cols + k * c;
+      local[k].insert(local[k].end(), from, from + c);
+    }
+    mx[k].resize(rows);
+    row_max(local[k].data(), rows, c, mx[k].data(), nullptr);
+  }
+  std::vector<float> whole_mx(rows, -INFINITY);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < parts; ++k) whole_mx[r] = std::max(whole_mx[r], mx[k][r]);
+  }
+  std::vector<float> whole_sums(2 * rows, 0.0f);
+  for (int64_t k = 0; k < parts; ++k) {
+    probs[k].resize(local[k].size());
+    sums[k].resize(2 * rows);
+    exp_sums(local[k].data(), targets.data(), rows, c, k * c, whole_mx.data(), probs[k].data(),
+             sums[k].data(), nullptr);
+    for (int64_t i = 0; i < 2 * rows; ++i) whole_sums[i] += sums[k][i];
+  }
+  for (int64_t k = 0; k < parts; ++k) {
+    std::vector<double> row_loss(rows);
+    xent_normalize(probs[k].data(), whole_sums.data(), whole_mx.data(), rows, c, row_loss.data(),
+                   nullptr);
+    float loss = 0.0f;
+    sum_loss(row_loss.data(), rows, 0.5, &loss, nullptr);
+    EXPECT_NEAR(loss, 0.5 * loss_cpu, 1e-5 * loss_cpu) << "rank " << k;
+    std::vector<float> dlogits(local[k].size());
+    xent_backward(probs[k].data(), targets.data(), rows, c, k * c, 0.25f, dlogits.data(), nullptr);
+    std::vector<float> want_probs, want_dlogits;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t at = r * cols + k * c;
+      want_probs.insert(want_probs.end(), probs_cpu.begin() + at, probs_cpu.begin() + at + c);
+      want_dlogits.insert(want_dlogits.end(), dlogits_cpu.begin() + at,
+                          dlogits_cpu.begin() + at + c);
+    }
+    expect_close(probs[k], want_probs, kTolerance, "probabilities of rank " + std::to_string(k));
+    expect_close(dlogits, want_dlogits, kTolerance, "dlogits of rank " + std::to_string(k));
+  }
 }
 
 // Causal attention evaluated directly in double: q [rows, heads·dh], k and

@@ -168,6 +168,16 @@ cudaError_t cudaMemcpyAsync(void* to, const void* from, size_t bytes, cudaMemcpy
                             cudaStream_t /*stream*/) {
   return cudaMemcpy(to, from, bytes, kind);
 }
+cudaError_t cudaMemcpy2DAsync(void* to, size_t to_pitch, const void* from, size_t from_pitch,
+                              size_t width, size_t height, cudaMemcpyKind /*kind*/,
+                              cudaStream_t /*stream*/) {
+  if (width > to_pitch || width > from_pitch) return cudaErrorInvalidValue;
+  for (size_t r = 0; r < height; ++r) {
+    std::memcpy(static_cast<char*>(to) + r * to_pitch,
+                static_cast<const char*>(from) + r * from_pitch, width);
+  }
+  return cudaSuccess;
+}
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t /*stream*/) {
   if (bytes > 0) std::memset(ptr, value, bytes);
   return cudaSuccess;

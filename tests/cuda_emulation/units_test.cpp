@@ -26,9 +26,11 @@
 #include "gpt.hpp"
 #include "llama.hpp"
 #include "mlp.hpp"
+#include "shards.hpp"
 #include "tessera/c/host.h"
 #include "tessera/models/cuda_units.hpp"
 #include "tessera/sdk/error.hpp"
+#include "thread_group.hpp"
 
 extern "C" const tessera::model::cuda::UnitFactory* TESSERA_CUDA_UNITS_ENTRY();
 
@@ -74,15 +76,17 @@ using Units = std::vector<std::unique_ptr<Unit>>;
 
 // One buffer per parameter of every unit, in host memory or in (emulated)
 // managed memory, which the CUDA units read in place.
+// With `tp` > 1, a rank's shards of a tensor-parallel group of `tp`.
 class Buffers {
  public:
-  Buffers(const Units& units, bool managed) : managed_(managed) {
+  Buffers(const Units& units, bool managed, int tp = 1) : managed_(managed) {
     for (const auto& u : units) {
       auto& ps = params_.emplace_back();
       auto& gs = grads_.emplace_back();
       for (const ParamSpec& spec : u->params()) {
-        ps.push_back(make(static_cast<std::size_t>(spec.numel())));
-        gs.push_back(make(static_cast<std::size_t>(spec.numel())));
+        const int64_t n = testing::held_whole(spec, tp) ? spec.numel() : spec.numel() / tp;
+        ps.push_back(make(static_cast<std::size_t>(n)));
+        gs.push_back(make(static_cast<std::size_t>(n)));
       }
     }
   }
@@ -116,6 +120,27 @@ class Buffers {
     return {grads_[unit][i].data, grads_[unit][i].count};
   }
   [[nodiscard]] std::size_t count(std::size_t unit) const { return params_[unit].size(); }
+  // Rank `rank`'s shards of the whole parameters in `whole` (tp ranks).
+  void shard_params_from(const Buffers& whole, const Units& units, int rank, int tp) {
+    for (std::size_t u = 0; u < params_.size(); ++u) {
+      for (std::size_t i = 0; i < params_[u].size(); ++i) {
+        const Buffer& w = whole.params_[u][i];
+        const std::vector<float> shard =
+            testing::shard_of(units[u]->params()[i], {w.data, w.count}, rank, tp);
+        EXPECT_EQ(shard.size(), params_[u][i].count);
+        std::copy_n(shard.data(), std::min(shard.size(), params_[u][i].count), params_[u][i].data);
+      }
+    }
+  }
+  // A copy of every gradient, by unit and parameter.
+  [[nodiscard]] std::vector<std::vector<std::vector<float>>> all_grads() const {
+    std::vector<std::vector<std::vector<float>>> out;
+    for (const auto& unit : grads_) {
+      auto& o = out.emplace_back();
+      for (const Buffer& b : unit) o.emplace_back(b.data, b.data + b.count);
+    }
+    return out;
+  }
   void copy_params_from(const Buffers& other) {
     for (std::size_t u = 0; u < params_.size(); ++u) {
       for (std::size_t i = 0; i < params_[u].size(); ++i) {
@@ -149,17 +174,21 @@ class Buffers {
 // every weight half from the first to the last).
 enum class Backward { whole, split };
 
-// Forward through every unit, then backward from the loss; the loss.
+// Forward through every unit, then backward from the loss; the loss. With
+// `tp`, every call in that tensor-parallel group.
 double forward_backward(const Units& units, const Buffers& b, const BatchView& batch,
-                        float loss_scale, Backward mode = Backward::whole) {
+                        float loss_scale, Backward mode = Backward::whole,
+                        const tessera_tp_group* tp = nullptr) {
   std::vector<std::unique_ptr<UnitContext>> contexts;
   ConstView x;
   for (std::size_t u = 0; u < units.size(); ++u) {
     contexts.push_back(units[u]->make_context());
+    contexts.back()->set_tp(tp);
     UnitInput in;
     in.batch = &batch;
     in.x = x;
     in.loss_scale = loss_scale;
+    in.tp = tp;
     const std::vector<const float*> p = b.params(u);
     x = units[u]->forward(*contexts[u], p, in);
   }
@@ -218,6 +247,21 @@ Batch feature_batch(int64_t examples, int64_t features, int64_t classes, uint32_
   return b;
 }
 
+// `got` within `tolerance` of `want`'s largest value, which is not 0.
+void expect_near_tensor(std::span<const float> got, std::span<const float> want, double tolerance,
+                        const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double largest = 0.0;
+  double worst = 0.0;
+  for (std::size_t j = 0; j < want.size(); ++j) {
+    largest = std::max(largest, std::fabs(static_cast<double>(want[j])));
+    const double diff = std::fabs(static_cast<double>(got[j]) - want[j]);
+    if (!(diff <= worst)) worst = diff;  // NaN too
+  }
+  EXPECT_GT(largest, 0.0) << what;
+  EXPECT_LE(worst, tolerance * largest) << what << " (largest " << largest << ")";
+}
+
 // The CPU units and their CUDA versions run on the same parameters: the
 // loss and every gradient within `tolerance` of the CPU's largest value
 // per tensor.
@@ -237,17 +281,70 @@ void expect_same_training(const Units& cpu, const Units& cuda, const BatchView& 
   EXPECT_NEAR(cuda_loss, cpu_loss, tolerance * std::fabs(cpu_loss));
   for (std::size_t u = 0; u < cpu.size(); ++u) {
     for (std::size_t i = 0; i < cpu_buffers.count(u); ++i) {
-      const std::span<const float> want = cpu_buffers.grad(u, i);
-      const std::span<const float> got = cuda_buffers.grad(u, i);
-      double largest = 0.0;
-      double worst = 0.0;
-      for (std::size_t j = 0; j < want.size(); ++j) {
-        largest = std::max(largest, std::fabs(static_cast<double>(want[j])));
-        worst = std::max(worst, std::fabs(static_cast<double>(got[j]) - want[j]));
+      expect_near_tensor(cuda_buffers.grad(u, i), cpu_buffers.grad(u, i), tolerance,
+                         cpu[u]->name() + "." + cpu[u]->params()[i].name);
+    }
+  }
+}
+
+// What one rank of a tensor-parallel group computed: the loss and its
+// gradient shards, by unit and parameter.
+struct RankResult {
+  double loss = 0.0;
+  std::vector<std::vector<std::vector<float>>> grads;
+};
+
+// Every rank of a group of `tp` (flags `flags`; `cuda_buffers`: the
+// group's backend takes CUDA buffers, as nccl) runs `units` forward and
+// backward on its shards of the parameters in `whole`.
+std::vector<RankResult> run_in_group(const Units& units, const Buffers& whole,
+                                     const BatchView& batch, int tp, uint32_t flags, bool managed,
+                                     bool cuda_buffers, Backward mode) {
+  emu::ThreadGroup group(tp, cuda_buffers);
+  std::vector<RankResult> results(static_cast<std::size_t>(tp));
+  group.run(
+      [&](int32_t rank, const tessera_tp_group& g) {
+        Buffers mine(units, managed, tp);
+        mine.shard_params_from(whole, units, rank, tp);
+        RankResult& r = results[static_cast<std::size_t>(rank)];
+        r.loss = forward_backward(units, mine, batch, 0.75f, mode, &g);
+        r.grads = mine.all_grads();
+      },
+      flags);
+  EXPECT_GT(group.collectives(), 0);
+  return results;
+}
+
+// How the CUDA units run in a tensor-parallel check.
+struct GroupCase {
+  int tp = 2;
+  uint32_t flags = 0;         // TESSERA_TP_*
+  bool managed = true;        // parameters and gradients in managed memory
+  bool cuda_buffers = false;  // a backend that takes CUDA buffers
+  Backward mode = Backward::whole;
+};
+
+// The CUDA units and the CPU units they wrap, each on every rank of a
+// group, every rank on its shards of the same parameters: on every rank
+// the same loss and the same gradient shards within `tolerance`. (The CPU
+// units' own checks, tests/model, compare them with the whole model.)
+void expect_same_training_in_group(const Units& cpu, const Units& cuda, const BatchView& batch,
+                                   const GroupCase& c, double tolerance) {
+  const emu::BlockThreadLimit one_thread(1);
+  Buffers whole(cpu, false);
+  for (std::size_t u = 0; u < cpu.size(); ++u) cpu[u]->init(whole.mutable_params(u), 4321 + u);
+  const std::vector<RankResult> want =
+      run_in_group(cpu, whole, batch, c.tp, c.flags, false, false, Backward::whole);
+  const std::vector<RankResult> got =
+      run_in_group(cuda, whole, batch, c.tp, c.flags, c.managed, c.cuda_buffers, c.mode);
+  for (std::size_t r = 0; r < want.size(); ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + " of " + std::to_string(c.tp));
+    EXPECT_NEAR(got[r].loss, want[r].loss, tolerance * std::fabs(want[r].loss));
+    for (std::size_t u = 0; u < cpu.size(); ++u) {
+      for (std::size_t i = 0; i < want[r].grads[u].size(); ++i) {
+        expect_near_tensor(got[r].grads[u][i], want[r].grads[u][i], tolerance,
+                           cpu[u]->name() + "." + cpu[u]->params()[i].name);
       }
-      EXPECT_GT(largest, 0.0) << cpu[u]->name() << "." << cpu[u]->params()[i].name;
-      EXPECT_LE(worst, tolerance * largest)
-          << cpu[u]->name() << "." << cpu[u]->params()[i].name << " (largest " << largest << ")";
     }
   }
 }
@@ -431,6 +528,103 @@ TEST(CudaUnitsEmulatedMemory, DroppedContextsReturnTheirDeviceMemory) {
   expect_same_training(cpu, cuda, batch.view, false, kTolerance);
   EXPECT_EQ(emu::device_bytes_in_use(), device_before);
   EXPECT_EQ(emu::managed_bytes_in_use(), managed_before);
+}
+
+// The mlp's CUDA units under tensor parallelism against its CPU units on
+// the same ranks: column and row layers, the last hidden layer gathering
+// its output (a column one), the head split by classes (6 over 2 and 3
+// ranks) or whole (5), with and without sequence parallelism (the
+// examples split between the pairs), each backward whole or in halves.
+TEST(CudaUnitsEmulatedTensorParallel, MlpMatchesItsCpuUnitsOnEveryRank) {
+  const CudaHost host;
+  for (const std::vector<int64_t>& hidden :
+       {std::vector<int64_t>{12}, std::vector<int64_t>{12, 18}, std::vector<int64_t>{12, 18, 6}}) {
+    for (const int64_t classes : {int64_t{6}, int64_t{5}}) {
+      MlpConfig config = small_mlp(hidden);
+      config.classes = classes;
+      const Units cpu = build_mlp_units(config);
+      const Units cuda = cuda_mlp_units(factory(), host.api(), config, build_mlp_units(config));
+      const Batch batch = feature_batch(6, config.input, classes, 12);
+      for (const int tp : {2, 3}) {
+        for (const uint32_t flags : {0U, static_cast<uint32_t>(TESSERA_TP_SEQUENCE)}) {
+          GroupCase c;
+          c.tp = tp;
+          c.flags = flags;
+          c.mode = tp == 3 ? Backward::split : Backward::whole;
+          SCOPED_TRACE(::testing::Message() << "hidden " << hidden.size() << ", classes " << classes
+                                            << ", tp " << tp << ", flags " << flags);
+          expect_same_training_in_group(cpu, cuda, batch.view, c, kTolerance);
+        }
+      }
+    }
+  }
+}
+
+// What goes through the group is what a backend on a device can take:
+// managed memory the host reads (a CPU backend) and, on a backend that
+// takes CUDA buffers (nccl), buffers handed as CUDA ones; parameters and
+// gradients in host memory are staged at their shards' sizes.
+TEST(CudaUnitsEmulatedTensorParallel, BuffersABackendOnADeviceTakes) {
+  const CudaHost host;
+  const MlpConfig config = small_mlp({12, 18, 6});
+  const Units cpu = build_mlp_units(config);
+  const Units cuda = cuda_mlp_units(factory(), host.api(), config, build_mlp_units(config));
+  const Batch batch = feature_batch(6, config.input, config.classes, 13);
+  for (const uint32_t flags : {0U, static_cast<uint32_t>(TESSERA_TP_SEQUENCE)}) {
+    GroupCase on_device;
+    on_device.flags = flags;
+    on_device.cuda_buffers = true;
+    expect_same_training_in_group(cpu, cuda, batch.view, on_device, kTolerance);
+    GroupCase host_buffers;
+    host_buffers.flags = flags;
+    host_buffers.managed = false;
+    expect_same_training_in_group(cpu, cuda, batch.view, host_buffers, kTolerance);
+  }
+}
+
+// The mlp's CUDA units declare what their twins do (so the tensor
+// strategy takes them) and check a group's size as they do; the
+// transformer units declare neither and refuse a group naming the unit.
+TEST(CudaUnitsEmulatedTensorParallel, WhatTheUnitsDeclare) {
+  const CudaHost host;
+  const MlpConfig mlp = small_mlp({12, 18});
+  const Units cuda_mlp = cuda_mlp_units(factory(), host.api(), mlp, build_mlp_units(mlp));
+  for (const auto& u : cuda_mlp) {
+    EXPECT_NE(u->flags() & TESSERA_UNIT_TENSOR_PARALLEL, 0U) << u->name();
+    EXPECT_NE(u->flags() & TESSERA_UNIT_SEQUENCE_PARALLEL, 0U) << u->name();
+    EXPECT_NE(u->flags() & TESSERA_UNIT_SPLIT_BACKWARD, 0U) << u->name();
+  }
+  try {
+    cuda_mlp[0]->check_tensor_parallel(5, 0);
+    ADD_FAILURE() << "hidden[0] = 12 over 5 ranks was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("hidden[0]"), std::string::npos) << e.what();
+  }
+  const GptConfig gpt = small_gpt(1);
+  const Units cuda_gpt = cuda_gpt_units(factory(), host.api(), gpt, build_gpt_units(gpt));
+  for (const auto& u : cuda_gpt) {
+    EXPECT_EQ(u->flags() & TESSERA_UNIT_TENSOR_PARALLEL, 0U) << u->name();
+  }
+  const Batch batch = sequence_batch(2, 8, gpt.vocab, 14);
+  emu::ThreadGroup group(2, false);
+  EXPECT_THROW(group.run(
+                   [&](int32_t, const tessera_tp_group& g) {
+                     auto ctx = cuda_gpt[0]->make_context();
+                     const Buffers b(cuda_gpt, true);
+                     UnitInput in;
+                     in.batch = &batch.view;
+                     in.tp = &g;
+                     try {
+                       (void)cuda_gpt[0]->forward(*ctx, b.params(0), in);
+                     } catch (const Error& e) {
+                       EXPECT_EQ(e.status(), TESSERA_ERR_UNSUPPORTED);
+                       EXPECT_NE(std::string(e.what()).find("unit 'embed'"), std::string::npos)
+                           << e.what();
+                       throw;
+                     }
+                   },
+                   0),
+               Error);
 }
 
 }  // namespace

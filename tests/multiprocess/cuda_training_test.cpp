@@ -112,8 +112,9 @@ INSTANTIATE_TEST_SUITE_P(Gpu, CudaTraining, ::testing::Values("mlp", "gpt", "lla
                            return std::string(p.param);
                          });
 
-// Every exact data-parallel strategy on one GPU ends where `none` does
-// there: on the in-memory backend and on nccl. gpt and llama with SGD:
+// Every exact strategy on one GPU ends where `none` does there: on the
+// in-memory backend and on nccl; the mlp also split by `tensor` (in
+// sequence mode on the in-memory backend) and by `hybrid`'s tensor axis. gpt and llama with SGD:
 // cuBLAS sums a half batch's weight gradient in another order than the
 // whole batch's,
 // and with AdamW the attention's near-zero gradients (rounding noise, see
@@ -158,6 +159,11 @@ INSTANTIATE_TEST_SUITE_P(
                       StrategyCase{"mlp", "adamw", Engine::kNccl, "zero2", ""},
                       StrategyCase{"mlp", "adamw", Engine::kNccl, "zero3", ""},
                       StrategyCase{"mlp", "adamw", Engine::kNccl, "fsdp", ""},
+                      StrategyCase{"mlp", "adamw", Engine::kInmemory, "tensor", "",
+                                   "strategy.options.mode=\"sequence\""},
+                      StrategyCase{"mlp", "adamw", Engine::kNccl, "tensor", ""},
+                      StrategyCase{"mlp", "adamw", Engine::kNccl, "hybrid", "",
+                                   "strategy.options.tp=2"},
                       StrategyCase{"gpt", "sgd", Engine::kInmemory, "ddp", ""},
                       StrategyCase{"gpt", "sgd", Engine::kNccl, "ddp", ""},
                       StrategyCase{"gpt", "sgd", Engine::kNccl, "zero3", "model.tied_head=false"},

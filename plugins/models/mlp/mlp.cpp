@@ -519,7 +519,10 @@ std::vector<std::unique_ptr<Unit>> cuda_mlp_units(const cuda::UnitFactory& facto
                                        : cuda::UnitActivation::relu;
   int64_t width = config.input;
   for (std::size_t i = 0; i < config.hidden.size(); ++i) {
-    units[i] = factory.dense(host, std::move(units[i]), width, config.hidden[i], act);
+    // As build_mlp_units: the last hidden layer gathers its output if it is
+    // a column layer.
+    units[i] = factory.dense(host, std::move(units[i]), width, config.hidden[i], act,
+                             i + 1 == config.hidden.size());
     width = config.hidden[i];
   }
   units.back() = factory.classifier(host, std::move(units.back()), width, config.classes);

@@ -57,6 +57,9 @@ cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream);
 cudaError_t cudaMemcpy(void* to, const void* from, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* to, const void* from, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream);
+cudaError_t cudaMemcpy2DAsync(void* to, size_t to_pitch, const void* from, size_t from_pitch,
+                              size_t width, size_t height, cudaMemcpyKind kind,
+                              cudaStream_t stream);
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream);
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr);
 

@@ -98,33 +98,66 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* targets,
   float* out = probs + r * cols;
   float mx = -FLT_MAX;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) mx = fmaxf(mx, in[j]);
-  shared[threadIdx.x] = mx;
-  __syncthreads();
-  for (unsigned s = blockDim.x / 2; s > 0; s /= 2) {
-    if (threadIdx.x < s) shared[threadIdx.x] = fmaxf(shared[threadIdx.x], shared[threadIdx.x + s]);
-    __syncthreads();
-  }
-  mx = shared[0];
-  __syncthreads();
+  mx = block_max(mx, shared);
   float sum = 0.0f;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
     const float e = expf(in[j] - mx);
     out[j] = e;
     sum += e;
   }
-  shared[threadIdx.x] = sum;
-  __syncthreads();
-  for (unsigned s = blockDim.x / 2; s > 0; s /= 2) {
-    if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
-    __syncthreads();
-  }
-  sum = shared[0];
+  sum = block_sum(sum, shared);
   const float target_logit = in[targets[r]];
   const float inv = 1.0f / sum;
   __syncthreads();  // every thread has read the logits (probs may alias them)
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) out[j] *= inv;
   if (threadIdx.x == 0) {
     row_loss[r] = log(static_cast<double>(sum)) + static_cast<double>(mx) - target_logit;
+  }
+}
+
+// The cross-entropy over logits split by columns, in three steps around
+// the group's allreduces (one block per row each): this rank's row maxima;
+// the exponentials shifted by the whole rows' maxima, their sums and the
+// target logits held here; the normalised rows and their losses.
+__global__ void row_max_kernel(const float* logits, int64_t cols, float* mx) {
+  __shared__ float shared[kThreads];
+  const float* in = logits + blockIdx.x * cols;
+  float m = -FLT_MAX;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, in[j]);
+  m = block_max(m, shared);
+  if (threadIdx.x == 0) mx[blockIdx.x] = m;
+}
+
+__global__ void exp_sums_kernel(const float* logits, const int32_t* targets, int64_t rows,
+                                int64_t cols, int64_t lo, const float* mx, float* probs,
+                                float* sums) {
+  __shared__ float shared[kThreads];
+  const int64_t r = blockIdx.x;
+  const float* in = logits + r * cols;
+  float* out = probs + r * cols;
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float e = expf(in[j] - mx[r]);
+    out[j] = e;
+    sum += e;
+  }
+  sum = block_sum(sum, shared);
+  if (threadIdx.x == 0) {
+    const int64_t t = targets[r] - lo;
+    sums[r] = sum;
+    sums[rows + r] = t >= 0 && t < cols ? in[t] : 0.0f;
+  }
+}
+
+__global__ void xent_normalize_kernel(float* probs, const float* sums, const float* mx,
+                                      int64_t cols, double* row_loss) {
+  const int64_t r = blockIdx.x;
+  float* out = probs + r * cols;
+  const float inv = 1.0f / sums[r];
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) out[j] *= inv;
+  if (threadIdx.x == 0) {
+    const int64_t rows = gridDim.x;
+    row_loss[r] = log(static_cast<double>(sums[r])) + static_cast<double>(mx[r]) - sums[rows + r];
   }
 }
 
@@ -135,13 +168,13 @@ __global__ void sum_loss_kernel(const double* row_loss, int64_t rows, double sca
 }
 
 __global__ void xent_backward_kernel(const float* probs, const int32_t* targets, int64_t count,
-                                     int64_t cols, float scale, float* dlogits) {
+                                     int64_t cols, int64_t lo, float scale, float* dlogits) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = i / cols;
     const int64_t j = i - r * cols;
     float v = probs[i] * scale;
-    if (j == targets[r]) v -= scale;
+    if (j == targets[r] - lo) v -= scale;
     dlogits[i] = v;
   }
 }
@@ -691,11 +724,30 @@ void sum_loss(const double* row_loss, int64_t rows, double scale, float* out, cu
   sum_loss_kernel<<<1, 1, 0, stream>>>(row_loss, rows, scale, out);
 }
 
+void row_max(const float* logits, int64_t rows, int64_t cols, float* mx, cudaStream_t stream) {
+  if (rows == 0) return;
+  row_max_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, cols, mx);
+}
+
+void exp_sums(const float* logits, const int32_t* targets, int64_t rows, int64_t cols, int64_t lo,
+              const float* mx, float* probs, float* sums, cudaStream_t stream) {
+  if (rows == 0) return;
+  exp_sums_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, targets, rows,
+                                                                        cols, lo, mx, probs, sums);
+}
+
+void xent_normalize(float* probs, const float* sums, const float* mx, int64_t rows, int64_t cols,
+                    double* row_loss, cudaStream_t stream) {
+  if (rows == 0) return;
+  xent_normalize_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(probs, sums, mx,
+                                                                              cols, row_loss);
+}
+
 void xent_backward(const float* probs, const int32_t* targets, int64_t rows, int64_t cols,
-                   float scale, float* dlogits, cudaStream_t stream) {
+                   int64_t lo, float scale, float* dlogits, cudaStream_t stream) {
   const int64_t count = rows * cols;
   if (count == 0) return;
-  xent_backward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(probs, targets, count, cols,
+  xent_backward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(probs, targets, count, cols, lo,
                                                                    scale, dlogits);
 }
 

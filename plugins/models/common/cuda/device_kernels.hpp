@@ -36,9 +36,25 @@ void softmax_xent(const float* logits, const int32_t* targets, int64_t rows, int
                   float* probs, double* row_loss, cudaStream_t stream);
 // *out = (float)(Σ_r row_loss[r] · scale), summed in row order.
 void sum_loss(const double* row_loss, int64_t rows, double scale, float* out, cudaStream_t stream);
-// dlogits = (probs - onehot(target)) · scale.
+// The softmax cross-entropy over logits split by columns between the ranks
+// of a tensor-parallel group: `logits` [rows, cols] are the columns [lo, lo
+// + cols) of the whole rows. Between the steps the caller allreduces mx
+// (max) and sums (sum), as tessera::model::parallel_xent_forward does:
+//  * row_max: mx[r] = max_j logits[r, j];
+//  * exp_sums: probs = exp(logits - mx) (probs must not alias logits),
+//    sums[r] = Σ_j probs[r, j] and sums[rows + r] = the target's logit
+//    where this rank holds its column, else 0;
+//  * xent_normalize: probs /= sums[r], row_loss[r] = log sums[r] + mx[r]
+//    - sums[rows + r].
+void row_max(const float* logits, int64_t rows, int64_t cols, float* mx, cudaStream_t stream);
+void exp_sums(const float* logits, const int32_t* targets, int64_t rows, int64_t cols, int64_t lo,
+              const float* mx, float* probs, float* sums, cudaStream_t stream);
+void xent_normalize(float* probs, const float* sums, const float* mx, int64_t rows, int64_t cols,
+                    double* row_loss, cudaStream_t stream);
+// dlogits = (probs - onehot(target - lo)) · scale, `probs` the columns [lo,
+// lo + cols) of the whole rows (lo 0: all of them).
 void xent_backward(const float* probs, const int32_t* targets, int64_t rows, int64_t cols,
-                   float scale, float* dlogits, cudaStream_t stream);
+                   int64_t lo, float scale, float* dlogits, cudaStream_t stream);
 
 // out[i] += a[i] over `count` elements.
 void add_into(float* out, const float* a, int64_t count, cudaStream_t stream);

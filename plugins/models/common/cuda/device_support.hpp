@@ -253,17 +253,26 @@ class GradTarget {
   size_t count_;
 };
 
-// Device views of a unit's parameters, staged where they are host memory.
+// The floats of a parameter of `spec` on a rank of a tensor-parallel group
+// of `parts` ranks: a split parameter's shard, a replicated one whole.
+inline size_t local_numel(const ParamSpec& spec, int32_t parts) {
+  const int64_t n = spec.numel();
+  return static_cast<size_t>(spec.split == SplitHint::none || parts <= 1 ? n : n / parts);
+}
+
+// Device views of a unit's parameters, staged where they are host memory;
+// `parts`: the ranks of the tensor-parallel group the unit splits its
+// parameters over (1: whole).
 class Operands {
  public:
   void bind(std::span<const float* const> params, std::span<const ParamSpec> specs, const Lane& l,
-            const std::string& unit) {
+            const std::string& unit, int32_t parts = 1) {
     if (staging_.size() != params.size()) {
       staging_ = std::vector<DeviceArray>(params.size());
     }
     ptr_.assign(params.size(), nullptr);
     for (size_t i = 0; i < params.size(); ++i) {
-      ptr_[i] = readable(params[i], static_cast<size_t>(specs[i].numel()), staging_[i], l, unit);
+      ptr_[i] = readable(params[i], local_numel(specs[i], parts), staging_[i], l, unit);
     }
   }
   const float* operator[](size_t i) const noexcept { return ptr_[i]; }
@@ -273,15 +282,16 @@ class Operands {
   std::vector<const float*> ptr_;
 };
 
-// Device targets of a unit's gradients, copied back to host memory at finish().
+// Device targets of a unit's gradients, copied back to host memory at
+// finish(); `parts` as for Operands.
 class GradTargets {
  public:
   void bind(std::span<float* const> grads, std::span<const ParamSpec> specs, const Lane& l,
-            const std::string& unit) {
+            const std::string& unit, int32_t parts = 1) {
     if (staging_.size() != grads.size()) staging_ = std::vector<DeviceArray>(grads.size());
     targets_.clear();
     for (size_t i = 0; i < grads.size(); ++i) {
-      targets_.emplace_back(grads[i], static_cast<size_t>(specs[i].numel()), staging_[i], l, unit);
+      targets_.emplace_back(grads[i], local_numel(specs[i], parts), staging_[i], l, unit);
     }
   }
   float* operator[](size_t i) const noexcept { return targets_[i].device(); }
@@ -299,6 +309,19 @@ inline void copy_device(float* to, const float* from, size_t count, const Lane& 
   if (count == 0) return;
   check(cudaMemcpyAsync(to, from, count * sizeof(float), cudaMemcpyDefault, l.stream), unit,
         "cudaMemcpyAsync");
+}
+
+// `rows` rows of `width` floats from `from` (rows `from_stride` floats
+// apart) to `to` (rows `to_stride` apart): a block of columns of a matrix.
+inline void copy_columns(float* to, int64_t to_stride, const float* from, int64_t from_stride,
+                         int64_t rows, int64_t width, const Lane& l, const std::string& unit) {
+  if (rows == 0 || width == 0) return;
+  constexpr auto kFloat = static_cast<int64_t>(sizeof(float));
+  check(cudaMemcpy2DAsync(to, static_cast<size_t>(to_stride * kFloat), from,
+                          static_cast<size_t>(from_stride * kFloat),
+                          static_cast<size_t>(width * kFloat), static_cast<size_t>(rows),
+                          cudaMemcpyDefault, l.stream),
+        unit, "cudaMemcpy2DAsync");
 }
 
 // The batch's token ids (or targets) in [0, bound), uploaded into `to`;
@@ -390,9 +413,12 @@ inline int64_t take_input(const Unit& unit, int64_t width, const UnitInput& inpu
   return rows;
 }
 
+// The transformer units on CUDA do not split over a tensor-parallel group
+// yet (they do not declare TESSERA_UNIT_TENSOR_PARALLEL either).
 inline void check_untensored(const Unit& unit, const UnitInput& input) {
   TESSERA_CHECK(input.tp == nullptr || input.tp->size <= 1, TESSERA_ERR_UNSUPPORTED, "unit '",
-                unit.name(), "': tensor parallelism is not built for CUDA units");
+                unit.name(),
+                "': tensor parallelism is not built for the CUDA units of gpt and llama");
 }
 
 // A unit's output gradient must be rows×cols.
@@ -495,15 +521,28 @@ inline Act act_of(UnitActivation a) noexcept {
 // is the two in order, so both ways give the same gradients bit for bit.
 class TwinnedUnit : public Unit {
  public:
-  TwinnedUnit(const tessera_host_api* host, std::unique_ptr<Unit> twin)
-      : Unit(twin->name(), twin->is_first(), twin->is_last()), host_(host), twin_(std::move(twin)) {
+  // `tensor_parallel`: the unit splits over a tensor-parallel group as its
+  // twin does (declares the twin's TESSERA_UNIT_TENSOR_PARALLEL and
+  // TESSERA_UNIT_SEQUENCE_PARALLEL, and checks a group's size as it does).
+  TwinnedUnit(const tessera_host_api* host, std::unique_ptr<Unit> twin,
+              bool tensor_parallel = false)
+      : Unit(twin->name(), twin->is_first(), twin->is_last()),
+        host_(host),
+        twin_(std::move(twin)),
+        tensor_parallel_(tensor_parallel) {
     specs_.assign(twin_->params().begin(), twin_->params().end());
   }
   [[nodiscard]] UnitCost cost() const override { return twin_->cost(); }
   void init(std::span<float* const> params, uint64_t seed) const override {
     twin_->init(params, seed);
   }
-  [[nodiscard]] uint32_t flags() const noexcept override { return TESSERA_UNIT_SPLIT_BACKWARD; }
+  [[nodiscard]] uint32_t flags() const noexcept override {
+    constexpr uint32_t kSplits = TESSERA_UNIT_TENSOR_PARALLEL | TESSERA_UNIT_SEQUENCE_PARALLEL;
+    return TESSERA_UNIT_SPLIT_BACKWARD | (tensor_parallel_ ? twin_->flags() & kSplits : 0U);
+  }
+  void check_tensor_parallel(int32_t size, uint32_t flags) const override {
+    if (tensor_parallel_) twin_->check_tensor_parallel(size, flags);
+  }
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const final {
     check_counts(params.size(), grads.size());
@@ -534,6 +573,7 @@ class TwinnedUnit : public Unit {
 
  private:
   std::unique_ptr<Unit> twin_;
+  bool tensor_parallel_;
 };
 
 // The gpt units (gpt_units.cpp), as UnitFactory hands them out.

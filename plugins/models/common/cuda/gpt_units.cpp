@@ -381,8 +381,8 @@ class CudaHead final : public TwinnedUnit {
     c.params.bind(params, specs_, l, name_);
     const Operands& p = c.params;
     float* dlogits = c.dlogits.ensure(un * vocab_, l, name_);
-    xent_backward(c.xent.probs.get(), c.targets.get<int32_t>(), n, vocab_, c.scale * g_out, dlogits,
-                  l.stream);
+    xent_backward(c.xent.probs.get(), c.targets.get<int32_t>(), n, vocab_, 0, c.scale * g_out,
+                  dlogits, l.stream);
     // dh = dlogits·w (gpt: logits = h·wᵀ) or dlogits·wᵀ (llama: logits = h·w).
     float* dh = c.dh.ensure(un * d_, l, name_);
     gemm(l, false, !vocab_rows(), n, d_, vocab_, 1.0f, dlogits, vocab_, p[w_], w_stride(), 0.0f, dh,

@@ -8,8 +8,10 @@
 // parameters, cost and initialisation, so checkpoints move between devices
 // unchanged. It computes on device or managed memory where the caller's
 // buffers are such (the host's mem_alloc on a CUDA run), and through
-// device copies where they are ordinary host memory. The units take no
-// tensor-parallel group and do not split their backward pass.
+// device copies where they are ordinary host memory. Every unit splits its
+// backward pass (TESSERA_UNIT_SPLIT_BACKWARD); the mlp's units also split
+// over a tensor-parallel group as their twins do, the transformer units do
+// not yet.
 #pragma once
 
 #include <cstdint>
@@ -40,10 +42,14 @@ enum class UnitActivation : int32_t { none = 0, relu = 1, gelu = 2 };
 // What the module hands out; a module of another version is refused.
 struct UnitFactory {
   uint32_t version;
-  // y = act(x·w + b) over the twin's parameters "w" [in, out] and "b" [out].
+  // y = act(x·w + b) over the twin's parameters "w" [in, out] and "b" [out]
+  // (version 3: under a tensor-parallel group, a column layer or a row
+  // layer as the split of the twin's "w" says, a column layer that gathers
+  // its output with `gather_output`).
   std::unique_ptr<Unit> (*dense)(const tessera_host_api* host, std::unique_ptr<Unit> twin,
-                                 int64_t in, int64_t out, UnitActivation act);
-  // Softmax cross-entropy over x·w + b, the twin's "w" [in, classes], "b".
+                                 int64_t in, int64_t out, UnitActivation act, bool gather_output);
+  // Softmax cross-entropy over x·w + b, the twin's "w" [in, classes], "b"
+  // (classes-parallel under a group that divides the classes).
   std::unique_ptr<Unit> (*classifier)(const tessera_host_api* host, std::unique_ptr<Unit> twin,
                                       int64_t in, int64_t classes);
   // gpt's units: the token and position embedding (the twin's "wte" [vocab,
@@ -70,9 +76,9 @@ struct UnitFactory {
                                       int64_t vocab, int64_t d, double norm_eps);
 };
 
-inline constexpr uint32_t kUnitFactoryVersion = 2;
+inline constexpr uint32_t kUnitFactoryVersion = 3;
 // The module's one exported symbol: extern "C" const UnitFactory* NAME().
-#define TESSERA_CUDA_UNITS_ENTRY tessera_cuda_units_v2
+#define TESSERA_CUDA_UNITS_ENTRY tessera_cuda_units_v3
 
 // Whether `host` runs this rank on a CUDA device (host ABI 1.5).
 bool wants_cuda(const sdk::Host& host) noexcept;
