@@ -188,6 +188,9 @@ TEST(CudaKernelsEmulated, SwiGluAndItsGradientMatchTheCpu) {
   expect_close(dup, dup_cpu, kTolerance, "dup");
 }
 
+// The lookup and its scatter, with and without positions, of the whole
+// table and of a rank's rows of a vocabulary-parallel one (tokens it does
+// not hold look up zeros and scatter nothing; positions get every row).
 TEST(CudaKernelsEmulated, EmbeddingWithAndWithoutPositions) {
   const int64_t batch = 2;
   const int64_t seq = 3;
@@ -197,34 +200,41 @@ TEST(CudaKernelsEmulated, EmbeddingWithAndWithoutPositions) {
   const std::vector<float> wte = random_values(static_cast<std::size_t>(vocab * d), 12);
   const std::vector<float> wpe = random_values(static_cast<std::size_t>(seq * d), 13);
   const std::vector<float> dx = random_values(static_cast<std::size_t>(batch * seq * d), 14);
-  for (const bool positions : {true, false}) {
-    const std::string what = positions ? "with positions" : "without positions";
-    std::vector<float> x(dx.size());
-    embedding_forward(tokens.data(), wte.data(), positions ? wpe.data() : nullptr, batch, seq, d,
-                      x.data(), nullptr);
-    std::vector<double> x_ref(dx.size());
-    std::vector<double> dwte_ref(wte.size(), 0.0);
-    std::vector<double> dwpe_ref(wpe.size(), 0.0);
-    for (int64_t r = 0; r < batch * seq; ++r) {
-      for (int64_t j = 0; j < d; ++j) {
-        const auto at = static_cast<std::size_t>(r * d + j);
-        const auto token_at = static_cast<std::size_t>(tokens[static_cast<std::size_t>(r)] * d + j);
-        const auto position_at = static_cast<std::size_t>((r % seq) * d + j);
-        x_ref[at] = wte[token_at] + (positions ? wpe[position_at] : 0.0f);
-        dwte_ref[token_at] += dx[at];
-        dwpe_ref[position_at] += dx[at];
+  for (const VocabRange held : {VocabRange{0, vocab}, VocabRange{1, 2}}) {
+    for (const bool positions : {true, false}) {
+      const std::string what = std::string(positions ? "with" : "without") + " positions, rows " +
+                               std::to_string(held.lo) + "+" + std::to_string(held.rows);
+      const auto table = wte.begin() + held.lo * d;
+      const std::vector<float> mine(table, table + held.rows * d);
+      std::vector<float> x(dx.size());
+      embedding_forward(tokens.data(), mine.data(), positions ? wpe.data() : nullptr, batch, seq, d,
+                        held, x.data(), nullptr);
+      std::vector<double> x_ref(dx.size(), 0.0);
+      std::vector<double> dwte_ref(mine.size(), 0.0);
+      std::vector<double> dwpe_ref(wpe.size(), 0.0);
+      for (int64_t r = 0; r < batch * seq; ++r) {
+        const int64_t t = tokens[static_cast<std::size_t>(r)] - held.lo;
+        for (int64_t j = 0; j < d; ++j) {
+          const auto at = static_cast<std::size_t>(r * d + j);
+          const auto position_at = static_cast<std::size_t>((r % seq) * d + j);
+          dwpe_ref[position_at] += dx[at];
+          if (t < 0 || t >= held.rows) continue;
+          const auto token_at = static_cast<std::size_t>(t * d + j);
+          x_ref[at] = mine[token_at] + (positions ? wpe[position_at] : 0.0f);
+          dwte_ref[token_at] += dx[at];
+        }
       }
-    }
-    expect_close(x, x_ref, 1e-7, "lookup " + what);
-    std::vector<float> dwte(wte.size(), 0.0f);
-    std::vector<float> dwpe(wpe.size(), 0.0f);
-    embedding_backward(tokens.data(), dx.data(), batch, seq, d, dwte.data(),
-                       positions ? dwpe.data() : nullptr, nullptr);
-    expect_close(dwte, dwte_ref, kTolerance, "dwte " + what);
-    if (positions) {
-      expect_close(dwpe, dwpe_ref, kTolerance, "dwpe");
-    } else {
-      EXPECT_TRUE(std::all_of(dwpe.begin(), dwpe.end(), [](float v) { return v == 0.0f; }));
+      expect_close(x, x_ref, 1e-7, "lookup " + what);
+      std::vector<float> dwte(mine.size(), 0.0f);
+      std::vector<float> dwpe(wpe.size(), 0.0f);
+      embedding_backward(tokens.data(), dx.data(), batch, seq, d, held, dwte.data(),
+                         positions ? dwpe.data() : nullptr, nullptr);
+      expect_close(dwte, dwte_ref, kTolerance, "dwte " + what);
+      if (positions) {
+        expect_close(dwpe, dwpe_ref, kTolerance, "dwpe " + what);
+      } else {
+        EXPECT_TRUE(std::all_of(dwpe.begin(), dwpe.end(), [](float v) { return v == 0.0f; }));
+      }
     }
   }
 }

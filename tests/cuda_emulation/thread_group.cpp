@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <stdexcept>
@@ -91,11 +92,19 @@ bool ThreadGroup::meet() {
 }
 
 tessera_status ThreadGroup::collective(int32_t rank, const tessera_coll_args& args) {
+  const bool cuda_buffers = (api_.capabilities & TESSERA_BACKEND_CAP_CUDA_BUFFERS) != 0;
   const tessera_buffer* sides[] = {&args.send, &args.recv};
   for (const tessera_buffer* b : sides) {
-    if (b->dtype != TESSERA_F32 || !host_reads(b->data)) return TESSERA_ERR_INVALID_ARGUMENT;
-    const bool cuda = b->device.type == TESSERA_DEVICE_CUDA;
-    if (cuda != ((api_.capabilities & TESSERA_BACKEND_CAP_CUDA_BUFFERS) != 0)) {
+    const char* wrong = b->dtype != TESSERA_F32 ? "not f32"
+                        : !cuda_buffers && !host_reads(b->data)
+                            ? "device memory, which a CPU backend cannot read"
+                        : (b->device.type == TESSERA_DEVICE_CUDA) != cuda_buffers
+                            ? (cuda_buffers ? "a CPU buffer, which nccl refuses"
+                                            : "a CUDA buffer, which a CPU backend refuses")
+                            : nullptr;
+    if (wrong != nullptr) {
+      std::fprintf(stderr, "thread group: rank %d: collective %d of %llu floats: %s\n", rank,
+                   static_cast<int>(args.coll), static_cast<unsigned long long>(b->count), wrong);
       return TESSERA_ERR_INVALID_ARGUMENT;
     }
   }

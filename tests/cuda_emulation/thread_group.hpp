@@ -2,10 +2,11 @@
 // units under a group, where the emulation has no backend plugin: a
 // backend table whose blocking `post` runs the collectives the units call
 // (allreduce of sum or max, allgather, reduce-scatter, all f32) over host
-// memory. It refuses what a real backend would fail on with the same
-// buffers on a device: device-only memory, which a CPU backend cannot read
-// on the host, and with `cuda_buffers` (a backend that takes CUDA buffers,
-// as nccl) a buffer handed as a CPU one.
+// memory. It refuses, saying why on stderr, what a real backend would fail
+// on with the same buffers on a device: device-only memory or a buffer
+// handed as a CUDA one, which a CPU backend cannot read on the host, and
+// with `cuda_buffers` (a backend that takes CUDA buffers, as nccl) a
+// buffer handed as a CPU one.
 #pragma once
 
 #include <condition_variable>

@@ -582,9 +582,66 @@ TEST(CudaUnitsEmulatedTensorParallel, BuffersABackendOnADeviceTakes) {
   }
 }
 
-// The mlp's CUDA units declare what their twins do (so the tensor
-// strategy takes them) and check a group's size as they do; the
-// transformer units declare neither and refuse a group naming the unit.
+// gpt's and llama's CUDA units in tensor mode against their CPU units on
+// the same ranks: the embedding and the head split by vocabulary (gpt's
+// head w [vocab, d] by rows, as a tied head's table; llama's w [d, vocab]
+// by columns), the blocks' attention by heads and their MLP by columns;
+// llama's key/value heads split, or replicated and summed, among them a
+// rank whose query heads read two of them (6 heads on 2 over 3 ranks).
+TEST(CudaUnitsEmulatedTensorParallel, GptAndLlamaMatchTheirCpuUnitsOnEveryRank) {
+  const CudaHost host;
+  {
+    GptConfig config = small_gpt(2);  // untied: every unit's parameters its own
+    config.heads = 6;
+    config.vocab = 42;
+    const Units cpu = build_gpt_units(config);
+    const Units cuda = cuda_gpt_units(factory(), host.api(), config, build_gpt_units(config));
+    const Batch batch = sequence_batch(2, 8, config.vocab, 15);
+    for (const int tp : {2, 3}) {
+      for (const bool on_device : {false, true}) {
+        GroupCase c;
+        c.tp = tp;
+        c.cuda_buffers = on_device;
+        c.mode = tp == 3 ? Backward::split : Backward::whole;
+        SCOPED_TRACE(::testing::Message() << "gpt, tp " << tp << ", cuda buffers " << on_device);
+        expect_same_training_in_group(cpu, cuda, batch.view, c, kTolerance);
+      }
+    }
+  }
+  struct LlamaCase {
+    int64_t d_model, heads, kv_heads;
+    bool kv_replicated;
+    int tp;
+  };
+  for (const LlamaCase& lc : {LlamaCase{32, 4, 2, false, 2}, LlamaCase{32, 4, 2, true, 2},
+                              LlamaCase{36, 6, 2, true, 3}}) {
+    LlamaConfig config = small_llama();
+    config.vocab = 42;
+    config.d_model = lc.d_model;
+    config.heads = lc.heads;
+    config.kv_heads = lc.kv_heads;
+    config.kv_replicated = lc.kv_replicated;
+    config.ffn = 48;
+    const Units cpu = build_llama_units(config);
+    const Units cuda = cuda_llama_units(factory(), host.api(), config, build_llama_units(config));
+    const Batch batch = sequence_batch(3, 10, config.vocab, 16);
+    for (const bool on_device : {false, true}) {
+      GroupCase c;
+      c.tp = lc.tp;
+      c.cuda_buffers = on_device;
+      c.mode = on_device ? Backward::split : Backward::whole;
+      SCOPED_TRACE(::testing::Message()
+                   << "llama, " << lc.heads << " heads on " << lc.kv_heads << ", replicated "
+                   << lc.kv_replicated << ", tp " << lc.tp << ", cuda buffers " << on_device);
+      expect_same_training_in_group(cpu, cuda, batch.view, c, kTolerance);
+    }
+  }
+}
+
+// What the units declare: the mlp's what their twins do (so the tensor
+// strategy takes them) and they check a group's size as the twins do;
+// gpt's and llama's tensor mode only, refusing a group in sequence mode
+// naming the unit.
 TEST(CudaUnitsEmulatedTensorParallel, WhatTheUnitsDeclare) {
   const CudaHost host;
   const MlpConfig mlp = small_mlp({12, 18});
@@ -594,37 +651,58 @@ TEST(CudaUnitsEmulatedTensorParallel, WhatTheUnitsDeclare) {
     EXPECT_NE(u->flags() & TESSERA_UNIT_SEQUENCE_PARALLEL, 0U) << u->name();
     EXPECT_NE(u->flags() & TESSERA_UNIT_SPLIT_BACKWARD, 0U) << u->name();
   }
-  try {
-    cuda_mlp[0]->check_tensor_parallel(5, 0);
-    ADD_FAILURE() << "hidden[0] = 12 over 5 ranks was taken";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("hidden[0]"), std::string::npos) << e.what();
-  }
+  const auto expect_check_refuses = [](const Unit& unit, int32_t size, const std::string& key) {
+    try {
+      unit.check_tensor_parallel(size, 0);
+      ADD_FAILURE() << unit.name() << " took a group of " << size;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  };
+  expect_check_refuses(*cuda_mlp[0], 5, "hidden[0]");
   const GptConfig gpt = small_gpt(1);
   const Units cuda_gpt = cuda_gpt_units(factory(), host.api(), gpt, build_gpt_units(gpt));
-  for (const auto& u : cuda_gpt) {
-    EXPECT_EQ(u->flags() & TESSERA_UNIT_TENSOR_PARALLEL, 0U) << u->name();
+  const LlamaConfig llama = small_llama();
+  const Units cuda_llama = cuda_llama_units(factory(), host.api(), llama, build_llama_units(llama));
+  for (const Units* units : {&cuda_gpt, &cuda_llama}) {
+    for (const auto& u : *units) {
+      EXPECT_NE(u->flags() & TESSERA_UNIT_TENSOR_PARALLEL, 0U) << u->name();
+      EXPECT_EQ(u->flags() & TESSERA_UNIT_SEQUENCE_PARALLEL, 0U) << u->name();
+    }
   }
-  const Batch batch = sequence_batch(2, 8, gpt.vocab, 14);
-  emu::ThreadGroup group(2, false);
-  EXPECT_THROW(group.run(
-                   [&](int32_t, const tessera_tp_group& g) {
-                     auto ctx = cuda_gpt[0]->make_context();
-                     const Buffers b(cuda_gpt, true);
-                     UnitInput in;
-                     in.batch = &batch.view;
-                     in.tp = &g;
-                     try {
-                       (void)cuda_gpt[0]->forward(*ctx, b.params(0), in);
-                     } catch (const Error& e) {
-                       EXPECT_EQ(e.status(), TESSERA_ERR_UNSUPPORTED);
-                       EXPECT_NE(std::string(e.what()).find("unit 'embed'"), std::string::npos)
-                           << e.what();
-                       throw;
-                     }
-                   },
-                   0),
-               Error);
+  expect_check_refuses(*cuda_gpt[1], 2, "heads");       // 3 heads
+  expect_check_refuses(*cuda_llama[1], 4, "kv_heads");  // 2 key/value heads, not replicated
+  // The forward of the unit `at` of `units` on every rank of a group of 2
+  // in sequence mode fails unsupported, naming the unit.
+  const auto expect_refused = [&](const Units& units, std::size_t at) {
+    const Batch batch = sequence_batch(2, 8, 40, 14);
+    emu::ThreadGroup group(2, false);
+    const Buffers b(units, true);
+    std::vector<float> x(static_cast<std::size_t>(2 * 8 * 32), 0.1f);
+    EXPECT_THROW(
+        group.run(
+            [&](int32_t, const tessera_tp_group& g) {
+              auto ctx = units[at]->make_context();
+              UnitInput in;
+              in.batch = &batch.view;
+              in.tp = &g;
+              if (at > 0) in.x = {x.data(), 16, 32};
+              try {
+                (void)units[at]->forward(*ctx, b.params(at), in);
+              } catch (const Error& e) {
+                EXPECT_EQ(e.status(), TESSERA_ERR_UNSUPPORTED) << e.what();
+                const std::string what = e.what();
+                EXPECT_NE(what.find("unit '" + units[at]->name() + "'"), std::string::npos) << what;
+                EXPECT_NE(what.find("sequence parallelism is not built"), std::string::npos)
+                    << what;
+                throw;
+              }
+            },
+            TESSERA_TP_SEQUENCE),
+        Error);
+  };
+  expect_refused(cuda_gpt, 0);
+  expect_refused(cuda_llama, 1);
 }
 
 }  // namespace

@@ -59,8 +59,9 @@ std::vector<std::unique_ptr<Unit>> cuda_llama_units(const cuda::UnitFactory& fac
                                                     std::vector<std::unique_ptr<Unit>> units) {
   units.front() = factory.llama_embedding(host, std::move(units.front()), config.vocab,
                                           config.d_model, config.seq_len);
-  const cuda::LlamaShape shape{config.d_model, config.heads,      config.kv_heads, config.ffn,
-                               config.seq_len, config.rope_theta, config.norm_eps};
+  const cuda::LlamaShape shape{config.d_model,  config.heads,        config.kv_heads,
+                               config.ffn,      config.seq_len,      config.rope_theta,
+                               config.norm_eps, config.kv_replicated};
   for (std::size_t i = 1; i + 1 < units.size(); ++i) {
     units[i] = factory.llama_block(host, std::move(units[i]), shape);
   }

@@ -281,21 +281,30 @@ __global__ void layernorm_backward_params_kernel(const float* x, const float* me
 }
 
 __global__ void embedding_forward_kernel(const int32_t* tokens, const float* wte, const float* wpe,
-                                         int64_t count, int64_t seq, int64_t d, float* x) {
+                                         int64_t count, int64_t seq, int64_t d, int64_t lo,
+                                         int64_t held, float* x) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t row = i / d;
     const int64_t j = i - row * d;
-    const float w = wte[int64_t{tokens[row]} * d + j];
+    const int64_t t = tokens[row] - lo;
+    if (t < 0 || t >= held) {
+      x[i] = 0.0f;
+      continue;
+    }
+    const float w = wte[t * d + j];
     x[i] = wpe != nullptr ? w + wpe[(row % seq) * d + j] : w;
   }
 }
 
 __global__ void embedding_backward_wte_kernel(const int32_t* tokens, const float* dx, int64_t rows,
-                                              int64_t d, float* dwte) {
+                                              int64_t d, int64_t lo, int64_t held, float* dwte) {
   for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < d;
        j += int64_t{gridDim.x} * blockDim.x) {
-    for (int64_t r = 0; r < rows; ++r) dwte[int64_t{tokens[r]} * d + j] += dx[r * d + j];
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t t = tokens[r] - lo;
+      if (t >= 0 && t < held) dwte[t * d + j] += dx[r * d + j];
+    }
   }
 }
 
@@ -312,12 +321,17 @@ __global__ void embedding_backward_wpe_kernel(const float* dx, int64_t batch, in
 // One (example, query head) of the attention kernels: where its rows of
 // q, k and v are, its rows in a [batch·seq, heads·dh] tensor (the output
 // and its gradient), and its entry of a [batch, heads, seq] statistic.
+// The model's query heads per key/value head.
+__device__ int64_t group_of(const Attention& a) {
+  return a.group > 0 ? a.group : a.heads / a.kv_heads;
+}
+
 struct HeadRows {
   Attention a;
   int64_t bh, row0, q_col, kv_col;
   __device__ HeadRows(const Attention& at, int64_t b, int64_t h)
       : a(at), bh(b * at.heads + h), row0(b * at.seq), q_col(h * at.dh) {
-    kv_col = h / (at.heads / at.kv_heads) * at.dh;
+    kv_col = ((at.q_first + h) / group_of(at) - at.kv_first) * at.dh;
   }
   __device__ int64_t q_row(int64_t t) const { return (row0 + t) * a.q_stride + q_col; }
   __device__ int64_t kv_row(int64_t t) const { return (row0 + t) * a.kv_stride + kv_col; }
@@ -441,7 +455,7 @@ __global__ void attention_dkv_kernel(const Attention a, const float* lse, const 
   extern __shared__ float smem[];
   const int64_t seq = a.seq;
   const int64_t dh = a.dh;
-  const int64_t group = a.heads / a.kv_heads;
+  const int64_t group = group_of(a);
   float* ds = smem;              // seq
   float* ps = smem + seq;        // seq
   float* k = ps + seq;           // dh
@@ -449,16 +463,29 @@ __global__ void attention_dkv_kernel(const Attention a, const float* lse, const 
   const int64_t j = blockIdx.x;  // key position
   const int64_t b = blockIdx.y / a.kv_heads;
   const int64_t g = blockIdx.y - b * a.kv_heads;
-  const HeadRows first(a, b, g * group);
+  // The query heads here that read key/value head g: [h0, h1).
+  const int64_t model_g = g + a.kv_first;
+  const int64_t h0 = model_g * group - a.q_first > 0 ? model_g * group - a.q_first : 0;
+  const int64_t h1 =
+      (model_g + 1) * group - a.q_first < a.heads ? (model_g + 1) * group - a.q_first : a.heads;
+  const int64_t kv_row0 = (b * seq + j) * a.kv_stride + g * dh;
+  float* dk = dk_out + kv_row0;
+  float* dv = dv_out + kv_row0;
+  if (h0 >= h1) {
+    for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) {
+      dk[e] = 0.0f;
+      dv[e] = 0.0f;
+    }
+    return;
+  }
+  const HeadRows first(a, b, h0);
   for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) {
     k[e] = first.k(j)[e];
     v[e] = first.v(j)[e];
   }
   __syncthreads();
-  float* dk = dk_out + first.kv_row(j);
-  float* dv = dv_out + first.kv_row(j);
-  for (int64_t m = 0; m < group; ++m) {
-    const HeadRows at(a, b, g * group + m);
+  for (int64_t m = 0; h0 + m < h1; ++m) {
+    const HeadRows at(a, b, h0 + m);
     for (int64_t i = j + threadIdx.x; i < seq; i += blockDim.x) {
       const ScoreGrad s = score_grad(at.q(i), k, v, dout + at.row(i), dh, a.scale, lse[at.stat(i)],
                                      delta[at.stat(i)]);
@@ -615,18 +642,18 @@ void layernorm_backward_params(const float* x, const float* mean, const float* r
 }
 
 void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, int64_t batch,
-                       int64_t seq, int64_t d, float* x, cudaStream_t stream) {
+                       int64_t seq, int64_t d, VocabRange held, float* x, cudaStream_t stream) {
   const int64_t count = batch * seq * d;
   if (count == 0) return;
-  embedding_forward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(tokens, wte, wpe, count, seq,
-                                                                       d, x);
+  embedding_forward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(
+      tokens, wte, wpe, count, seq, d, held.lo, held.rows, x);
 }
 
 void embedding_backward(const int32_t* tokens, const float* dx, int64_t batch, int64_t seq,
-                        int64_t d, float* dwte, float* dwpe, cudaStream_t stream) {
+                        int64_t d, VocabRange held, float* dwte, float* dwpe, cudaStream_t stream) {
   if (batch * seq * d == 0) return;
-  embedding_backward_wte_kernel<<<blocks_for(d), kThreads, 0, stream>>>(tokens, dx, batch * seq, d,
-                                                                        dwte);
+  embedding_backward_wte_kernel<<<blocks_for(d), kThreads, 0, stream>>>(
+      tokens, dx, batch * seq, d, held.lo, held.rows, dwte);
   if (dwpe == nullptr) return;
   embedding_backward_wpe_kernel<<<blocks_for(seq * d), kThreads, 0, stream>>>(dx, batch, seq, d,
                                                                               dwpe);

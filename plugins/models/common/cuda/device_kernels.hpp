@@ -76,15 +76,23 @@ void layernorm_backward_params(const float* x, const float* mean, const float* r
                                const float* dy, int64_t rows, int64_t d, float* dg, float* db,
                                cudaStream_t stream);
 
-// x[b·T + t, :] = wte[token[b·T + t], :] + wpe[t, :] for `batch` examples
-// of `seq` tokens, width d (wpe null: no position term).
+// The rows [lo, lo + rows) of the vocabulary that a table holds: all of
+// them, or a rank's under tensor parallelism (its wte rows).
+struct VocabRange {
+  int64_t lo;
+  int64_t rows;
+};
+// x[b·T + t, :] = wte[token[b·T + t] - lo, :] + wpe[t, :] for `batch`
+// examples of `seq` tokens, width d (wpe null: no position term); zeros
+// for a token the table does not hold, so that the sum over the ranks of
+// a vocabulary-parallel table is the whole lookup with its position.
 void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, int64_t batch,
-                       int64_t seq, int64_t d, float* x, cudaStream_t stream);
-// dwte[token, :] += dx[row, :] over the rows in order (one thread per column,
-// so the sums are in a fixed order); dwpe[t, :] += Σ_b dx[b·T + t, :]
-// (skipped when dwpe is null).
+                       int64_t seq, int64_t d, VocabRange held, float* x, cudaStream_t stream);
+// dwte[token - lo, :] += dx[row, :] over the rows in order for the tokens
+// the table holds (one thread per column, so the sums are in a fixed
+// order); dwpe[t, :] += Σ_b dx[b·T + t, :] (skipped when dwpe is null).
 void embedding_backward(const int32_t* tokens, const float* dx, int64_t batch, int64_t seq,
-                        int64_t d, float* dwte, float* dwpe, cudaStream_t stream);
+                        int64_t d, VocabRange held, float* dwte, float* dwpe, cudaStream_t stream);
 
 // RMSNorm over rows of x [rows, d]: y = x·rstd·g with rstd = 1/sqrt(mean(x²)
 // + eps), keeping each row's rstd.
@@ -118,7 +126,12 @@ void swiglu_backward(const float* gate, const float* up, const float* dy, int64_
 // h·dh) and of k and v (kv_stride apart, key/value head g at column g·dh);
 // query head h reads key/value head h / (heads / kv_heads). gpt's fused
 // qkv [rows, 3·d] is q = qkv, k = qkv + d, v = qkv + 2·d with both strides
-// 3·d.
+// 3·d. A rank of a tensor-parallel group holds some of the heads: with
+// `group` > 0 its query head h is the model's head q_first + h, which
+// reads the model's key/value head (q_first + h) / group, its head
+// (q_first + h) / group − kv_first here (the key/value heads a rank holds
+// may be all of them, kv_first 0, and some read by none of its query
+// heads: their gradients are zero).
 struct Attention {
   const float* q;
   const float* k;
@@ -130,7 +143,10 @@ struct Attention {
   int64_t heads;
   int64_t kv_heads;
   int64_t dh;
-  float scale;  // of the scores q·kᵀ
+  float scale;        // of the scores q·kᵀ
+  int64_t group = 0;  // the model's query heads per key/value head; 0: heads / kv_heads
+  int64_t q_first = 0;
+  int64_t kv_first = 0;
 };
 // out [batch·seq, heads·dh] = softmax(q·kᵀ·scale, causal)·v per (example,
 // head), and lse [batch, heads, seq] the log-sum-exp of each query row's

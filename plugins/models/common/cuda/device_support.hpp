@@ -12,11 +12,13 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "device_kernels.hpp"
 #include "tessera/models/cuda_units.hpp"
+#include "tessera/models/tensor_parallel.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::model::cuda {
@@ -413,14 +415,6 @@ inline int64_t take_input(const Unit& unit, int64_t width, const UnitInput& inpu
   return rows;
 }
 
-// The transformer units on CUDA do not split over a tensor-parallel group
-// yet (they do not declare TESSERA_UNIT_TENSOR_PARALLEL either).
-inline void check_untensored(const Unit& unit, const UnitInput& input) {
-  TESSERA_CHECK(input.tp == nullptr || input.tp->size <= 1, TESSERA_ERR_UNSUPPORTED, "unit '",
-                unit.name(),
-                "': tensor parallelism is not built for the CUDA units of gpt and llama");
-}
-
 // A unit's output gradient must be rows×cols.
 inline void check_output_gradient(const Unit& unit, ConstView grad_output, int64_t rows,
                                   int64_t cols) {
@@ -458,24 +452,76 @@ inline float* zeroed(DeviceArray& a, size_t count, const Lane& l, const std::str
   return p;
 }
 
+// Sums `count` floats of the unit's device memory at `data` over the
+// group, in place; nothing without a group. A backend that takes the
+// device's buffers (nccl) sums them where they are; for any other the sum
+// goes through `exchange` (managed memory, which the host reads). The
+// lane's work so far is synchronised first.
+inline void allreduce_device(const TpGroup& tp, float* data, size_t count, DeviceArray& exchange,
+                             const Lane& l, std::string_view what, const std::string& unit) {
+  if (!tp.active() || count == 0) return;
+  if (tp.on_device()) {
+    finish_call(l, unit);
+    tp.allreduce_sum(data, static_cast<int64_t>(count), what);
+    return;
+  }
+  float* buffer = exchange.ensure(count, l, unit);
+  copy_device(buffer, data, count, l, unit);
+  finish_call(l, unit);
+  tp.allreduce_sum(buffer, static_cast<int64_t>(count), what);
+  copy_device(data, buffer, count, l, unit);
+}
+
 // The softmax cross-entropy a head ends with, of logits [rows, cols]
 // against the device `targets`: the probabilities into `probs`, and the
 // loss summed over the rows times `scale` into *host_loss (read once
-// finish_call has synchronised the stream).
+// finish_call has synchronised the stream). `mx` and `sums` (managed) are
+// the split cross-entropy's exchanges with the group.
 struct CrossEntropyArrays {
   DeviceArray probs, row_loss, loss_out;
+  DeviceArray mx{true}, sums{true};
 };
+// The rows' losses in a.row_loss summed, times `scale`, into *host_loss.
+inline void copy_loss(Lane& l, int64_t rows, float scale, CrossEntropyArrays& a, float* host_loss,
+                      const std::string& unit) {
+  float* loss = a.loss_out.ensure(1, l, unit);
+  sum_loss(a.row_loss.get<double>(), rows, static_cast<double>(scale), loss, l.stream);
+  check(cudaMemcpyAsync(host_loss, loss, sizeof(float), cudaMemcpyDeviceToHost, l.stream), unit,
+        "cudaMemcpyAsync");
+}
 inline float* cross_entropy(Lane& l, const float* logits, const int32_t* targets, int64_t rows,
                             int64_t cols, float scale, CrossEntropyArrays& a, float* host_loss,
                             const std::string& unit) {
   const auto un = static_cast<size_t>(rows);
   float* probs = a.probs.ensure(un * cols, l, unit);
-  auto* row_loss = a.row_loss.ensure<double>(un, l, unit);
-  softmax_xent(logits, targets, rows, cols, probs, row_loss, l.stream);
-  float* loss = a.loss_out.ensure(1, l, unit);
-  sum_loss(row_loss, rows, static_cast<double>(scale), loss, l.stream);
-  check(cudaMemcpyAsync(host_loss, loss, sizeof(float), cudaMemcpyDeviceToHost, l.stream), unit,
-        "cudaMemcpyAsync");
+  softmax_xent(logits, targets, rows, cols, probs, a.row_loss.ensure<double>(un, l, unit),
+               l.stream);
+  copy_loss(l, rows, scale, a, host_loss, unit);
+  return probs;
+}
+
+// The same over logits whose columns are split between the ranks of
+// `group`: `logits` [rows, cols] are this rank's columns [lo, lo + cols)
+// of the whole rows (see row_max in device_kernels.hpp); the row maxima,
+// and then the sums of exponentials with the target logits, are
+// allreduced. Every rank gets the whole loss; the probabilities are its
+// columns'.
+inline float* parallel_cross_entropy(Lane& l, const TpGroup& group, const float* logits,
+                                     const int32_t* targets, int64_t rows, int64_t cols, int64_t lo,
+                                     float scale, CrossEntropyArrays& a, float* host_loss,
+                                     const std::string& unit) {
+  const auto un = static_cast<size_t>(rows);
+  float* mx = a.mx.ensure(un, l, unit);
+  row_max(logits, rows, cols, mx, l.stream);
+  finish_call(l, unit);
+  group.allreduce_max(mx, rows, "the logits' row maxima");
+  float* probs = a.probs.ensure(un * cols, l, unit);
+  float* sums = a.sums.ensure(2 * un, l, unit);
+  exp_sums(logits, targets, rows, cols, lo, mx, probs, sums, l.stream);
+  finish_call(l, unit);
+  group.allreduce_sum(sums, 2 * rows, "the softmax sums and target logits");
+  xent_normalize(probs, sums, mx, rows, cols, a.row_loss.ensure<double>(un, l, unit), l.stream);
+  copy_loss(l, rows, scale, a, host_loss, unit);
   return probs;
 }
 
@@ -488,9 +534,14 @@ inline float loss_gradient(ConstView grad_output, const std::string& unit) {
   return g;
 }
 
-// A transformer unit's batch: sequences, and no tensor-parallel group.
+// A transformer unit's batch: sequences, and no group in sequence mode
+// (the transformer units split over a tensor-parallel group in tensor
+// mode only: they do not declare TESSERA_UNIT_SEQUENCE_PARALLEL).
 inline void require_sequences(const Unit& unit, const UnitInput& input) {
-  check_untensored(unit, input);
+  TESSERA_CHECK(
+      input.tp == nullptr || input.tp->size <= 1 || (input.tp->flags & TESSERA_TP_SEQUENCE) == 0,
+      TESSERA_ERR_UNSUPPORTED, "unit '", unit.name(),
+      "': sequence parallelism is not built for the CUDA units of gpt and llama");
   TESSERA_CHECK(input.batch != nullptr && input.batch->is_sequence(), TESSERA_ERR_INVALID_ARGUMENT,
                 "unit '", unit.name(), "': needs a sequence batch");
 }
@@ -519,17 +570,20 @@ inline Act act_of(UnitActivation a) noexcept {
 // gradients of the products, the norms' gain gradients summed over the
 // rows); backward_weight adds the parameter gradients. The whole backward
 // is the two in order, so both ways give the same gradients bit for bit.
+// What the transformer units (gpt's and llama's) split over: a
+// tensor-parallel group in tensor mode.
+inline constexpr uint32_t kTransformerSplits = TESSERA_UNIT_TENSOR_PARALLEL;
+
 class TwinnedUnit : public Unit {
  public:
-  // `tensor_parallel`: the unit splits over a tensor-parallel group as its
-  // twin does (declares the twin's TESSERA_UNIT_TENSOR_PARALLEL and
-  // TESSERA_UNIT_SEQUENCE_PARALLEL, and checks a group's size as it does).
-  TwinnedUnit(const tessera_host_api* host, std::unique_ptr<Unit> twin,
-              bool tensor_parallel = false)
+  // `splits`: which of the twin's TESSERA_UNIT_TENSOR_PARALLEL and
+  // TESSERA_UNIT_SEQUENCE_PARALLEL the unit declares too, splitting over a
+  // group as the twin does (and checking a group's size as it does).
+  TwinnedUnit(const tessera_host_api* host, std::unique_ptr<Unit> twin, uint32_t splits)
       : Unit(twin->name(), twin->is_first(), twin->is_last()),
         host_(host),
         twin_(std::move(twin)),
-        tensor_parallel_(tensor_parallel) {
+        splits_(splits & (TESSERA_UNIT_TENSOR_PARALLEL | TESSERA_UNIT_SEQUENCE_PARALLEL)) {
     specs_.assign(twin_->params().begin(), twin_->params().end());
   }
   [[nodiscard]] UnitCost cost() const override { return twin_->cost(); }
@@ -537,11 +591,10 @@ class TwinnedUnit : public Unit {
     twin_->init(params, seed);
   }
   [[nodiscard]] uint32_t flags() const noexcept override {
-    constexpr uint32_t kSplits = TESSERA_UNIT_TENSOR_PARALLEL | TESSERA_UNIT_SEQUENCE_PARALLEL;
-    return TESSERA_UNIT_SPLIT_BACKWARD | (tensor_parallel_ ? twin_->flags() & kSplits : 0U);
+    return TESSERA_UNIT_SPLIT_BACKWARD | (twin_->flags() & splits_);
   }
   void check_tensor_parallel(int32_t size, uint32_t flags) const override {
-    if (tensor_parallel_) twin_->check_tensor_parallel(size, flags);
+    if (splits_ != 0) twin_->check_tensor_parallel(size, flags);
   }
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const final {
@@ -573,7 +626,7 @@ class TwinnedUnit : public Unit {
 
  private:
   std::unique_ptr<Unit> twin_;
-  bool tensor_parallel_;
+  uint32_t splits_;
 };
 
 // The gpt units (gpt_units.cpp), as UnitFactory hands them out.

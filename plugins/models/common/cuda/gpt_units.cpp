@@ -2,9 +2,17 @@
 // pre-LN decoder block with fused causal attention (no seq×seq matrix in
 // device memory: the backward recomputes the probabilities from q, k and
 // each row's log-sum-exp), and the final LayerNorm with the head. The same
-// arithmetic as GptEmbedding, GptBlock and GptHead on one rank, in an
-// order of summation of the device's. llama's embedding and head are the
-// same units with its norm and layout (its block: llama_units.cpp).
+// arithmetic as GptEmbedding, GptBlock and GptHead, in an order of
+// summation of the device's. llama's embedding and head are the same units
+// with its norm and layout (its block: llama_units.cpp).
+//
+// Under a tensor-parallel group in tensor mode they split as their twins
+// do: the embedding and the head by vocabulary (a rank's rows of the
+// table, its columns of the logits, the cross-entropy over the group), the
+// block's attention by heads and its MLP by columns, each row-parallel
+// product's partial sums allreduced before its bias and residual, and the
+// input gradients of the column-parallel products likewise. Sequence mode
+// is not built (they do not declare TESSERA_UNIT_SEQUENCE_PARALLEL).
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -26,10 +34,12 @@ struct EmbeddingContext final : UnitContext {
   int64_t batch = -1;
   int64_t seq = 0;
   bool input_grad_done = false;
+  int32_t tp_size = 1;    // the forward's group size (backward's must match)
+  VocabRange held{0, 0};  // the rows of the vocabulary this rank's table holds
   Operands params;
   GradTargets grads;
   DeviceArray tokens, dx;  // dx: the output gradient, kept for the weight half
-  DeviceArray x{true};
+  DeviceArray x{true}, exchange{true};
   [[nodiscard]] std::size_t bytes() const noexcept override {
     return tokens.bytes() + x.bytes() + dx.bytes();
   }
@@ -41,7 +51,7 @@ class CudaEmbedding final : public TwinnedUnit {
  public:
   CudaEmbedding(const tessera_host_api* host, std::unique_ptr<Unit> twin, int64_t vocab, int64_t d,
                 int64_t seq_len, bool positions)
-      : TwinnedUnit(host, std::move(twin)),
+      : TwinnedUnit(host, std::move(twin), kTransformerSplits),
         vocab_(vocab),
         d_(d),
         seq_len_(seq_len),
@@ -59,16 +69,26 @@ class CudaEmbedding final : public TwinnedUnit {
     const int64_t seq = input.batch->seq_len;
     TESSERA_CHECK(seq <= seq_len_, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                   "': the batch's sequences have ", seq, " tokens, more than seq_len ", seq_len_);
+    // Vocabulary-parallel: this rank's vocab/tp rows of the table; a token
+    // it does not hold looks up zeros, and the sum over the group is the
+    // whole lookup (with its position, added where the token is held).
+    const TpGroup tp(input.tp, host_.raw(), name_);
+    tp.require_divisible("vocab", vocab_);
     Lane& l = lane(host_, name_);
     c.batch = input.batch->size;
     c.seq = seq;
+    c.tp_size = tp.size();
+    c.held = {vocab_ / tp.size() * tp.rank(), vocab_ / tp.size()};
+    c.input_grad_done = false;
     const int32_t* tokens =
         upload_ids(input.batch->tokens, vocab_, "token", "at position", c.tokens, l, name_);
-    c.params.bind(params, specs_, l, name_);
+    c.params.bind(params, specs_, l, name_, tp.size());
     const int64_t n = c.batch * seq;
-    float* x = c.x.ensure(static_cast<size_t>(n * d_), l, name_);
-    embedding_forward(tokens, c.params[0], positions_ ? c.params[1] : nullptr, c.batch, seq, d_, x,
-                      l.stream);
+    const auto count = static_cast<size_t>(n * d_);
+    float* x = c.x.ensure(count, l, name_);
+    embedding_forward(tokens, c.params[0], positions_ ? c.params[1] : nullptr, c.batch, seq, d_,
+                      c.held, x, l.stream);
+    allreduce_device(tp, x, count, c.exchange, l, "the token embeddings", name_);
     finish_call(l, name_);
     return {x, n, d_};
   }
@@ -79,6 +99,7 @@ class CudaEmbedding final : public TwinnedUnit {
     check_counts(params.size(), 0);
     auto& c = dynamic_cast<EmbeddingContext&>(ctx_base);
     require_forward(c.batch >= 0);
+    (void)TpGroup::for_backward(c.tp(), host_.raw(), name_, c.tp_size, "backward_input");
     const int64_t n = c.batch * c.seq;
     Lane& l = lane(host_, name_);
     kept_output_gradient(*this, grad_output, n, d_, c.dx, l);
@@ -87,15 +108,17 @@ class CudaEmbedding final : public TwinnedUnit {
     return {};
   }
 
-  // The rows' gradients scattered into the table (and the positions').
+  // The rows' gradients scattered into the table (this rank's rows of it)
+  // and the positions' (every row: the same whole gradient on every rank).
   void backward_weight(UnitContext& ctx_base, std::span<const float* const> params,
                        std::span<float* const> grads) const override {
     check_counts(params.size(), grads.size());
     auto& c = dynamic_cast<EmbeddingContext&>(ctx_base);
     take_input_half(c.input_grad_done);
+    (void)TpGroup::for_backward(c.tp(), host_.raw(), name_, c.tp_size, "backward_weight");
     Lane& l = lane(host_, name_);
-    c.grads.bind(grads, specs_, l, name_);
-    embedding_backward(c.tokens.get<int32_t>(), c.dx.get(), c.batch, c.seq, d_, c.grads[0],
+    c.grads.bind(grads, specs_, l, name_, c.tp_size);
+    embedding_backward(c.tokens.get<int32_t>(), c.dx.get(), c.batch, c.seq, d_, c.held, c.grads[0],
                        positions_ ? c.grads[1] : nullptr, l.stream);
     c.grads.finish(l, name_);
     finish_call(l, name_);
@@ -115,6 +138,7 @@ using enum gpt_block::Param;
 struct GptBlockContext final : UnitContext {
   int64_t batch = -1;
   int64_t seq = 0;
+  int32_t tp_size = 1;  // the forward's group size (backward's must match)
   bool input_grad_done = false;
   Operands params;
   GradTargets grads;
@@ -124,7 +148,7 @@ struct GptBlockContext final : UnitContext {
   // (dy, du, dx2, dqkv and the LayerNorms' parameter gradients).
   DeviceArray dy, dact, du, dh2, dx2, dattn, delta, dqkv, dh1;
   DeviceArray dln1g, dln1b, dln2g, dln2b;
-  DeviceArray y{true}, dx{true};
+  DeviceArray y{true}, dx{true}, exchange{true};
   [[nodiscard]] std::size_t bytes() const noexcept override {
     std::size_t total = 0;
     for (const DeviceArray* a :
@@ -137,11 +161,24 @@ struct GptBlockContext final : UnitContext {
   }
 };
 
+// A rank's share of a block in a tensor-parallel group of `size`: heads /
+// size attention heads, their dl = d / size columns of each of q, k and v
+// and rows of the attention projection, and hidden / size columns of the
+// MLP (all of it without a group).
+struct GptShard {
+  int64_t heads;
+  int64_t dl;
+  int64_t hidden;
+};
+
 class CudaGptBlock final : public TwinnedUnit {
  public:
   CudaGptBlock(const tessera_host_api* host, std::unique_ptr<Unit> twin, int64_t d, int64_t heads,
                int64_t hidden)
-      : TwinnedUnit(host, std::move(twin)), d_(d), heads_(heads), hidden_(hidden) {}
+      : TwinnedUnit(host, std::move(twin), kTransformerSplits),
+        d_(d),
+        heads_(heads),
+        hidden_(hidden) {}
 
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override {
     return std::make_unique<GptBlockContext>();
@@ -152,26 +189,35 @@ class CudaGptBlock final : public TwinnedUnit {
     check_counts(params.size(), 0);
     require_sequences(*this, input);
     auto& c = dynamic_cast<GptBlockContext&>(ctx_base);
+    const TpGroup tp(input.tp, host_.raw(), name_);
+    tp.require_divisible("heads", heads_);
     Lane& l = lane(host_, name_);
     const int64_t n = take_rows(*this, d_, input, c.x, l);
     c.batch = input.batch->size;
     c.seq = input.batch->seq_len;
+    c.tp_size = tp.size();
+    c.input_grad_done = false;
     const int64_t d = d_;
-    const int64_t hid = hidden_;
+    const GptShard s = shard(tp.size());
+    const int64_t hid = s.hidden;
     const auto un = static_cast<size_t>(n);
-    c.params.bind(params, specs_, l, name_);
+    c.params.bind(params, specs_, l, name_, tp.size());
     const Operands& p = c.params;
     float* h1 = c.h1.ensure(un * d, l, name_);
     layernorm_forward(c.x.get(), p[kLn1G], p[kLn1B], n, d, h1, c.mean1.ensure(un, l, name_),
                       c.rstd1.ensure(un, l, name_), l.stream);
-    float* qkv = c.qkv.ensure(un * 3 * d, l, name_);
-    gemm(l, false, false, n, 3 * d, d, 1.0f, h1, d, p[kQkvW], 3 * d, 0.0f, qkv, 3 * d, name_);
-    bias_residual(qkv, p[kQkvB], nullptr, n, 3 * d, l.stream);
-    float* attn = c.attn.ensure(un * d, l, name_);
-    attention_forward(attention(qkv, c.batch, c.seq), attn, c.lse.ensure(un * heads_, l, name_),
+    float* qkv = c.qkv.ensure(un * 3 * s.dl, l, name_);
+    gemm(l, false, false, n, 3 * s.dl, d, 1.0f, h1, d, p[kQkvW], 3 * s.dl, 0.0f, qkv, 3 * s.dl,
+         name_);
+    bias_residual(qkv, p[kQkvB], nullptr, n, 3 * s.dl, l.stream);
+    float* attn = c.attn.ensure(un * s.dl, l, name_);
+    attention_forward(attention(qkv, c.batch, c.seq, s), attn, c.lse.ensure(un * s.heads, l, name_),
                       l.stream);
+    // The attention projection is row-parallel: partial sums, then the
+    // bias and the residual.
     float* x2 = c.x2.ensure(un * d, l, name_);
-    gemm(l, false, false, n, d, d, 1.0f, attn, d, p[kAttnProjW], d, 0.0f, x2, d, name_);
+    gemm(l, false, false, n, d, s.dl, 1.0f, attn, s.dl, p[kAttnProjW], d, 0.0f, x2, d, name_);
+    allreduce_device(tp, x2, un * d, c.exchange, l, "the attention projection's output", name_);
     bias_residual(x2, p[kAttnProjB], c.x.get(), n, d, l.stream);
     float* h2 = c.h2.ensure(un * d, l, name_);
     layernorm_forward(x2, p[kLn2G], p[kLn2B], n, d, h2, c.mean2.ensure(un, l, name_),
@@ -182,6 +228,7 @@ class CudaGptBlock final : public TwinnedUnit {
     bias_activation(u, p[kFcB], act, n, hid, Act::gelu, l.stream);
     float* y = c.y.ensure(un * d, l, name_);
     gemm(l, false, false, n, d, hid, 1.0f, act, hid, p[kProjW], d, 0.0f, y, d, name_);
+    allreduce_device(tp, y, un * d, c.exchange, l, "the MLP's output", name_);
     bias_residual(y, p[kProjB], x2, n, d, l.stream);
     finish_call(l, name_);
     return {y, n, d};
@@ -189,19 +236,23 @@ class CudaGptBlock final : public TwinnedUnit {
 
   // Every input-gradient product; keeps the output gradient dy, du, dx2
   // and dqkv (the products' output gradients) and the LayerNorms' gain and
-  // bias gradients for the weight half.
+  // bias gradients for the weight half. The column-parallel products'
+  // input gradients are partial sums over the group.
   ConstView backward_input(UnitContext& ctx_base, std::span<const float* const> params,
                            ConstView grad_output) const override {
     check_counts(params.size(), 0);
     auto& c = dynamic_cast<GptBlockContext&>(ctx_base);
     require_forward(c.batch >= 0);
+    const TpGroup tp =
+        TpGroup::for_backward(c.tp(), host_.raw(), name_, c.tp_size, "backward_input");
     const int64_t d = d_;
-    const int64_t hid = hidden_;
+    const GptShard s = shard(tp.size());
+    const int64_t hid = s.hidden;
     const int64_t n = c.batch * c.seq;
     const auto un = static_cast<size_t>(n);
     Lane& l = lane(host_, name_);
     const float* dy = kept_output_gradient(*this, grad_output, n, d, c.dy, l);
-    c.params.bind(params, specs_, l, name_);
+    c.params.bind(params, specs_, l, name_, tp.size());
     const Operands& p = c.params;
     // MLP: y = x2 + gelu(h2·fc_w + fc_b)·proj_w + proj_b.
     float* dact = c.dact.ensure(un * hid, l, name_);
@@ -210,6 +261,7 @@ class CudaGptBlock final : public TwinnedUnit {
     activation_backward(c.u.get(), dact, du, n * hid, Act::gelu, l.stream);
     float* dh2 = c.dh2.ensure(un * d, l, name_);
     gemm(l, false, true, n, d, hid, 1.0f, du, hid, p[kFcW], hid, 0.0f, dh2, d, name_);
+    allreduce_device(tp, dh2, un * d, c.exchange, l, "the MLP's input gradient", name_);
     // The residual's gradient plus the second LayerNorm's.
     float* dx2 = c.dx2.ensure(un * d, l, name_);
     copy_device(dx2, dy, un * d, l, name_);
@@ -218,14 +270,16 @@ class CudaGptBlock final : public TwinnedUnit {
     layernorm_backward_params(c.x2.get(), c.mean2.get(), c.rstd2.get(), dh2, n, d,
                               zeroed(c.dln2g, d, l, name_), zeroed(c.dln2b, d, l, name_), l.stream);
     // Attention: x2 = x + attn·attn_proj_w + attn_proj_b.
-    float* dattn = c.dattn.ensure(un * d, l, name_);
-    gemm(l, false, true, n, d, d, 1.0f, dx2, d, p[kAttnProjW], d, 0.0f, dattn, d, name_);
-    float* dqkv = c.dqkv.ensure(un * 3 * d, l, name_);
-    attention_backward(attention(c.qkv.get(), c.batch, c.seq), c.attn.get(), c.lse.get(), dattn,
-                       c.delta.ensure(un * heads_, l, name_), dqkv, dqkv + d, dqkv + 2 * d,
+    float* dattn = c.dattn.ensure(un * s.dl, l, name_);
+    gemm(l, false, true, n, s.dl, d, 1.0f, dx2, d, p[kAttnProjW], d, 0.0f, dattn, s.dl, name_);
+    float* dqkv = c.dqkv.ensure(un * 3 * s.dl, l, name_);
+    attention_backward(attention(c.qkv.get(), c.batch, c.seq, s), c.attn.get(), c.lse.get(), dattn,
+                       c.delta.ensure(un * s.heads, l, name_), dqkv, dqkv + s.dl, dqkv + 2 * s.dl,
                        l.stream);
     float* dh1 = c.dh1.ensure(un * d, l, name_);
-    gemm(l, false, true, n, d, 3 * d, 1.0f, dqkv, 3 * d, p[kQkvW], 3 * d, 0.0f, dh1, d, name_);
+    gemm(l, false, true, n, d, 3 * s.dl, 1.0f, dqkv, 3 * s.dl, p[kQkvW], 3 * s.dl, 0.0f, dh1, d,
+         name_);
+    allreduce_device(tp, dh1, un * d, c.exchange, l, "the attention's input gradient", name_);
     // The input's gradient: the residual's plus the first LayerNorm's.
     float* dx = c.dx.ensure(un * d, l, name_);
     copy_device(dx, dx2, un * d, l, name_);
@@ -239,17 +293,21 @@ class CudaGptBlock final : public TwinnedUnit {
   }
 
   // The weight products xᵀ·dy of the four projections, their biases' row
-  // sums, and the LayerNorms' kept gradients.
+  // sums, and the LayerNorms' kept gradients: this rank's shards, and in
+  // tensor mode the same whole gradient of every replicated parameter on
+  // every rank of the group.
   void backward_weight(UnitContext& ctx_base, std::span<const float* const> params,
                        std::span<float* const> grads) const override {
     check_counts(params.size(), grads.size());
     auto& c = dynamic_cast<GptBlockContext&>(ctx_base);
     take_input_half(c.input_grad_done);
+    (void)TpGroup::for_backward(c.tp(), host_.raw(), name_, c.tp_size, "backward_weight");
     const int64_t d = d_;
-    const int64_t hid = hidden_;
+    const GptShard s = shard(c.tp_size);
+    const int64_t hid = s.hidden;
     const int64_t n = c.batch * c.seq;
     Lane& l = lane(host_, name_);
-    c.grads.bind(grads, specs_, l, name_);
+    c.grads.bind(grads, specs_, l, name_, c.tp_size);
     const GradTargets& g = c.grads;
     gemm(l, true, false, hid, d, n, 1.0f, c.act.get(), hid, c.dy.get(), d, 1.0f, g[kProjW], d,
          name_);
@@ -259,12 +317,12 @@ class CudaGptBlock final : public TwinnedUnit {
     column_sum_add(c.du.get(), n, hid, g[kFcB], l.stream);
     add_into(g[kLn2G], c.dln2g.get(), d, l.stream);
     add_into(g[kLn2B], c.dln2b.get(), d, l.stream);
-    gemm(l, true, false, d, d, n, 1.0f, c.attn.get(), d, c.dx2.get(), d, 1.0f, g[kAttnProjW], d,
-         name_);
+    gemm(l, true, false, s.dl, d, n, 1.0f, c.attn.get(), s.dl, c.dx2.get(), d, 1.0f, g[kAttnProjW],
+         d, name_);
     column_sum_add(c.dx2.get(), n, d, g[kAttnProjB], l.stream);
-    gemm(l, true, false, d, 3 * d, n, 1.0f, c.h1.get(), d, c.dqkv.get(), 3 * d, 1.0f, g[kQkvW],
-         3 * d, name_);
-    column_sum_add(c.dqkv.get(), n, 3 * d, g[kQkvB], l.stream);
+    gemm(l, true, false, d, 3 * s.dl, n, 1.0f, c.h1.get(), d, c.dqkv.get(), 3 * s.dl, 1.0f,
+         g[kQkvW], 3 * s.dl, name_);
+    column_sum_add(c.dqkv.get(), n, 3 * s.dl, g[kQkvB], l.stream);
     add_into(g[kLn1G], c.dln1g.get(), d, l.stream);
     add_into(g[kLn1B], c.dln1b.get(), d, l.stream);
     c.grads.finish(l, name_);
@@ -272,18 +330,22 @@ class CudaGptBlock final : public TwinnedUnit {
   }
 
  private:
-  // The fused qkv [batch·seq, 3·d] as the attention kernels read it.
-  [[nodiscard]] Attention attention(const float* qkv, int64_t batch, int64_t seq) const {
+  [[nodiscard]] GptShard shard(int32_t size) const noexcept {
+    return {heads_ / size, d_ / size, hidden_ / size};
+  }
+  // This rank's fused q|k|v [batch·seq, 3·dl] as the attention kernels read it.
+  [[nodiscard]] Attention attention(const float* qkv, int64_t batch, int64_t seq,
+                                    const GptShard& s) const {
     const int64_t head_width = d_ / heads_;
     return {qkv,
-            qkv + d_,
-            qkv + 2 * d_,
-            3 * d_,
-            3 * d_,
+            qkv + s.dl,
+            qkv + 2 * s.dl,
+            3 * s.dl,
+            3 * s.dl,
             batch,
             seq,
-            heads_,
-            heads_,
+            s.heads,
+            s.heads,
             head_width,
             1.0f / std::sqrt(static_cast<float>(head_width))};
   }
@@ -297,6 +359,8 @@ class CudaGptBlock final : public TwinnedUnit {
 struct TokenHeadContext final : UnitContext {
   int64_t rows = -1;
   bool input_grad_done = false;
+  int32_t tp_size = 1;    // the forward's group size (backward's must match)
+  VocabRange held{0, 0};  // the columns of the logits this rank computes
   float scale = 1.0f;
   float loss = 0.0f;
   Operands params;
@@ -304,7 +368,7 @@ struct TokenHeadContext final : UnitContext {
   DeviceArray x, h, mean, rstd, logits, targets, dlogits, dh;
   DeviceArray dg, db;  // the norm's parameter gradients, kept for the weight half
   CrossEntropyArrays xent;
-  DeviceArray dx{true};
+  DeviceArray dx{true}, exchange{true};
   [[nodiscard]] std::size_t bytes() const noexcept override {
     std::size_t total = 0;
     for (const DeviceArray* a : {&x, &h, &mean, &rstd, &logits, &xent.probs, &targets,
@@ -324,7 +388,7 @@ class CudaHead final : public TwinnedUnit {
   enum class Norm { layer, rms };
   CudaHead(const tessera_host_api* host, std::unique_ptr<Unit> twin, int64_t vocab, int64_t d,
            Norm norm, float eps)
-      : TwinnedUnit(host, std::move(twin)),
+      : TwinnedUnit(host, std::move(twin), kTransformerSplits),
         vocab_(vocab),
         d_(d),
         norm_(norm),
@@ -340,6 +404,11 @@ class CudaHead final : public TwinnedUnit {
     check_counts(params.size(), 0);
     require_sequences(*this, input);
     auto& c = dynamic_cast<TokenHeadContext&>(ctx_base);
+    // Vocabulary-parallel: this rank's vocab/tp rows (gpt) or columns
+    // (llama) of w give its columns of the logits, and the cross-entropy
+    // combines the columns' maxima, sums and target logits over the group.
+    const TpGroup group(input.tp, host_.raw(), name_);
+    group.require_divisible("vocab", vocab_);
     Lane& l = lane(host_, name_);
     const int64_t n = take_rows(*this, d_, input, c.x, l);
     TESSERA_CHECK(static_cast<int64_t>(input.batch->targets.size()) == n,
@@ -348,9 +417,13 @@ class CudaHead final : public TwinnedUnit {
     const auto un = static_cast<size_t>(n);
     c.rows = n;
     c.scale = input.loss_scale;
+    c.input_grad_done = false;
+    c.tp_size = group.size();
+    c.held = {vocab_ / group.size() * group.rank(), vocab_ / group.size()};
+    const int64_t cols = c.held.rows;
     const int32_t* targets =
         upload_ids(input.batch->targets, vocab_, "target", "at position", c.targets, l, name_);
-    c.params.bind(params, specs_, l, name_);
+    c.params.bind(params, specs_, l, name_, group.size());
     const Operands& p = c.params;
     float* h = c.h.ensure(un * d_, l, name_);
     float* rstd = c.rstd.ensure(un, l, name_);
@@ -360,10 +433,15 @@ class CudaHead final : public TwinnedUnit {
     } else {
       rmsnorm_forward(c.x.get(), p[0], n, d_, eps_, h, rstd, l.stream);
     }
-    float* logits = c.logits.ensure(un * vocab_, l, name_);
-    gemm(l, false, vocab_rows(), n, vocab_, d_, 1.0f, h, d_, p[w_], w_stride(), 0.0f, logits,
-         vocab_, name_);
-    cross_entropy(l, logits, targets, n, vocab_, input.loss_scale, c.xent, &c.loss, name_);
+    float* logits = c.logits.ensure(un * cols, l, name_);
+    gemm(l, false, vocab_rows(), n, cols, d_, 1.0f, h, d_, p[w_], w_stride(cols), 0.0f, logits,
+         cols, name_);
+    if (group.active()) {
+      parallel_cross_entropy(l, group, logits, targets, n, cols, c.held.lo, input.loss_scale,
+                             c.xent, &c.loss, name_);
+    } else {
+      cross_entropy(l, logits, targets, n, cols, input.loss_scale, c.xent, &c.loss, name_);
+    }
     finish_call(l, name_);
     return {&c.loss, 1, 1};
   }
@@ -374,19 +452,24 @@ class CudaHead final : public TwinnedUnit {
     check_counts(params.size(), 0);
     auto& c = dynamic_cast<TokenHeadContext&>(ctx_base);
     require_forward(c.rows >= 0);
+    const TpGroup group =
+        TpGroup::for_backward(c.tp(), host_.raw(), name_, c.tp_size, "backward_input");
     Lane& l = lane(host_, name_);
     const float g_out = loss_gradient(grad_output, name_);
     const int64_t n = c.rows;
+    const int64_t cols = c.held.rows;
     const auto un = static_cast<size_t>(n);
-    c.params.bind(params, specs_, l, name_);
+    c.params.bind(params, specs_, l, name_, c.tp_size);
     const Operands& p = c.params;
-    float* dlogits = c.dlogits.ensure(un * vocab_, l, name_);
-    xent_backward(c.xent.probs.get(), c.targets.get<int32_t>(), n, vocab_, 0, c.scale * g_out,
+    float* dlogits = c.dlogits.ensure(un * cols, l, name_);
+    xent_backward(c.xent.probs.get(), c.targets.get<int32_t>(), n, cols, c.held.lo, c.scale * g_out,
                   dlogits, l.stream);
-    // dh = dlogits·w (gpt: logits = h·wᵀ) or dlogits·wᵀ (llama: logits = h·w).
+    // dh = dlogits·w (gpt: logits = h·wᵀ) or dlogits·wᵀ (llama: logits =
+    // h·w); each rank's columns of the logits give a part of it.
     float* dh = c.dh.ensure(un * d_, l, name_);
-    gemm(l, false, !vocab_rows(), n, d_, vocab_, 1.0f, dlogits, vocab_, p[w_], w_stride(), 0.0f, dh,
+    gemm(l, false, !vocab_rows(), n, d_, cols, 1.0f, dlogits, cols, p[w_], w_stride(cols), 0.0f, dh,
          d_, name_);
+    allreduce_device(group, dh, un * d_, c.exchange, l, "the head's input gradient", name_);
     float* dx = c.dx.ensure(un * d_, l, name_);
     float* dg = zeroed(c.dg, static_cast<size_t>(d_), l, name_);
     if (norm_ == Norm::layer) {
@@ -409,18 +492,20 @@ class CudaHead final : public TwinnedUnit {
     check_counts(params.size(), grads.size());
     auto& c = dynamic_cast<TokenHeadContext&>(ctx_base);
     take_input_half(c.input_grad_done);
+    (void)TpGroup::for_backward(c.tp(), host_.raw(), name_, c.tp_size, "backward_weight");
     const int64_t n = c.rows;
+    const int64_t cols = c.held.rows;
     Lane& l = lane(host_, name_);
-    c.grads.bind(grads, specs_, l, name_);
+    c.grads.bind(grads, specs_, l, name_, c.tp_size);
     const GradTargets& g = c.grads;
     if (vocab_rows()) {
       // logits = h·wᵀ: dw += dlogitsᵀ·h.
-      gemm(l, true, false, vocab_, d_, n, 1.0f, c.dlogits.get(), vocab_, c.h.get(), d_, 1.0f, g[w_],
-           d_, name_);
+      gemm(l, true, false, cols, d_, n, 1.0f, c.dlogits.get(), cols, c.h.get(), d_, 1.0f, g[w_], d_,
+           name_);
     } else {
       // logits = h·w: dw += hᵀ·dlogits.
-      gemm(l, true, false, d_, vocab_, n, 1.0f, c.h.get(), d_, c.dlogits.get(), vocab_, 1.0f, g[w_],
-           vocab_, name_);
+      gemm(l, true, false, d_, cols, n, 1.0f, c.h.get(), d_, c.dlogits.get(), cols, 1.0f, g[w_],
+           cols, name_);
     }
     add_into(g[0], c.dg.get(), d_, l.stream);
     if (norm_ == Norm::layer) add_into(g[1], c.db.get(), d_, l.stream);
@@ -429,9 +514,10 @@ class CudaHead final : public TwinnedUnit {
   }
 
  private:
-  // gpt's w is [vocab, d], llama's [d, vocab].
+  // gpt's w is [vocab, d], llama's [d, vocab]: a rank's shard of `cols`
+  // of the vocabulary is [cols, d] or [d, cols].
   [[nodiscard]] bool vocab_rows() const noexcept { return norm_ == Norm::layer; }
-  [[nodiscard]] int64_t w_stride() const noexcept { return vocab_rows() ? d_ : vocab_; }
+  [[nodiscard]] int64_t w_stride(int64_t cols) const noexcept { return vocab_rows() ? d_ : cols; }
   int64_t vocab_;
   int64_t d_;
   Norm norm_;

@@ -3,7 +3,11 @@
 // fused as gpt's (no seq×seq matrix in device memory), SwiGLU MLP. The
 // same arithmetic as LlamaBlock on one rank, in an order of summation of
 // the device's. The embedding and the head are gpt's units with llama's
-// norm and layout (gpt_units.cpp).
+// norm and layout (gpt_units.cpp). Under a tensor-parallel group in tensor
+// mode the block splits as LlamaBlock does: heads/tp query heads, kv_heads/tp
+// key/value heads (all of them with kv_replicated, whose gradients are
+// then summed over the group), ffn/tp columns of the gate and up products,
+// the partial sums of wo and w_down allreduced.
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -21,9 +25,23 @@ namespace {
 
 // ---- decoder block ----
 
+// What one rank of a tensor-parallel group of `size` holds of a block:
+// `heads` query heads from the model's head `q_first`, `kv` key/value
+// heads from `kv_first` (all of them when replicated), `ffn` columns of
+// the gate and up products.
+struct LlamaShard {
+  int64_t heads;
+  int64_t q_first;
+  int64_t kv;
+  int64_t kv_first;
+  int64_t ffn;
+};
+
 struct LlamaBlockContext final : UnitContext {
   int64_t batch = -1;
   int64_t seq = 0;
+  int32_t tp_size = 1;  // the forward's group
+  int32_t tp_rank = 0;
   bool input_grad_done = false;
   Operands params;
   GradTargets grads;
@@ -35,7 +53,7 @@ struct LlamaBlockContext final : UnitContext {
   // (dy, dgate, dup, dx2, dq, dk, dv and the RMSNorms' gain gradients).
   DeviceArray dy, dact, dgate, dup, dh2, dx2, dattn, delta, dq, dk, dv, dh1;
   DeviceArray dnorm1, dnorm2;
-  DeviceArray y{true}, dx{true};
+  DeviceArray y{true}, dx{true}, exchange{true};
   [[nodiscard]] std::size_t bytes() const noexcept override {
     std::size_t total = 0;
     for (const DeviceArray* a :
@@ -54,14 +72,15 @@ class CudaLlamaBlock final : public TwinnedUnit {
 
  public:
   CudaLlamaBlock(const tessera_host_api* host, std::unique_ptr<Unit> twin, const LlamaShape& shape)
-      : TwinnedUnit(host, std::move(twin)),
+      : TwinnedUnit(host, std::move(twin), kTransformerSplits),
         d_(shape.d_model),
         heads_(shape.heads),
         kv_heads_(shape.kv_heads),
         hd_(shape.d_model / shape.heads),
         ffn_(shape.ffn),
         seq_len_(shape.seq_len),
-        eps_(static_cast<float>(shape.norm_eps)) {
+        eps_(static_cast<float>(shape.norm_eps)),
+        kv_replicated_(shape.kv_replicated) {
     TESSERA_CHECK(heads_ > 0 && kv_heads_ > 0 && heads_ % kv_heads_ == 0 && hd_ % 2 == 0,
                   TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': kv_heads ", kv_heads_,
                   " must divide heads ", heads_, " and the head dimension ", hd_, " be even");
@@ -81,45 +100,55 @@ class CudaLlamaBlock final : public TwinnedUnit {
     TESSERA_CHECK(input.batch->seq_len <= seq_len_, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                   "': needs a sequence batch with seq_len <= ", seq_len_);
     auto& c = dynamic_cast<LlamaBlockContext&>(ctx_base);
+    const TpGroup tp(input.tp, host_.raw(), name_);
+    if (tp.active()) check_tensor_parallel(tp.size(), 0);
     Lane& l = lane(host_, name_);
     const int64_t n = take_rows(*this, d_, input, c.x, l);
     c.batch = input.batch->size;
     c.seq = input.batch->seq_len;
+    c.tp_size = tp.size();
+    c.tp_rank = tp.rank();
+    c.input_grad_done = false;
+    const LlamaShard s = shard(c);
     const int64_t d = d_;
-    const int64_t kvd = kv_heads_ * hd_;
+    const int64_t dl = s.heads * hd_;
+    const int64_t kvd = s.kv * hd_;
+    const int64_t ffn = s.ffn;
     const auto un = static_cast<size_t>(n);
     upload_tables(c, l);
-    c.params.bind(params, specs_, l, name_);
+    c.params.bind(params, specs_, l, name_, tp.size());
     const Operands& p = c.params;
     // Attention: h1 = rmsnorm(x)·g1; q, k, v; RoPE on q and k.
     float* h1 = c.h1.ensure(un * d, l, name_);
     rmsnorm_forward(c.x.get(), p[kAttnNormG], n, d, eps_, h1, c.rstd1.ensure(un, l, name_),
                     l.stream);
-    float* q = c.q.ensure(un * d, l, name_);
+    float* q = c.q.ensure(un * dl, l, name_);
     float* k = c.k.ensure(un * kvd, l, name_);
     float* v = c.v.ensure(un * kvd, l, name_);
-    gemm(l, false, false, n, d, d, 1.0f, h1, d, p[kWq], d, 0.0f, q, d, name_);
+    gemm(l, false, false, n, dl, d, 1.0f, h1, d, p[kWq], dl, 0.0f, q, dl, name_);
     gemm(l, false, false, n, kvd, d, 1.0f, h1, d, p[kWk], kvd, 0.0f, k, kvd, name_);
     gemm(l, false, false, n, kvd, d, 1.0f, h1, d, p[kWv], kvd, 0.0f, v, kvd, name_);
-    rope_apply(q, n, c.seq, heads_, hd_, c.cos.get(), c.sin.get(), false, l.stream);
-    rope_apply(k, n, c.seq, kv_heads_, hd_, c.cos.get(), c.sin.get(), false, l.stream);
-    float* attn = c.attn.ensure(un * d, l, name_);
-    attention_forward(attention(c), attn, c.lse.ensure(un * heads_, l, name_), l.stream);
-    // x2 = x + attn·wo.
+    rope_apply(q, n, c.seq, s.heads, hd_, c.cos.get(), c.sin.get(), false, l.stream);
+    rope_apply(k, n, c.seq, s.kv, hd_, c.cos.get(), c.sin.get(), false, l.stream);
+    float* attn = c.attn.ensure(un * dl, l, name_);
+    attention_forward(attention(c), attn, c.lse.ensure(un * s.heads, l, name_), l.stream);
+    // x2 = x + attn·wo, wo row-parallel: partial sums first.
     float* x2 = c.x2.ensure(un * d, l, name_);
-    gemm(l, false, false, n, d, d, 1.0f, attn, d, p[kWo], d, 0.0f, x2, d, name_);
+    gemm(l, false, false, n, d, dl, 1.0f, attn, dl, p[kWo], d, 0.0f, x2, d, name_);
+    allreduce_device(tp, x2, un * d, c.exchange, l, "the attention projection's output", name_);
     bias_residual(x2, nullptr, c.x.get(), n, d, l.stream);
     // y = x2 + (silu(h2·w_gate) ⊙ h2·w_up)·w_down, h2 = rmsnorm(x2)·g2.
     float* h2 = c.h2.ensure(un * d, l, name_);
     rmsnorm_forward(x2, p[kMlpNormG], n, d, eps_, h2, c.rstd2.ensure(un, l, name_), l.stream);
-    float* gate = c.gate.ensure(un * ffn_, l, name_);
-    float* up = c.up.ensure(un * ffn_, l, name_);
-    float* act = c.act.ensure(un * ffn_, l, name_);
-    gemm(l, false, false, n, ffn_, d, 1.0f, h2, d, p[kWGate], ffn_, 0.0f, gate, ffn_, name_);
-    gemm(l, false, false, n, ffn_, d, 1.0f, h2, d, p[kWUp], ffn_, 0.0f, up, ffn_, name_);
-    swiglu_forward(gate, up, n * ffn_, act, l.stream);
+    float* gate = c.gate.ensure(un * ffn, l, name_);
+    float* up = c.up.ensure(un * ffn, l, name_);
+    float* act = c.act.ensure(un * ffn, l, name_);
+    gemm(l, false, false, n, ffn, d, 1.0f, h2, d, p[kWGate], ffn, 0.0f, gate, ffn, name_);
+    gemm(l, false, false, n, ffn, d, 1.0f, h2, d, p[kWUp], ffn, 0.0f, up, ffn, name_);
+    swiglu_forward(gate, up, n * ffn, act, l.stream);
     float* y = c.y.ensure(un * d, l, name_);
-    gemm(l, false, false, n, d, ffn_, 1.0f, act, ffn_, p[kWDown], d, 0.0f, y, d, name_);
+    gemm(l, false, false, n, d, ffn, 1.0f, act, ffn, p[kWDown], d, 0.0f, y, d, name_);
+    allreduce_device(tp, y, un * d, c.exchange, l, "the MLP's output", name_);
     bias_residual(y, nullptr, x2, n, d, l.stream);
     finish_call(l, name_);
     return {y, n, d};
@@ -133,14 +162,17 @@ class CudaLlamaBlock final : public TwinnedUnit {
     check_counts(params.size(), 0);
     auto& c = dynamic_cast<LlamaBlockContext&>(ctx_base);
     require_forward(c.batch >= 0);
+    const TpGroup tp = backward_group(c, "backward_input");
+    const LlamaShard s = shard(c);
     const int64_t d = d_;
-    const int64_t kvd = kv_heads_ * hd_;
-    const int64_t ffn = ffn_;
+    const int64_t dl = s.heads * hd_;
+    const int64_t kvd = s.kv * hd_;
+    const int64_t ffn = s.ffn;
     const int64_t n = c.batch * c.seq;
     const auto un = static_cast<size_t>(n);
     Lane& l = lane(host_, name_);
     const float* dy = kept_output_gradient(*this, grad_output, n, d, c.dy, l);
-    c.params.bind(params, specs_, l, name_);
+    c.params.bind(params, specs_, l, name_, c.tp_size);
     const Operands& p = c.params;
     // MLP.
     float* dact = c.dact.ensure(un * ffn, l, name_);
@@ -151,6 +183,7 @@ class CudaLlamaBlock final : public TwinnedUnit {
     float* dh2 = c.dh2.ensure(un * d, l, name_);
     gemm(l, false, true, n, d, ffn, 1.0f, dgate, ffn, p[kWGate], ffn, 0.0f, dh2, d, name_);
     gemm(l, false, true, n, d, ffn, 1.0f, dup, ffn, p[kWUp], ffn, 1.0f, dh2, d, name_);
+    allreduce_device(tp, dh2, un * d, c.exchange, l, "the MLP's input gradient", name_);
     // The residual's gradient plus the second RMSNorm's.
     float* dx2 = c.dx2.ensure(un * d, l, name_);
     copy_device(dx2, dy, un * d, l, name_);
@@ -158,20 +191,28 @@ class CudaLlamaBlock final : public TwinnedUnit {
     rmsnorm_backward_params(c.x2.get(), c.rstd2.get(), dh2, n, d, zeroed(c.dnorm2, d, l, name_),
                             l.stream);
     // Attention: x2 = x + attn·wo.
-    float* dattn = c.dattn.ensure(un * d, l, name_);
-    gemm(l, false, true, n, d, d, 1.0f, dx2, d, p[kWo], d, 0.0f, dattn, d, name_);
-    float* dq = c.dq.ensure(un * d, l, name_);
+    float* dattn = c.dattn.ensure(un * dl, l, name_);
+    gemm(l, false, true, n, dl, d, 1.0f, dx2, d, p[kWo], d, 0.0f, dattn, dl, name_);
+    float* dq = c.dq.ensure(un * dl, l, name_);
     float* dk = c.dk.ensure(un * kvd, l, name_);
     float* dv = c.dv.ensure(un * kvd, l, name_);
     attention_backward(attention(c), c.attn.get(), c.lse.get(), dattn,
-                       c.delta.ensure(un * heads_, l, name_), dq, dk, dv, l.stream);
+                       c.delta.ensure(un * s.heads, l, name_), dq, dk, dv, l.stream);
     // Back through the rotations (their transposes), then the projections.
-    rope_apply(dq, n, c.seq, heads_, hd_, c.cos.get(), c.sin.get(), true, l.stream);
-    rope_apply(dk, n, c.seq, kv_heads_, hd_, c.cos.get(), c.sin.get(), true, l.stream);
+    rope_apply(dq, n, c.seq, s.heads, hd_, c.cos.get(), c.sin.get(), true, l.stream);
+    rope_apply(dk, n, c.seq, s.kv, hd_, c.cos.get(), c.sin.get(), true, l.stream);
     float* dh1 = c.dh1.ensure(un * d, l, name_);
-    gemm(l, false, true, n, d, d, 1.0f, dq, d, p[kWq], d, 0.0f, dh1, d, name_);
+    gemm(l, false, true, n, d, dl, 1.0f, dq, dl, p[kWq], dl, 0.0f, dh1, d, name_);
     gemm(l, false, true, n, d, kvd, 1.0f, dk, kvd, p[kWk], kvd, 1.0f, dh1, d, name_);
     gemm(l, false, true, n, d, kvd, 1.0f, dv, kvd, p[kWv], kvd, 1.0f, dh1, d, name_);
+    // q, k and v are column-parallel: dh1 is a partial sum. Replicated
+    // key/value heads' dk and dv hold this rank's query heads' share: the
+    // weight half needs their sum (dh1 is right from the shares).
+    allreduce_device(tp, dh1, un * d, c.exchange, l, "the attention's input gradient", name_);
+    if (kv_replicated_) {
+      allreduce_device(tp, dk, un * kvd, c.exchange, l, "the replicated keys' gradient", name_);
+      allreduce_device(tp, dv, un * kvd, c.exchange, l, "the replicated values' gradient", name_);
+    }
     // The input's gradient: the residual's plus the first RMSNorm's.
     float* dx = c.dx.ensure(un * d, l, name_);
     copy_device(dx, dx2, un * d, l, name_);
@@ -189,12 +230,15 @@ class CudaLlamaBlock final : public TwinnedUnit {
     check_counts(params.size(), grads.size());
     auto& c = dynamic_cast<LlamaBlockContext&>(ctx_base);
     take_input_half(c.input_grad_done);
+    (void)backward_group(c, "backward_weight");
+    const LlamaShard s = shard(c);
     const int64_t d = d_;
-    const int64_t kvd = kv_heads_ * hd_;
-    const int64_t ffn = ffn_;
+    const int64_t dl = s.heads * hd_;
+    const int64_t kvd = s.kv * hd_;
+    const int64_t ffn = s.ffn;
     const int64_t n = c.batch * c.seq;
     Lane& l = lane(host_, name_);
-    c.grads.bind(grads, specs_, l, name_);
+    c.grads.bind(grads, specs_, l, name_, c.tp_size);
     const GradTargets& g = c.grads;
     gemm(l, true, false, ffn, d, n, 1.0f, c.act.get(), ffn, c.dy.get(), d, 1.0f, g[kWDown], d,
          name_);
@@ -203,8 +247,8 @@ class CudaLlamaBlock final : public TwinnedUnit {
     gemm(l, true, false, d, ffn, n, 1.0f, c.h2.get(), d, c.dup.get(), ffn, 1.0f, g[kWUp], ffn,
          name_);
     add_into(g[kMlpNormG], c.dnorm2.get(), d, l.stream);
-    gemm(l, true, false, d, d, n, 1.0f, c.attn.get(), d, c.dx2.get(), d, 1.0f, g[kWo], d, name_);
-    gemm(l, true, false, d, d, n, 1.0f, c.h1.get(), d, c.dq.get(), d, 1.0f, g[kWq], d, name_);
+    gemm(l, true, false, dl, d, n, 1.0f, c.attn.get(), dl, c.dx2.get(), d, 1.0f, g[kWo], d, name_);
+    gemm(l, true, false, d, dl, n, 1.0f, c.h1.get(), d, c.dq.get(), dl, 1.0f, g[kWq], dl, name_);
     gemm(l, true, false, d, kvd, n, 1.0f, c.h1.get(), d, c.dk.get(), kvd, 1.0f, g[kWk], kvd, name_);
     gemm(l, true, false, d, kvd, n, 1.0f, c.h1.get(), d, c.dv.get(), kvd, 1.0f, g[kWv], kvd, name_);
     add_into(g[kAttnNormG], c.dnorm1.get(), d, l.stream);
@@ -223,21 +267,39 @@ class CudaLlamaBlock final : public TwinnedUnit {
             name_, "cudaMemcpyAsync");
     }
   }
-  // q [rows, d] and k, v [rows, kv_heads·hd] of the context, as the
-  // attention kernels read them.
+  // This rank's share of the block in the context's group.
+  [[nodiscard]] LlamaShard shard(const LlamaBlockContext& c) const noexcept {
+    const int64_t heads = heads_ / c.tp_size;
+    const int64_t kv = kv_replicated_ ? kv_heads_ : kv_heads_ / c.tp_size;
+    return {heads, heads * c.tp_rank, kv, kv_replicated_ ? 0 : kv * c.tp_rank, ffn_ / c.tp_size};
+  }
+  // The group of a backward call (`call`), which must be the forward's.
+  [[nodiscard]] TpGroup backward_group(const LlamaBlockContext& c, const char* call) const {
+    TpGroup tp = TpGroup::for_backward(c.tp(), host_.raw(), name_, c.tp_size, call);
+    TESSERA_CHECK(tp.rank() == c.tp_rank, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
+                  "': ", call, " as rank ", tp.rank(),
+                  " of its tensor-parallel group after a forward as rank ", c.tp_rank);
+    return tp;
+  }
+  // This rank's q [rows, heads·hd] and k, v [rows, kv·hd] of the context,
+  // as the attention kernels read them.
   [[nodiscard]] Attention attention(const LlamaBlockContext& c) const {
-    const int64_t kvd = kv_heads_ * hd_;
-    return {c.q.get(),
-            c.k.get(),
-            c.v.get(),
-            d_,
-            kvd,
-            c.batch,
-            c.seq,
-            heads_,
-            kv_heads_,
-            hd_,
-            1.0f / std::sqrt(static_cast<float>(hd_))};
+    const LlamaShard s = shard(c);
+    Attention a{c.q.get(),
+                c.k.get(),
+                c.v.get(),
+                s.heads * hd_,
+                s.kv * hd_,
+                c.batch,
+                c.seq,
+                s.heads,
+                s.kv,
+                hd_,
+                1.0f / std::sqrt(static_cast<float>(hd_))};
+    a.group = heads_ / kv_heads_;
+    a.q_first = s.q_first;
+    a.kv_first = s.kv_first;
+    return a;
   }
   int64_t d_;
   int64_t heads_;
@@ -246,6 +308,7 @@ class CudaLlamaBlock final : public TwinnedUnit {
   int64_t ffn_;
   int64_t seq_len_;
   float eps_;
+  bool kv_replicated_;
   std::vector<float> cos_;  // [seq_len, hd / 2], as LlamaBlock's
   std::vector<float> sin_;
 };

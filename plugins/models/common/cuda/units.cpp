@@ -65,6 +65,9 @@ int64_t gather_input(const Unit& unit, int64_t width, const UnitInput& input, co
   return n;
 }
 
+// The mlp's units split as their twins do, in both modes.
+constexpr uint32_t kMlpSplits = TESSERA_UNIT_TENSOR_PARALLEL | TESSERA_UNIT_SEQUENCE_PARALLEL;
+
 struct DenseContext final : UnitContext {
   int64_t rows = -1;
   bool input_grad_done = false;
@@ -87,7 +90,7 @@ class CudaDense final : public TwinnedUnit {
  public:
   CudaDense(const tessera_host_api* host, std::unique_ptr<Unit> twin, int64_t in, int64_t out,
             UnitActivation act, bool gather_output)
-      : TwinnedUnit(host, std::move(twin), true),
+      : TwinnedUnit(host, std::move(twin), kMlpSplits),
         in_(in),
         out_(out),
         act_(act_of(act)),
@@ -286,12 +289,11 @@ struct HeadContext final : UnitContext {
   DeviceArray x, logits, dlogits, targets;
   CrossEntropyArrays xent;
   DeviceArray dx{true};
-  // Exchanged with the group: the rows' maxima, sums and partial input
-  // gradients, what comes back.
-  DeviceArray mx{true}, sums{true}, part{true}, recv{true};
+  // Exchanged with the group: partial input gradients, what comes back.
+  DeviceArray part{true}, recv{true};
   [[nodiscard]] std::size_t bytes() const noexcept override {
     return x.bytes() + logits.bytes() + xent.probs.bytes() + dlogits.bytes() + targets.bytes() +
-           xent.row_loss.bytes() + dx.bytes() + mx.bytes() + sums.bytes();
+           xent.row_loss.bytes() + dx.bytes() + xent.mx.bytes() + xent.sums.bytes();
   }
 };
 
@@ -299,7 +301,7 @@ class CudaClassifier final : public TwinnedUnit {
  public:
   CudaClassifier(const tessera_host_api* host, std::unique_ptr<Unit> twin, int64_t in,
                  int64_t classes)
-      : TwinnedUnit(host, std::move(twin), true), in_(in), classes_(classes) {}
+      : TwinnedUnit(host, std::move(twin), kMlpSplits), in_(in), classes_(classes) {}
 
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override {
     return std::make_unique<HeadContext>();
@@ -368,14 +370,15 @@ class CudaClassifier final : public TwinnedUnit {
          name_);
     bias_activation(logits, ctx.params[1], nullptr, n, c, Act::none, l.stream);
     if (parallel) {
-      parallel_cross_entropy(ctx, group, logits, targets, l);
+      parallel_cross_entropy(l, group, logits, targets, n, c, ctx.first_class, input.loss_scale,
+                             ctx.xent, &ctx.loss, name_);
     } else {
       cross_entropy(l, logits, targets, n, c, input.loss_scale, ctx.xent, &ctx.loss, name_);
     }
     finish_call(l, name_);
     if (sequence && !parallel) {
       // Every rank returns the loss of the whole batch.
-      float* loss = ctx.sums.ensure(1, l, name_);
+      float* loss = ctx.xent.sums.ensure(1, l, name_);
       check(cudaMemcpy(loss, &ctx.loss, sizeof(float), cudaMemcpyDefault), name_, "cudaMemcpy");
       group.allreduce_sum(loss, 1, "the loss");
       check(cudaMemcpy(&ctx.loss, loss, sizeof(float), cudaMemcpyDefault), name_, "cudaMemcpy");
@@ -433,31 +436,6 @@ class CudaClassifier final : public TwinnedUnit {
   }
 
  private:
-  // The cross-entropy over this rank's classes of the logits (see
-  // row_max in device_kernels.hpp): the probabilities into ctx.xent.probs
-  // and the scaled loss of the rows into ctx.loss.
-  void parallel_cross_entropy(HeadContext& ctx, const TpGroup& group, const float* logits,
-                              const int32_t* targets, Lane& l) const {
-    const int64_t n = ctx.rows;
-    const int64_t c = ctx.local_classes;
-    const auto un = static_cast<size_t>(n);
-    float* mx = ctx.mx.ensure(un, l, name_);
-    row_max(logits, n, c, mx, l.stream);
-    finish_call(l, name_);
-    group.allreduce_max(mx, n, "the logits' row maxima");
-    float* probs = ctx.xent.probs.ensure(un * c, l, name_);
-    float* sums = ctx.sums.ensure(2 * un, l, name_);
-    exp_sums(logits, targets, n, c, ctx.first_class, mx, probs, sums, l.stream);
-    finish_call(l, name_);
-    group.allreduce_sum(sums, 2 * n, "the softmax sums and target logits");
-    auto* row_loss = ctx.xent.row_loss.ensure<double>(un, l, name_);
-    xent_normalize(probs, sums, mx, n, c, row_loss, l.stream);
-    float* loss = ctx.xent.loss_out.ensure(1, l, name_);
-    sum_loss(row_loss, n, static_cast<double>(ctx.scale), loss, l.stream);
-    check(cudaMemcpyAsync(&ctx.loss, loss, sizeof(float), cudaMemcpyDeviceToHost, l.stream), name_,
-          "cudaMemcpyAsync");
-  }
-
   int64_t in_;
   int64_t classes_;
 };

@@ -9,9 +9,9 @@
 // unchanged. It computes on device or managed memory where the caller's
 // buffers are such (the host's mem_alloc on a CUDA run), and through
 // device copies where they are ordinary host memory. Every unit splits its
-// backward pass (TESSERA_UNIT_SPLIT_BACKWARD); the mlp's units also split
-// over a tensor-parallel group as their twins do, the transformer units do
-// not yet.
+// backward pass (TESSERA_UNIT_SPLIT_BACKWARD) and splits over a
+// tensor-parallel group as its twin does: the mlp's in tensor and sequence
+// mode, the transformer units in tensor mode only.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +34,7 @@ struct LlamaShape {
   int64_t seq_len;
   double rope_theta;
   double norm_eps;
+  bool kv_replicated;  // the key/value heads whole on every rank of a tensor group
 };
 
 // The activation of a dense unit.

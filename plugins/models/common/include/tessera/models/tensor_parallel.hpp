@@ -41,6 +41,10 @@ class TpGroup {
   // Sequence parallelism (TESSERA_TP_SEQUENCE): the token rows outside the
   // column/row pairs are split over the group. False when inactive.
   [[nodiscard]] bool sequence() const noexcept { return sequence_; }
+  // Whether the group's backend takes the buffers of this rank's CUDA
+  // device where they are (device memory included): a CUDA run over a
+  // backend with TESSERA_BACKEND_CAP_CUDA_BUFFERS (nccl).
+  [[nodiscard]] bool on_device() const noexcept { return on_device_; }
 
   // In-place allreduce of `count` floats over the group (sum or max); a
   // no-op when inactive. Throws tessera::Error with the collective's status
