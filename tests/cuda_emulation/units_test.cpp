@@ -582,31 +582,39 @@ TEST(CudaUnitsEmulatedTensorParallel, BuffersABackendOnADeviceTakes) {
   }
 }
 
-// gpt's and llama's CUDA units in tensor mode against their CPU units on
-// the same ranks: the embedding and the head split by vocabulary (gpt's
-// head w [vocab, d] by rows, as a tied head's table; llama's w [d, vocab]
-// by columns), the blocks' attention by heads and their MLP by columns;
-// llama's key/value heads split, or replicated and summed, among them a
-// rank whose query heads read two of them (6 heads on 2 over 3 ranks).
+// gpt's and llama's CUDA units against their CPU units on the same ranks,
+// in tensor and sequence mode (the token rows split between the column and
+// row pairs: 6 positions over 2 and 3 ranks): the embedding and the head
+// split by vocabulary (gpt's head w [vocab, d] by rows, as a tied head's
+// table; llama's w [d, vocab] by columns), the blocks' attention by heads
+// and their MLP by columns; llama's key/value heads split, or replicated,
+// among them a rank whose query heads read two of them (6 heads on 2 over
+// 3 ranks).
 TEST(CudaUnitsEmulatedTensorParallel, GptAndLlamaMatchTheirCpuUnitsOnEveryRank) {
   const CudaHost host;
+  const auto each_mode = [](const Units& cpu, const Units& cuda, const BatchView& batch, int tp,
+                            const std::string& what) {
+    for (const uint32_t flags : {0U, static_cast<uint32_t>(TESSERA_TP_SEQUENCE)}) {
+      for (const bool on_device : {false, true}) {
+        GroupCase c;
+        c.tp = tp;
+        c.flags = flags;
+        c.cuda_buffers = on_device;
+        c.mode = on_device ? Backward::split : Backward::whole;
+        SCOPED_TRACE(::testing::Message() << what << ", tp " << tp << ", flags " << flags
+                                          << ", cuda buffers " << on_device);
+        expect_same_training_in_group(cpu, cuda, batch, c, kTolerance);
+      }
+    }
+  };
   {
     GptConfig config = small_gpt(2);  // untied: every unit's parameters its own
     config.heads = 6;
     config.vocab = 42;
     const Units cpu = build_gpt_units(config);
     const Units cuda = cuda_gpt_units(factory(), host.api(), config, build_gpt_units(config));
-    const Batch batch = sequence_batch(2, 8, config.vocab, 15);
-    for (const int tp : {2, 3}) {
-      for (const bool on_device : {false, true}) {
-        GroupCase c;
-        c.tp = tp;
-        c.cuda_buffers = on_device;
-        c.mode = tp == 3 ? Backward::split : Backward::whole;
-        SCOPED_TRACE(::testing::Message() << "gpt, tp " << tp << ", cuda buffers " << on_device);
-        expect_same_training_in_group(cpu, cuda, batch.view, c, kTolerance);
-      }
-    }
+    const Batch batch = sequence_batch(2, 6, config.vocab, 15);
+    for (const int tp : {2, 3}) each_mode(cpu, cuda, batch.view, tp, "gpt");
   }
   struct LlamaCase {
     int64_t d_model, heads, kv_heads;
@@ -624,32 +632,30 @@ TEST(CudaUnitsEmulatedTensorParallel, GptAndLlamaMatchTheirCpuUnitsOnEveryRank) 
     config.ffn = 48;
     const Units cpu = build_llama_units(config);
     const Units cuda = cuda_llama_units(factory(), host.api(), config, build_llama_units(config));
-    const Batch batch = sequence_batch(3, 10, config.vocab, 16);
-    for (const bool on_device : {false, true}) {
-      GroupCase c;
-      c.tp = lc.tp;
-      c.cuda_buffers = on_device;
-      c.mode = on_device ? Backward::split : Backward::whole;
-      SCOPED_TRACE(::testing::Message()
-                   << "llama, " << lc.heads << " heads on " << lc.kv_heads << ", replicated "
-                   << lc.kv_replicated << ", tp " << lc.tp << ", cuda buffers " << on_device);
-      expect_same_training_in_group(cpu, cuda, batch.view, c, kTolerance);
-    }
+    const Batch batch = sequence_batch(3, 6, config.vocab, 16);
+    each_mode(cpu, cuda, batch.view, lc.tp,
+              "llama, " + std::to_string(lc.heads) + " heads on " + std::to_string(lc.kv_heads) +
+                  (lc.kv_replicated ? " replicated" : " split"));
   }
 }
 
-// What the units declare: the mlp's what their twins do (so the tensor
-// strategy takes them) and they check a group's size as the twins do;
-// gpt's and llama's tensor mode only, refusing a group in sequence mode
-// naming the unit.
+// Every CUDA unit declares the tensor and sequence parallelism its twin
+// does (so the tensor strategy takes it), and checks a group's size as
+// the twin does.
 TEST(CudaUnitsEmulatedTensorParallel, WhatTheUnitsDeclare) {
   const CudaHost host;
   const MlpConfig mlp = small_mlp({12, 18});
+  const GptConfig gpt = small_gpt(1);
+  const LlamaConfig llama = small_llama();
   const Units cuda_mlp = cuda_mlp_units(factory(), host.api(), mlp, build_mlp_units(mlp));
-  for (const auto& u : cuda_mlp) {
-    EXPECT_NE(u->flags() & TESSERA_UNIT_TENSOR_PARALLEL, 0U) << u->name();
-    EXPECT_NE(u->flags() & TESSERA_UNIT_SEQUENCE_PARALLEL, 0U) << u->name();
-    EXPECT_NE(u->flags() & TESSERA_UNIT_SPLIT_BACKWARD, 0U) << u->name();
+  const Units cuda_gpt = cuda_gpt_units(factory(), host.api(), gpt, build_gpt_units(gpt));
+  const Units cuda_llama = cuda_llama_units(factory(), host.api(), llama, build_llama_units(llama));
+  for (const Units* units : {&cuda_mlp, &cuda_gpt, &cuda_llama}) {
+    for (const auto& u : *units) {
+      EXPECT_EQ(u->flags(), TESSERA_UNIT_SPLIT_BACKWARD | TESSERA_UNIT_TENSOR_PARALLEL |
+                                TESSERA_UNIT_SEQUENCE_PARALLEL)
+          << u->name();
+    }
   }
   const auto expect_check_refuses = [](const Unit& unit, int32_t size, const std::string& key) {
     try {
@@ -660,49 +666,8 @@ TEST(CudaUnitsEmulatedTensorParallel, WhatTheUnitsDeclare) {
     }
   };
   expect_check_refuses(*cuda_mlp[0], 5, "hidden[0]");
-  const GptConfig gpt = small_gpt(1);
-  const Units cuda_gpt = cuda_gpt_units(factory(), host.api(), gpt, build_gpt_units(gpt));
-  const LlamaConfig llama = small_llama();
-  const Units cuda_llama = cuda_llama_units(factory(), host.api(), llama, build_llama_units(llama));
-  for (const Units* units : {&cuda_gpt, &cuda_llama}) {
-    for (const auto& u : *units) {
-      EXPECT_NE(u->flags() & TESSERA_UNIT_TENSOR_PARALLEL, 0U) << u->name();
-      EXPECT_EQ(u->flags() & TESSERA_UNIT_SEQUENCE_PARALLEL, 0U) << u->name();
-    }
-  }
   expect_check_refuses(*cuda_gpt[1], 2, "heads");       // 3 heads
   expect_check_refuses(*cuda_llama[1], 4, "kv_heads");  // 2 key/value heads, not replicated
-  // The forward of the unit `at` of `units` on every rank of a group of 2
-  // in sequence mode fails unsupported, naming the unit.
-  const auto expect_refused = [&](const Units& units, std::size_t at) {
-    const Batch batch = sequence_batch(2, 8, 40, 14);
-    emu::ThreadGroup group(2, false);
-    const Buffers b(units, true);
-    std::vector<float> x(static_cast<std::size_t>(2 * 8 * 32), 0.1f);
-    EXPECT_THROW(
-        group.run(
-            [&](int32_t, const tessera_tp_group& g) {
-              auto ctx = units[at]->make_context();
-              UnitInput in;
-              in.batch = &batch.view;
-              in.tp = &g;
-              if (at > 0) in.x = {x.data(), 16, 32};
-              try {
-                (void)units[at]->forward(*ctx, b.params(at), in);
-              } catch (const Error& e) {
-                EXPECT_EQ(e.status(), TESSERA_ERR_UNSUPPORTED) << e.what();
-                const std::string what = e.what();
-                EXPECT_NE(what.find("unit '" + units[at]->name() + "'"), std::string::npos) << what;
-                EXPECT_NE(what.find("sequence parallelism is not built"), std::string::npos)
-                    << what;
-                throw;
-              }
-            },
-            TESSERA_TP_SEQUENCE),
-        Error);
-  };
-  expect_refused(cuda_gpt, 0);
-  expect_refused(cuda_llama, 1);
 }
 
 }  // namespace

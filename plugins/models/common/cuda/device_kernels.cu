@@ -654,7 +654,12 @@ void embedding_backward(const int32_t* tokens, const float* dx, int64_t batch, i
   if (batch * seq * d == 0) return;
   embedding_backward_wte_kernel<<<blocks_for(d), kThreads, 0, stream>>>(
       tokens, dx, batch * seq, d, held.lo, held.rows, dwte);
-  if (dwpe == nullptr) return;
+  if (dwpe != nullptr) position_backward(dx, batch, seq, d, dwpe, stream);
+}
+
+void position_backward(const float* dx, int64_t batch, int64_t seq, int64_t d, float* dwpe,
+                       cudaStream_t stream) {
+  if (batch * seq * d == 0) return;
   embedding_backward_wpe_kernel<<<blocks_for(seq * d), kThreads, 0, stream>>>(dx, batch, seq, d,
                                                                               dwpe);
 }

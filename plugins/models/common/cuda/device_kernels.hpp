@@ -93,6 +93,11 @@ void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe
 // order); dwpe[t, :] += Σ_b dx[b·T + t, :] (skipped when dwpe is null).
 void embedding_backward(const int32_t* tokens, const float* dx, int64_t batch, int64_t seq,
                         int64_t d, VocabRange held, float* dwte, float* dwpe, cudaStream_t stream);
+// Its position part alone: dwpe[t, :] += Σ_b dx[b·T + t, :] (dx: `batch`
+// examples of `seq` positions; a rank's positions under sequence
+// parallelism, dwpe then pointing at its first).
+void position_backward(const float* dx, int64_t batch, int64_t seq, int64_t d, float* dwpe,
+                       cudaStream_t stream);
 
 // RMSNorm over rows of x [rows, d]: y = x·rstd·g with rstd = 1/sqrt(mean(x²)
 // + eps), keeping each row's rstd.

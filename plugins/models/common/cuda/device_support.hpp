@@ -472,6 +472,117 @@ inline void allreduce_device(const TpGroup& tp, float* data, size_t count, Devic
   copy_device(data, buffer, count, l, unit);
 }
 
+// The token rows of sequence parallelism on the device (see TpGroup's
+// gather_rows and scatter_rows_sum): `examples` groups of rows, each split
+// into size() slices of `rows` rows, `width` floats a row. What goes
+// through the group is managed memory (`send`, `recv`); the rows are
+// arranged on the device.
+struct RowExchange {
+  DeviceArray send{true}, recv{true};
+};
+
+// full [examples · size() · rows, width] from every rank's `local`
+// [examples · rows, width] (rank k's slice at positions [k · rows, (k+1) ·
+// rows) of each example). Without sequence parallelism `local` is whole
+// already: copied (unless it is `full`).
+inline void rows_to_whole_device(const TpGroup& tp, const float* local, int64_t examples,
+                                 int64_t rows, int64_t width, float* full, RowExchange& x,
+                                 const Lane& l, std::string_view what, const std::string& unit) {
+  const int64_t slice = rows * width;
+  const auto count = static_cast<size_t>(examples * slice);
+  if (!tp.sequence()) {
+    if (full != local) copy_device(full, local, count, l, unit);
+    return;
+  }
+  float* send = x.send.ensure(count, l, unit);
+  copy_device(send, local, count, l, unit);
+  finish_call(l, unit);
+  const int32_t p = tp.size();
+  float* blocks = x.recv.ensure(count * static_cast<size_t>(p), l, unit);
+  tp.allgather(send, examples * slice, blocks, what);
+  // Block k of the allgather is rank k's slices of every example.
+  for (int32_t k = 0; k < p; ++k) {
+    copy_columns(full + k * slice, p * slice, blocks + k * examples * slice, slice, examples, slice,
+                 l, unit);
+  }
+}
+
+// This rank's rows `local` [examples · rows, width] of the sum over the
+// group of `partial` [examples · size() · rows, width]: a reduce-scatter
+// under sequence parallelism; else an allreduce of all the rows (see
+// allreduce_device), copied into `local` unless it is `partial`.
+inline void partial_to_rows_device(const TpGroup& tp, float* partial, int64_t examples,
+                                   int64_t rows, int64_t width, float* local, RowExchange& x,
+                                   const Lane& l, std::string_view what, const std::string& unit) {
+  const int64_t slice = rows * width;
+  const auto count = static_cast<size_t>(examples * slice);
+  if (!tp.sequence()) {
+    allreduce_device(tp, partial, count, x.send, l, what, unit);
+    if (local != partial) copy_device(local, partial, count, l, unit);
+    return;
+  }
+  const int32_t p = tp.size();
+  float* blocks = x.send.ensure(count * static_cast<size_t>(p), l, unit);
+  for (int32_t k = 0; k < p; ++k) {
+    copy_columns(blocks + k * examples * slice, slice, partial + k * slice, p * slice, examples,
+                 slice, l, unit);
+  }
+  finish_call(l, unit);
+  float* mine = x.recv.ensure(count, l, unit);
+  tp.reduce_scatter_sum(blocks, examples * slice, mine, what);
+  copy_device(local, mine, count, l, unit);
+}
+
+// The rows of a transformer unit's call in a tensor-parallel group:
+// `batch` examples of `seq` positions, this rank's `local_seq` of each
+// (all of them without sequence parallelism), rows `d` wide; the partial
+// sums of the products split over the group in `partial` (device memory
+// of the context), what goes through the group in `exchange`.
+struct BlockRows {
+  const TpGroup& tp;
+  int64_t batch;
+  int64_t seq;
+  int64_t local_seq;
+  int64_t d;
+  DeviceArray& partial;
+  RowExchange& exchange;
+  Lane& l;
+  const std::string& unit;
+
+  [[nodiscard]] int64_t all() const noexcept { return batch * seq; }
+  [[nodiscard]] int64_t mine() const noexcept { return batch * local_seq; }
+  // Where the whole rows' partial sums of `out` (this rank's rows) go:
+  // `out` itself when this rank holds every row.
+  [[nodiscard]] float* partial_for(float* out) const {
+    return tp.sequence() ? partial.ensure(static_cast<size_t>(all() * d), l, unit) : out;
+  }
+  // `out` (this rank's rows) = the sum over the group of the partial sums
+  // `z` (from partial_for(out)).
+  void sum_partial(float* z, float* out, std::string_view what) const {
+    partial_to_rows_device(tp, z, batch, local_seq, d, out, exchange, l, what, unit);
+  }
+  // The whole rows `whole` from this rank's `rows` (see rows_to_whole_device).
+  void to_whole(const float* rows, float* whole, std::string_view what) const {
+    rows_to_whole_device(tp, rows, batch, local_seq, d, whole, exchange, l, what, unit);
+  }
+  // y (this rank's rows) = in·w for a row-parallel w ([width, d], this
+  // rank's rows) over the whole rows `in`. No bias.
+  void row_parallel(const float* in, const float* w, int64_t width, float* y,
+                    std::string_view what) const {
+    float* z = partial_for(y);
+    gemm(l, false, false, all(), d, width, 1.0f, in, width, w, d, 0.0f, z, d, unit);
+    sum_partial(z, y, what);
+  }
+  // dh (this rank's rows) = dz·wᵀ for a column-parallel w ([d, width], this
+  // rank's columns) over the whole rows.
+  void column_input_gradient(const float* dz, const float* w, int64_t width, float* dh,
+                             std::string_view what) const {
+    float* z = partial_for(dh);
+    gemm(l, false, true, all(), d, width, 1.0f, dz, width, w, width, 0.0f, z, d, unit);
+    sum_partial(z, dh, what);
+  }
+};
+
 // The softmax cross-entropy a head ends with, of logits [rows, cols]
 // against the device `targets`: the probabilities into `probs`, and the
 // loss summed over the rows times `scale` into *host_loss (read once
@@ -534,22 +645,19 @@ inline float loss_gradient(ConstView grad_output, const std::string& unit) {
   return g;
 }
 
-// A transformer unit's batch: sequences, and no group in sequence mode
-// (the transformer units split over a tensor-parallel group in tensor
-// mode only: they do not declare TESSERA_UNIT_SEQUENCE_PARALLEL).
+// A transformer unit's batch: sequences.
 inline void require_sequences(const Unit& unit, const UnitInput& input) {
-  TESSERA_CHECK(
-      input.tp == nullptr || input.tp->size <= 1 || (input.tp->flags & TESSERA_TP_SEQUENCE) == 0,
-      TESSERA_ERR_UNSUPPORTED, "unit '", unit.name(),
-      "': sequence parallelism is not built for the CUDA units of gpt and llama");
   TESSERA_CHECK(input.batch != nullptr && input.batch->is_sequence(), TESSERA_ERR_INVALID_ARGUMENT,
                 "unit '", unit.name(), "': needs a sequence batch");
 }
 
 // The previous unit's output [batch·seq, d], copied into `saved`.
+// Under sequence parallelism (`positions`: the positions of each example
+// this rank holds; else the whole seq_len) the previous unit's rows of
+// this rank, [batch·positions, d].
 inline int64_t take_rows(const Unit& unit, int64_t d, const UnitInput& input, DeviceArray& saved,
-                         const Lane& l) {
-  const int64_t n = input.batch->size * input.batch->seq_len;
+                         const Lane& l, int64_t positions = -1) {
+  const int64_t n = input.batch->size * (positions < 0 ? input.batch->seq_len : positions);
   TESSERA_CHECK(!input.x.empty() && input.x.rows == n && input.x.cols == d,
                 TESSERA_ERR_INVALID_ARGUMENT, "unit '", unit.name(), "': input is ", input.x.rows,
                 "x", input.x.cols, ", expected ", n, "x", d);
@@ -570,31 +678,24 @@ inline Act act_of(UnitActivation a) noexcept {
 // gradients of the products, the norms' gain gradients summed over the
 // rows); backward_weight adds the parameter gradients. The whole backward
 // is the two in order, so both ways give the same gradients bit for bit.
-// What the transformer units (gpt's and llama's) split over: a
-// tensor-parallel group in tensor mode.
-inline constexpr uint32_t kTransformerSplits = TESSERA_UNIT_TENSOR_PARALLEL;
-
 class TwinnedUnit : public Unit {
  public:
-  // `splits`: which of the twin's TESSERA_UNIT_TENSOR_PARALLEL and
-  // TESSERA_UNIT_SEQUENCE_PARALLEL the unit declares too, splitting over a
-  // group as the twin does (and checking a group's size as it does).
-  TwinnedUnit(const tessera_host_api* host, std::unique_ptr<Unit> twin, uint32_t splits)
-      : Unit(twin->name(), twin->is_first(), twin->is_last()),
-        host_(host),
-        twin_(std::move(twin)),
-        splits_(splits & (TESSERA_UNIT_TENSOR_PARALLEL | TESSERA_UNIT_SEQUENCE_PARALLEL)) {
+  TwinnedUnit(const tessera_host_api* host, std::unique_ptr<Unit> twin)
+      : Unit(twin->name(), twin->is_first(), twin->is_last()), host_(host), twin_(std::move(twin)) {
     specs_.assign(twin_->params().begin(), twin_->params().end());
   }
   [[nodiscard]] UnitCost cost() const override { return twin_->cost(); }
   void init(std::span<float* const> params, uint64_t seed) const override {
     twin_->init(params, seed);
   }
+  // Every CUDA unit splits over a tensor-parallel group as its twin does,
+  // in tensor and sequence mode, and checks a group's size as it does.
   [[nodiscard]] uint32_t flags() const noexcept override {
-    return TESSERA_UNIT_SPLIT_BACKWARD | (twin_->flags() & splits_);
+    constexpr uint32_t kSplits = TESSERA_UNIT_TENSOR_PARALLEL | TESSERA_UNIT_SEQUENCE_PARALLEL;
+    return TESSERA_UNIT_SPLIT_BACKWARD | (twin_->flags() & kSplits);
   }
   void check_tensor_parallel(int32_t size, uint32_t flags) const override {
-    if (splits_ != 0) twin_->check_tensor_parallel(size, flags);
+    twin_->check_tensor_parallel(size, flags);
   }
   ConstView backward(UnitContext& ctx, std::span<const float* const> params,
                      std::span<float* const> grads, ConstView grad_output) const final {
@@ -626,7 +727,6 @@ class TwinnedUnit : public Unit {
 
  private:
   std::unique_ptr<Unit> twin_;
-  uint32_t splits_;
 };
 
 // The gpt units (gpt_units.cpp), as UnitFactory hands them out.

@@ -6,13 +6,15 @@
 // summation of the device's. llama's embedding and head are the same units
 // with its norm and layout (its block: llama_units.cpp).
 //
-// Under a tensor-parallel group in tensor mode they split as their twins
-// do: the embedding and the head by vocabulary (a rank's rows of the
-// table, its columns of the logits, the cross-entropy over the group), the
-// block's attention by heads and its MLP by columns, each row-parallel
-// product's partial sums allreduced before its bias and residual, and the
-// input gradients of the column-parallel products likewise. Sequence mode
-// is not built (they do not declare TESSERA_UNIT_SEQUENCE_PARALLEL).
+// Under a tensor-parallel group they split as their twins do: the
+// embedding and the head by vocabulary (a rank's rows of the table, its
+// columns of the logits, the cross-entropy over the group), the block's
+// attention by heads and its MLP by columns, each row-parallel product's
+// partial sums summed over the group before its bias and residual, and
+// the input gradients of the column-parallel products likewise. Under
+// sequence parallelism the norms and residuals work on this rank's
+// positions of each example, gathered whole before the column products,
+// and the sums are reduce-scattered back to them.
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -33,15 +35,21 @@ namespace {
 struct EmbeddingContext final : UnitContext {
   int64_t batch = -1;
   int64_t seq = 0;
+  int64_t local_seq = 0;  // positions of each example this rank returns
+  int64_t first_pos = 0;  // the first of them
   bool input_grad_done = false;
   int32_t tp_size = 1;    // the forward's group size (backward's must match)
   VocabRange held{0, 0};  // the rows of the vocabulary this rank's table holds
   Operands params;
   GradTargets grads;
-  DeviceArray tokens, dx;  // dx: the output gradient, kept for the weight half
-  DeviceArray x{true}, exchange{true};
+  // dx: the whole output gradient, kept for the weight half (dy: this
+  // rank's rows of it under sequence parallelism); lookup: every row's
+  // lookup before the reduce-scatter.
+  DeviceArray tokens, dx, dy, lookup;
+  DeviceArray x{true};
+  RowExchange rows;
   [[nodiscard]] std::size_t bytes() const noexcept override {
-    return tokens.bytes() + x.bytes() + dx.bytes();
+    return tokens.bytes() + x.bytes() + dx.bytes() + dy.bytes();
   }
 };
 
@@ -51,7 +59,7 @@ class CudaEmbedding final : public TwinnedUnit {
  public:
   CudaEmbedding(const tessera_host_api* host, std::unique_ptr<Unit> twin, int64_t vocab, int64_t d,
                 int64_t seq_len, bool positions)
-      : TwinnedUnit(host, std::move(twin), kTransformerSplits),
+      : TwinnedUnit(host, std::move(twin)),
         vocab_(vocab),
         d_(d),
         seq_len_(seq_len),
@@ -71,12 +79,16 @@ class CudaEmbedding final : public TwinnedUnit {
                   "': the batch's sequences have ", seq, " tokens, more than seq_len ", seq_len_);
     // Vocabulary-parallel: this rank's vocab/tp rows of the table; a token
     // it does not hold looks up zeros, and the sum over the group is the
-    // whole lookup (with its position, added where the token is held).
+    // whole lookup (with its position, added where the token is held),
+    // under sequence parallelism reduce-scattered to this rank's positions.
     const TpGroup tp(input.tp, host_.raw(), name_);
     tp.require_divisible("vocab", vocab_);
+    const int64_t local_seq = tp.local_positions("the batch's seq_len", seq);
     Lane& l = lane(host_, name_);
     c.batch = input.batch->size;
     c.seq = seq;
+    c.local_seq = local_seq;
+    c.first_pos = tp.first_position(local_seq);
     c.tp_size = tp.size();
     c.held = {vocab_ / tp.size() * tp.rank(), vocab_ / tp.size()};
     c.input_grad_done = false;
@@ -84,47 +96,70 @@ class CudaEmbedding final : public TwinnedUnit {
         upload_ids(input.batch->tokens, vocab_, "token", "at position", c.tokens, l, name_);
     c.params.bind(params, specs_, l, name_, tp.size());
     const int64_t n = c.batch * seq;
-    const auto count = static_cast<size_t>(n * d_);
-    float* x = c.x.ensure(count, l, name_);
+    const int64_t nl = c.batch * local_seq;
+    float* x = c.x.ensure(static_cast<size_t>(nl * d_), l, name_);
+    float* lookup = tp.sequence() ? c.lookup.ensure(static_cast<size_t>(n * d_), l, name_) : x;
     embedding_forward(tokens, c.params[0], positions_ ? c.params[1] : nullptr, c.batch, seq, d_,
-                      c.held, x, l.stream);
-    allreduce_device(tp, x, count, c.exchange, l, "the token embeddings", name_);
+                      c.held, lookup, l.stream);
+    partial_to_rows_device(tp, lookup, c.batch, local_seq, d_, x, c.rows, l, "the token embeddings",
+                           name_);
     finish_call(l, name_);
-    return {x, n, d_};
+    return {x, nl, d_};
   }
 
-  // No input gradient: the output gradient is kept for the weight half.
+  // No input gradient: the output gradient is kept for the weight half,
+  // gathered whole under sequence parallelism (every rank scatters every
+  // token into its rows of the table).
   ConstView backward_input(UnitContext& ctx_base, std::span<const float* const> params,
                            ConstView grad_output) const override {
     check_counts(params.size(), 0);
     auto& c = dynamic_cast<EmbeddingContext&>(ctx_base);
     require_forward(c.batch >= 0);
-    (void)TpGroup::for_backward(c.tp(), host_.raw(), name_, c.tp_size, "backward_input");
+    const TpGroup tp = backward_group(c, "backward_input");
     const int64_t n = c.batch * c.seq;
     Lane& l = lane(host_, name_);
-    kept_output_gradient(*this, grad_output, n, d_, c.dx, l);
+    if (tp.sequence()) {
+      const float* mine =
+          kept_output_gradient(*this, grad_output, c.batch * c.local_seq, d_, c.dy, l);
+      rows_to_whole_device(tp, mine, c.batch, c.local_seq, d_,
+                           c.dx.ensure(static_cast<size_t>(n * d_), l, name_), c.rows, l,
+                           "the embeddings' output gradient", name_);
+    } else {
+      kept_output_gradient(*this, grad_output, n, d_, c.dx, l);
+    }
     c.input_grad_done = true;
     finish_call(l, name_);
     return {};
   }
 
   // The rows' gradients scattered into the table (this rank's rows of it)
-  // and the positions' (every row: the same whole gradient on every rank).
+  // and the positions': every row in tensor mode (the same whole gradient
+  // on every rank), this rank's positions under sequence parallelism (its
+  // part, which the caller sums).
   void backward_weight(UnitContext& ctx_base, std::span<const float* const> params,
                        std::span<float* const> grads) const override {
     check_counts(params.size(), grads.size());
     auto& c = dynamic_cast<EmbeddingContext&>(ctx_base);
     take_input_half(c.input_grad_done);
-    (void)TpGroup::for_backward(c.tp(), host_.raw(), name_, c.tp_size, "backward_weight");
+    const TpGroup tp = backward_group(c, "backward_weight");
     Lane& l = lane(host_, name_);
     c.grads.bind(grads, specs_, l, name_, c.tp_size);
+    float* dwpe = positions_ ? c.grads[1] : nullptr;
     embedding_backward(c.tokens.get<int32_t>(), c.dx.get(), c.batch, c.seq, d_, c.held, c.grads[0],
-                       positions_ ? c.grads[1] : nullptr, l.stream);
+                       tp.sequence() ? nullptr : dwpe, l.stream);
+    if (tp.sequence() && dwpe != nullptr) {
+      position_backward(c.dy.get(), c.batch, c.local_seq, d_, dwpe + c.first_pos * d_, l.stream);
+    }
     c.grads.finish(l, name_);
     finish_call(l, name_);
   }
 
  private:
+  [[nodiscard]] TpGroup backward_group(const EmbeddingContext& c, const char* call) const {
+    TpGroup tp = TpGroup::for_backward(c.tp(), host_.raw(), name_, c.tp_size, call);
+    tp.require_sequence(c.local_seq != c.seq, call);
+    return tp;
+  }
   int64_t vocab_;
   int64_t d_;
   int64_t seq_len_;
@@ -138,17 +173,26 @@ using enum gpt_block::Param;
 struct GptBlockContext final : UnitContext {
   int64_t batch = -1;
   int64_t seq = 0;
-  int32_t tp_size = 1;  // the forward's group size (backward's must match)
+  int64_t local_seq = 0;  // positions of each example this rank holds (seq/tp in sequence mode)
+  int64_t first_pos = 0;  // the first of them
+  int32_t tp_size = 1;    // the forward's group size (backward's must match)
   bool input_grad_done = false;
   Operands params;
   GradTargets grads;
-  // Kept from forward for backward.
+  // Kept from forward for backward. Under sequence parallelism x, the
+  // LayerNorms' statistics and x2 cover this rank's rows only (y too); h1
+  // and h2 are whole.
   DeviceArray x, h1, mean1, rstd1, qkv, attn, lse, x2, h2, mean2, rstd2, u, act;
   // Backward scratch, and what the input half keeps for the weight half
-  // (dy, du, dx2, dqkv and the LayerNorms' parameter gradients).
+  // (dy, du, dx2, dqkv whole and the LayerNorms' parameter gradients).
   DeviceArray dy, dact, du, dh2, dx2, dattn, delta, dqkv, dh1;
   DeviceArray dln1g, dln1b, dln2g, dln2b;
-  DeviceArray y{true}, dx{true}, exchange{true};
+  // Sequence parallelism: this rank's rows of the output gradient and of
+  // dx2, every row's partial sums before the reduce-scatter, and a
+  // LayerNorm's rows before the gather.
+  DeviceArray dy_rows, dx2_rows, partial, norm_rows;
+  DeviceArray y{true}, dx{true};
+  RowExchange rows;
   [[nodiscard]] std::size_t bytes() const noexcept override {
     std::size_t total = 0;
     for (const DeviceArray* a :
@@ -175,10 +219,7 @@ class CudaGptBlock final : public TwinnedUnit {
  public:
   CudaGptBlock(const tessera_host_api* host, std::unique_ptr<Unit> twin, int64_t d, int64_t heads,
                int64_t hidden)
-      : TwinnedUnit(host, std::move(twin), kTransformerSplits),
-        d_(d),
-        heads_(heads),
-        hidden_(hidden) {}
+      : TwinnedUnit(host, std::move(twin)), d_(d), heads_(heads), hidden_(hidden) {}
 
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override {
     return std::make_unique<GptBlockContext>();
@@ -189,23 +230,33 @@ class CudaGptBlock final : public TwinnedUnit {
     check_counts(params.size(), 0);
     require_sequences(*this, input);
     auto& c = dynamic_cast<GptBlockContext&>(ctx_base);
+    // Under sequence parallelism x, the LayerNorms and the residuals cover
+    // this rank's positions of each example (nl rows): the LayerNorms'
+    // outputs are gathered whole before q|k|v and fc, and the row-parallel
+    // sums reduce-scattered back to this rank's rows.
     const TpGroup tp(input.tp, host_.raw(), name_);
     tp.require_divisible("heads", heads_);
+    const int64_t local_seq = tp.local_positions("the batch's seq_len", input.batch->seq_len);
     Lane& l = lane(host_, name_);
-    const int64_t n = take_rows(*this, d_, input, c.x, l);
+    const int64_t nl = take_rows(*this, d_, input, c.x, l, local_seq);
     c.batch = input.batch->size;
     c.seq = input.batch->seq_len;
+    c.local_seq = local_seq;
+    c.first_pos = tp.first_position(local_seq);
     c.tp_size = tp.size();
     c.input_grad_done = false;
+    const int64_t n = c.batch * c.seq;
     const int64_t d = d_;
     const GptShard s = shard(tp.size());
     const int64_t hid = s.hidden;
     const auto un = static_cast<size_t>(n);
+    const auto unl = static_cast<size_t>(nl);
     c.params.bind(params, specs_, l, name_, tp.size());
     const Operands& p = c.params;
+    const BlockRows rows = block_rows(tp, c, l);
     float* h1 = c.h1.ensure(un * d, l, name_);
-    layernorm_forward(c.x.get(), p[kLn1G], p[kLn1B], n, d, h1, c.mean1.ensure(un, l, name_),
-                      c.rstd1.ensure(un, l, name_), l.stream);
+    layernorm_to_whole(rows, c, c.x.get(), p[kLn1G], p[kLn1B], h1, c.mean1.ensure(unl, l, name_),
+                       c.rstd1.ensure(unl, l, name_), "the first LayerNorm's output");
     float* qkv = c.qkv.ensure(un * 3 * s.dl, l, name_);
     gemm(l, false, false, n, 3 * s.dl, d, 1.0f, h1, d, p[kQkvW], 3 * s.dl, 0.0f, qkv, 3 * s.dl,
          name_);
@@ -214,44 +265,49 @@ class CudaGptBlock final : public TwinnedUnit {
     attention_forward(attention(qkv, c.batch, c.seq, s), attn, c.lse.ensure(un * s.heads, l, name_),
                       l.stream);
     // The attention projection is row-parallel: partial sums, then the
-    // bias and the residual.
-    float* x2 = c.x2.ensure(un * d, l, name_);
-    gemm(l, false, false, n, d, s.dl, 1.0f, attn, s.dl, p[kAttnProjW], d, 0.0f, x2, d, name_);
-    allreduce_device(tp, x2, un * d, c.exchange, l, "the attention projection's output", name_);
-    bias_residual(x2, p[kAttnProjB], c.x.get(), n, d, l.stream);
+    // bias and the residual on this rank's rows.
+    float* x2 = c.x2.ensure(unl * d, l, name_);
+    rows.row_parallel(attn, p[kAttnProjW], s.dl, x2, "the attention projection's output");
+    bias_residual(x2, p[kAttnProjB], c.x.get(), nl, d, l.stream);
     float* h2 = c.h2.ensure(un * d, l, name_);
-    layernorm_forward(x2, p[kLn2G], p[kLn2B], n, d, h2, c.mean2.ensure(un, l, name_),
-                      c.rstd2.ensure(un, l, name_), l.stream);
+    layernorm_to_whole(rows, c, x2, p[kLn2G], p[kLn2B], h2, c.mean2.ensure(unl, l, name_),
+                       c.rstd2.ensure(unl, l, name_), "the second LayerNorm's output");
     float* u = c.u.ensure(un * hid, l, name_);
     float* act = c.act.ensure(un * hid, l, name_);
     gemm(l, false, false, n, hid, d, 1.0f, h2, d, p[kFcW], hid, 0.0f, u, hid, name_);
     bias_activation(u, p[kFcB], act, n, hid, Act::gelu, l.stream);
-    float* y = c.y.ensure(un * d, l, name_);
-    gemm(l, false, false, n, d, hid, 1.0f, act, hid, p[kProjW], d, 0.0f, y, d, name_);
-    allreduce_device(tp, y, un * d, c.exchange, l, "the MLP's output", name_);
-    bias_residual(y, p[kProjB], x2, n, d, l.stream);
+    float* y = c.y.ensure(unl * d, l, name_);
+    rows.row_parallel(act, p[kProjW], hid, y, "the MLP's output");
+    bias_residual(y, p[kProjB], x2, nl, d, l.stream);
     finish_call(l, name_);
-    return {y, n, d};
+    return {y, nl, d};
   }
 
   // Every input-gradient product; keeps the output gradient dy, du, dx2
-  // and dqkv (the products' output gradients) and the LayerNorms' gain and
-  // bias gradients for the weight half. The column-parallel products'
-  // input gradients are partial sums over the group.
+  // and dqkv (the products' output gradients, whole) and the LayerNorms'
+  // gain and bias gradients for the weight half. The column-parallel
+  // products' input gradients are partial sums over the group.
   ConstView backward_input(UnitContext& ctx_base, std::span<const float* const> params,
                            ConstView grad_output) const override {
     check_counts(params.size(), 0);
     auto& c = dynamic_cast<GptBlockContext&>(ctx_base);
     require_forward(c.batch >= 0);
-    const TpGroup tp =
-        TpGroup::for_backward(c.tp(), host_.raw(), name_, c.tp_size, "backward_input");
+    const TpGroup tp = backward_group(c, "backward_input");
     const int64_t d = d_;
     const GptShard s = shard(tp.size());
     const int64_t hid = s.hidden;
     const int64_t n = c.batch * c.seq;
+    const int64_t nl = c.batch * c.local_seq;
     const auto un = static_cast<size_t>(n);
+    const auto unl = static_cast<size_t>(nl);
     Lane& l = lane(host_, name_);
-    const float* dy = kept_output_gradient(*this, grad_output, n, d, c.dy, l);
+    // The output gradient, this rank's rows, and whole (gathered under
+    // sequence parallelism: proj's input and weight gradients need every row).
+    const float* dy_rows =
+        kept_output_gradient(*this, grad_output, nl, d, tp.sequence() ? c.dy_rows : c.dy, l);
+    const BlockRows rows = block_rows(tp, c, l);
+    float* dy = c.dy.ensure(un * d, l, name_);
+    rows.to_whole(dy_rows, dy, "the block's output gradient");
     c.params.bind(params, specs_, l, name_, tp.size());
     const Operands& p = c.params;
     // MLP: y = x2 + gelu(h2·fc_w + fc_b)·proj_w + proj_b.
@@ -259,16 +315,20 @@ class CudaGptBlock final : public TwinnedUnit {
     gemm(l, false, true, n, hid, d, 1.0f, dy, d, p[kProjW], d, 0.0f, dact, hid, name_);
     float* du = c.du.ensure(un * hid, l, name_);
     activation_backward(c.u.get(), dact, du, n * hid, Act::gelu, l.stream);
-    float* dh2 = c.dh2.ensure(un * d, l, name_);
-    gemm(l, false, true, n, d, hid, 1.0f, du, hid, p[kFcW], hid, 0.0f, dh2, d, name_);
-    allreduce_device(tp, dh2, un * d, c.exchange, l, "the MLP's input gradient", name_);
-    // The residual's gradient plus the second LayerNorm's.
-    float* dx2 = c.dx2.ensure(un * d, l, name_);
-    copy_device(dx2, dy, un * d, l, name_);
-    layernorm_backward_input(c.x2.get(), p[kLn2G], c.mean2.get(), c.rstd2.get(), dh2, n, d, dx2,
-                             true, l.stream);
-    layernorm_backward_params(c.x2.get(), c.mean2.get(), c.rstd2.get(), dh2, n, d,
+    // fc is column-parallel: each rank has its columns' part of ln2's
+    // output gradient, summed to this rank's rows.
+    float* dh2 = c.dh2.ensure(unl * d, l, name_);
+    rows.column_input_gradient(du, p[kFcW], hid, dh2, "the MLP's input gradient");
+    // The residual's gradient plus the second LayerNorm's, on this rank's rows.
+    float* dx2_rows =
+        tp.sequence() ? c.dx2_rows.ensure(unl * d, l, name_) : c.dx2.ensure(un * d, l, name_);
+    copy_device(dx2_rows, dy_rows, unl * d, l, name_);
+    layernorm_backward_input(c.x2.get(), p[kLn2G], c.mean2.get(), c.rstd2.get(), dh2, nl, d,
+                             dx2_rows, true, l.stream);
+    layernorm_backward_params(c.x2.get(), c.mean2.get(), c.rstd2.get(), dh2, nl, d,
                               zeroed(c.dln2g, d, l, name_), zeroed(c.dln2b, d, l, name_), l.stream);
+    float* dx2 = c.dx2.ensure(un * d, l, name_);
+    rows.to_whole(dx2_rows, dx2, "the attention projection's output gradient");
     // Attention: x2 = x + attn·attn_proj_w + attn_proj_b.
     float* dattn = c.dattn.ensure(un * s.dl, l, name_);
     gemm(l, false, true, n, s.dl, d, 1.0f, dx2, d, p[kAttnProjW], d, 0.0f, dattn, s.dl, name_);
@@ -276,32 +336,31 @@ class CudaGptBlock final : public TwinnedUnit {
     attention_backward(attention(c.qkv.get(), c.batch, c.seq, s), c.attn.get(), c.lse.get(), dattn,
                        c.delta.ensure(un * s.heads, l, name_), dqkv, dqkv + s.dl, dqkv + 2 * s.dl,
                        l.stream);
-    float* dh1 = c.dh1.ensure(un * d, l, name_);
-    gemm(l, false, true, n, d, 3 * s.dl, 1.0f, dqkv, 3 * s.dl, p[kQkvW], 3 * s.dl, 0.0f, dh1, d,
-         name_);
-    allreduce_device(tp, dh1, un * d, c.exchange, l, "the attention's input gradient", name_);
+    float* dh1 = c.dh1.ensure(unl * d, l, name_);
+    rows.column_input_gradient(dqkv, p[kQkvW], 3 * s.dl, dh1, "the attention's input gradient");
     // The input's gradient: the residual's plus the first LayerNorm's.
-    float* dx = c.dx.ensure(un * d, l, name_);
-    copy_device(dx, dx2, un * d, l, name_);
-    layernorm_backward_input(c.x.get(), p[kLn1G], c.mean1.get(), c.rstd1.get(), dh1, n, d, dx, true,
-                             l.stream);
-    layernorm_backward_params(c.x.get(), c.mean1.get(), c.rstd1.get(), dh1, n, d,
+    float* dx = c.dx.ensure(unl * d, l, name_);
+    copy_device(dx, dx2_rows, unl * d, l, name_);
+    layernorm_backward_input(c.x.get(), p[kLn1G], c.mean1.get(), c.rstd1.get(), dh1, nl, d, dx,
+                             true, l.stream);
+    layernorm_backward_params(c.x.get(), c.mean1.get(), c.rstd1.get(), dh1, nl, d,
                               zeroed(c.dln1g, d, l, name_), zeroed(c.dln1b, d, l, name_), l.stream);
     c.input_grad_done = true;
     finish_call(l, name_);
-    return {dx, n, d};
+    return {dx, nl, d};
   }
 
   // The weight products xᵀ·dy of the four projections, their biases' row
   // sums, and the LayerNorms' kept gradients: this rank's shards, and in
   // tensor mode the same whole gradient of every replicated parameter on
-  // every rank of the group.
+  // every rank of the group; under sequence parallelism the replicated
+  // ones' part from this rank's rows (the caller sums the parts).
   void backward_weight(UnitContext& ctx_base, std::span<const float* const> params,
                        std::span<float* const> grads) const override {
     check_counts(params.size(), grads.size());
     auto& c = dynamic_cast<GptBlockContext&>(ctx_base);
     take_input_half(c.input_grad_done);
-    (void)TpGroup::for_backward(c.tp(), host_.raw(), name_, c.tp_size, "backward_weight");
+    (void)backward_group(c, "backward_weight");
     const int64_t d = d_;
     const GptShard s = shard(c.tp_size);
     const int64_t hid = s.hidden;
@@ -311,7 +370,7 @@ class CudaGptBlock final : public TwinnedUnit {
     const GradTargets& g = c.grads;
     gemm(l, true, false, hid, d, n, 1.0f, c.act.get(), hid, c.dy.get(), d, 1.0f, g[kProjW], d,
          name_);
-    column_sum_add(c.dy.get(), n, d, g[kProjB], l.stream);
+    add_row_sums(c, c.dy.get(), g[kProjB], l);
     gemm(l, true, false, d, hid, n, 1.0f, c.h2.get(), d, c.du.get(), hid, 1.0f, g[kFcW], hid,
          name_);
     column_sum_add(c.du.get(), n, hid, g[kFcB], l.stream);
@@ -319,7 +378,7 @@ class CudaGptBlock final : public TwinnedUnit {
     add_into(g[kLn2B], c.dln2b.get(), d, l.stream);
     gemm(l, true, false, s.dl, d, n, 1.0f, c.attn.get(), s.dl, c.dx2.get(), d, 1.0f, g[kAttnProjW],
          d, name_);
-    column_sum_add(c.dx2.get(), n, d, g[kAttnProjB], l.stream);
+    add_row_sums(c, c.dx2.get(), g[kAttnProjB], l);
     gemm(l, true, false, d, 3 * s.dl, n, 1.0f, c.h1.get(), d, c.dqkv.get(), 3 * s.dl, 1.0f,
          g[kQkvW], 3 * s.dl, name_);
     column_sum_add(c.dqkv.get(), n, 3 * s.dl, g[kQkvB], l.stream);
@@ -332,6 +391,38 @@ class CudaGptBlock final : public TwinnedUnit {
  private:
   [[nodiscard]] GptShard shard(int32_t size) const noexcept {
     return {heads_ / size, d_ / size, hidden_ / size};
+  }
+  // The group of a backward call (`call`), which must be the forward's.
+  [[nodiscard]] TpGroup backward_group(const GptBlockContext& c, const char* call) const {
+    TpGroup tp = TpGroup::for_backward(c.tp(), host_.raw(), name_, c.tp_size, call);
+    tp.require_sequence(c.local_seq != c.seq, call);
+    return tp;
+  }
+  [[nodiscard]] BlockRows block_rows(const TpGroup& tp, GptBlockContext& c, Lane& l) const {
+    return {tp, c.batch, c.seq, c.local_seq, d_, c.partial, c.rows, l, name_};
+  }
+  // LayerNorm of this rank's rows `x` into the whole rows `whole` (mean
+  // and rstd: its rows'), through c.norm_rows and a gather under sequence
+  // parallelism.
+  void layernorm_to_whole(const BlockRows& rows, GptBlockContext& c, const float* x, const float* g,
+                          const float* b, float* whole, float* mean, float* rstd,
+                          std::string_view what) const {
+    float* out = rows.tp.sequence()
+                     ? c.norm_rows.ensure(static_cast<size_t>(rows.mine() * d_), rows.l, name_)
+                     : whole;
+    layernorm_forward(x, g, b, rows.mine(), d_, out, mean, rstd, rows.l.stream);
+    rows.to_whole(out, whole, what);
+  }
+  // db += the column sums of dz [batch·seq, d]: every row in tensor mode,
+  // this rank's positions of each example under sequence parallelism.
+  void add_row_sums(const GptBlockContext& c, const float* dz, float* db, const Lane& l) const {
+    if (c.local_seq == c.seq) {
+      column_sum_add(dz, c.batch * c.seq, d_, db, l.stream);
+      return;
+    }
+    for (int64_t b = 0; b < c.batch; ++b) {
+      column_sum_add(dz + (b * c.seq + c.first_pos) * d_, c.local_seq, d_, db, l.stream);
+    }
   }
   // This rank's fused q|k|v [batch·seq, 3·dl] as the attention kernels read it.
   [[nodiscard]] Attention attention(const float* qkv, int64_t batch, int64_t seq,
@@ -357,7 +448,9 @@ class CudaGptBlock final : public TwinnedUnit {
 // ---- final norm and head ----
 
 struct TokenHeadContext final : UnitContext {
-  int64_t rows = -1;
+  int64_t rows = -1;  // all of them (the logits' rows)
+  int64_t batch = 0;
+  int64_t local_seq = 0;  // positions of each example this rank's input holds
   bool input_grad_done = false;
   int32_t tp_size = 1;    // the forward's group size (backward's must match)
   VocabRange held{0, 0};  // the columns of the logits this rank computes
@@ -365,10 +458,13 @@ struct TokenHeadContext final : UnitContext {
   float loss = 0.0f;
   Operands params;
   GradTargets grads;
-  DeviceArray x, h, mean, rstd, logits, targets, dlogits, dh;
+  // Under sequence parallelism x, the norm's statistics and dh (and dx)
+  // cover this rank's rows; h, the logits and their gradient all rows.
+  DeviceArray x, h, mean, rstd, logits, targets, dlogits, dh, norm_rows, partial;
   DeviceArray dg, db;  // the norm's parameter gradients, kept for the weight half
   CrossEntropyArrays xent;
-  DeviceArray dx{true}, exchange{true};
+  DeviceArray dx{true};
+  RowExchange exchange;
   [[nodiscard]] std::size_t bytes() const noexcept override {
     std::size_t total = 0;
     for (const DeviceArray* a : {&x, &h, &mean, &rstd, &logits, &xent.probs, &targets,
@@ -388,7 +484,7 @@ class CudaHead final : public TwinnedUnit {
   enum class Norm { layer, rms };
   CudaHead(const tessera_host_api* host, std::unique_ptr<Unit> twin, int64_t vocab, int64_t d,
            Norm norm, float eps)
-      : TwinnedUnit(host, std::move(twin), kTransformerSplits),
+      : TwinnedUnit(host, std::move(twin)),
         vocab_(vocab),
         d_(d),
         norm_(norm),
@@ -407,15 +503,22 @@ class CudaHead final : public TwinnedUnit {
     // Vocabulary-parallel: this rank's vocab/tp rows (gpt) or columns
     // (llama) of w give its columns of the logits, and the cross-entropy
     // combines the columns' maxima, sums and target logits over the group.
+    // The final norm is replicated; under sequence parallelism it runs on
+    // this rank's rows, and its output is gathered whole for the logits.
     const TpGroup group(input.tp, host_.raw(), name_);
     group.require_divisible("vocab", vocab_);
+    const int64_t local_seq = group.local_positions("the batch's seq_len", input.batch->seq_len);
     Lane& l = lane(host_, name_);
-    const int64_t n = take_rows(*this, d_, input, c.x, l);
+    const int64_t nl = take_rows(*this, d_, input, c.x, l, local_seq);
+    const int64_t n = input.batch->size * input.batch->seq_len;
     TESSERA_CHECK(static_cast<int64_t>(input.batch->targets.size()) == n,
                   TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_, "': ", input.batch->targets.size(),
                   " targets for ", n, " rows");
     const auto un = static_cast<size_t>(n);
+    const auto unl = static_cast<size_t>(nl);
     c.rows = n;
+    c.batch = input.batch->size;
+    c.local_seq = local_seq;
     c.scale = input.loss_scale;
     c.input_grad_done = false;
     c.tp_size = group.size();
@@ -426,13 +529,16 @@ class CudaHead final : public TwinnedUnit {
     c.params.bind(params, specs_, l, name_, group.size());
     const Operands& p = c.params;
     float* h = c.h.ensure(un * d_, l, name_);
-    float* rstd = c.rstd.ensure(un, l, name_);
+    float* h_rows = group.sequence() ? c.norm_rows.ensure(unl * d_, l, name_) : h;
+    float* rstd = c.rstd.ensure(unl, l, name_);
     if (norm_ == Norm::layer) {
-      layernorm_forward(c.x.get(), p[0], p[1], n, d_, h, c.mean.ensure(un, l, name_), rstd,
+      layernorm_forward(c.x.get(), p[0], p[1], nl, d_, h_rows, c.mean.ensure(unl, l, name_), rstd,
                         l.stream);
     } else {
-      rmsnorm_forward(c.x.get(), p[0], n, d_, eps_, h, rstd, l.stream);
+      rmsnorm_forward(c.x.get(), p[0], nl, d_, eps_, h_rows, rstd, l.stream);
     }
+    rows_to_whole_device(group, h_rows, c.batch, local_seq, d_, h, c.exchange, l,
+                         "the final norm's output", name_);
     float* logits = c.logits.ensure(un * cols, l, name_);
     gemm(l, false, vocab_rows(), n, cols, d_, 1.0f, h, d_, p[w_], w_stride(cols), 0.0f, logits,
          cols, name_);
@@ -452,38 +558,42 @@ class CudaHead final : public TwinnedUnit {
     check_counts(params.size(), 0);
     auto& c = dynamic_cast<TokenHeadContext&>(ctx_base);
     require_forward(c.rows >= 0);
-    const TpGroup group =
-        TpGroup::for_backward(c.tp(), host_.raw(), name_, c.tp_size, "backward_input");
+    const TpGroup group = backward_group(c, "backward_input");
     Lane& l = lane(host_, name_);
     const float g_out = loss_gradient(grad_output, name_);
     const int64_t n = c.rows;
+    const int64_t nl = c.batch * c.local_seq;
     const int64_t cols = c.held.rows;
     const auto un = static_cast<size_t>(n);
+    const auto unl = static_cast<size_t>(nl);
     c.params.bind(params, specs_, l, name_, c.tp_size);
     const Operands& p = c.params;
     float* dlogits = c.dlogits.ensure(un * cols, l, name_);
     xent_backward(c.xent.probs.get(), c.targets.get<int32_t>(), n, cols, c.held.lo, c.scale * g_out,
                   dlogits, l.stream);
     // dh = dlogits·w (gpt: logits = h·wᵀ) or dlogits·wᵀ (llama: logits =
-    // h·w); each rank's columns of the logits give a part of it.
-    float* dh = c.dh.ensure(un * d_, l, name_);
-    gemm(l, false, !vocab_rows(), n, d_, cols, 1.0f, dlogits, cols, p[w_], w_stride(cols), 0.0f, dh,
-         d_, name_);
-    allreduce_device(group, dh, un * d_, c.exchange, l, "the head's input gradient", name_);
-    float* dx = c.dx.ensure(un * d_, l, name_);
+    // h·w); each rank's columns of the logits give a part of it, summed
+    // into this rank's rows.
+    float* dh = c.dh.ensure(unl * d_, l, name_);
+    float* partial = group.sequence() ? c.partial.ensure(un * d_, l, name_) : dh;
+    gemm(l, false, !vocab_rows(), n, d_, cols, 1.0f, dlogits, cols, p[w_], w_stride(cols), 0.0f,
+         partial, d_, name_);
+    partial_to_rows_device(group, partial, c.batch, c.local_seq, d_, dh, c.exchange, l,
+                           "the head's input gradient", name_);
+    float* dx = c.dx.ensure(unl * d_, l, name_);
     float* dg = zeroed(c.dg, static_cast<size_t>(d_), l, name_);
     if (norm_ == Norm::layer) {
-      layernorm_backward_input(c.x.get(), p[0], c.mean.get(), c.rstd.get(), dh, n, d_, dx, false,
+      layernorm_backward_input(c.x.get(), p[0], c.mean.get(), c.rstd.get(), dh, nl, d_, dx, false,
                                l.stream);
-      layernorm_backward_params(c.x.get(), c.mean.get(), c.rstd.get(), dh, n, d_, dg,
+      layernorm_backward_params(c.x.get(), c.mean.get(), c.rstd.get(), dh, nl, d_, dg,
                                 zeroed(c.db, static_cast<size_t>(d_), l, name_), l.stream);
     } else {
-      rmsnorm_backward_input(c.x.get(), p[0], c.rstd.get(), dh, n, d_, dx, false, l.stream);
-      rmsnorm_backward_params(c.x.get(), c.rstd.get(), dh, n, d_, dg, l.stream);
+      rmsnorm_backward_input(c.x.get(), p[0], c.rstd.get(), dh, nl, d_, dx, false, l.stream);
+      rmsnorm_backward_params(c.x.get(), c.rstd.get(), dh, nl, d_, dg, l.stream);
     }
     c.input_grad_done = true;
     finish_call(l, name_);
-    return {dx, n, d_};
+    return {dx, nl, d_};
   }
 
   // w's gradient from the kept dlogits, and the norm's.
@@ -492,7 +602,7 @@ class CudaHead final : public TwinnedUnit {
     check_counts(params.size(), grads.size());
     auto& c = dynamic_cast<TokenHeadContext&>(ctx_base);
     take_input_half(c.input_grad_done);
-    (void)TpGroup::for_backward(c.tp(), host_.raw(), name_, c.tp_size, "backward_weight");
+    (void)backward_group(c, "backward_weight");
     const int64_t n = c.rows;
     const int64_t cols = c.held.rows;
     Lane& l = lane(host_, name_);
@@ -514,6 +624,12 @@ class CudaHead final : public TwinnedUnit {
   }
 
  private:
+  // The group of a backward call (`call`), which must be the forward's.
+  [[nodiscard]] TpGroup backward_group(const TokenHeadContext& c, const char* call) const {
+    TpGroup tp = TpGroup::for_backward(c.tp(), host_.raw(), name_, c.tp_size, call);
+    tp.require_sequence(c.rows != c.batch * c.local_seq, call);
+    return tp;
+  }
   // gpt's w is [vocab, d], llama's [d, vocab]: a rank's shard of `cols`
   // of the vocabulary is [cols, d] or [d, cols].
   [[nodiscard]] bool vocab_rows() const noexcept { return norm_ == Norm::layer; }

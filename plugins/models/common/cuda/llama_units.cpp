@@ -3,11 +3,12 @@
 // fused as gpt's (no seq×seq matrix in device memory), SwiGLU MLP. The
 // same arithmetic as LlamaBlock on one rank, in an order of summation of
 // the device's. The embedding and the head are gpt's units with llama's
-// norm and layout (gpt_units.cpp). Under a tensor-parallel group in tensor
-// mode the block splits as LlamaBlock does: heads/tp query heads, kv_heads/tp
+// norm and layout (gpt_units.cpp). Under a tensor-parallel group the
+// block splits as LlamaBlock does: heads/tp query heads, kv_heads/tp
 // key/value heads (all of them with kv_replicated, whose gradients are
-// then summed over the group), ffn/tp columns of the gate and up products,
-// the partial sums of wo and w_down allreduced.
+// then summed over the group in tensor mode), ffn/tp columns of the gate
+// and up products, the partial sums of wo and w_down summed; in sequence
+// mode as gpt's block (gpt_units.cpp).
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -40,7 +41,8 @@ struct LlamaShard {
 struct LlamaBlockContext final : UnitContext {
   int64_t batch = -1;
   int64_t seq = 0;
-  int32_t tp_size = 1;  // the forward's group
+  int64_t local_seq = 0;  // positions of each example this rank holds (seq/tp in sequence mode)
+  int32_t tp_size = 1;    // the forward's group
   int32_t tp_rank = 0;
   bool input_grad_done = false;
   Operands params;
@@ -53,7 +55,12 @@ struct LlamaBlockContext final : UnitContext {
   // (dy, dgate, dup, dx2, dq, dk, dv and the RMSNorms' gain gradients).
   DeviceArray dy, dact, dgate, dup, dh2, dx2, dattn, delta, dq, dk, dv, dh1;
   DeviceArray dnorm1, dnorm2;
-  DeviceArray y{true}, dx{true}, exchange{true};
+  // Sequence parallelism: this rank's rows of the output gradient and of
+  // dx2, every row's partial sums before the reduce-scatter, and a norm's
+  // rows before the gather.
+  DeviceArray dy_rows, dx2_rows, partial, norm_rows;
+  DeviceArray y{true}, dx{true};
+  RowExchange rows;
   [[nodiscard]] std::size_t bytes() const noexcept override {
     std::size_t total = 0;
     for (const DeviceArray* a :
@@ -72,7 +79,7 @@ class CudaLlamaBlock final : public TwinnedUnit {
 
  public:
   CudaLlamaBlock(const tessera_host_api* host, std::unique_ptr<Unit> twin, const LlamaShape& shape)
-      : TwinnedUnit(host, std::move(twin), kTransformerSplits),
+      : TwinnedUnit(host, std::move(twin)),
         d_(shape.d_model),
         heads_(shape.heads),
         kv_heads_(shape.kv_heads),
@@ -100,12 +107,19 @@ class CudaLlamaBlock final : public TwinnedUnit {
     TESSERA_CHECK(input.batch->seq_len <= seq_len_, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                   "': needs a sequence batch with seq_len <= ", seq_len_);
     auto& c = dynamic_cast<LlamaBlockContext&>(ctx_base);
+    // Under sequence parallelism x, the RMSNorms and the residuals cover
+    // this rank's positions of each example (nl rows): the norms' outputs
+    // are gathered whole before the column products, and the row-parallel
+    // sums reduce-scattered back to this rank's rows.
     const TpGroup tp(input.tp, host_.raw(), name_);
-    if (tp.active()) check_tensor_parallel(tp.size(), 0);
+    if (tp.active()) check_tensor_parallel(tp.size(), input.tp->flags);
+    const int64_t local_seq = tp.local_positions("the batch's seq_len", input.batch->seq_len);
     Lane& l = lane(host_, name_);
-    const int64_t n = take_rows(*this, d_, input, c.x, l);
+    const int64_t nl = take_rows(*this, d_, input, c.x, l, local_seq);
     c.batch = input.batch->size;
     c.seq = input.batch->seq_len;
+    c.local_seq = local_seq;
+    const int64_t n = c.batch * c.seq;
     c.tp_size = tp.size();
     c.tp_rank = tp.rank();
     c.input_grad_done = false;
@@ -115,13 +129,15 @@ class CudaLlamaBlock final : public TwinnedUnit {
     const int64_t kvd = s.kv * hd_;
     const int64_t ffn = s.ffn;
     const auto un = static_cast<size_t>(n);
+    const auto unl = static_cast<size_t>(nl);
     upload_tables(c, l);
     c.params.bind(params, specs_, l, name_, tp.size());
     const Operands& p = c.params;
+    const BlockRows rows = block_rows(tp, c, l);
     // Attention: h1 = rmsnorm(x)·g1; q, k, v; RoPE on q and k.
     float* h1 = c.h1.ensure(un * d, l, name_);
-    rmsnorm_forward(c.x.get(), p[kAttnNormG], n, d, eps_, h1, c.rstd1.ensure(un, l, name_),
-                    l.stream);
+    norm_to_whole(rows, c, c.x.get(), p[kAttnNormG], h1, c.rstd1.ensure(unl, l, name_),
+                  "the attention norm's output");
     float* q = c.q.ensure(un * dl, l, name_);
     float* k = c.k.ensure(un * kvd, l, name_);
     float* v = c.v.ensure(un * kvd, l, name_);
@@ -133,25 +149,24 @@ class CudaLlamaBlock final : public TwinnedUnit {
     float* attn = c.attn.ensure(un * dl, l, name_);
     attention_forward(attention(c), attn, c.lse.ensure(un * s.heads, l, name_), l.stream);
     // x2 = x + attn·wo, wo row-parallel: partial sums first.
-    float* x2 = c.x2.ensure(un * d, l, name_);
-    gemm(l, false, false, n, d, dl, 1.0f, attn, dl, p[kWo], d, 0.0f, x2, d, name_);
-    allreduce_device(tp, x2, un * d, c.exchange, l, "the attention projection's output", name_);
-    bias_residual(x2, nullptr, c.x.get(), n, d, l.stream);
+    float* x2 = c.x2.ensure(unl * d, l, name_);
+    rows.row_parallel(attn, p[kWo], dl, x2, "the attention projection's output");
+    bias_residual(x2, nullptr, c.x.get(), nl, d, l.stream);
     // y = x2 + (silu(h2·w_gate) ⊙ h2·w_up)·w_down, h2 = rmsnorm(x2)·g2.
     float* h2 = c.h2.ensure(un * d, l, name_);
-    rmsnorm_forward(x2, p[kMlpNormG], n, d, eps_, h2, c.rstd2.ensure(un, l, name_), l.stream);
+    norm_to_whole(rows, c, x2, p[kMlpNormG], h2, c.rstd2.ensure(unl, l, name_),
+                  "the MLP norm's output");
     float* gate = c.gate.ensure(un * ffn, l, name_);
     float* up = c.up.ensure(un * ffn, l, name_);
     float* act = c.act.ensure(un * ffn, l, name_);
     gemm(l, false, false, n, ffn, d, 1.0f, h2, d, p[kWGate], ffn, 0.0f, gate, ffn, name_);
     gemm(l, false, false, n, ffn, d, 1.0f, h2, d, p[kWUp], ffn, 0.0f, up, ffn, name_);
     swiglu_forward(gate, up, n * ffn, act, l.stream);
-    float* y = c.y.ensure(un * d, l, name_);
-    gemm(l, false, false, n, d, ffn, 1.0f, act, ffn, p[kWDown], d, 0.0f, y, d, name_);
-    allreduce_device(tp, y, un * d, c.exchange, l, "the MLP's output", name_);
-    bias_residual(y, nullptr, x2, n, d, l.stream);
+    float* y = c.y.ensure(unl * d, l, name_);
+    rows.row_parallel(act, p[kWDown], ffn, y, "the MLP's output");
+    bias_residual(y, nullptr, x2, nl, d, l.stream);
     finish_call(l, name_);
-    return {y, n, d};
+    return {y, nl, d};
   }
 
   // Every input-gradient product; keeps the output gradient dy, dgate,
@@ -169,9 +184,17 @@ class CudaLlamaBlock final : public TwinnedUnit {
     const int64_t kvd = s.kv * hd_;
     const int64_t ffn = s.ffn;
     const int64_t n = c.batch * c.seq;
+    const int64_t nl = c.batch * c.local_seq;
     const auto un = static_cast<size_t>(n);
+    const auto unl = static_cast<size_t>(nl);
     Lane& l = lane(host_, name_);
-    const float* dy = kept_output_gradient(*this, grad_output, n, d, c.dy, l);
+    const BlockRows rows = block_rows(tp, c, l);
+    // The output gradient, this rank's rows and whole (w_down's input and
+    // weight gradients need every row).
+    const float* dy_rows =
+        kept_output_gradient(*this, grad_output, nl, d, tp.sequence() ? c.dy_rows : c.dy, l);
+    float* dy = c.dy.ensure(un * d, l, name_);
+    rows.to_whole(dy_rows, dy, "the block's output gradient");
     c.params.bind(params, specs_, l, name_, c.tp_size);
     const Operands& p = c.params;
     // MLP.
@@ -180,16 +203,23 @@ class CudaLlamaBlock final : public TwinnedUnit {
     float* dgate = c.dgate.ensure(un * ffn, l, name_);
     float* dup = c.dup.ensure(un * ffn, l, name_);
     swiglu_backward(c.gate.get(), c.up.get(), dact, n * ffn, dgate, dup, l.stream);
-    float* dh2 = c.dh2.ensure(un * d, l, name_);
-    gemm(l, false, true, n, d, ffn, 1.0f, dgate, ffn, p[kWGate], ffn, 0.0f, dh2, d, name_);
-    gemm(l, false, true, n, d, ffn, 1.0f, dup, ffn, p[kWUp], ffn, 1.0f, dh2, d, name_);
-    allreduce_device(tp, dh2, un * d, c.exchange, l, "the MLP's input gradient", name_);
-    // The residual's gradient plus the second RMSNorm's.
-    float* dx2 = c.dx2.ensure(un * d, l, name_);
-    copy_device(dx2, dy, un * d, l, name_);
-    rmsnorm_backward_input(c.x2.get(), p[kMlpNormG], c.rstd2.get(), dh2, n, d, dx2, true, l.stream);
-    rmsnorm_backward_params(c.x2.get(), c.rstd2.get(), dh2, n, d, zeroed(c.dnorm2, d, l, name_),
+    // w_gate and w_up are column-parallel: each rank's part of the norm's
+    // output gradient, summed into this rank's rows.
+    float* dh2 = c.dh2.ensure(unl * d, l, name_);
+    float* dh2_all = rows.partial_for(dh2);
+    gemm(l, false, true, n, d, ffn, 1.0f, dgate, ffn, p[kWGate], ffn, 0.0f, dh2_all, d, name_);
+    gemm(l, false, true, n, d, ffn, 1.0f, dup, ffn, p[kWUp], ffn, 1.0f, dh2_all, d, name_);
+    rows.sum_partial(dh2_all, dh2, "the MLP's input gradient");
+    // The residual's gradient plus the second RMSNorm's, on this rank's rows.
+    float* dx2_rows =
+        tp.sequence() ? c.dx2_rows.ensure(unl * d, l, name_) : c.dx2.ensure(un * d, l, name_);
+    copy_device(dx2_rows, dy_rows, unl * d, l, name_);
+    rmsnorm_backward_input(c.x2.get(), p[kMlpNormG], c.rstd2.get(), dh2, nl, d, dx2_rows, true,
+                           l.stream);
+    rmsnorm_backward_params(c.x2.get(), c.rstd2.get(), dh2, nl, d, zeroed(c.dnorm2, d, l, name_),
                             l.stream);
+    float* dx2 = c.dx2.ensure(un * d, l, name_);
+    rows.to_whole(dx2_rows, dx2, "the attention projection's output gradient");
     // Attention: x2 = x + attn·wo.
     float* dattn = c.dattn.ensure(un * dl, l, name_);
     gemm(l, false, true, n, dl, d, 1.0f, dx2, d, p[kWo], d, 0.0f, dattn, dl, name_);
@@ -201,27 +231,30 @@ class CudaLlamaBlock final : public TwinnedUnit {
     // Back through the rotations (their transposes), then the projections.
     rope_apply(dq, n, c.seq, s.heads, hd_, c.cos.get(), c.sin.get(), true, l.stream);
     rope_apply(dk, n, c.seq, s.kv, hd_, c.cos.get(), c.sin.get(), true, l.stream);
-    float* dh1 = c.dh1.ensure(un * d, l, name_);
-    gemm(l, false, true, n, d, dl, 1.0f, dq, dl, p[kWq], dl, 0.0f, dh1, d, name_);
-    gemm(l, false, true, n, d, kvd, 1.0f, dk, kvd, p[kWk], kvd, 1.0f, dh1, d, name_);
-    gemm(l, false, true, n, d, kvd, 1.0f, dv, kvd, p[kWv], kvd, 1.0f, dh1, d, name_);
-    // q, k and v are column-parallel: dh1 is a partial sum. Replicated
-    // key/value heads' dk and dv hold this rank's query heads' share: the
-    // weight half needs their sum (dh1 is right from the shares).
-    allreduce_device(tp, dh1, un * d, c.exchange, l, "the attention's input gradient", name_);
-    if (kv_replicated_) {
-      allreduce_device(tp, dk, un * kvd, c.exchange, l, "the replicated keys' gradient", name_);
-      allreduce_device(tp, dv, un * kvd, c.exchange, l, "the replicated values' gradient", name_);
+    // q, k and v are column-parallel: each rank's part of the norm's output
+    // gradient. Replicated key/value heads' dk and dv hold this rank's
+    // query heads' share (the part is right from the shares). In tensor
+    // mode the weight half needs their sum; under sequence parallelism wk
+    // and wv get this rank's part, which the caller sums.
+    float* dh1 = c.dh1.ensure(unl * d, l, name_);
+    float* dh1_all = rows.partial_for(dh1);
+    gemm(l, false, true, n, d, dl, 1.0f, dq, dl, p[kWq], dl, 0.0f, dh1_all, d, name_);
+    gemm(l, false, true, n, d, kvd, 1.0f, dk, kvd, p[kWk], kvd, 1.0f, dh1_all, d, name_);
+    gemm(l, false, true, n, d, kvd, 1.0f, dv, kvd, p[kWv], kvd, 1.0f, dh1_all, d, name_);
+    rows.sum_partial(dh1_all, dh1, "the attention's input gradient");
+    if (kv_replicated_ && !tp.sequence()) {
+      allreduce_device(tp, dk, un * kvd, c.rows.send, l, "the replicated keys' gradient", name_);
+      allreduce_device(tp, dv, un * kvd, c.rows.send, l, "the replicated values' gradient", name_);
     }
     // The input's gradient: the residual's plus the first RMSNorm's.
-    float* dx = c.dx.ensure(un * d, l, name_);
-    copy_device(dx, dx2, un * d, l, name_);
-    rmsnorm_backward_input(c.x.get(), p[kAttnNormG], c.rstd1.get(), dh1, n, d, dx, true, l.stream);
-    rmsnorm_backward_params(c.x.get(), c.rstd1.get(), dh1, n, d, zeroed(c.dnorm1, d, l, name_),
+    float* dx = c.dx.ensure(unl * d, l, name_);
+    copy_device(dx, dx2_rows, unl * d, l, name_);
+    rmsnorm_backward_input(c.x.get(), p[kAttnNormG], c.rstd1.get(), dh1, nl, d, dx, true, l.stream);
+    rmsnorm_backward_params(c.x.get(), c.rstd1.get(), dh1, nl, d, zeroed(c.dnorm1, d, l, name_),
                             l.stream);
     c.input_grad_done = true;
     finish_call(l, name_);
-    return {dx, n, d};
+    return {dx, nl, d};
   }
 
   // The seven weight products xᵀ·dy and the RMSNorms' kept gradients.
@@ -279,7 +312,21 @@ class CudaLlamaBlock final : public TwinnedUnit {
     TESSERA_CHECK(tp.rank() == c.tp_rank, TESSERA_ERR_INVALID_ARGUMENT, "unit '", name_,
                   "': ", call, " as rank ", tp.rank(),
                   " of its tensor-parallel group after a forward as rank ", c.tp_rank);
+    tp.require_sequence(c.local_seq != c.seq, call);
     return tp;
+  }
+  [[nodiscard]] BlockRows block_rows(const TpGroup& tp, LlamaBlockContext& c, Lane& l) const {
+    return {tp, c.batch, c.seq, c.local_seq, d_, c.partial, c.rows, l, name_};
+  }
+  // RMSNorm of this rank's rows `x` into the whole rows `whole` (rstd: its
+  // rows'), through c.norm_rows and a gather under sequence parallelism.
+  void norm_to_whole(const BlockRows& rows, LlamaBlockContext& c, const float* x, const float* g,
+                     float* whole, float* rstd, std::string_view what) const {
+    float* out = rows.tp.sequence()
+                     ? c.norm_rows.ensure(static_cast<size_t>(rows.mine() * d_), rows.l, name_)
+                     : whole;
+    rmsnorm_forward(x, g, rows.mine(), d_, eps_, out, rstd, rows.l.stream);
+    rows.to_whole(out, whole, what);
   }
   // This rank's q [rows, heads·hd] and k, v [rows, kv·hd] of the context,
   // as the attention kernels read them.

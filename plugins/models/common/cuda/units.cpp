@@ -65,9 +65,6 @@ int64_t gather_input(const Unit& unit, int64_t width, const UnitInput& input, co
   return n;
 }
 
-// The mlp's units split as their twins do, in both modes.
-constexpr uint32_t kMlpSplits = TESSERA_UNIT_TENSOR_PARALLEL | TESSERA_UNIT_SEQUENCE_PARALLEL;
-
 struct DenseContext final : UnitContext {
   int64_t rows = -1;
   bool input_grad_done = false;
@@ -90,7 +87,7 @@ class CudaDense final : public TwinnedUnit {
  public:
   CudaDense(const tessera_host_api* host, std::unique_ptr<Unit> twin, int64_t in, int64_t out,
             UnitActivation act, bool gather_output)
-      : TwinnedUnit(host, std::move(twin), kMlpSplits),
+      : TwinnedUnit(host, std::move(twin)),
         in_(in),
         out_(out),
         act_(act_of(act)),
@@ -301,7 +298,7 @@ class CudaClassifier final : public TwinnedUnit {
  public:
   CudaClassifier(const tessera_host_api* host, std::unique_ptr<Unit> twin, int64_t in,
                  int64_t classes)
-      : TwinnedUnit(host, std::move(twin), kMlpSplits), in_(in), classes_(classes) {}
+      : TwinnedUnit(host, std::move(twin)), in_(in), classes_(classes) {}
 
   [[nodiscard]] std::unique_ptr<UnitContext> make_context() const override {
     return std::make_unique<HeadContext>();

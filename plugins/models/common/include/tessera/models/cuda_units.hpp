@@ -10,8 +10,7 @@
 // buffers are such (the host's mem_alloc on a CUDA run), and through
 // device copies where they are ordinary host memory. Every unit splits its
 // backward pass (TESSERA_UNIT_SPLIT_BACKWARD) and splits over a
-// tensor-parallel group as its twin does: the mlp's in tensor and sequence
-// mode, the transformer units in tensor mode only.
+// tensor-parallel group as its twin does, in tensor and sequence mode.
 #pragma once
 
 #include <cstdint>
