@@ -476,7 +476,8 @@ inline void allreduce_device(const TpGroup& tp, float* data, size_t count, Devic
 // gather_rows and scatter_rows_sum): `examples` groups of rows, each split
 // into size() slices of `rows` rows, `width` floats a row. What goes
 // through the group is managed memory (`send`, `recv`); the rows are
-// arranged on the device.
+// arranged on the device. Like the staging of host operands, these
+// buffers are not in a context's bytes() (not activations).
 struct RowExchange {
   DeviceArray send{true}, recv{true};
 };

@@ -49,7 +49,7 @@ struct EmbeddingContext final : UnitContext {
   DeviceArray x{true};
   RowExchange rows;
   [[nodiscard]] std::size_t bytes() const noexcept override {
-    return tokens.bytes() + x.bytes() + dx.bytes() + dy.bytes();
+    return tokens.bytes() + x.bytes() + dx.bytes() + dy.bytes() + lookup.bytes();
   }
 };
 
@@ -196,9 +196,10 @@ struct GptBlockContext final : UnitContext {
   [[nodiscard]] std::size_t bytes() const noexcept override {
     std::size_t total = 0;
     for (const DeviceArray* a :
-         {&x,     &h1,  &mean1, &rstd1, &qkv,   &attn,  &lse, &x2,  &h2,    &mean2,
-          &rstd2, &u,   &act,   &dy,    &dact,  &du,    &dh2, &dx2, &dattn, &delta,
-          &dqkv,  &dh1, &dln1g, &dln1b, &dln2g, &dln2b, &y,   &dx}) {
+         {&x,     &h1,    &mean1, &rstd1, &qkv,     &attn,     &lse,     &x2,
+          &h2,    &mean2, &rstd2, &u,     &act,     &dy,       &dact,    &du,
+          &dh2,   &dx2,   &dattn, &delta, &dqkv,    &dh1,      &dln1g,   &dln1b,
+          &dln2g, &dln2b, &y,     &dx,    &dy_rows, &dx2_rows, &partial, &norm_rows}) {
       total += a->bytes();
     }
     return total;
@@ -467,8 +468,9 @@ struct TokenHeadContext final : UnitContext {
   RowExchange exchange;
   [[nodiscard]] std::size_t bytes() const noexcept override {
     std::size_t total = 0;
-    for (const DeviceArray* a : {&x, &h, &mean, &rstd, &logits, &xent.probs, &targets,
-                                 &xent.row_loss, &dlogits, &dh, &dg, &db, &dx}) {
+    for (const DeviceArray* a :
+         {&x, &h, &mean, &rstd, &logits, &xent.probs, &targets, &xent.row_loss, &dlogits, &dh, &dg,
+          &db, &dx, &norm_rows, &partial}) {
       total += a->bytes();
     }
     return total;

@@ -64,9 +64,10 @@ struct LlamaBlockContext final : UnitContext {
   [[nodiscard]] std::size_t bytes() const noexcept override {
     std::size_t total = 0;
     for (const DeviceArray* a :
-         {&x,     &h1,    &rstd1, &q,   &k,  &v,    &attn,   &lse,    &x2,  &h2,
-          &rstd2, &gate,  &up,    &act, &dy, &dact, &dgate,  &dup,    &dh2, &dx2,
-          &dattn, &delta, &dq,    &dk,  &dv, &dh1,  &dnorm1, &dnorm2, &y,   &dx}) {
+         {&x,      &h1,    &rstd1, &q,       &k,        &v,       &attn,     &lse,   &x2,
+          &h2,     &rstd2, &gate,  &up,      &act,      &dy,      &dact,     &dgate, &dup,
+          &dh2,    &dx2,   &dattn, &delta,   &dq,       &dk,      &dv,       &dh1,   &dnorm1,
+          &dnorm2, &y,     &dx,    &dy_rows, &dx2_rows, &partial, &norm_rows}) {
       total += a->bytes();
     }
     return total;
