@@ -566,6 +566,15 @@ struct BlockRows {
   void to_whole(const float* rows, float* whole, std::string_view what) const {
     rows_to_whole_device(tp, rows, batch, local_seq, d, whole, exchange, l, what, unit);
   }
+  // A norm whose output feeds column-parallel products: norm(out) writes
+  // this rank's rows of it to `out`, which is `whole` itself when this rank
+  // holds every row, else `scratch`, gathered whole into `whole`.
+  template <typename Norm>
+  void norm_to_whole(DeviceArray& scratch, float* whole, std::string_view what, Norm&& norm) const {
+    float* out = tp.sequence() ? scratch.ensure(static_cast<size_t>(mine() * d), l, unit) : whole;
+    norm(out);
+    to_whole(out, whole, what);
+  }
   // y (this rank's rows) = in·w for a row-parallel w ([width, d], this
   // rank's rows) over the whole rows `in`. No bias.
   void row_parallel(const float* in, const float* w, int64_t width, float* y,

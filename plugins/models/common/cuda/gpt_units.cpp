@@ -256,8 +256,11 @@ class CudaGptBlock final : public TwinnedUnit {
     const Operands& p = c.params;
     const BlockRows rows = block_rows(tp, c, l);
     float* h1 = c.h1.ensure(un * d, l, name_);
-    layernorm_to_whole(rows, c, c.x.get(), p[kLn1G], p[kLn1B], h1, c.mean1.ensure(unl, l, name_),
-                       c.rstd1.ensure(unl, l, name_), "the first LayerNorm's output");
+    float* mean1 = c.mean1.ensure(unl, l, name_);
+    float* rstd1 = c.rstd1.ensure(unl, l, name_);
+    rows.norm_to_whole(c.norm_rows, h1, "the first LayerNorm's output", [&](float* out) {
+      layernorm_forward(c.x.get(), p[kLn1G], p[kLn1B], nl, d, out, mean1, rstd1, l.stream);
+    });
     float* qkv = c.qkv.ensure(un * 3 * s.dl, l, name_);
     gemm(l, false, false, n, 3 * s.dl, d, 1.0f, h1, d, p[kQkvW], 3 * s.dl, 0.0f, qkv, 3 * s.dl,
          name_);
@@ -271,8 +274,11 @@ class CudaGptBlock final : public TwinnedUnit {
     rows.row_parallel(attn, p[kAttnProjW], s.dl, x2, "the attention projection's output");
     bias_residual(x2, p[kAttnProjB], c.x.get(), nl, d, l.stream);
     float* h2 = c.h2.ensure(un * d, l, name_);
-    layernorm_to_whole(rows, c, x2, p[kLn2G], p[kLn2B], h2, c.mean2.ensure(unl, l, name_),
-                       c.rstd2.ensure(unl, l, name_), "the second LayerNorm's output");
+    float* mean2 = c.mean2.ensure(unl, l, name_);
+    float* rstd2 = c.rstd2.ensure(unl, l, name_);
+    rows.norm_to_whole(c.norm_rows, h2, "the second LayerNorm's output", [&](float* out) {
+      layernorm_forward(x2, p[kLn2G], p[kLn2B], nl, d, out, mean2, rstd2, l.stream);
+    });
     float* u = c.u.ensure(un * hid, l, name_);
     float* act = c.act.ensure(un * hid, l, name_);
     gemm(l, false, false, n, hid, d, 1.0f, h2, d, p[kFcW], hid, 0.0f, u, hid, name_);
@@ -402,18 +408,6 @@ class CudaGptBlock final : public TwinnedUnit {
   [[nodiscard]] BlockRows block_rows(const TpGroup& tp, GptBlockContext& c, Lane& l) const {
     return {tp, c.batch, c.seq, c.local_seq, d_, c.partial, c.rows, l, name_};
   }
-  // LayerNorm of this rank's rows `x` into the whole rows `whole` (mean
-  // and rstd: its rows'), through c.norm_rows and a gather under sequence
-  // parallelism.
-  void layernorm_to_whole(const BlockRows& rows, GptBlockContext& c, const float* x, const float* g,
-                          const float* b, float* whole, float* mean, float* rstd,
-                          std::string_view what) const {
-    float* out = rows.tp.sequence()
-                     ? c.norm_rows.ensure(static_cast<size_t>(rows.mine() * d_), rows.l, name_)
-                     : whole;
-    layernorm_forward(x, g, b, rows.mine(), d_, out, mean, rstd, rows.l.stream);
-    rows.to_whole(out, whole, what);
-  }
   // db += the column sums of dz [batch·seq, d]: every row in tensor mode,
   // this rank's positions of each example under sequence parallelism.
   void add_row_sums(const GptBlockContext& c, const float* dz, float* db, const Lane& l) const {
@@ -451,6 +445,7 @@ class CudaGptBlock final : public TwinnedUnit {
 struct TokenHeadContext final : UnitContext {
   int64_t rows = -1;  // all of them (the logits' rows)
   int64_t batch = 0;
+  int64_t seq = 0;
   int64_t local_seq = 0;  // positions of each example this rank's input holds
   bool input_grad_done = false;
   int32_t tp_size = 1;    // the forward's group size (backward's must match)
@@ -520,6 +515,7 @@ class CudaHead final : public TwinnedUnit {
     const auto unl = static_cast<size_t>(nl);
     c.rows = n;
     c.batch = input.batch->size;
+    c.seq = input.batch->seq_len;
     c.local_seq = local_seq;
     c.scale = input.loss_scale;
     c.input_grad_done = false;
@@ -531,16 +527,16 @@ class CudaHead final : public TwinnedUnit {
     c.params.bind(params, specs_, l, name_, group.size());
     const Operands& p = c.params;
     float* h = c.h.ensure(un * d_, l, name_);
-    float* h_rows = group.sequence() ? c.norm_rows.ensure(unl * d_, l, name_) : h;
     float* rstd = c.rstd.ensure(unl, l, name_);
-    if (norm_ == Norm::layer) {
-      layernorm_forward(c.x.get(), p[0], p[1], nl, d_, h_rows, c.mean.ensure(unl, l, name_), rstd,
-                        l.stream);
-    } else {
-      rmsnorm_forward(c.x.get(), p[0], nl, d_, eps_, h_rows, rstd, l.stream);
-    }
-    rows_to_whole_device(group, h_rows, c.batch, local_seq, d_, h, c.exchange, l,
-                         "the final norm's output", name_);
+    float* mean = norm_ == Norm::layer ? c.mean.ensure(unl, l, name_) : nullptr;
+    block_rows(group, c, l)
+        .norm_to_whole(c.norm_rows, h, "the final norm's output", [&](float* out) {
+          if (norm_ == Norm::layer) {
+            layernorm_forward(c.x.get(), p[0], p[1], nl, d_, out, mean, rstd, l.stream);
+          } else {
+            rmsnorm_forward(c.x.get(), p[0], nl, d_, eps_, out, rstd, l.stream);
+          }
+        });
     float* logits = c.logits.ensure(un * cols, l, name_);
     gemm(l, false, vocab_rows(), n, cols, d_, 1.0f, h, d_, p[w_], w_stride(cols), 0.0f, logits,
          cols, name_);
@@ -576,12 +572,12 @@ class CudaHead final : public TwinnedUnit {
     // dh = dlogits·w (gpt: logits = h·wᵀ) or dlogits·wᵀ (llama: logits =
     // h·w); each rank's columns of the logits give a part of it, summed
     // into this rank's rows.
+    const BlockRows rows = block_rows(group, c, l);
     float* dh = c.dh.ensure(unl * d_, l, name_);
-    float* partial = group.sequence() ? c.partial.ensure(un * d_, l, name_) : dh;
+    float* partial = rows.partial_for(dh);
     gemm(l, false, !vocab_rows(), n, d_, cols, 1.0f, dlogits, cols, p[w_], w_stride(cols), 0.0f,
          partial, d_, name_);
-    partial_to_rows_device(group, partial, c.batch, c.local_seq, d_, dh, c.exchange, l,
-                           "the head's input gradient", name_);
+    rows.sum_partial(partial, dh, "the head's input gradient");
     float* dx = c.dx.ensure(unl * d_, l, name_);
     float* dg = zeroed(c.dg, static_cast<size_t>(d_), l, name_);
     if (norm_ == Norm::layer) {
@@ -631,6 +627,9 @@ class CudaHead final : public TwinnedUnit {
     TpGroup tp = TpGroup::for_backward(c.tp(), host_.raw(), name_, c.tp_size, call);
     tp.require_sequence(c.rows != c.batch * c.local_seq, call);
     return tp;
+  }
+  [[nodiscard]] BlockRows block_rows(const TpGroup& group, TokenHeadContext& c, Lane& l) const {
+    return {group, c.batch, c.seq, c.local_seq, d_, c.partial, c.exchange, l, name_};
   }
   // gpt's w is [vocab, d], llama's [d, vocab]: a rank's shard of `cols`
   // of the vocabulary is [cols, d] or [d, cols].

@@ -137,8 +137,10 @@ class CudaLlamaBlock final : public TwinnedUnit {
     const BlockRows rows = block_rows(tp, c, l);
     // Attention: h1 = rmsnorm(x)·g1; q, k, v; RoPE on q and k.
     float* h1 = c.h1.ensure(un * d, l, name_);
-    norm_to_whole(rows, c, c.x.get(), p[kAttnNormG], h1, c.rstd1.ensure(unl, l, name_),
-                  "the attention norm's output");
+    float* rstd1 = c.rstd1.ensure(unl, l, name_);
+    rows.norm_to_whole(c.norm_rows, h1, "the attention norm's output", [&](float* out) {
+      rmsnorm_forward(c.x.get(), p[kAttnNormG], nl, d, eps_, out, rstd1, l.stream);
+    });
     float* q = c.q.ensure(un * dl, l, name_);
     float* k = c.k.ensure(un * kvd, l, name_);
     float* v = c.v.ensure(un * kvd, l, name_);
@@ -155,8 +157,10 @@ class CudaLlamaBlock final : public TwinnedUnit {
     bias_residual(x2, nullptr, c.x.get(), nl, d, l.stream);
     // y = x2 + (silu(h2·w_gate) ⊙ h2·w_up)·w_down, h2 = rmsnorm(x2)·g2.
     float* h2 = c.h2.ensure(un * d, l, name_);
-    norm_to_whole(rows, c, x2, p[kMlpNormG], h2, c.rstd2.ensure(unl, l, name_),
-                  "the MLP norm's output");
+    float* rstd2 = c.rstd2.ensure(unl, l, name_);
+    rows.norm_to_whole(c.norm_rows, h2, "the MLP norm's output", [&](float* out) {
+      rmsnorm_forward(x2, p[kMlpNormG], nl, d, eps_, out, rstd2, l.stream);
+    });
     float* gate = c.gate.ensure(un * ffn, l, name_);
     float* up = c.up.ensure(un * ffn, l, name_);
     float* act = c.act.ensure(un * ffn, l, name_);
@@ -318,16 +322,6 @@ class CudaLlamaBlock final : public TwinnedUnit {
   }
   [[nodiscard]] BlockRows block_rows(const TpGroup& tp, LlamaBlockContext& c, Lane& l) const {
     return {tp, c.batch, c.seq, c.local_seq, d_, c.partial, c.rows, l, name_};
-  }
-  // RMSNorm of this rank's rows `x` into the whole rows `whole` (rstd: its
-  // rows'), through c.norm_rows and a gather under sequence parallelism.
-  void norm_to_whole(const BlockRows& rows, LlamaBlockContext& c, const float* x, const float* g,
-                     float* whole, float* rstd, std::string_view what) const {
-    float* out = rows.tp.sequence()
-                     ? c.norm_rows.ensure(static_cast<size_t>(rows.mine() * d_), rows.l, name_)
-                     : whole;
-    rmsnorm_forward(x, g, rows.mine(), d_, eps_, out, rstd, rows.l.stream);
-    rows.to_whole(out, whole, what);
   }
   // This rank's q [rows, heads·hd] and k, v [rows, kv·hd] of the context,
   // as the attention kernels read them.
