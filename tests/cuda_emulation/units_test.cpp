@@ -7,6 +7,7 @@
 // which transposes and strides, which parameter, the residuals, the
 // staging of host buffers and the in-place path of managed ones) where
 // there is no GPU; the `gpu` tests check the same on a device.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -22,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda_host.hpp"
 #include "emulation.hpp"
 #include "gpt.hpp"
 #include "llama.hpp"
@@ -36,41 +38,6 @@ extern "C" const tessera::model::cuda::UnitFactory* TESSERA_CUDA_UNITS_ENTRY();
 
 namespace tessera::model {
 namespace {
-
-// A host table that runs its rank on emulated CUDA device 0 at the given
-// precision; its mem_alloc hands out (emulated) managed memory.
-class CudaHost {
- public:
-  explicit CudaHost(tessera_dtype precision = TESSERA_F32, bool tf32 = false)
-      : precision_(precision), tf32_(tf32) {
-    api_.struct_size = sizeof(api_);
-    api_.abi_major = TESSERA_ABI_MAJOR;
-    api_.abi_minor = TESSERA_ABI_MINOR;
-    api_.ctx = this;
-    api_.compute_device = [](void*, tessera_device* out) { *out = {TESSERA_DEVICE_CUDA, 0}; };
-    api_.mem_alloc = [](void*, uint64_t bytes) -> void* {
-      void* ptr = nullptr;
-      if (cudaMallocManaged(&ptr, bytes) != cudaSuccess) return nullptr;
-      std::memset(ptr, 0, bytes);
-      return ptr;
-    };
-    api_.mem_free = [](void*, void* ptr, uint64_t) { (void)cudaFree(ptr); };
-    api_.pointer_device = [](void*, const void* ptr, tessera_device* out) {
-      cudaPointerAttributes a;
-      (void)cudaPointerGetAttributes(&a, ptr);
-      *out = a.type == cudaMemoryTypeUnregistered ? tessera_device{TESSERA_DEVICE_CPU, 0}
-                                                  : tessera_device{TESSERA_DEVICE_CUDA, 0};
-    };
-    api_.compute_precision = [](void* ctx) { return static_cast<CudaHost*>(ctx)->precision_; };
-    api_.compute_tf32 = [](void* ctx) { return static_cast<CudaHost*>(ctx)->tf32_ ? 1 : 0; };
-  }
-  [[nodiscard]] const tessera_host_api* api() const noexcept { return &api_; }
-
- private:
-  tessera_host_api api_{};
-  tessera_dtype precision_;
-  bool tf32_;
-};
 
 using Units = std::vector<std::unique_ptr<Unit>>;
 
@@ -425,36 +392,98 @@ INSTANTIATE_TEST_SUITE_P(Buffers, CudaUnitsEmulated, ::testing::Values(false, tr
                            return p.param ? std::string("Managed") : std::string("Host");
                          });
 
+// The products' epilogues: gpt's fc with its bias and GELU and their
+// gradient, its q|k|v with the bias, the mlp's GELU layers (the one whose
+// width is a multiple of 8 fused, the other through the kernels) and its
+// head; and every model through cuBLAS and the kernels where cuBLASLt
+// finds no algorithm at all.
+TEST(CudaUnitsEmulatedEpilogues, FusedOrNotTheUnitsMatchTheirCpuUnits) {
+  on_a_fresh_lane([] {
+    const emu::BlockThreadLimit one_thread(1);
+    const CudaHost host;
+    const GptConfig gpt = small_gpt(1);
+    const MlpConfig mlp = small_mlp({20, 16});
+    const LlamaConfig llama = small_llama();
+    const Batch tokens = sequence_batch(2, 8, gpt.vocab, 8);
+    const Batch features = feature_batch(6, mlp.input, mlp.classes, 9);
+    const auto train_all = [&] {
+      expect_same_training(build_gpt_units(gpt),
+                           cuda_gpt_units(factory(), host.api(), gpt, build_gpt_units(gpt)),
+                           tokens.view, false, kTolerance);
+      expect_same_training(build_mlp_units(mlp),
+                           cuda_mlp_units(factory(), host.api(), mlp, build_mlp_units(mlp)),
+                           features.view, false, kTolerance);
+      expect_same_training(build_llama_units(llama),
+                           cuda_llama_units(factory(), host.api(), llama, build_llama_units(llama)),
+                           tokens.view, false, kTolerance);
+    };
+    const size_t gelu = emu::lt_matmuls(CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
+    const size_t dgelu = emu::lt_matmuls(CUBLASLT_EPILOGUE_DGELU);
+    const size_t bias = emu::lt_matmuls(CUBLASLT_EPILOGUE_BIAS);
+    const size_t refused = emu::lt_refusals();
+    train_all();
+    // gpt's fc and the mlp's second layer; gpt's MLP backward; gpt's q|k|v
+    // and two projections, and the mlp's head.
+    EXPECT_GE(emu::lt_matmuls(CUBLASLT_EPILOGUE_GELU_AUX_BIAS), gelu + 2);
+    EXPECT_GE(emu::lt_matmuls(CUBLASLT_EPILOGUE_DGELU), dgelu + 1);
+    EXPECT_GE(emu::lt_matmuls(CUBLASLT_EPILOGUE_BIAS), bias + 4);
+    EXPECT_GT(emu::lt_refusals(), refused);  // the mlp's 20-wide GELU layer
+    emu::lt_refuse_all(true);
+    const size_t sgemm = emu::sgemm_calls();
+    const size_t lt_gelu = emu::lt_matmuls(CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
+    train_all();
+    emu::lt_refuse_all(false);
+    EXPECT_GT(emu::sgemm_calls(), sgemm);
+    EXPECT_EQ(emu::lt_matmuls(CUBLASLT_EPILOGUE_GELU_AUX_BIAS), lt_gelu);
+  });
+}
+
 // bf16 and f16 products: every GEMM's inputs rounded to bfloat16 or
-// float16 (cublasGemmEx on 16BF or 16F), so the result is the f32 run's to
-// that precision (f16 has 3 more mantissa bits); TF32 is a math mode of
-// the same f32 products.
+// float16 (cuBLASLt on 16BF or 16F inputs), so the result is the f32 run's
+// to that precision (f16 has 3 more mantissa bits); TF32 is a compute type
+// of the same f32 products (and cuBLAS's math mode).
 TEST(CudaUnitsEmulatedPrecision, SixteenBitProductsAndTf32MathMode) {
   const LlamaConfig config = small_llama();
   const Batch batch = sequence_batch(2, 12, config.vocab, 10);
   const CudaHost bf16(TESSERA_BF16);
-  const std::size_t before = emu::gemm_ex_calls(CUDA_R_16BF);
+  const std::size_t before = emu::lt_inputs(CUDA_R_16BF);
   expect_same_training(build_llama_units(config),
                        cuda_llama_units(factory(), bf16.api(), config, build_llama_units(config)),
                        batch.view, false, 3e-2);
-  EXPECT_GT(emu::gemm_ex_calls(CUDA_R_16BF), before);
+  EXPECT_GT(emu::lt_inputs(CUDA_R_16BF), before);
+  EXPECT_EQ(emu::last_lt_compute(), CUBLAS_COMPUTE_32F);
   EXPECT_EQ(emu::last_math_mode(), CUBLAS_DEFAULT_MATH);
   const CudaHost f16(TESSERA_F16);
-  const std::size_t before_f16 = emu::gemm_ex_calls(CUDA_R_16F);
+  const std::size_t before_f16 = emu::lt_inputs(CUDA_R_16F);
   expect_same_training(build_llama_units(config),
                        cuda_llama_units(factory(), f16.api(), config, build_llama_units(config)),
                        batch.view, false, 1e-2);
-  EXPECT_GT(emu::gemm_ex_calls(CUDA_R_16F), before_f16);
+  EXPECT_GT(emu::lt_inputs(CUDA_R_16F), before_f16);
   const CudaHost tf32(TESSERA_F32, true);
   expect_same_training(build_llama_units(config),
                        cuda_llama_units(factory(), tf32.api(), config, build_llama_units(config)),
                        batch.view, false, kTolerance);
+  EXPECT_EQ(emu::last_lt_compute(), CUBLAS_COMPUTE_32F_FAST_TF32);
   EXPECT_EQ(emu::last_math_mode(), CUBLAS_TF32_TENSOR_OP_MATH);
   const CudaHost f32;
+  const std::size_t before_f32 = emu::lt_inputs(CUDA_R_32F);
   expect_same_training(build_llama_units(config),
                        cuda_llama_units(factory(), f32.api(), config, build_llama_units(config)),
                        batch.view, false, kTolerance);
+  EXPECT_GT(emu::lt_inputs(CUDA_R_32F), before_f32);
+  EXPECT_EQ(emu::last_lt_compute(), CUBLAS_COMPUTE_32F);
   EXPECT_EQ(emu::last_math_mode(), CUBLAS_PEDANTIC_MATH);
+  // Where cuBLASLt finds no algorithm the products go through cuBLAS, in
+  // 16 bits too.
+  emu::lt_refuse_all(true);
+  const std::size_t before_ex = emu::gemm_ex_calls(CUDA_R_16BF);
+  on_a_fresh_lane([&] {
+    expect_same_training(build_llama_units(config),
+                         cuda_llama_units(factory(), bf16.api(), config, build_llama_units(config)),
+                         batch.view, false, 3e-2);
+  });
+  emu::lt_refuse_all(false);
+  EXPECT_GT(emu::gemm_ex_calls(CUDA_R_16BF), before_ex);
 }
 
 // Split into its halves (as zero-bubble pipelines run it), a CUDA unit's
@@ -523,6 +552,9 @@ TEST(CudaUnitsEmulatedMemory, DroppedContextsReturnTheirDeviceMemory) {
   const Units cpu = build_llama_units(config);
   const Units cuda = cuda_llama_units(factory(), host.api(), config, build_llama_units(config));
   const Batch batch = sequence_batch(2, 12, config.vocab, 11);
+  // The lane's own memory (cuBLASLt's workspace) is made by its first
+  // product and kept: a first pass makes it.
+  expect_same_training(cpu, cuda, batch.view, false, kTolerance);
   const std::size_t device_before = emu::device_bytes_in_use();
   const std::size_t managed_before = emu::managed_bytes_in_use();
   expect_same_training(cpu, cuda, batch.view, false, kTolerance);

@@ -9,7 +9,11 @@
 struct cublasContext;
 using cublasHandle_t = cublasContext*;
 
-enum cublasStatus_t { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_INVALID_VALUE = 7 };
+enum cublasStatus_t {
+  CUBLAS_STATUS_SUCCESS = 0,
+  CUBLAS_STATUS_INVALID_VALUE = 7,
+  CUBLAS_STATUS_NOT_SUPPORTED = 15
+};
 enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
 enum cublasMath_t {
   CUBLAS_DEFAULT_MATH = 0,
@@ -17,7 +21,7 @@ enum cublasMath_t {
   CUBLAS_TF32_TENSOR_OP_MATH = 3
 };
 enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 };
-enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68 };
+enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_TF32 = 77 };
 enum cublasGemmAlgo_t { CUBLAS_GEMM_DEFAULT = -1 };
 
 cublasStatus_t cublasCreate(cublasHandle_t* handle);
@@ -41,4 +45,6 @@ namespace tessera::emu {
 // cublasGemmEx calls took inputs of `type` since the process started.
 cublasMath_t last_math_mode();
 size_t gemm_ex_calls(cudaDataType_t type);
+// How many cublasSgemm calls ran since the process started.
+size_t sgemm_calls();
 }  // namespace tessera::emu

@@ -16,37 +16,29 @@
 #include <utility>
 #include <vector>
 
+#include "cuda_check.hpp"
 #include "device_kernels.hpp"
+#include "matmul.hpp"
 #include "tessera/models/cuda_units.hpp"
 #include "tessera/models/tensor_parallel.hpp"
-#include "tessera/sdk/error.hpp"
 
 namespace tessera::model::cuda {
 
-inline void check(cudaError_t err, const std::string& unit, const char* call) {
-  if (err == cudaSuccess) return;
-  (void)cudaGetLastError();
-  throw Error(err == cudaErrorMemoryAllocation ? TESSERA_ERR_OUT_OF_MEMORY : TESSERA_ERR_INTERNAL,
-              ::tessera::detail::concat("unit '", unit, "': ", call, " failed: ",
-                                        cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
-}
-
-inline void check(cublasStatus_t status, const std::string& unit, const char* call) {
-  if (status == CUBLAS_STATUS_SUCCESS) return;
-  throw Error(TESSERA_ERR_INTERNAL,
-              ::tessera::detail::concat("unit '", unit, "': ", call,
-                                        " failed: ", cublasGetStatusString(status)));
-}
-
-// A stream and a cuBLAS handle on it, per thread and device, the run's
-// precision of matrix products, and scratch for their 16-bit inputs.
-// Device memory comes from the device's stream-ordered pool (the caching
-// allocator: see DeviceArray) where the device has one.
+// A stream, a cuBLAS handle on it and cuBLASLt's plans (with their
+// workspace), per thread and device, the run's precision of matrix
+// products, and scratch for their 16-bit inputs. Device memory comes from
+// the device's stream-ordered pool (the caching allocator: see
+// DeviceArray) where the device has one.
 struct Lane {
+  // cuBLASLt's workspace: what NVIDIA recommends for Hopper, enough for
+  // every algorithm of earlier devices too.
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
   int32_t device = 0;
   bool pooled = false;  // cudaMallocAsync from the device's default pool
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
+  Matmuls matmuls;
+  void* workspace = nullptr;  // kWorkspaceBytes, made at the first product
   tessera_dtype precision = TESSERA_F32;
   bool tf32 = false;  // f32 products on the TF32 tensor cores
   void* scratch = nullptr;
@@ -55,7 +47,9 @@ struct Lane {
   Lane(const Lane&) = delete;
   Lane& operator=(const Lane&) = delete;
   ~Lane() {
-    if (scratch != nullptr) pooled ? cudaFreeAsync(scratch, stream) : cudaFree(scratch);
+    for (void* ptr : {scratch, workspace}) {
+      if (ptr != nullptr) pooled ? cudaFreeAsync(ptr, stream) : cudaFree(ptr);
+    }
     if (blas != nullptr) cublasDestroy(blas);
     if (stream != nullptr) {
       cudaStreamSynchronize(stream);
@@ -113,6 +107,7 @@ inline Lane& lane(const sdk::Host& host, const std::string& unit) {
           "cudaStreamCreate");
     check(cublasCreate(&made->blas), unit, "cublasCreate");
     check(cublasSetStream(made->blas, made->stream), unit, "cublasSetStream");
+    made->matmuls.init(unit);
     slot = std::move(made);
     slot->precision = -1;  // the math mode is set below
   }
@@ -345,15 +340,25 @@ inline const int32_t* upload_ids(std::span<const int32_t> ids, int64_t bound, co
   return device;
 }
 
-// C[M,N] = alpha·op(A)·op(B) + beta·C, row-major, through cuBLAS's
-// column-major GEMM on the transposes. A and B are contiguous (their
-// leading dimension is their row length). Under bf16 (f16) precision both
-// are rounded to bfloat16 (float16) first and the product is accumulated in
-// f32 into the f32 C.
+// C[M,N] = alpha·op(A)·op(B) + beta·C, row-major, then `e` (see Epilogue
+// in matmul.hpp), through cuBLASLt's column-major product on the
+// transposes (Cᵀ = op(B)ᵀ·op(A)ᵀ), the epilogue fused into it. A and B are
+// contiguous (their leading dimension is their row length). Under bf16
+// (f16) precision both are rounded to bfloat16 (float16) first and the
+// product is accumulated in f32 into the f32 C. Where cuBLASLt has no
+// algorithm for it, the product goes through cuBLAS and the epilogue
+// through the units' kernels, which compute the same.
 inline void gemm(Lane& l, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                 int64_t ldc, const std::string& unit) {
+                 int64_t ldc, const std::string& unit, const Epilogue& e = {}) {
   if (m == 0 || n == 0) return;
+  TESSERA_CHECK((e.kind == Fused::none && e.residual == nullptr) || ldc == n, TESSERA_ERR_INTERNAL,
+                "unit '", unit, "': a fused epilogue needs a contiguous output");
+  TESSERA_CHECK(e.residual == nullptr || beta == 0.0f, TESSERA_ERR_INTERNAL, "unit '", unit,
+                "': a product with a residual cannot accumulate");
+  const void* a_in = a;
+  const void* b_in = b;
+  cudaDataType_t type = CUDA_R_32F;
   if (l.precision == TESSERA_BF16 || l.precision == TESSERA_F16) {
     const bool half = l.precision == TESSERA_F16;
     const int64_t a_count = (trans_a ? k : m) * lda;
@@ -366,20 +371,80 @@ inline void gemm(Lane& l, bool trans_a, bool trans_b, int64_t m, int64_t n, int6
     void* b16 = scratch + static_cast<size_t>(b_at) * kBf16Bytes;
     (half ? to_f16 : to_bf16)(a, a16, a_count, l.stream);
     (half ? to_f16 : to_bf16)(b, b16, b_count, l.stream);
-    const cudaDataType_t type = half ? CUDA_R_16F : CUDA_R_16BF;
-    check(cublasGemmEx(l.blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                       trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
-                       static_cast<int>(m), static_cast<int>(k), &alpha, b16, type,
-                       static_cast<int>(ldb), a16, type, static_cast<int>(lda), &beta, c,
-                       CUDA_R_32F, static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-          unit, "cublasGemmEx");
-    return;
+    a_in = a16;
+    b_in = b16;
+    type = half ? CUDA_R_16F : CUDA_R_16BF;
   }
-  check(
-      cublasSgemm(l.blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                  static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b,
-                  static_cast<int>(ldb), a, static_cast<int>(lda), &beta, c, static_cast<int>(ldc)),
-      unit, "cublasSgemm");
+  const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  LtProduct p;
+  p.op_a = op_a;
+  p.op_b = op_b;
+  p.m = n;
+  p.n = m;
+  p.k = k;
+  p.a = b_in;
+  p.lda = ldb;
+  p.b = a_in;
+  p.ldb = lda;
+  p.type = type;
+  p.compute = l.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  p.alpha = alpha;
+  p.beta = e.residual != nullptr ? 1.0f : beta;
+  p.c = e.residual != nullptr ? e.residual : c;
+  p.d = c;
+  p.ldd = ldc;
+  switch (e.kind) {
+    case Fused::none:
+      p.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+      break;
+    case Fused::bias:
+      p.epilogue = CUBLASLT_EPILOGUE_BIAS;
+      p.bias = e.bias;
+      break;
+    case Fused::gelu_bias:
+      p.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+      p.bias = e.bias;
+      break;
+    case Fused::dgelu:
+      p.epilogue = CUBLASLT_EPILOGUE_DGELU;
+      break;
+  }
+  if (e.kind == Fused::gelu_bias || e.kind == Fused::dgelu) {
+    p.aux = e.aux;
+    p.aux_ld = ldc;
+  }
+  if (l.workspace == nullptr) l.workspace = l.allocate(Lane::kWorkspaceBytes, unit);
+  if (l.matmuls.run(p, l.stream, l.workspace, Lane::kWorkspaceBytes, unit)) return;
+  // cuBLAS writes the product where the epilogue's kernel reads it: the
+  // GELU's input is `aux`.
+  float* out = e.kind == Fused::gelu_bias ? e.aux : c;
+  if (type == CUDA_R_32F) {
+    check(cublasSgemm(l.blas, op_a, op_b, static_cast<int>(n), static_cast<int>(m),
+                      static_cast<int>(k), &alpha, b, static_cast<int>(ldb), a,
+                      static_cast<int>(lda), &beta, out, static_cast<int>(ldc)),
+          unit, "cublasSgemm");
+  } else {
+    check(cublasGemmEx(l.blas, op_a, op_b, static_cast<int>(n), static_cast<int>(m),
+                       static_cast<int>(k), &alpha, b_in, type, static_cast<int>(ldb), a_in, type,
+                       static_cast<int>(lda), &beta, out, CUDA_R_32F, static_cast<int>(ldc),
+                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          unit, "cublasGemmEx");
+  }
+  switch (e.kind) {
+    case Fused::none:
+    case Fused::bias:
+      if (e.bias != nullptr || e.residual != nullptr) {
+        bias_residual(c, e.bias, e.residual, m, n, l.stream);
+      }
+      break;
+    case Fused::gelu_bias:
+      bias_activation(e.aux, e.bias, c, m, n, Act::gelu, l.stream);
+      break;
+    case Fused::dgelu:
+      activation_backward(e.aux, c, c, m * n, Act::gelu, l.stream);
+      break;
+  }
 }
 
 inline void finish_call(const Lane& l, const std::string& unit) {
@@ -575,13 +640,24 @@ struct BlockRows {
     norm(out);
     to_whole(out, whole, what);
   }
-  // y (this rank's rows) = in·w for a row-parallel w ([width, d], this
-  // rank's rows) over the whole rows `in`. No bias.
-  void row_parallel(const float* in, const float* w, int64_t width, float* y,
-                    std::string_view what) const {
+  // y (this rank's rows) = in·w + bias + residual for a row-parallel w
+  // ([width, d], this rank's rows) over the whole rows `in`; bias (d
+  // floats) and residual (this rank's rows of y's shape) may be null. The
+  // partial sums are summed before the bias and the residual are added;
+  // with the whole w, both are fused into the product.
+  void row_parallel(const float* in, const float* w, int64_t width, float* y, std::string_view what,
+                    const float* bias, const float* residual) const {
+    if (tp.size() <= 1) {
+      gemm(l, false, false, all(), d, width, 1.0f, in, width, w, d, 0.0f, y, d, unit,
+           {.kind = bias != nullptr ? Fused::bias : Fused::none,
+            .bias = bias,
+            .residual = residual});
+      return;
+    }
     float* z = partial_for(y);
     gemm(l, false, false, all(), d, width, 1.0f, in, width, w, d, 0.0f, z, d, unit);
     sum_partial(z, y, what);
+    bias_residual(y, bias, residual, mine(), d, l.stream);
   }
   // dh (this rank's rows) = dz·wᵀ for a column-parallel w ([d, width], this
   // rank's columns) over the whole rows.

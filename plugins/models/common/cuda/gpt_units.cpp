@@ -185,7 +185,7 @@ struct GptBlockContext final : UnitContext {
   DeviceArray x, h1, mean1, rstd1, qkv, attn, lse, x2, h2, mean2, rstd2, u, act;
   // Backward scratch, and what the input half keeps for the weight half
   // (dy, du, dx2, dqkv whole and the LayerNorms' parameter gradients).
-  DeviceArray dy, dact, du, dh2, dx2, dattn, delta, dqkv, dh1;
+  DeviceArray dy, du, dh2, dx2, dattn, delta, dqkv, dh1;
   DeviceArray dln1g, dln1b, dln2g, dln2b;
   // Sequence parallelism: this rank's rows of the output gradient and of
   // dx2, every row's partial sums before the reduce-scatter, and a
@@ -196,10 +196,10 @@ struct GptBlockContext final : UnitContext {
   [[nodiscard]] std::size_t bytes() const noexcept override {
     std::size_t total = 0;
     for (const DeviceArray* a :
-         {&x,     &h1,    &mean1, &rstd1, &qkv,     &attn,     &lse,     &x2,
-          &h2,    &mean2, &rstd2, &u,     &act,     &dy,       &dact,    &du,
-          &dh2,   &dx2,   &dattn, &delta, &dqkv,    &dh1,      &dln1g,   &dln1b,
-          &dln2g, &dln2b, &y,     &dx,    &dy_rows, &dx2_rows, &partial, &norm_rows}) {
+         {&x,     &h1,    &mean1, &rstd1,   &qkv,      &attn,    &lse,      &x2,
+          &h2,    &mean2, &rstd2, &u,       &act,      &dy,      &du,       &dh2,
+          &dx2,   &dattn, &delta, &dqkv,    &dh1,      &dln1g,   &dln1b,    &dln2g,
+          &dln2b, &y,     &dx,    &dy_rows, &dx2_rows, &partial, &norm_rows}) {
       total += a->bytes();
     }
     return total;
@@ -263,16 +263,15 @@ class CudaGptBlock final : public TwinnedUnit {
     });
     float* qkv = c.qkv.ensure(un * 3 * s.dl, l, name_);
     gemm(l, false, false, n, 3 * s.dl, d, 1.0f, h1, d, p[kQkvW], 3 * s.dl, 0.0f, qkv, 3 * s.dl,
-         name_);
-    bias_residual(qkv, p[kQkvB], nullptr, n, 3 * s.dl, l.stream);
+         name_, {.kind = Fused::bias, .bias = p[kQkvB]});
     float* attn = c.attn.ensure(un * s.dl, l, name_);
     attention_forward(attention(qkv, c.batch, c.seq, s), attn, c.lse.ensure(un * s.heads, l, name_),
                       l.stream);
     // The attention projection is row-parallel: partial sums, then the
     // bias and the residual on this rank's rows.
     float* x2 = c.x2.ensure(unl * d, l, name_);
-    rows.row_parallel(attn, p[kAttnProjW], s.dl, x2, "the attention projection's output");
-    bias_residual(x2, p[kAttnProjB], c.x.get(), nl, d, l.stream);
+    rows.row_parallel(attn, p[kAttnProjW], s.dl, x2, "the attention projection's output",
+                      p[kAttnProjB], c.x.get());
     float* h2 = c.h2.ensure(un * d, l, name_);
     float* mean2 = c.mean2.ensure(unl, l, name_);
     float* rstd2 = c.rstd2.ensure(unl, l, name_);
@@ -281,11 +280,11 @@ class CudaGptBlock final : public TwinnedUnit {
     });
     float* u = c.u.ensure(un * hid, l, name_);
     float* act = c.act.ensure(un * hid, l, name_);
-    gemm(l, false, false, n, hid, d, 1.0f, h2, d, p[kFcW], hid, 0.0f, u, hid, name_);
-    bias_activation(u, p[kFcB], act, n, hid, Act::gelu, l.stream);
+    // u = h2·fc_w + fc_b (kept for the GELU's gradient), act = gelu(u).
+    gemm(l, false, false, n, hid, d, 1.0f, h2, d, p[kFcW], hid, 0.0f, act, hid, name_,
+         {.kind = Fused::gelu_bias, .bias = p[kFcB], .aux = u});
     float* y = c.y.ensure(unl * d, l, name_);
-    rows.row_parallel(act, p[kProjW], hid, y, "the MLP's output");
-    bias_residual(y, p[kProjB], x2, nl, d, l.stream);
+    rows.row_parallel(act, p[kProjW], hid, y, "the MLP's output", p[kProjB], x2);
     finish_call(l, name_);
     return {y, nl, d};
   }
@@ -318,10 +317,10 @@ class CudaGptBlock final : public TwinnedUnit {
     c.params.bind(params, specs_, l, name_, tp.size());
     const Operands& p = c.params;
     // MLP: y = x2 + gelu(h2·fc_w + fc_b)·proj_w + proj_b.
-    float* dact = c.dact.ensure(un * hid, l, name_);
-    gemm(l, false, true, n, hid, d, 1.0f, dy, d, p[kProjW], d, 0.0f, dact, hid, name_);
+    // du = (dy·proj_wᵀ) ⊙ gelu'(u).
     float* du = c.du.ensure(un * hid, l, name_);
-    activation_backward(c.u.get(), dact, du, n * hid, Act::gelu, l.stream);
+    gemm(l, false, true, n, hid, d, 1.0f, dy, d, p[kProjW], d, 0.0f, du, hid, name_,
+         {.kind = Fused::dgelu, .aux = c.u.get()});
     // fc is column-parallel: each rank has its columns' part of ln2's
     // output gradient, summed to this rank's rows.
     float* dh2 = c.dh2.ensure(unl * d, l, name_);

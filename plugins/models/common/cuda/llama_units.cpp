@@ -153,8 +153,8 @@ class CudaLlamaBlock final : public TwinnedUnit {
     attention_forward(attention(c), attn, c.lse.ensure(un * s.heads, l, name_), l.stream);
     // x2 = x + attn·wo, wo row-parallel: partial sums first.
     float* x2 = c.x2.ensure(unl * d, l, name_);
-    rows.row_parallel(attn, p[kWo], dl, x2, "the attention projection's output");
-    bias_residual(x2, nullptr, c.x.get(), nl, d, l.stream);
+    rows.row_parallel(attn, p[kWo], dl, x2, "the attention projection's output", nullptr,
+                      c.x.get());
     // y = x2 + (silu(h2·w_gate) ⊙ h2·w_up)·w_down, h2 = rmsnorm(x2)·g2.
     float* h2 = c.h2.ensure(un * d, l, name_);
     float* rstd2 = c.rstd2.ensure(unl, l, name_);
@@ -168,8 +168,7 @@ class CudaLlamaBlock final : public TwinnedUnit {
     gemm(l, false, false, n, ffn, d, 1.0f, h2, d, p[kWUp], ffn, 0.0f, up, ffn, name_);
     swiglu_forward(gate, up, n * ffn, act, l.stream);
     float* y = c.y.ensure(unl * d, l, name_);
-    rows.row_parallel(act, p[kWDown], ffn, y, "the MLP's output");
-    bias_residual(y, nullptr, x2, nl, d, l.stream);
+    rows.row_parallel(act, p[kWDown], ffn, y, "the MLP's output", nullptr, x2);
     finish_call(l, name_);
     return {y, nl, d};
   }

@@ -49,6 +49,22 @@ ConstView product_input_gradient(const TpGroup& tp, bool summed, Lane& l, const 
   return {full, n, in};
 }
 
+// z = x·w + b [n, out] (x [n, in], w [in, out]; b may be null) and y =
+// act(z): a GELU fused into the product with its bias, which writes z for
+// the backward beside y; another activation applied to the biased product.
+void product_bias_activation(Lane& l, int64_t n, int64_t out, int64_t in, const float* x,
+                             const float* w, const float* b, float* z, float* y, Act act,
+                             const std::string& unit) {
+  if (act == Act::gelu && b != nullptr) {
+    gemm(l, false, false, n, out, in, 1.0f, x, in, w, out, 0.0f, y, out, unit,
+         {.kind = Fused::gelu_bias, .bias = b, .aux = z});
+    return;
+  }
+  gemm(l, false, false, n, out, in, 1.0f, x, in, w, out, 0.0f, z, out, unit,
+       {.kind = b != nullptr ? Fused::bias : Fused::none, .bias = b});
+  bias_activation(z, nullptr, y, n, out, act, l.stream);
+}
+
 // The whole input rows of a unit under sequence parallelism, where the
 // previous unit passed this rank's slice of the examples: gathered through
 // `recv` (managed) into `saved`. Returns the whole rows.
@@ -122,9 +138,8 @@ class CudaDense final : public TwinnedUnit {
     const auto count = static_cast<size_t>(n * out);
     float* z = ctx.z.ensure(count, l, name_);
     float* y = ctx.y.ensure(count, l, name_);
-    gemm(l, false, false, n, out, in_, 1.0f, ctx.x.get(), in_, ctx.params[0], out, 0.0f, z, out,
-         name_);
-    bias_activation(z, ctx.params[1], y, n, out, act_, l.stream);
+    product_bias_activation(l, n, out, in_, ctx.x.get(), ctx.params[0], ctx.params[1], z, y, act_,
+                            name_);
     finish_call(l, name_);
     if (!gather_output_ || !tp.active()) return {y, n, out};
     // Block k of the allgather is rank k's [n, out/p]: columns [k·out/p,
@@ -364,8 +379,8 @@ class CudaClassifier final : public TwinnedUnit {
     ctx.params.bind(params, specs_, l, name_, parts);
     float* logits = ctx.logits.ensure(static_cast<size_t>(n * c), l, name_);
     gemm(l, false, false, n, c, in_, 1.0f, ctx.x.get(), in_, ctx.params[0], c, 0.0f, logits, c,
-         name_);
-    bias_activation(logits, ctx.params[1], nullptr, n, c, Act::none, l.stream);
+         name_,
+         {.kind = ctx.params[1] != nullptr ? Fused::bias : Fused::none, .bias = ctx.params[1]});
     if (parallel) {
       parallel_cross_entropy(l, group, logits, targets, n, c, ctx.first_class, input.loss_scale,
                              ctx.xent, &ctx.loss, name_);
