@@ -562,6 +562,89 @@ TEST(CudaUnitsEmulatedMemory, DroppedContextsReturnTheirDeviceMemory) {
   EXPECT_EQ(emu::managed_bytes_in_use(), managed_before);
 }
 
+// Each unit's context bytes after a forward pass of `units` on `batch`.
+std::vector<std::size_t> bytes_after_forward(const Units& units, const BatchView& batch) {
+  const emu::BlockThreadLimit one_thread(1);
+  Buffers buffers(units, true);
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    units[u]->init(buffers.mutable_params(u), 77 + u);
+  }
+  std::vector<std::unique_ptr<UnitContext>> contexts;
+  std::vector<std::size_t> bytes;
+  ConstView x;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    contexts.push_back(units[u]->make_context());
+    UnitInput in;
+    in.batch = &batch;
+    in.x = x;
+    const std::vector<const float*> p = buffers.params(u);
+    x = units[u]->forward(*contexts[u], p, in);
+    bytes.push_back(contexts[u]->bytes());
+  }
+  return bytes;
+}
+
+// What a context keeps after the forward: the logits are given back once
+// the cross-entropy has its probabilities, and under bf16 (f16) the
+// activations the backward reads only as a product's input are kept in 16
+// bits, half the bytes: gpt's and llama's norm outputs and MLP activation,
+// the heads' norm output, the mlp's layer inputs.
+TEST(CudaUnitsEmulatedMemory, SixteenBitPrecisionKeepsTheProductsInputsInHalfTheBytes) {
+  const CudaHost f32;
+  const CudaHost bf16(TESSERA_BF16);
+  const CudaHost f16(TESSERA_F16);
+  const GptConfig gpt = small_gpt(1);
+  const int64_t examples = 2;
+  const Batch tokens = sequence_batch(examples, gpt.seq_len, gpt.vocab, 5);
+  const int64_t n = examples * gpt.seq_len;
+  const int64_t d = gpt.d_model;
+  const std::vector<std::size_t> whole = bytes_after_forward(
+      cuda_gpt_units(factory(), f32.api(), gpt, build_gpt_units(gpt)), tokens.view);
+  ASSERT_EQ(whole.size(), 3U);  // embedding, block, head
+  // The head: x and h [n, d], the LayerNorm's mean and rstd, the
+  // probabilities [n, vocab], the targets and the rows' losses (double);
+  // no logits.
+  const auto f = static_cast<std::size_t>(sizeof(float));
+  const auto un = static_cast<std::size_t>(n);
+  const auto ud = static_cast<std::size_t>(d);
+  EXPECT_EQ(whole[2], un * (2 * ud * f + 2 * f + static_cast<std::size_t>(gpt.vocab) * f + 4 + 8));
+  for (const CudaHost* half : {&bf16, &f16}) {
+    const std::vector<std::size_t> rounded = bytes_after_forward(
+        cuda_gpt_units(factory(), half->api(), gpt, build_gpt_units(gpt)), tokens.view);
+    EXPECT_EQ(rounded[0], whole[0]);
+    // h1, h2 [n, d] and the GELU's output [n, 4d]: 2 bytes each fewer.
+    EXPECT_EQ(whole[1] - rounded[1], un * (2 * ud + 4 * ud) * 2);
+    EXPECT_EQ(whole[2] - rounded[2], un * ud * 2);
+  }
+  const LlamaConfig llama = small_llama();
+  const Batch llama_tokens = sequence_batch(examples, llama.seq_len, llama.vocab, 6);
+  const auto ln = static_cast<std::size_t>(examples * llama.seq_len);
+  const std::vector<std::size_t> llama_f32 = bytes_after_forward(
+      cuda_llama_units(factory(), f32.api(), llama, build_llama_units(llama)), llama_tokens.view);
+  const std::vector<std::size_t> llama_bf16 = bytes_after_forward(
+      cuda_llama_units(factory(), bf16.api(), llama, build_llama_units(llama)), llama_tokens.view);
+  ASSERT_EQ(llama_f32.size(), 4U);  // embedding, two blocks, head
+  for (std::size_t b = 1; b <= 2; ++b) {
+    // h1, h2 [n, d] and SwiGLU's output [n, ffn].
+    EXPECT_EQ(
+        llama_f32[b] - llama_bf16[b],
+        ln * (2 * static_cast<std::size_t>(llama.d_model) + static_cast<std::size_t>(llama.ffn)) *
+            2);
+  }
+  EXPECT_EQ(llama_f32[3] - llama_bf16[3], ln * static_cast<std::size_t>(llama.d_model) * 2);
+  const MlpConfig mlp = small_mlp({20, 16});
+  const Batch features = feature_batch(6, mlp.input, mlp.classes, 7);
+  const std::vector<std::size_t> mlp_f32 = bytes_after_forward(
+      cuda_mlp_units(factory(), f32.api(), mlp, build_mlp_units(mlp)), features.view);
+  const std::vector<std::size_t> mlp_bf16 = bytes_after_forward(
+      cuda_mlp_units(factory(), bf16.api(), mlp, build_mlp_units(mlp)), features.view);
+  ASSERT_EQ(mlp_f32.size(), 3U);  // two layers and the head
+  const std::size_t inputs[] = {12, 20, 16};
+  for (std::size_t u = 0; u < 3; ++u) {
+    EXPECT_EQ(mlp_f32[u] - mlp_bf16[u], 6 * inputs[u] * 2) << "unit " << u;
+  }
+}
+
 // The mlp's CUDA units under tensor parallelism against its CPU units on
 // the same ranks: column and row layers, the last hidden layer gathering
 // its output (a column one), the head split by classes (6 over 2 and 3

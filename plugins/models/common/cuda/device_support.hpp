@@ -191,6 +191,18 @@ class DeviceArray {
     return static_cast<T*>(data_);
   }
   [[nodiscard]] size_t bytes() const noexcept { return bytes_; }
+  // Gives the memory back now (to the pool, after the work queued on the
+  // lane's stream): what a context need not keep between its calls.
+  void release(const Lane& l, const std::string& unit) {
+    if (data_ == nullptr) return;
+    if (pooled_) {
+      l.release(data_, unit);
+    } else {
+      check(cudaFree(data_), unit, "cudaFree");
+    }
+    data_ = nullptr;
+    bytes_ = 0;
+  }
 
  private:
   bool managed_;
@@ -198,6 +210,54 @@ class DeviceArray {
   int32_t device_ = 0;
   void* data_ = nullptr;
   size_t bytes_ = 0;
+};
+
+// An operand of a product (see gemm): f32, or already rounded to the
+// 16-bit type of the lane's precision (see KeptOperand).
+struct In {
+  const void* data = nullptr;
+  bool rounded = false;
+  // NOLINTNEXTLINE(google-explicit-constructor): an f32 array is an operand as it is
+  In(const float* f32) : data(f32) {}
+  In(const void* ptr, bool is_rounded) : data(ptr), rounded(is_rounded) {}
+};
+
+inline bool sixteen_bit(const Lane& l) noexcept {
+  return l.precision == TESSERA_BF16 || l.precision == TESSERA_F16;
+}
+
+// An activation the backward reads only as a product's operand (a norm's
+// output, a GELU's or SwiGLU's output, a dense layer's input). Under bf16
+// or f16 precision every product rounds it to 16 bits anyway, so it is kept
+// rounded, in half the bytes, and its f32 array goes back to the pool once
+// rounded (the result is the same bit for bit, and the products read it
+// without rounding it again); under f32 it is kept as it is.
+class KeptOperand {
+ public:
+  // Where the activation is written, f32, before keep().
+  DeviceArray& f32() noexcept { return full_; }
+  // The `count` floats written: under 16-bit precision rounded, the f32
+  // array released.
+  void keep(size_t count, const Lane& l, const std::string& unit) {
+    rounded_ = sixteen_bit(l);
+    if (!rounded_) {
+      half_.release(l, unit);
+      return;
+    }
+    void* half = half_.ensure<uint16_t>(count, l, unit);
+    (l.precision == TESSERA_F16 ? to_f16 : to_bf16)(full_.get(), half, static_cast<int64_t>(count),
+                                                    l.stream);
+    full_.release(l, unit);
+  }
+  [[nodiscard]] In operand() const noexcept {
+    return rounded_ ? In(half_.get<void>(), true) : In(full_.get());
+  }
+  [[nodiscard]] size_t bytes() const noexcept { return full_.bytes() + half_.bytes(); }
+
+ private:
+  DeviceArray full_;
+  DeviceArray half_;
+  bool rounded_ = false;
 };
 
 // Whether the device reads `ptr` in place (device or managed memory).
@@ -349,31 +409,40 @@ inline const int32_t* upload_ids(std::span<const int32_t> ids, int64_t bound, co
 // algorithm for it, the product goes through cuBLAS and the epilogue
 // through the units' kernels, which compute the same.
 inline void gemm(Lane& l, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                 int64_t ldc, const std::string& unit, const Epilogue& e = {}) {
+                 In a, int64_t lda, In b, int64_t ldb, float beta, float* c, int64_t ldc,
+                 const std::string& unit, const Epilogue& e = {}) {
   if (m == 0 || n == 0) return;
   TESSERA_CHECK((e.kind == Fused::none && e.residual == nullptr) || ldc == n, TESSERA_ERR_INTERNAL,
                 "unit '", unit, "': a fused epilogue needs a contiguous output");
   TESSERA_CHECK(e.residual == nullptr || beta == 0.0f, TESSERA_ERR_INTERNAL, "unit '", unit,
                 "': a product with a residual cannot accumulate");
-  const void* a_in = a;
-  const void* b_in = b;
+  const void* a_in = a.data;
+  const void* b_in = b.data;
   cudaDataType_t type = CUDA_R_32F;
-  if (l.precision == TESSERA_BF16 || l.precision == TESSERA_F16) {
+  if (sixteen_bit(l)) {
+    // The operands not rounded yet, rounded into the lane's scratch.
     const bool half = l.precision == TESSERA_F16;
-    const int64_t a_count = (trans_a ? k : m) * lda;
-    const int64_t b_count = (trans_b ? n : k) * ldb;
+    const int64_t a_count = a.rounded ? 0 : (trans_a ? k : m) * lda;
+    const int64_t b_count = b.rounded ? 0 : (trans_b ? n : k) * ldb;
     constexpr int64_t kAlign = 128;  // elements: 256 bytes between the two inputs
     const int64_t b_at = (a_count + kAlign - 1) / kAlign * kAlign;
-    auto* scratch = static_cast<char*>(
-        l.ensure_scratch(static_cast<size_t>(b_at + b_count) * kBf16Bytes, unit));
-    void* a16 = scratch;
-    void* b16 = scratch + static_cast<size_t>(b_at) * kBf16Bytes;
-    (half ? to_f16 : to_bf16)(a, a16, a_count, l.stream);
-    (half ? to_f16 : to_bf16)(b, b16, b_count, l.stream);
-    a_in = a16;
-    b_in = b16;
+    if (a_count + b_count > 0) {
+      auto* scratch = static_cast<char*>(
+          l.ensure_scratch(static_cast<size_t>(b_at + b_count) * kBf16Bytes, unit));
+      if (a_count > 0) {
+        (half ? to_f16 : to_bf16)(static_cast<const float*>(a.data), scratch, a_count, l.stream);
+        a_in = scratch;
+      }
+      if (b_count > 0) {
+        void* b16 = scratch + static_cast<size_t>(b_at) * kBf16Bytes;
+        (half ? to_f16 : to_bf16)(static_cast<const float*>(b.data), b16, b_count, l.stream);
+        b_in = b16;
+      }
+    }
     type = half ? CUDA_R_16F : CUDA_R_16BF;
+  } else {
+    TESSERA_CHECK(!a.rounded && !b.rounded, TESSERA_ERR_INTERNAL, "unit '", unit,
+                  "': a 16-bit operand of an f32 product");
   }
   const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -421,8 +490,9 @@ inline void gemm(Lane& l, bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   float* out = e.kind == Fused::gelu_bias ? e.aux : c;
   if (type == CUDA_R_32F) {
     check(cublasSgemm(l.blas, op_a, op_b, static_cast<int>(n), static_cast<int>(m),
-                      static_cast<int>(k), &alpha, b, static_cast<int>(ldb), a,
-                      static_cast<int>(lda), &beta, out, static_cast<int>(ldc)),
+                      static_cast<int>(k), &alpha, static_cast<const float*>(b_in),
+                      static_cast<int>(ldb), static_cast<const float*>(a_in), static_cast<int>(lda),
+                      &beta, out, static_cast<int>(ldc)),
           unit, "cublasSgemm");
   } else {
     check(cublasGemmEx(l.blas, op_a, op_b, static_cast<int>(n), static_cast<int>(m),
@@ -645,7 +715,7 @@ struct BlockRows {
   // floats) and residual (this rank's rows of y's shape) may be null. The
   // partial sums are summed before the bias and the residual are added;
   // with the whole w, both are fused into the product.
-  void row_parallel(const float* in, const float* w, int64_t width, float* y, std::string_view what,
+  void row_parallel(In in, const float* w, int64_t width, float* y, std::string_view what,
                     const float* bias, const float* residual) const {
     if (tp.size() <= 1) {
       gemm(l, false, false, all(), d, width, 1.0f, in, width, w, d, 0.0f, y, d, unit,

@@ -182,7 +182,8 @@ struct GptBlockContext final : UnitContext {
   // Kept from forward for backward. Under sequence parallelism x, the
   // LayerNorms' statistics and x2 cover this rank's rows only (y too); h1
   // and h2 are whole.
-  DeviceArray x, h1, mean1, rstd1, qkv, attn, lse, x2, h2, mean2, rstd2, u, act;
+  DeviceArray x, mean1, rstd1, qkv, attn, lse, x2, mean2, rstd2, u;
+  KeptOperand h1, h2, act;  // the products' inputs alone (16-bit under bf16 or f16)
   // Backward scratch, and what the input half keeps for the weight half
   // (dy, du, dx2, dqkv whole and the LayerNorms' parameter gradients).
   DeviceArray dy, du, dh2, dx2, dattn, delta, dqkv, dh1;
@@ -194,12 +195,11 @@ struct GptBlockContext final : UnitContext {
   DeviceArray y{true}, dx{true};
   RowExchange rows;
   [[nodiscard]] std::size_t bytes() const noexcept override {
-    std::size_t total = 0;
+    std::size_t total = h1.bytes() + h2.bytes() + act.bytes();
     for (const DeviceArray* a :
-         {&x,     &h1,    &mean1, &rstd1,   &qkv,      &attn,    &lse,      &x2,
-          &h2,    &mean2, &rstd2, &u,       &act,      &dy,      &du,       &dh2,
-          &dx2,   &dattn, &delta, &dqkv,    &dh1,      &dln1g,   &dln1b,    &dln2g,
-          &dln2b, &y,     &dx,    &dy_rows, &dx2_rows, &partial, &norm_rows}) {
+         {&x,     &mean1, &rstd1, &qkv, &attn,    &lse,      &x2,      &mean2,    &rstd2, &u,
+          &dy,    &du,    &dh2,   &dx2, &dattn,   &delta,    &dqkv,    &dh1,      &dln1g, &dln1b,
+          &dln2g, &dln2b, &y,     &dx,  &dy_rows, &dx2_rows, &partial, &norm_rows}) {
       total += a->bytes();
     }
     return total;
@@ -255,15 +255,16 @@ class CudaGptBlock final : public TwinnedUnit {
     c.params.bind(params, specs_, l, name_, tp.size());
     const Operands& p = c.params;
     const BlockRows rows = block_rows(tp, c, l);
-    float* h1 = c.h1.ensure(un * d, l, name_);
+    float* h1 = c.h1.f32().ensure(un * d, l, name_);
     float* mean1 = c.mean1.ensure(unl, l, name_);
     float* rstd1 = c.rstd1.ensure(unl, l, name_);
     rows.norm_to_whole(c.norm_rows, h1, "the first LayerNorm's output", [&](float* out) {
       layernorm_forward(c.x.get(), p[kLn1G], p[kLn1B], nl, d, out, mean1, rstd1, l.stream);
     });
     float* qkv = c.qkv.ensure(un * 3 * s.dl, l, name_);
-    gemm(l, false, false, n, 3 * s.dl, d, 1.0f, h1, d, p[kQkvW], 3 * s.dl, 0.0f, qkv, 3 * s.dl,
-         name_, {.kind = Fused::bias, .bias = p[kQkvB]});
+    c.h1.keep(un * d, l, name_);
+    gemm(l, false, false, n, 3 * s.dl, d, 1.0f, c.h1.operand(), d, p[kQkvW], 3 * s.dl, 0.0f, qkv,
+         3 * s.dl, name_, {.kind = Fused::bias, .bias = p[kQkvB]});
     float* attn = c.attn.ensure(un * s.dl, l, name_);
     attention_forward(attention(qkv, c.batch, c.seq, s), attn, c.lse.ensure(un * s.heads, l, name_),
                       l.stream);
@@ -272,19 +273,21 @@ class CudaGptBlock final : public TwinnedUnit {
     float* x2 = c.x2.ensure(unl * d, l, name_);
     rows.row_parallel(attn, p[kAttnProjW], s.dl, x2, "the attention projection's output",
                       p[kAttnProjB], c.x.get());
-    float* h2 = c.h2.ensure(un * d, l, name_);
+    float* h2 = c.h2.f32().ensure(un * d, l, name_);
     float* mean2 = c.mean2.ensure(unl, l, name_);
     float* rstd2 = c.rstd2.ensure(unl, l, name_);
     rows.norm_to_whole(c.norm_rows, h2, "the second LayerNorm's output", [&](float* out) {
       layernorm_forward(x2, p[kLn2G], p[kLn2B], nl, d, out, mean2, rstd2, l.stream);
     });
     float* u = c.u.ensure(un * hid, l, name_);
-    float* act = c.act.ensure(un * hid, l, name_);
+    float* act = c.act.f32().ensure(un * hid, l, name_);
     // u = h2·fc_w + fc_b (kept for the GELU's gradient), act = gelu(u).
-    gemm(l, false, false, n, hid, d, 1.0f, h2, d, p[kFcW], hid, 0.0f, act, hid, name_,
+    c.h2.keep(un * d, l, name_);
+    gemm(l, false, false, n, hid, d, 1.0f, c.h2.operand(), d, p[kFcW], hid, 0.0f, act, hid, name_,
          {.kind = Fused::gelu_bias, .bias = p[kFcB], .aux = u});
+    c.act.keep(un * hid, l, name_);
     float* y = c.y.ensure(unl * d, l, name_);
-    rows.row_parallel(act, p[kProjW], hid, y, "the MLP's output", p[kProjB], x2);
+    rows.row_parallel(c.act.operand(), p[kProjW], hid, y, "the MLP's output", p[kProjB], x2);
     finish_call(l, name_);
     return {y, nl, d};
   }
@@ -374,10 +377,10 @@ class CudaGptBlock final : public TwinnedUnit {
     Lane& l = lane(host_, name_);
     c.grads.bind(grads, specs_, l, name_, c.tp_size);
     const GradTargets& g = c.grads;
-    gemm(l, true, false, hid, d, n, 1.0f, c.act.get(), hid, c.dy.get(), d, 1.0f, g[kProjW], d,
+    gemm(l, true, false, hid, d, n, 1.0f, c.act.operand(), hid, c.dy.get(), d, 1.0f, g[kProjW], d,
          name_);
     add_row_sums(c, c.dy.get(), g[kProjB], l);
-    gemm(l, true, false, d, hid, n, 1.0f, c.h2.get(), d, c.du.get(), hid, 1.0f, g[kFcW], hid,
+    gemm(l, true, false, d, hid, n, 1.0f, c.h2.operand(), d, c.du.get(), hid, 1.0f, g[kFcW], hid,
          name_);
     column_sum_add(c.du.get(), n, hid, g[kFcB], l.stream);
     add_into(g[kLn2G], c.dln2g.get(), d, l.stream);
@@ -385,7 +388,7 @@ class CudaGptBlock final : public TwinnedUnit {
     gemm(l, true, false, s.dl, d, n, 1.0f, c.attn.get(), s.dl, c.dx2.get(), d, 1.0f, g[kAttnProjW],
          d, name_);
     add_row_sums(c, c.dx2.get(), g[kAttnProjB], l);
-    gemm(l, true, false, d, 3 * s.dl, n, 1.0f, c.h1.get(), d, c.dqkv.get(), 3 * s.dl, 1.0f,
+    gemm(l, true, false, d, 3 * s.dl, n, 1.0f, c.h1.operand(), d, c.dqkv.get(), 3 * s.dl, 1.0f,
          g[kQkvW], 3 * s.dl, name_);
     column_sum_add(c.dqkv.get(), n, 3 * s.dl, g[kQkvB], l.stream);
     add_into(g[kLn1G], c.dln1g.get(), d, l.stream);
@@ -455,16 +458,17 @@ struct TokenHeadContext final : UnitContext {
   GradTargets grads;
   // Under sequence parallelism x, the norm's statistics and dh (and dx)
   // cover this rank's rows; h, the logits and their gradient all rows.
-  DeviceArray x, h, mean, rstd, logits, targets, dlogits, dh, norm_rows, partial;
+  // The logits are given back once the cross-entropy has its probabilities.
+  DeviceArray x, mean, rstd, logits, targets, dlogits, dh, norm_rows, partial;
+  KeptOperand h;       // the product's input alone (16-bit under bf16 or f16)
   DeviceArray dg, db;  // the norm's parameter gradients, kept for the weight half
   CrossEntropyArrays xent;
   DeviceArray dx{true};
   RowExchange exchange;
   [[nodiscard]] std::size_t bytes() const noexcept override {
-    std::size_t total = 0;
-    for (const DeviceArray* a :
-         {&x, &h, &mean, &rstd, &logits, &xent.probs, &targets, &xent.row_loss, &dlogits, &dh, &dg,
-          &db, &dx, &norm_rows, &partial}) {
+    std::size_t total = h.bytes();
+    for (const DeviceArray* a : {&x, &mean, &rstd, &logits, &xent.probs, &targets, &xent.row_loss,
+                                 &dlogits, &dh, &dg, &db, &dx, &norm_rows, &partial}) {
       total += a->bytes();
     }
     return total;
@@ -525,7 +529,7 @@ class CudaHead final : public TwinnedUnit {
         upload_ids(input.batch->targets, vocab_, "target", "at position", c.targets, l, name_);
     c.params.bind(params, specs_, l, name_, group.size());
     const Operands& p = c.params;
-    float* h = c.h.ensure(un * d_, l, name_);
+    float* h = c.h.f32().ensure(un * d_, l, name_);
     float* rstd = c.rstd.ensure(unl, l, name_);
     float* mean = norm_ == Norm::layer ? c.mean.ensure(unl, l, name_) : nullptr;
     block_rows(group, c, l)
@@ -537,14 +541,16 @@ class CudaHead final : public TwinnedUnit {
           }
         });
     float* logits = c.logits.ensure(un * cols, l, name_);
-    gemm(l, false, vocab_rows(), n, cols, d_, 1.0f, h, d_, p[w_], w_stride(cols), 0.0f, logits,
-         cols, name_);
+    c.h.keep(un * d_, l, name_);
+    gemm(l, false, vocab_rows(), n, cols, d_, 1.0f, c.h.operand(), d_, p[w_], w_stride(cols), 0.0f,
+         logits, cols, name_);
     if (group.active()) {
       parallel_cross_entropy(l, group, logits, targets, n, cols, c.held.lo, input.loss_scale,
                              c.xent, &c.loss, name_);
     } else {
       cross_entropy(l, logits, targets, n, cols, input.loss_scale, c.xent, &c.loss, name_);
     }
+    c.logits.release(l, name_);
     finish_call(l, name_);
     return {&c.loss, 1, 1};
   }
@@ -607,11 +613,11 @@ class CudaHead final : public TwinnedUnit {
     const GradTargets& g = c.grads;
     if (vocab_rows()) {
       // logits = h·wᵀ: dw += dlogitsᵀ·h.
-      gemm(l, true, false, cols, d_, n, 1.0f, c.dlogits.get(), cols, c.h.get(), d_, 1.0f, g[w_], d_,
-           name_);
+      gemm(l, true, false, cols, d_, n, 1.0f, c.dlogits.get(), cols, c.h.operand(), d_, 1.0f, g[w_],
+           d_, name_);
     } else {
       // logits = h·w: dw += hᵀ·dlogits.
-      gemm(l, true, false, d_, cols, n, 1.0f, c.h.get(), d_, c.dlogits.get(), cols, 1.0f, g[w_],
+      gemm(l, true, false, d_, cols, n, 1.0f, c.h.operand(), d_, c.dlogits.get(), cols, 1.0f, g[w_],
            cols, name_);
     }
     add_into(g[0], c.dg.get(), d_, l.stream);

@@ -50,7 +50,8 @@ struct LlamaBlockContext final : UnitContext {
   // The rotation tables [seq_len, head_dim / 2], uploaded by the first forward.
   DeviceArray cos, sin;
   // Kept from forward for backward (q and k after the rotation).
-  DeviceArray x, h1, rstd1, q, k, v, attn, lse, x2, h2, rstd2, gate, up, act;
+  DeviceArray x, rstd1, q, k, v, attn, lse, x2, rstd2, gate, up;
+  KeptOperand h1, h2, act;  // the products' inputs alone (16-bit under bf16 or f16)
   // Backward scratch, and what the input half keeps for the weight half
   // (dy, dgate, dup, dx2, dq, dk, dv and the RMSNorms' gain gradients).
   DeviceArray dy, dact, dgate, dup, dh2, dx2, dattn, delta, dq, dk, dv, dh1;
@@ -62,12 +63,11 @@ struct LlamaBlockContext final : UnitContext {
   DeviceArray y{true}, dx{true};
   RowExchange rows;
   [[nodiscard]] std::size_t bytes() const noexcept override {
-    std::size_t total = 0;
+    std::size_t total = h1.bytes() + h2.bytes() + act.bytes();
     for (const DeviceArray* a :
-         {&x,      &h1,    &rstd1, &q,       &k,        &v,       &attn,     &lse,   &x2,
-          &h2,     &rstd2, &gate,  &up,      &act,      &dy,      &dact,     &dgate, &dup,
-          &dh2,    &dx2,   &dattn, &delta,   &dq,       &dk,      &dv,       &dh1,   &dnorm1,
-          &dnorm2, &y,     &dx,    &dy_rows, &dx2_rows, &partial, &norm_rows}) {
+         {&x,   &rstd1,  &q,      &k,   &v,   &attn,    &lse,      &x2,      &rstd2,    &gate, &up,
+          &dy,  &dact,   &dgate,  &dup, &dh2, &dx2,     &dattn,    &delta,   &dq,       &dk,   &dv,
+          &dh1, &dnorm1, &dnorm2, &y,   &dx,  &dy_rows, &dx2_rows, &partial, &norm_rows}) {
       total += a->bytes();
     }
     return total;
@@ -136,7 +136,7 @@ class CudaLlamaBlock final : public TwinnedUnit {
     const Operands& p = c.params;
     const BlockRows rows = block_rows(tp, c, l);
     // Attention: h1 = rmsnorm(x)·g1; q, k, v; RoPE on q and k.
-    float* h1 = c.h1.ensure(un * d, l, name_);
+    float* h1 = c.h1.f32().ensure(un * d, l, name_);
     float* rstd1 = c.rstd1.ensure(unl, l, name_);
     rows.norm_to_whole(c.norm_rows, h1, "the attention norm's output", [&](float* out) {
       rmsnorm_forward(c.x.get(), p[kAttnNormG], nl, d, eps_, out, rstd1, l.stream);
@@ -144,9 +144,11 @@ class CudaLlamaBlock final : public TwinnedUnit {
     float* q = c.q.ensure(un * dl, l, name_);
     float* k = c.k.ensure(un * kvd, l, name_);
     float* v = c.v.ensure(un * kvd, l, name_);
-    gemm(l, false, false, n, dl, d, 1.0f, h1, d, p[kWq], dl, 0.0f, q, dl, name_);
-    gemm(l, false, false, n, kvd, d, 1.0f, h1, d, p[kWk], kvd, 0.0f, k, kvd, name_);
-    gemm(l, false, false, n, kvd, d, 1.0f, h1, d, p[kWv], kvd, 0.0f, v, kvd, name_);
+    c.h1.keep(un * d, l, name_);
+    const In h1_in = c.h1.operand();
+    gemm(l, false, false, n, dl, d, 1.0f, h1_in, d, p[kWq], dl, 0.0f, q, dl, name_);
+    gemm(l, false, false, n, kvd, d, 1.0f, h1_in, d, p[kWk], kvd, 0.0f, k, kvd, name_);
+    gemm(l, false, false, n, kvd, d, 1.0f, h1_in, d, p[kWv], kvd, 0.0f, v, kvd, name_);
     rope_apply(q, n, c.seq, s.heads, hd_, c.cos.get(), c.sin.get(), false, l.stream);
     rope_apply(k, n, c.seq, s.kv, hd_, c.cos.get(), c.sin.get(), false, l.stream);
     float* attn = c.attn.ensure(un * dl, l, name_);
@@ -156,19 +158,22 @@ class CudaLlamaBlock final : public TwinnedUnit {
     rows.row_parallel(attn, p[kWo], dl, x2, "the attention projection's output", nullptr,
                       c.x.get());
     // y = x2 + (silu(h2·w_gate) ⊙ h2·w_up)·w_down, h2 = rmsnorm(x2)·g2.
-    float* h2 = c.h2.ensure(un * d, l, name_);
+    float* h2 = c.h2.f32().ensure(un * d, l, name_);
     float* rstd2 = c.rstd2.ensure(unl, l, name_);
     rows.norm_to_whole(c.norm_rows, h2, "the MLP norm's output", [&](float* out) {
       rmsnorm_forward(x2, p[kMlpNormG], nl, d, eps_, out, rstd2, l.stream);
     });
     float* gate = c.gate.ensure(un * ffn, l, name_);
     float* up = c.up.ensure(un * ffn, l, name_);
-    float* act = c.act.ensure(un * ffn, l, name_);
-    gemm(l, false, false, n, ffn, d, 1.0f, h2, d, p[kWGate], ffn, 0.0f, gate, ffn, name_);
-    gemm(l, false, false, n, ffn, d, 1.0f, h2, d, p[kWUp], ffn, 0.0f, up, ffn, name_);
+    c.h2.keep(un * d, l, name_);
+    const In h2_in = c.h2.operand();
+    float* act = c.act.f32().ensure(un * ffn, l, name_);
+    gemm(l, false, false, n, ffn, d, 1.0f, h2_in, d, p[kWGate], ffn, 0.0f, gate, ffn, name_);
+    gemm(l, false, false, n, ffn, d, 1.0f, h2_in, d, p[kWUp], ffn, 0.0f, up, ffn, name_);
     swiglu_forward(gate, up, n * ffn, act, l.stream);
+    c.act.keep(un * ffn, l, name_);
     float* y = c.y.ensure(unl * d, l, name_);
-    rows.row_parallel(act, p[kWDown], ffn, y, "the MLP's output", nullptr, x2);
+    rows.row_parallel(c.act.operand(), p[kWDown], ffn, y, "the MLP's output", nullptr, x2);
     finish_call(l, name_);
     return {y, nl, d};
   }
@@ -277,17 +282,20 @@ class CudaLlamaBlock final : public TwinnedUnit {
     Lane& l = lane(host_, name_);
     c.grads.bind(grads, specs_, l, name_, c.tp_size);
     const GradTargets& g = c.grads;
-    gemm(l, true, false, ffn, d, n, 1.0f, c.act.get(), ffn, c.dy.get(), d, 1.0f, g[kWDown], d,
+    gemm(l, true, false, ffn, d, n, 1.0f, c.act.operand(), ffn, c.dy.get(), d, 1.0f, g[kWDown], d,
          name_);
-    gemm(l, true, false, d, ffn, n, 1.0f, c.h2.get(), d, c.dgate.get(), ffn, 1.0f, g[kWGate], ffn,
-         name_);
-    gemm(l, true, false, d, ffn, n, 1.0f, c.h2.get(), d, c.dup.get(), ffn, 1.0f, g[kWUp], ffn,
+    gemm(l, true, false, d, ffn, n, 1.0f, c.h2.operand(), d, c.dgate.get(), ffn, 1.0f, g[kWGate],
+         ffn, name_);
+    gemm(l, true, false, d, ffn, n, 1.0f, c.h2.operand(), d, c.dup.get(), ffn, 1.0f, g[kWUp], ffn,
          name_);
     add_into(g[kMlpNormG], c.dnorm2.get(), d, l.stream);
     gemm(l, true, false, dl, d, n, 1.0f, c.attn.get(), dl, c.dx2.get(), d, 1.0f, g[kWo], d, name_);
-    gemm(l, true, false, d, dl, n, 1.0f, c.h1.get(), d, c.dq.get(), dl, 1.0f, g[kWq], dl, name_);
-    gemm(l, true, false, d, kvd, n, 1.0f, c.h1.get(), d, c.dk.get(), kvd, 1.0f, g[kWk], kvd, name_);
-    gemm(l, true, false, d, kvd, n, 1.0f, c.h1.get(), d, c.dv.get(), kvd, 1.0f, g[kWv], kvd, name_);
+    gemm(l, true, false, d, dl, n, 1.0f, c.h1.operand(), d, c.dq.get(), dl, 1.0f, g[kWq], dl,
+         name_);
+    gemm(l, true, false, d, kvd, n, 1.0f, c.h1.operand(), d, c.dk.get(), kvd, 1.0f, g[kWk], kvd,
+         name_);
+    gemm(l, true, false, d, kvd, n, 1.0f, c.h1.operand(), d, c.dv.get(), kvd, 1.0f, g[kWv], kvd,
+         name_);
     add_into(g[kAttnNormG], c.dnorm1.get(), d, l.stream);
     c.grads.finish(l, name_);
     finish_call(l, name_);

@@ -52,9 +52,8 @@ ConstView product_input_gradient(const TpGroup& tp, bool summed, Lane& l, const 
 // z = x·w + b [n, out] (x [n, in], w [in, out]; b may be null) and y =
 // act(z): a GELU fused into the product with its bias, which writes z for
 // the backward beside y; another activation applied to the biased product.
-void product_bias_activation(Lane& l, int64_t n, int64_t out, int64_t in, const float* x,
-                             const float* w, const float* b, float* z, float* y, Act act,
-                             const std::string& unit) {
+void product_bias_activation(Lane& l, int64_t n, int64_t out, int64_t in, In x, const float* w,
+                             const float* b, float* z, float* y, Act act, const std::string& unit) {
   if (act == Act::gelu && b != nullptr) {
     gemm(l, false, false, n, out, in, 1.0f, x, in, w, out, 0.0f, y, out, unit,
          {.kind = Fused::gelu_bias, .bias = b, .aux = z});
@@ -88,7 +87,8 @@ struct DenseContext final : UnitContext {
   bool sequence = false;  // the forward split the examples (TESSERA_TP_SEQUENCE)
   Operands params;
   GradTargets grads;
-  DeviceArray x, z, dz, staging_dy, dy_cols;
+  KeptOperand x;  // the product's input alone (16-bit under bf16 or f16)
+  DeviceArray z, dz, staging_dy, dy_cols;
   DeviceArray y{true}, dx{true};
   // Exchanged with the group: partial sums and what is sent, what comes
   // back, and a gathering column layer's whole output.
@@ -131,15 +131,16 @@ class CudaDense final : public TwinnedUnit {
     // for the weight gradient); the first reads the whole batch either way.
     const int64_t out = out_ / p;
     const int64_t n = tp.sequence() && !is_first()
-                          ? gather_input(*this, in_, input, tp, ctx.recv, ctx.x, l)
-                          : take_input(*this, in_, input, ctx.x, l);
+                          ? gather_input(*this, in_, input, tp, ctx.recv, ctx.x.f32(), l)
+                          : take_input(*this, in_, input, ctx.x.f32(), l);
+    ctx.x.keep(static_cast<size_t>(n * in_), l, name_);
     const int64_t local = tp.local_positions("the batch size", n);
     ctx.rows = n;
     const auto count = static_cast<size_t>(n * out);
     float* z = ctx.z.ensure(count, l, name_);
     float* y = ctx.y.ensure(count, l, name_);
-    product_bias_activation(l, n, out, in_, ctx.x.get(), ctx.params[0], ctx.params[1], z, y, act_,
-                            name_);
+    product_bias_activation(l, n, out, in_, ctx.x.operand(), ctx.params[0], ctx.params[1], z, y,
+                            act_, name_);
     finish_call(l, name_);
     if (!gather_output_ || !tp.active()) return {y, n, out};
     // Block k of the allgather is rank k's [n, out/p]: columns [k·out/p,
@@ -236,8 +237,8 @@ class CudaDense final : public TwinnedUnit {
     const int64_t out = column ? out_ / p : out_;
     Lane& l = lane(host_, name_);
     ctx.grads.bind(grads, specs_, l, name_, p);
-    gemm(l, true, false, in, out, n, 1.0f, ctx.x.get(), in, ctx.dz.get(), out, 1.0f, ctx.grads[0],
-         out, name_);
+    gemm(l, true, false, in, out, n, 1.0f, ctx.x.operand(), in, ctx.dz.get(), out, 1.0f,
+         ctx.grads[0], out, name_);
     if (ctx.sequence && !column) {
       const int64_t local = n / p;
       column_sum_add(ctx.dz.get() + tp.rank() * local * out, local, out, ctx.grads[1], l.stream);
@@ -256,11 +257,12 @@ class CudaDense final : public TwinnedUnit {
   ConstView forward_row(DenseContext& ctx, const TpGroup& tp, const UnitInput& input,
                         Lane& l) const {
     const int64_t in = in_ / tp.size();
-    const int64_t n = take_input(*this, in, input, ctx.x, l);
+    const int64_t n = take_input(*this, in, input, ctx.x.f32(), l);
+    ctx.x.keep(static_cast<size_t>(n * in), l, name_);
     ctx.rows = n;
     float* partial = ctx.part.ensure(static_cast<size_t>(n * out_), l, name_);
-    gemm(l, false, false, n, out_, in, 1.0f, ctx.x.get(), in, ctx.params[0], out_, 0.0f, partial,
-         out_, name_);
+    gemm(l, false, false, n, out_, in, 1.0f, ctx.x.operand(), in, ctx.params[0], out_, 0.0f,
+         partial, out_, name_);
     finish_call(l, name_);
     int64_t rows = n;
     const float* sum = partial;
@@ -298,7 +300,9 @@ struct HeadContext final : UnitContext {
   float loss = 0.0f;
   Operands params;
   GradTargets grads;
-  DeviceArray x, logits, dlogits, targets;
+  KeptOperand x;  // the product's input alone (16-bit under bf16 or f16)
+  // The logits are given back once the cross-entropy has its probabilities.
+  DeviceArray logits, dlogits, targets;
   CrossEntropyArrays xent;
   DeviceArray dx{true};
   // Exchanged with the group: partial input gradients, what comes back.
@@ -338,9 +342,9 @@ class CudaClassifier final : public TwinnedUnit {
     int64_t n = 0;
     int64_t row0 = 0;
     if (sequence && parallel && !is_first()) {
-      n = gather_input(*this, in_, input, group, ctx.recv, ctx.x, l);
+      n = gather_input(*this, in_, input, group, ctx.recv, ctx.x.f32(), l);
     } else {
-      n = take_input(*this, in_, input, ctx.x, l);
+      n = take_input(*this, in_, input, ctx.x.f32(), l);
       if (sequence && !parallel) {
         if (is_first()) {
           // This rank's examples of the whole batch.
@@ -348,8 +352,8 @@ class CudaClassifier final : public TwinnedUnit {
           n = group.local_positions("the batch size", all);
           row0 = group.rank() * n;
           if (row0 > 0) {  // rows [row0, row0 + n) lie past the first n: no overlap
-            copy_device(ctx.x.get(), ctx.x.get() + row0 * in_, static_cast<size_t>(n * in_), l,
-                        name_);
+            float* x = ctx.x.f32().get();
+            copy_device(x, x + row0 * in_, static_cast<size_t>(n * in_), l, name_);
           }
         } else {
           row0 = group.rank() * n;
@@ -377,8 +381,9 @@ class CudaClassifier final : public TwinnedUnit {
     ctx.local_classes = c;
     ctx.first_class = parallel ? group.rank() * c : 0;
     ctx.params.bind(params, specs_, l, name_, parts);
+    ctx.x.keep(static_cast<size_t>(n * in_), l, name_);
     float* logits = ctx.logits.ensure(static_cast<size_t>(n * c), l, name_);
-    gemm(l, false, false, n, c, in_, 1.0f, ctx.x.get(), in_, ctx.params[0], c, 0.0f, logits, c,
+    gemm(l, false, false, n, c, in_, 1.0f, ctx.x.operand(), in_, ctx.params[0], c, 0.0f, logits, c,
          name_,
          {.kind = ctx.params[1] != nullptr ? Fused::bias : Fused::none, .bias = ctx.params[1]});
     if (parallel) {
@@ -387,6 +392,7 @@ class CudaClassifier final : public TwinnedUnit {
     } else {
       cross_entropy(l, logits, targets, n, c, input.loss_scale, ctx.xent, &ctx.loss, name_);
     }
+    ctx.logits.release(l, name_);
     finish_call(l, name_);
     if (sequence && !parallel) {
       // Every rank returns the loss of the whole batch.
@@ -440,7 +446,7 @@ class CudaClassifier final : public TwinnedUnit {
     const int64_t c = ctx.local_classes;
     Lane& l = lane(host_, name_);
     ctx.grads.bind(grads, specs_, l, name_, ctx.parallel ? group.size() : 1);
-    gemm(l, true, false, in_, c, n, 1.0f, ctx.x.get(), in_, ctx.dlogits.get(), c, 1.0f,
+    gemm(l, true, false, in_, c, n, 1.0f, ctx.x.operand(), in_, ctx.dlogits.get(), c, 1.0f,
          ctx.grads[0], c, name_);
     column_sum_add(ctx.dlogits.get(), n, c, ctx.grads[1], l.stream);
     ctx.grads.finish(l, name_);
