@@ -6,15 +6,19 @@
 
 #include <cstdint>
 #include <cstring>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "tessera/c/host.h"
 
 namespace tessera::model {
 
 // A host table that runs its rank on emulated CUDA device 0 at the given
-// precision; its mem_alloc hands out (emulated) managed memory.
+// precision; its mem_alloc hands out (emulated) managed memory, and it
+// keeps every line logged to it, debug included.
 class CudaHost {
  public:
   explicit CudaHost(tessera_dtype precision = TESSERA_F32, bool tf32 = false)
@@ -39,13 +43,28 @@ class CudaHost {
     };
     api_.compute_precision = [](void* ctx) { return static_cast<CudaHost*>(ctx)->precision_; };
     api_.compute_tf32 = [](void* ctx) { return static_cast<CudaHost*>(ctx)->tf32_ ? 1 : 0; };
+    api_.log_level = [](void*) -> tessera_log_level { return TESSERA_LOG_DEBUG; };
+    api_.log = [](void* ctx, tessera_log_level, int32_t, const char* message) {
+      auto* self = static_cast<CudaHost*>(ctx);
+      const std::lock_guard<std::mutex> lock(self->mutex_);
+      self->lines_.emplace_back(message);
+    };
   }
+  CudaHost(const CudaHost&) = delete;
+  CudaHost& operator=(const CudaHost&) = delete;
   [[nodiscard]] const tessera_host_api* api() const noexcept { return &api_; }
+  // The lines logged so far.
+  [[nodiscard]] std::vector<std::string> lines() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return lines_;
+  }
 
  private:
   tessera_host_api api_{};
   tessera_dtype precision_;
   bool tf32_;
+  mutable std::mutex mutex_;
+  std::vector<std::string> lines_;
 };
 
 // Runs `body` on a thread of its own, and so on a lane of its own (see

@@ -34,7 +34,8 @@ struct Lane {
   // every algorithm of earlier devices too.
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
   int32_t device = 0;
-  bool pooled = false;  // cudaMallocAsync from the device's default pool
+  const tessera_host_api* host = nullptr;  // the rank's (its log)
+  bool pooled = false;                     // cudaMallocAsync from the device's default pool
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   Matmuls matmuls;
@@ -111,6 +112,7 @@ inline Lane& lane(const sdk::Host& host, const std::string& unit) {
     slot = std::move(made);
     slot->precision = -1;  // the math mode is set below
   }
+  slot->host = host.raw();
   const tessera_dtype precision = host.compute_precision();
   const bool tf32 = precision == TESSERA_F32 && host.compute_tf32();
   if (slot->precision != precision || slot->tf32 != tf32) {
@@ -484,7 +486,12 @@ inline void gemm(Lane& l, bool trans_a, bool trans_b, int64_t m, int64_t n, int6
     p.aux_ld = ldc;
   }
   if (l.workspace == nullptr) l.workspace = l.allocate(Lane::kWorkspaceBytes, unit);
-  if (l.matmuls.run(p, l.stream, l.workspace, Lane::kWorkspaceBytes, unit)) return;
+  std::string refusal;
+  if (l.matmuls.run(p, l.stream, l.workspace, Lane::kWorkspaceBytes, unit, refusal)) return;
+  if (!refusal.empty()) {
+    sdk::Host(l.host).debug("unit '", unit, "': cuBLASLt has no algorithm for ", refusal,
+                            ": through cuBLAS and the units' kernels");
+  }
   // cuBLAS writes the product where the epilogue's kernel reads it: the
   // GELU's input is `aux`.
   float* out = e.kind == Fused::gelu_bias ? e.aux : c;

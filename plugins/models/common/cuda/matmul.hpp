@@ -87,12 +87,17 @@ class Matmuls {
   void init(const std::string& unit) { check(cublasLtCreate(&handle_), unit, "cublasLtCreate"); }
 
   // Runs `p` on `stream`; false, running nothing, when cuBLASLt has no
-  // algorithm for it within `workspace_bytes` of `workspace`.
+  // algorithm for it within `workspace_bytes` of `workspace`, and then,
+  // the first time, why in `refusal`.
   bool run(const LtProduct& p, cudaStream_t stream, void* workspace, size_t workspace_bytes,
-           const std::string& unit) {
+           const std::string& unit, std::string& refusal) {
     const void* c = p.beta != 0.0f && p.c != nullptr ? static_cast<const void*>(p.c) : p.d;
     Plan& plan = plan_for(p, c, workspace_bytes, unit);
-    if (!plan.found) return false;
+    if (!plan.found) {
+      if (!plan.reported) refusal = describe(p, plan.status);
+      plan.reported = true;
+      return false;
+    }
     // The pointers change from call to call; their alignment, which the
     // plan's algorithm relies on, is part of its key.
     set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias, unit);
@@ -111,6 +116,8 @@ class Matmuls {
     cublasLtMatrixLayout_t d = nullptr;  // C's too
     cublasLtMatmulAlgo_t algo{};
     bool found = false;
+    bool reported = false;                          // its refusal was handed to a caller
+    cublasStatus_t status = CUBLAS_STATUS_SUCCESS;  // the heuristic's
     void destroy() noexcept {
       if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
       if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
@@ -198,6 +205,7 @@ class Matmuls {
       cublasLtMatmulPreferenceDestroy(pref);
       // No algorithm (an epilogue or a layout this device's cuBLASLt does
       // not take, say): the product goes through cuBLAS instead.
+      plan.status = status != CUBLAS_STATUS_SUCCESS ? status : result.state;
       plan.found = status == CUBLAS_STATUS_SUCCESS && returned > 0 &&
                    result.state == CUBLAS_STATUS_SUCCESS && result.workspaceSize <= workspace_bytes;
       if (plan.found) plan.algo = result.algo;
@@ -207,6 +215,18 @@ class Matmuls {
       throw;
     }
     return plan;
+  }
+
+  // "a [m x k]·[k x n] bf16 product with epilogue GELU_AUX_BIAS (status)".
+  static std::string describe(const LtProduct& p, cublasStatus_t status) {
+    const char* type = p.type == CUDA_R_16BF ? "bf16" : p.type == CUDA_R_16F ? "f16" : "f32";
+    const char* epilogue = p.epilogue == CUBLASLT_EPILOGUE_BIAS            ? "BIAS"
+                           : p.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? "GELU_AUX_BIAS"
+                           : p.epilogue == CUBLASLT_EPILOGUE_DGELU         ? "DGELU"
+                                                                           : "DEFAULT";
+    return ::tessera::detail::concat("a [", p.m, " x ", p.k, "]·[", p.k, " x ", p.n, "] ", type,
+                                     " product with epilogue ", epilogue, " (",
+                                     cublasGetStatusString(status), ")");
   }
 
   cublasLtHandle_t handle_ = nullptr;
