@@ -108,7 +108,15 @@ tessera_status ThreadGroup::collective(int32_t rank, const tessera_coll_args& ar
       return TESSERA_ERR_INVALID_ARGUMENT;
     }
   }
-  if (rank == 0) ++collectives_;
+  if (rank == 0) {
+    ++collectives_;
+    const bool on_device = !host_reads(args.send.data) || !host_reads(args.recv.data);
+    if (on_device) ++device_collectives_;
+    if (args.coll == TESSERA_COLL_ALLGATHER || args.coll == TESSERA_COLL_REDUCE_SCATTER) {
+      ++exchanges_;
+      if (on_device) ++device_exchanges_;
+    }
+  }
   posted_[static_cast<size_t>(rank)] = &args;
   if (!meet()) return TESSERA_ERR_TIMEOUT;
   // Every rank's result first, into its own buffer: an in-place allreduce

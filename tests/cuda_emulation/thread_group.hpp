@@ -35,8 +35,15 @@ class ThreadGroup {
   void run(const std::function<void(int32_t rank, const tessera_tp_group& group)>& body,
            uint32_t flags);
 
-  // How many collectives rank 0 posted since the group was made.
+  // How many collectives rank 0 posted since the group was made, and how
+  // many of them with a buffer in device-only memory (taken where it is,
+  // as nccl does).
   [[nodiscard]] int64_t collectives() const noexcept { return collectives_; }
+  [[nodiscard]] int64_t device_collectives() const noexcept { return device_collectives_; }
+  // How many of them were allgathers and reduce-scatters, and how many of
+  // those had a buffer in device-only memory.
+  [[nodiscard]] int64_t exchanges() const noexcept { return exchanges_; }
+  [[nodiscard]] int64_t device_exchanges() const noexcept { return device_exchanges_; }
 
   // A rank's communicator handle (tessera_comm).
   struct Rank;
@@ -57,6 +64,9 @@ class ThreadGroup {
   int32_t waiting_ = 0;
   uint64_t generation_ = 0;
   int64_t collectives_ = 0;
+  int64_t device_collectives_ = 0;
+  int64_t exchanges_ = 0;
+  int64_t device_exchanges_ = 0;
 };
 
 }  // namespace tessera::emu

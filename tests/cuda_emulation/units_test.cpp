@@ -264,9 +264,19 @@ struct RankResult {
 // Every rank of a group of `tp` (flags `flags`; `cuda_buffers`: the
 // group's backend takes CUDA buffers, as nccl) runs `units` forward and
 // backward on its shards of the parameters in `whole`.
+// What went through a group: rank 0's collectives with a buffer in
+// device-only memory, its allgathers and reduce-scatters, and those of
+// them with a buffer there (not both staged through managed memory).
+struct GroupTraffic {
+  int64_t device_collectives = 0;
+  int64_t exchanges = 0;
+  int64_t device_exchanges = 0;
+};
+
 std::vector<RankResult> run_in_group(const Units& units, const Buffers& whole,
                                      const BatchView& batch, int tp, uint32_t flags, bool managed,
-                                     bool cuda_buffers, Backward mode) {
+                                     bool cuda_buffers, Backward mode,
+                                     GroupTraffic* traffic = nullptr) {
   emu::ThreadGroup group(tp, cuda_buffers);
   std::vector<RankResult> results(static_cast<std::size_t>(tp));
   group.run(
@@ -279,6 +289,9 @@ std::vector<RankResult> run_in_group(const Units& units, const Buffers& whole,
       },
       flags);
   EXPECT_GT(group.collectives(), 0);
+  if (traffic != nullptr) {
+    *traffic = {group.device_collectives(), group.exchanges(), group.device_exchanges()};
+  }
   return results;
 }
 
@@ -289,6 +302,10 @@ struct GroupCase {
   bool managed = true;        // parameters and gradients in managed memory
   bool cuda_buffers = false;  // a backend that takes CUDA buffers
   Backward mode = Backward::whole;
+  // Every collective of the CUDA units goes through managed memory (0), or
+  // (1; a backend that takes CUDA buffers) some take device memory where it
+  // is, every allgather and reduce-scatter among them; -1: not checked.
+  int device_memory = -1;
 };
 
 // The CUDA units and the CPU units they wrap, each on every rank of a
@@ -302,8 +319,15 @@ void expect_same_training_in_group(const Units& cpu, const Units& cuda, const Ba
   for (std::size_t u = 0; u < cpu.size(); ++u) cpu[u]->init(whole.mutable_params(u), 4321 + u);
   const std::vector<RankResult> want =
       run_in_group(cpu, whole, batch, c.tp, c.flags, false, false, Backward::whole);
+  GroupTraffic traffic;
   const std::vector<RankResult> got =
-      run_in_group(cuda, whole, batch, c.tp, c.flags, c.managed, c.cuda_buffers, c.mode);
+      run_in_group(cuda, whole, batch, c.tp, c.flags, c.managed, c.cuda_buffers, c.mode, &traffic);
+  if (c.device_memory == 0) {
+    EXPECT_EQ(traffic.device_collectives, 0);
+  } else if (c.device_memory == 1) {
+    EXPECT_GT(traffic.device_collectives, 0);
+    EXPECT_EQ(traffic.device_exchanges, traffic.exchanges);
+  }
   for (std::size_t r = 0; r < want.size(); ++r) {
     SCOPED_TRACE("rank " + std::to_string(r) + " of " + std::to_string(c.tp));
     EXPECT_NEAR(got[r].loss, want[r].loss, tolerance * std::fabs(want[r].loss));
@@ -725,6 +749,8 @@ TEST(CudaUnitsEmulatedTensorParallel, GptAndLlamaMatchTheirCpuUnitsOnEveryRank) 
         c.flags = flags;
         c.cuda_buffers = on_device;
         c.mode = on_device ? Backward::split : Backward::whole;
+        // nccl sums and exchanges the units' device memory where it is.
+        c.device_memory = on_device ? 1 : 0;
         SCOPED_TRACE(::testing::Message() << what << ", tp " << tp << ", flags " << flags
                                           << ", cuda buffers " << on_device);
         expect_same_training_in_group(cpu, cuda, batch, c, kTolerance);

@@ -616,12 +616,16 @@ inline void allreduce_device(const TpGroup& tp, float* data, size_t count, Devic
 
 // The token rows of sequence parallelism on the device (see TpGroup's
 // gather_rows and scatter_rows_sum): `examples` groups of rows, each split
-// into size() slices of `rows` rows, `width` floats a row. What goes
-// through the group is managed memory (`send`, `recv`); the rows are
-// arranged on the device. Like the staging of host operands, these
-// buffers are not in a context's bytes() (not activations).
+// into size() slices of `rows` rows, `width` floats a row. The rows are
+// arranged on the device. A backend that takes the device's buffers
+// (nccl) reads and writes the unit's device memory and `blocks` (pool
+// memory) where they are; for any other, what goes through the group is
+// managed memory (`send`, `recv`), which the host reads. Like the staging
+// of host operands, these buffers are not in a context's bytes() (not
+// activations).
 struct RowExchange {
   DeviceArray send{true}, recv{true};
+  DeviceArray blocks;
 };
 
 // full [examples · size() · rows, width] from every rank's `local`
@@ -637,11 +641,18 @@ inline void rows_to_whole_device(const TpGroup& tp, const float* local, int64_t 
     if (full != local) copy_device(full, local, count, l, unit);
     return;
   }
-  float* send = x.send.ensure(count, l, unit);
-  copy_device(send, local, count, l, unit);
-  finish_call(l, unit);
   const int32_t p = tp.size();
-  float* blocks = x.recv.ensure(count * static_cast<size_t>(p), l, unit);
+  const float* send = local;
+  float* blocks = nullptr;
+  if (tp.on_device()) {
+    blocks = x.blocks.ensure(count * static_cast<size_t>(p), l, unit);
+  } else {
+    float* staged = x.send.ensure(count, l, unit);
+    copy_device(staged, local, count, l, unit);
+    send = staged;
+    blocks = x.recv.ensure(count * static_cast<size_t>(p), l, unit);
+  }
+  finish_call(l, unit);
   tp.allgather(send, examples * slice, blocks, what);
   // Block k of the allgather is rank k's slices of every example.
   for (int32_t k = 0; k < p; ++k) {
@@ -665,12 +676,17 @@ inline void partial_to_rows_device(const TpGroup& tp, float* partial, int64_t ex
     return;
   }
   const int32_t p = tp.size();
-  float* blocks = x.send.ensure(count * static_cast<size_t>(p), l, unit);
+  float* blocks =
+      (tp.on_device() ? x.blocks : x.send).ensure(count * static_cast<size_t>(p), l, unit);
   for (int32_t k = 0; k < p; ++k) {
     copy_columns(blocks + k * examples * slice, slice, partial + k * slice, p * slice, examples,
                  slice, l, unit);
   }
   finish_call(l, unit);
+  if (tp.on_device()) {
+    tp.reduce_scatter_sum(blocks, examples * slice, local, what);
+    return;
+  }
   float* mine = x.recv.ensure(count, l, unit);
   tp.reduce_scatter_sum(blocks, examples * slice, mine, what);
   copy_device(local, mine, count, l, unit);
