@@ -5,8 +5,9 @@
 // row norm, the rotary embedding, SwiGLU, the embedding lookup and
 // scatter, the cross-entropy, and the attention forward and backward in
 // gpt's fused qkv layout and in llama's separate q, k, v with grouped
-// key/value heads. Sizes are chosen so that rows are wider than a block's
-// 256 threads where a kernel strides over them.
+// key/value heads; and the column sums of the bias and norm gradients.
+// Sizes are chosen so that rows are wider than a block's 256 threads where
+// a kernel strides over them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "device_kernels.hpp"
@@ -64,6 +66,29 @@ TEST(CudaKernelsEmulated, SixteenBitCopiesRoundToNearestEven) {
   std::vector<uint16_t> f16(in.size());
   to_f16(in.data(), f16.data(), static_cast<int64_t>(in.size()), nullptr);
   EXPECT_EQ(f16, (std::vector<uint16_t>{0x3c00, 0xc000, 0x3c04, 0x3c0c, 0x7bff, 0x7c00, 0x0001}));
+}
+
+// Column sums (a bias's gradient) added into what is there, by a launch
+// of many lanes per column: every column within 1e-5 of the sum in double,
+// widths and heights that are not multiples of a block's 32 columns or
+// its lanes, and the same launch summing bit for bit the same way again.
+TEST(CudaKernelsEmulated, ColumnSumsAddTheRowsOfEveryColumn) {
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{70, 45}, {1, 33}, {1100, 3}}) {
+    SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(cols));
+    const std::vector<float> m =
+        random_values(static_cast<std::size_t>(rows * cols), static_cast<uint32_t>(rows));
+    const std::vector<float> start = random_values(static_cast<std::size_t>(cols), 9);
+    std::vector<float> out = start;
+    column_sum_add(m.data(), rows, cols, out.data(), nullptr);
+    std::vector<double> expected(start.begin(), start.end());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < cols; ++j) expected[static_cast<std::size_t>(j)] += m[r * cols + j];
+    }
+    expect_close(out, expected, kTolerance, "column sums");
+    std::vector<float> again = start;
+    column_sum_add(m.data(), rows, cols, again.data(), nullptr);
+    EXPECT_EQ(again, out);
+  }
 }
 
 TEST(CudaKernelsEmulated, RmsNormForwardAndBackwardMatchTheCpu) {

@@ -464,7 +464,7 @@ TEST(CudaUnitsEmulatedEpilogues, FusedOrNotTheUnitsMatchTheirCpuUnits) {
     emu::lt_refuse_all(true);
     const size_t sgemm = emu::sgemm_calls();
     const size_t lt_gelu = emu::lt_matmuls(CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
-    train_all();
+    on_a_fresh_lane(train_all);  // no plan kept from the products above
     emu::lt_refuse_all(false);
     EXPECT_GT(emu::sgemm_calls(), sgemm);
     EXPECT_EQ(emu::lt_matmuls(CUBLASLT_EPILOGUE_GELU_AUX_BIAS), lt_gelu);

@@ -79,13 +79,66 @@ __global__ void activation_backward_kernel(const float* z, const float* dy, floa
   }
 }
 
-__global__ void column_sum_add_kernel(const float* m, int64_t rows, int64_t cols, float* out) {
-  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < cols;
-       j += int64_t{gridDim.x} * blockDim.x) {
-    float sum = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) sum += m[r * cols + j];
-    out[j] += sum;
+// Threads of a block of column sums (add_column_sums).
+constexpr int kColumnThreads = 1024;
+
+// For every column j of a [rows, cols] matrix, out0[j] += Σ_r of the first
+// term of terms(r, j) and out1[j] (when not null) += Σ_r of the second, in
+// a fixed order: a block takes `width` = min(32, blockDim.x) adjacent
+// columns (a warp reads a row's run of them at once); its blockDim.x /
+// width lanes each sum every lanes-th row from its own first, in order;
+// then each column's lane 0 adds the lanes' sums in lane order. So a
+// column is summed by many threads at once rather than row after row by
+// one, and the same launch sums the same way every time.
+template <typename Terms>
+__device__ void add_column_sums(int64_t rows, int64_t cols, const Terms& terms, float* out0,
+                                float* out1) {
+  __shared__ float shared[2 * kColumnThreads];
+  const unsigned width = blockDim.x < 32 ? blockDim.x : 32;
+  const unsigned lanes = blockDim.x / width;
+  const unsigned column = threadIdx.x % width;
+  const unsigned lane = threadIdx.x / width;
+  for (int64_t first = blockIdx.x * int64_t{width}; first < cols;
+       first += int64_t{gridDim.x} * width) {
+    const int64_t j = first + column;
+    float s0 = 0.0f;
+    float s1 = 0.0f;
+    if (j < cols && lane < lanes) {
+      for (int64_t r = lane; r < rows; r += lanes) terms(r, j, s0, s1);
+    }
+    shared[threadIdx.x] = s0;
+    shared[kColumnThreads + threadIdx.x] = s1;
+    __syncthreads();
+    if (lane == 0 && j < cols) {
+      float t0 = 0.0f;
+      float t1 = 0.0f;
+      for (unsigned k = 0; k < lanes; ++k) {
+        t0 += shared[k * width + column];
+        t1 += shared[kColumnThreads + k * width + column];
+      }
+      out0[j] += t0;
+      if (out1 != nullptr) out1[j] += t1;
+    }
+    __syncthreads();  // the shared sums are read before the next columns'
   }
+}
+
+// Blocks for `cols` columns, 32 to a block.
+unsigned column_blocks(int64_t cols) {
+  const int64_t b = (cols + 31) / 32;
+  return static_cast<unsigned>(b < 65535 * 32 ? (b > 0 ? b : 1) : 65535 * 32);
+}
+
+struct MatrixTerm {
+  const float* m;
+  int64_t cols;
+  __device__ void operator()(int64_t r, int64_t j, float& s0, float& /*s1*/) const {
+    s0 += m[r * cols + j];
+  }
+};
+
+__global__ void column_sum_add_kernel(const float* m, int64_t rows, int64_t cols, float* out) {
+  add_column_sums(rows, cols, MatrixTerm{m, cols}, out, nullptr);
 }
 
 // One block per row: the maximum, the sum of exponentials, then the
@@ -263,21 +316,24 @@ __global__ void layernorm_backward_input_kernel(const float* x, const float* g, 
 }
 
 // One thread per column (a grid-stride loop), rows in order.
+// dy·x̂ (x̂ = (x - mean)·rstd) and dy, LayerNorm's gain and bias terms.
+struct LayerNormTerms {
+  const float* x;
+  const float* mean;
+  const float* rstd;
+  const float* dy;
+  int64_t d;
+  __device__ void operator()(int64_t r, int64_t j, float& sg, float& sb) const {
+    const float grad = dy[r * d + j];
+    sg += grad * (x[r * d + j] - mean[r]) * rstd[r];
+    sb += grad;
+  }
+};
+
 __global__ void layernorm_backward_params_kernel(const float* x, const float* mean,
                                                  const float* rstd, const float* dy, int64_t rows,
                                                  int64_t d, float* dg, float* db) {
-  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < d;
-       j += int64_t{gridDim.x} * blockDim.x) {
-    float sg = 0.0f;
-    float sb = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float grad = dy[r * d + j];
-      sg += grad * (x[r * d + j] - mean[r]) * rstd[r];
-      sb += grad;
-    }
-    dg[j] += sg;
-    db[j] += sb;
-  }
+  add_column_sums(rows, d, LayerNormTerms{x, mean, rstd, dy, d}, dg, db);
 }
 
 __global__ void embedding_forward_kernel(const int32_t* tokens, const float* wte, const float* wpe,
@@ -543,14 +599,20 @@ __global__ void rmsnorm_backward_input_kernel(const float* x, const float* g, co
 }
 
 // One thread per column (a grid-stride loop), rows in order.
+// dy·x·rstd, RMSNorm's gain term.
+struct RmsNormTerm {
+  const float* x;
+  const float* rstd;
+  const float* dy;
+  int64_t d;
+  __device__ void operator()(int64_t r, int64_t j, float& sg, float& /*unused*/) const {
+    sg += dy[r * d + j] * x[r * d + j] * rstd[r];
+  }
+};
+
 __global__ void rmsnorm_backward_params_kernel(const float* x, const float* rstd, const float* dy,
                                                int64_t rows, int64_t d, float* dg) {
-  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < d;
-       j += int64_t{gridDim.x} * blockDim.x) {
-    float sg = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) sg += dy[r * d + j] * x[r * d + j] * rstd[r];
-    dg[j] += sg;
-  }
+  add_column_sums(rows, d, RmsNormTerm{x, rstd, dy, d}, dg, nullptr);
 }
 
 // One thread per rotated pair.
@@ -637,23 +699,23 @@ void layernorm_backward_params(const float* x, const float* mean, const float* r
                                const float* dy, int64_t rows, int64_t d, float* dg, float* db,
                                cudaStream_t stream) {
   if (d == 0) return;
-  layernorm_backward_params_kernel<<<blocks_for(d), kThreads, 0, stream>>>(x, mean, rstd, dy, rows,
-                                                                           d, dg, db);
+  layernorm_backward_params_kernel<<<column_blocks(d), kColumnThreads, 0, stream>>>(
+      x, mean, rstd, dy, rows, d, dg, db);
 }
 
 void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, int64_t batch,
                        int64_t seq, int64_t d, VocabRange held, float* x, cudaStream_t stream) {
   const int64_t count = batch * seq * d;
   if (count == 0) return;
-  embedding_forward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(
-      tokens, wte, wpe, count, seq, d, held.lo, held.rows, x);
+  embedding_forward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(tokens, wte, wpe, count, seq,
+                                                                       d, held.lo, held.rows, x);
 }
 
 void embedding_backward(const int32_t* tokens, const float* dx, int64_t batch, int64_t seq,
                         int64_t d, VocabRange held, float* dwte, float* dwpe, cudaStream_t stream) {
   if (batch * seq * d == 0) return;
-  embedding_backward_wte_kernel<<<blocks_for(d), kThreads, 0, stream>>>(
-      tokens, dx, batch * seq, d, held.lo, held.rows, dwte);
+  embedding_backward_wte_kernel<<<blocks_for(d), kThreads, 0, stream>>>(tokens, dx, batch * seq, d,
+                                                                        held.lo, held.rows, dwte);
   if (dwpe != nullptr) position_backward(dx, batch, seq, d, dwpe, stream);
 }
 
@@ -702,7 +764,8 @@ void rmsnorm_backward_input(const float* x, const float* g, const float* rstd, c
 void rmsnorm_backward_params(const float* x, const float* rstd, const float* dy, int64_t rows,
                              int64_t d, float* dg, cudaStream_t stream) {
   if (d == 0) return;
-  rmsnorm_backward_params_kernel<<<blocks_for(d), kThreads, 0, stream>>>(x, rstd, dy, rows, d, dg);
+  rmsnorm_backward_params_kernel<<<column_blocks(d), kColumnThreads, 0, stream>>>(x, rstd, dy, rows,
+                                                                                  d, dg);
 }
 
 void rope_apply(float* x, int64_t rows, int64_t seq, int64_t heads, int64_t hd, const float* cos,
@@ -742,7 +805,7 @@ void activation_backward(const float* z, const float* dy, float* dz, int64_t cou
 
 void column_sum_add(const float* m, int64_t rows, int64_t cols, float* out, cudaStream_t stream) {
   if (cols == 0) return;
-  column_sum_add_kernel<<<blocks_for(cols), kThreads, 0, stream>>>(m, rows, cols, out);
+  column_sum_add_kernel<<<column_blocks(cols), kColumnThreads, 0, stream>>>(m, rows, cols, out);
 }
 
 void softmax_xent(const float* logits, const int32_t* targets, int64_t rows, int64_t cols,
@@ -764,15 +827,15 @@ void row_max(const float* logits, int64_t rows, int64_t cols, float* mx, cudaStr
 void exp_sums(const float* logits, const int32_t* targets, int64_t rows, int64_t cols, int64_t lo,
               const float* mx, float* probs, float* sums, cudaStream_t stream) {
   if (rows == 0) return;
-  exp_sums_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, targets, rows,
-                                                                        cols, lo, mx, probs, sums);
+  exp_sums_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, targets, rows, cols,
+                                                                        lo, mx, probs, sums);
 }
 
 void xent_normalize(float* probs, const float* sums, const float* mx, int64_t rows, int64_t cols,
                     double* row_loss, cudaStream_t stream) {
   if (rows == 0) return;
-  xent_normalize_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(probs, sums, mx,
-                                                                              cols, row_loss);
+  xent_normalize_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(probs, sums, mx, cols,
+                                                                              row_loss);
 }
 
 void xent_backward(const float* probs, const int32_t* targets, int64_t rows, int64_t cols,

@@ -29,7 +29,9 @@ void bias_activation(float* z, const float* b, float* y, int64_t rows, int64_t c
 // dz = dy ⊙ act'(z) over `count` elements.
 void activation_backward(const float* z, const float* dy, float* dz, int64_t count, Act act,
                          cudaStream_t stream);
-// out[j] += Σ_r m[r, j], each column summed in row order.
+// out[j] += Σ_r m[r, j], each column summed in a fixed order (see
+// add_column_sums in device_kernels.cu: the same launch sums the same way
+// every time).
 void column_sum_add(const float* m, int64_t rows, int64_t cols, float* out, cudaStream_t stream);
 // probs = softmax(logits) row by row; row_loss[r] = log Σ exp(l - max) + max - l[target].
 void softmax_xent(const float* logits, const int32_t* targets, int64_t rows, int64_t cols,
@@ -71,7 +73,8 @@ void layernorm_forward(const float* x, const float* g, const float* b, int64_t r
 void layernorm_backward_input(const float* x, const float* g, const float* mean, const float* rstd,
                               const float* dy, int64_t rows, int64_t d, float* dx, bool accumulate,
                               cudaStream_t stream);
-// Its parameter gradients: dg[j] += Σ_r dy[r,j]·x̂[r,j], db[j] += Σ_r dy[r,j].
+// Its parameter gradients: dg[j] += Σ_r dy[r,j]·x̂[r,j], db[j] += Σ_r dy[r,j],
+// summed as column_sum_add sums.
 void layernorm_backward_params(const float* x, const float* mean, const float* rstd,
                                const float* dy, int64_t rows, int64_t d, float* dg, float* db,
                                cudaStream_t stream);
@@ -108,7 +111,7 @@ void rmsnorm_forward(const float* x, const float* g, int64_t rows, int64_t d, fl
 void rmsnorm_backward_input(const float* x, const float* g, const float* rstd, const float* dy,
                             int64_t rows, int64_t d, float* dx, bool accumulate,
                             cudaStream_t stream);
-// Its gain's gradient: dg[j] += Σ_r dy[r,j]·x̂[r,j], rows in order.
+// Its gain's gradient: dg[j] += Σ_r dy[r,j]·x̂[r,j], summed as column_sum_add sums.
 void rmsnorm_backward_params(const float* x, const float* rstd, const float* dy, int64_t rows,
                              int64_t d, float* dg, cudaStream_t stream);
 
