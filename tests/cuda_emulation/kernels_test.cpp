@@ -213,6 +213,23 @@ TEST(CudaKernelsEmulated, SwiGluAndItsGradientMatchTheCpu) {
   expect_close(dup, dup_cpu, kTolerance, "dup");
 }
 
+// The batch's rows grouped by token: the held tokens ascending, each
+// one's rows in row order.
+TEST(CudaKernelsEmulated, TokenRowsGroupTheHeldTokensRowsInOrder) {
+  const std::vector<int32_t> ids = {4, 0, 4, 2, 2, 1, 0, 4};
+  const TokenRows all = TokenRows::of(ids.data(), static_cast<int64_t>(ids.size()), {0, 5});
+  EXPECT_EQ(all.tokens, (std::vector<int32_t>{0, 1, 2, 4}));
+  EXPECT_EQ(all.starts, (std::vector<int32_t>{0, 2, 3, 5, 8}));
+  EXPECT_EQ(all.order, (std::vector<int32_t>{1, 6, 5, 3, 4, 0, 2, 7}));
+  const TokenRows some = TokenRows::of(ids.data(), static_cast<int64_t>(ids.size()), {1, 2});
+  EXPECT_EQ(some.tokens, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(some.starts, (std::vector<int32_t>{0, 1, 3}));
+  EXPECT_EQ(some.order, (std::vector<int32_t>{5, 3, 4}));
+  const TokenRows none = TokenRows::of(ids.data(), static_cast<int64_t>(ids.size()), {3, 1});
+  EXPECT_TRUE(none.tokens.empty());
+  EXPECT_EQ(none.starts, (std::vector<int32_t>{0}));
+}
+
 // The lookup and its scatter, with and without positions, of the whole
 // table and of a rank's rows of a vocabulary-parallel one (tokens it does
 // not hold look up zeros and scatter nothing; positions get every row).
@@ -236,6 +253,7 @@ TEST(CudaKernelsEmulated, EmbeddingWithAndWithoutPositions) {
                         held, x.data(), nullptr);
       std::vector<double> x_ref(dx.size(), 0.0);
       std::vector<double> dwte_ref(mine.size(), 0.0);
+      std::vector<float> dwte_in_row_order(mine.size(), 0.0f);  // f32, row after row
       std::vector<double> dwpe_ref(wpe.size(), 0.0);
       for (int64_t r = 0; r < batch * seq; ++r) {
         const int64_t t = tokens[static_cast<std::size_t>(r)] - held.lo;
@@ -247,14 +265,21 @@ TEST(CudaKernelsEmulated, EmbeddingWithAndWithoutPositions) {
           const auto token_at = static_cast<std::size_t>(t * d + j);
           x_ref[at] = mine[token_at] + (positions ? wpe[position_at] : 0.0f);
           dwte_ref[token_at] += dx[at];
+          dwte_in_row_order[token_at] += dx[at];
         }
       }
       expect_close(x, x_ref, 1e-7, "lookup " + what);
       std::vector<float> dwte(mine.size(), 0.0f);
       std::vector<float> dwpe(wpe.size(), 0.0f);
-      embedding_backward(tokens.data(), dx.data(), batch, seq, d, held, dwte.data(),
+      const TokenRows rows =
+          TokenRows::of(tokens.data(), static_cast<int64_t>(tokens.size()), held);
+      embedding_backward({rows.tokens.data(), rows.starts.data(), rows.order.data(),
+                          static_cast<int64_t>(rows.tokens.size())},
+                         dx.data(), batch, seq, d, held, dwte.data(),
                          positions ? dwpe.data() : nullptr, nullptr);
       expect_close(dwte, dwte_ref, kTolerance, "dwte " + what);
+      // Each token's rows in row order: the sums of a loop over the rows.
+      EXPECT_EQ(dwte, dwte_in_row_order) << what;
       if (positions) {
         expect_close(dwpe, dwpe_ref, kTolerance, "dwpe " + what);
       } else {

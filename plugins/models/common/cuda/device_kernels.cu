@@ -353,13 +353,18 @@ __global__ void embedding_forward_kernel(const int32_t* tokens, const float* wte
   }
 }
 
-__global__ void embedding_backward_wte_kernel(const int32_t* tokens, const float* dx, int64_t rows,
-                                              int64_t d, int64_t lo, int64_t held, float* dwte) {
-  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < d;
-       j += int64_t{gridDim.x} * blockDim.x) {
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t t = tokens[r] - lo;
-      if (t >= 0 && t < held) dwte[t * d + j] += dx[r * d + j];
+// One block per distinct token, its threads over the columns: the
+// token's rows added in row order.
+__global__ void embedding_backward_wte_kernel(TokenRowsView rows, const float* dx, int64_t d,
+                                              int64_t lo, float* dwte) {
+  for (int64_t k = blockIdx.x; k < rows.distinct; k += gridDim.x) {
+    float* out = dwte + (rows.tokens[k] - lo) * d;
+    const int32_t first = rows.starts[k];
+    const int32_t end = rows.starts[k + 1];
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+      float v = out[j];
+      for (int32_t i = first; i < end; ++i) v += dx[int64_t{rows.order[i]} * d + j];
+      out[j] = v;
     }
   }
 }
@@ -711,11 +716,14 @@ void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe
                                                                        d, held.lo, held.rows, x);
 }
 
-void embedding_backward(const int32_t* tokens, const float* dx, int64_t batch, int64_t seq,
+void embedding_backward(const TokenRowsView& rows, const float* dx, int64_t batch, int64_t seq,
                         int64_t d, VocabRange held, float* dwte, float* dwpe, cudaStream_t stream) {
   if (batch * seq * d == 0) return;
-  embedding_backward_wte_kernel<<<blocks_for(d), kThreads, 0, stream>>>(tokens, dx, batch * seq, d,
-                                                                        held.lo, held.rows, dwte);
+  if (rows.distinct > 0) {
+    const int64_t blocks = rows.distinct < 65535 * 32 ? rows.distinct : 65535 * 32;
+    embedding_backward_wte_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        rows, dx, d, held.lo, dwte);
+  }
   if (dwpe != nullptr) position_backward(dx, batch, seq, d, dwpe, stream);
 }
 

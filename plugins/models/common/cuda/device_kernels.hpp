@@ -7,8 +7,10 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace tessera::model::cuda {
 
@@ -91,10 +93,47 @@ struct VocabRange {
 // a vocabulary-parallel table is the whole lookup with its position.
 void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, int64_t batch,
                        int64_t seq, int64_t d, VocabRange held, float* x, cudaStream_t stream);
-// dwte[token - lo, :] += dx[row, :] over the rows in order for the tokens
-// the table holds (one thread per column, so the sums are in a fixed
-// order); dwpe[t, :] += Σ_b dx[b·T + t, :] (skipped when dwpe is null).
-void embedding_backward(const int32_t* tokens, const float* dx, int64_t batch, int64_t seq,
+// The rows of a batch grouped by their token, for the scatter of the
+// embedding's gradient, made on the host from the batch's token ids: the
+// distinct tokens a table holds (`held`), ascending, and each one's rows in
+// row order, token k's at order[starts[k] .. starts[k + 1]).
+struct TokenRows {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> starts;
+  std::vector<int32_t> order;
+  static TokenRows of(const int32_t* ids, int64_t count, VocabRange held) {
+    TokenRows t;
+    for (int64_t r = 0; r < count; ++r) {
+      if (ids[r] >= held.lo && ids[r] < held.lo + held.rows) {
+        t.order.push_back(static_cast<int32_t>(r));
+      }
+    }
+    std::stable_sort(t.order.begin(), t.order.end(),
+                     [ids](int32_t a, int32_t b) { return ids[a] < ids[b]; });
+    for (size_t i = 0; i < t.order.size(); ++i) {
+      const int32_t token = ids[t.order[i]];
+      if (t.tokens.empty() || t.tokens.back() != token) {
+        t.tokens.push_back(token);
+        t.starts.push_back(static_cast<int32_t>(i));
+      }
+    }
+    t.starts.push_back(static_cast<int32_t>(t.order.size()));
+    return t;
+  }
+};
+// A TokenRows' arrays where the device reads them.
+struct TokenRowsView {
+  const int32_t* tokens;
+  const int32_t* starts;
+  const int32_t* order;
+  int64_t distinct;  // tokens
+};
+// dwte[token - lo, :] += dx[row, :] over each held token's rows in row
+// order (`rows`: the batch's rows grouped by token; one block per token,
+// its threads over the columns, so every sum is in a fixed order and the
+// tokens are summed at once); dwpe[t, :] += Σ_b dx[b·T + t, :] (skipped
+// when dwpe is null).
+void embedding_backward(const TokenRowsView& rows, const float* dx, int64_t batch, int64_t seq,
                         int64_t d, VocabRange held, float* dwte, float* dwpe, cudaStream_t stream);
 // Its position part alone: dwpe[t, :] += Σ_b dx[b·T + t, :] (dx: `batch`
 // examples of `seq` positions; a rank's positions under sequence

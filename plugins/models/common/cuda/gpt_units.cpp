@@ -44,12 +44,19 @@ struct EmbeddingContext final : UnitContext {
   GradTargets grads;
   // dx: the whole output gradient, kept for the weight half (dy: this
   // rank's rows of it under sequence parallelism); lookup: every row's
-  // lookup before the reduce-scatter.
-  DeviceArray tokens, dx, dy, lookup;
+  // lookup before the reduce-scatter; token_rows: the rows grouped by the
+  // held tokens (TokenRows: its tokens, starts and order one after another).
+  DeviceArray tokens, token_rows, dx, dy, lookup;
+  int64_t distinct = 0;  // the held tokens in token_rows
   DeviceArray x{true};
   RowExchange rows;
   [[nodiscard]] std::size_t bytes() const noexcept override {
-    return tokens.bytes() + x.bytes() + dx.bytes() + dy.bytes() + lookup.bytes();
+    return tokens.bytes() + token_rows.bytes() + x.bytes() + dx.bytes() + dy.bytes() +
+           lookup.bytes();
+  }
+  [[nodiscard]] TokenRowsView token_rows_view() const noexcept {
+    const auto* base = token_rows.get<const int32_t>();
+    return {base, base + distinct, base + 2 * distinct + 1, distinct};
   }
 };
 
@@ -94,6 +101,7 @@ class CudaEmbedding final : public TwinnedUnit {
     c.input_grad_done = false;
     const int32_t* tokens =
         upload_ids(input.batch->tokens, vocab_, "token", "at position", c.tokens, l, name_);
+    upload_token_rows(input.batch->tokens, c, l);
     c.params.bind(params, specs_, l, name_, tp.size());
     const int64_t n = c.batch * seq;
     const int64_t nl = c.batch * local_seq;
@@ -145,7 +153,7 @@ class CudaEmbedding final : public TwinnedUnit {
     Lane& l = lane(host_, name_);
     c.grads.bind(grads, specs_, l, name_, c.tp_size);
     float* dwpe = positions_ ? c.grads[1] : nullptr;
-    embedding_backward(c.tokens.get<int32_t>(), c.dx.get(), c.batch, c.seq, d_, c.held, c.grads[0],
+    embedding_backward(c.token_rows_view(), c.dx.get(), c.batch, c.seq, d_, c.held, c.grads[0],
                        tp.sequence() ? nullptr : dwpe, l.stream);
     if (tp.sequence() && dwpe != nullptr) {
       position_backward(c.dy.get(), c.batch, c.local_seq, d_, dwpe + c.first_pos * d_, l.stream);
@@ -155,6 +163,22 @@ class CudaEmbedding final : public TwinnedUnit {
   }
 
  private:
+  // The batch's rows grouped by the tokens this rank's table holds, on the
+  // device for the weight half's scatter.
+  void upload_token_rows(std::span<const int32_t> ids, EmbeddingContext& c, const Lane& l) const {
+    const TokenRows t = TokenRows::of(ids.data(), static_cast<int64_t>(ids.size()), c.held);
+    std::vector<int32_t> all;
+    all.reserve(t.tokens.size() + t.starts.size() + t.order.size());
+    for (const std::vector<int32_t>* part : {&t.tokens, &t.starts, &t.order}) {
+      all.insert(all.end(), part->begin(), part->end());
+    }
+    c.distinct = static_cast<int64_t>(t.tokens.size());
+    auto* device = c.token_rows.ensure<int32_t>(all.size(), l, name_);
+    check(cudaMemcpyAsync(device, all.data(), all.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                          l.stream),
+          name_, "cudaMemcpyAsync");  // from pageable memory: staged before it returns
+  }
+
   [[nodiscard]] TpGroup backward_group(const EmbeddingContext& c, const char* call) const {
     TpGroup tp = TpGroup::for_backward(c.tp(), host_.raw(), name_, c.tp_size, call);
     tp.require_sequence(c.local_seq != c.seq, call);
