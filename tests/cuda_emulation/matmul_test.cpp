@@ -4,8 +4,8 @@
 // cuBLASLt's fused epilogues and, where it finds no algorithm, through
 // cuBLAS and the units' kernels, against a direct evaluation in double;
 // operands of every alignment (the emulated cuBLASLt refuses an operand
-// less aligned than its heuristic was told); and a kept plan reused with
-// other pointers.
+// less aligned than its heuristic was told); a kept plan reused with
+// other pointers; and a product refused at the call.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -201,6 +201,33 @@ TEST(CudaMatmulEmulated, WithoutAnAlgorithmThroughCublasAndTheKernels) {
     }
     emu::lt_refuse_all(false);
     EXPECT_GT(emu::sgemm_calls(), sgemm_before);
+  });
+}
+
+// A product cuBLASLt refuses at the call although its heuristic offered
+// an algorithm: it goes through cuBLAS and the kernels, then and from then
+// on, its plan no longer offered to cuBLASLt.
+TEST(CudaMatmulEmulated, RefusedAtTheCallThroughCublasFromThenOn) {
+  on_a_fresh_lane([] {
+    const CudaHost host;
+    Lane& l = lane(sdk::Host(host.api()), "matmul");
+    const Product fused{false, false, Fused::gelu_bias, false, false};
+    const ProductArrays arrays(4, 16, 5, 0, 31);  // the same operands, so the same plan
+    emu::lt_refuse_calls(true);
+    const size_t sgemm = emu::sgemm_calls();
+    check_product(l, fused, 4, 16, 5, arrays);
+    emu::lt_refuse_calls(false);
+    EXPECT_GT(emu::sgemm_calls(), sgemm);
+    const size_t lt = emu::lt_matmuls(CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
+    const size_t sgemm_after = emu::sgemm_calls();
+    check_product(l, fused, 4, 16, 5, arrays);
+    EXPECT_EQ(emu::lt_matmuls(CUBLASLT_EPILOGUE_GELU_AUX_BIAS), lt);
+    EXPECT_GT(emu::sgemm_calls(), sgemm_after);
+    std::size_t said = 0;
+    for (const std::string& line : host.lines()) {
+      if (line.find("CUBLAS_STATUS_NOT_SUPPORTED") != std::string::npos) ++said;
+    }
+    EXPECT_EQ(said, 1U);
   });
 }
 

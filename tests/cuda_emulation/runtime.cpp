@@ -127,6 +127,7 @@ struct cublasLtMatmulPreferenceOpaque_t {
 namespace {
 
 std::atomic<bool> g_lt_refuse{false};
+std::atomic<bool> g_lt_refuse_calls{false};
 std::atomic<size_t> g_lt_refusals{0};
 std::atomic<size_t> g_lt_matmuls[4];  // DEFAULT, BIAS, GELU_AUX_BIAS, DGELU
 std::atomic<size_t> g_lt_inputs[3];   // 32F, 16F, 16BF
@@ -457,6 +458,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t /*handle*/, cublasLtMatmulDesc_t 
                               void* workspace, size_t workspace_bytes, cudaStream_t /*stream*/) {
   const cublasStatus_t status = validate(*desc, *a_layout, *b_layout, *c_layout, *d_layout);
   if (status != CUBLAS_STATUS_SUCCESS) return status;
+  if (g_lt_refuse_calls.load()) return CUBLAS_STATUS_NOT_SUPPORTED;
   // An operand less aligned than the algorithm was chosen for.
   const void* operands[6] = {a, b, c, d, desc->bias, desc->aux};
   for (int i = 0; i < 6; ++i) {
@@ -519,6 +521,7 @@ cublasMath_t last_math_mode() { return static_cast<cublasMath_t>(g_math_mode.loa
 size_t gemm_ex_calls(cudaDataType_t type) { return g_gemm_ex[type_index(type)].load(); }
 size_t sgemm_calls() { return g_sgemm.load(); }
 void lt_refuse_all(bool refuse) { g_lt_refuse.store(refuse); }
+void lt_refuse_calls(bool refuse) { g_lt_refuse_calls.store(refuse); }
 size_t lt_matmuls(cublasLtEpilogue_t epilogue) {
   return g_lt_matmuls[epilogue_index(epilogue)].load();
 }

@@ -88,6 +88,9 @@ namespace tessera::emu {
 // From here on the heuristic finds no algorithm for any product (true) or
 // finds one as cuBLASLt would (false, the default).
 void lt_refuse_all(bool refuse);
+// From here on cublasLtMatmul answers CUBLAS_STATUS_NOT_SUPPORTED to every
+// call (true), whatever the heuristic offered, or runs it (false).
+void lt_refuse_calls(bool refuse);
 // How many cublasLtMatmul calls ran `epilogue` since the process started,
 // and how many heuristic calls found no algorithm.
 size_t lt_matmuls(cublasLtEpilogue_t epilogue);

@@ -102,9 +102,19 @@ class Matmuls {
     // plan's algorithm relies on, is part of its key.
     set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias, unit);
     set(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux, unit);
-    check(cublasLtMatmul(handle_, plan.desc, &p.alpha, p.a, plan.a, p.b, plan.b, &p.beta, c, plan.d,
-                         p.d, plan.d, &plan.algo, workspace, workspace_bytes, stream),
-          unit, "cublasLtMatmul");
+    const cublasStatus_t status =
+        cublasLtMatmul(handle_, plan.desc, &p.alpha, p.a, plan.a, p.b, plan.b, &p.beta, c, plan.d,
+                       p.d, plan.d, &plan.algo, workspace, workspace_bytes, stream);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
+      // Refused at the call although the heuristic offered it: from now
+      // on the product goes the other way, as where no algorithm is found.
+      plan.found = false;
+      plan.status = status;
+      plan.reported = true;
+      refusal = describe(p, status);
+      return false;
+    }
+    check(status, unit, "cublasLtMatmul");
     return true;
   }
 
