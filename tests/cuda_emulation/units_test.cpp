@@ -452,7 +452,7 @@ TEST(CudaUnitsEmulatedEpilogues, FusedOrNotTheUnitsMatchTheirCpuUnits) {
     EXPECT_GE(emu::lt_matmuls(CUBLASLT_EPILOGUE_DGELU), dgelu + 1);
     EXPECT_GE(emu::lt_matmuls(CUBLASLT_EPILOGUE_BIAS), bias + 4);
     EXPECT_GT(emu::lt_refusals(), refused);  // the mlp's 20-wide GELU layer
-    // Said once, at debug level.
+    // Said once, in the log.
     std::size_t said = 0;
     for (const std::string& line : host.lines()) {
       if (line.find("cuBLASLt has no algorithm for a [20 x 12]") != std::string::npos &&

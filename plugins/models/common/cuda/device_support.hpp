@@ -489,8 +489,8 @@ inline void gemm(Lane& l, bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   std::string refusal;
   if (l.matmuls.run(p, l.stream, l.workspace, Lane::kWorkspaceBytes, unit, refusal)) return;
   if (!refusal.empty()) {
-    sdk::Host(l.host).debug("unit '", unit, "': cuBLASLt has no algorithm for ", refusal,
-                            ": through cuBLAS and the units' kernels");
+    sdk::Host(l.host).info("unit '", unit, "': cuBLASLt has no algorithm for ", refusal,
+                           ": through cuBLAS and the units' kernels");
   }
   // cuBLAS writes the product where the epilogue's kernel reads it: the
   // GELU's input is `aux`.
