@@ -1,6 +1,8 @@
-// What the CUDA units share (units.cpp, gpt_units.cpp): error checks, the
-// per-thread stream and cuBLAS handle, device arrays, operands that may be
-// ordinary host memory, row-major GEMMs and the twin-wrapping base unit.
+// What the CUDA units share (units.cpp, gpt_units.cpp, llama_units.cpp):
+// the per-thread stream with its cuBLAS handle and cuBLASLt plans, device
+// arrays, operands that may be ordinary host memory or kept in 16 bits,
+// row-major GEMMs with their epilogues, the exchanges of tensor
+// parallelism and the twin-wrapping base unit.
 // Internal to libtessera_cuda_units.so; everything is inline.
 #pragma once
 

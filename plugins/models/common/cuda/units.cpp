@@ -1,8 +1,8 @@
 // The CUDA units of the mlp (see tessera/models/cuda_units.hpp) and the
-// module's entry: GEMMs through cuBLAS in plain f32 unless the run asks
+// module's entry: GEMMs through cuBLASLt in plain f32 unless the run asks
 // for TF32 or 16-bit products (so by default a CUDA run matches the CPU
-// one to float rounding), bias, activations and the cross-entropy in
-// device_kernels.cu.
+// one to float rounding), the bias and a GELU fused into them, the other
+// activations and the cross-entropy in device_kernels.cu.
 // Each call runs on its thread's stream of the rank's device and returns
 // once the device is done, so what it hands back may be read by the host.
 #include <cstdint>

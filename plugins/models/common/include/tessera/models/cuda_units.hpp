@@ -1,8 +1,8 @@
 // CUDA units of the in-tree models (run.device = "cuda"). They live in a
 // module of their own, libtessera_cuda_units.so in the "cuda" directory
-// beside the model plugins, which links the CUDA runtime and cuBLAS: a
-// model plugin loads it only on a CUDA run, so the plugins still load on
-// machines without CUDA libraries.
+// beside the model plugins, which links the CUDA runtime, cuBLAS and
+// cuBLASLt: a model plugin loads it only on a CUDA run, so the plugins
+// still load on machines without CUDA libraries.
 //
 // A CUDA unit wraps the CPU unit it replaces (its "twin"): the same name,
 // parameters, cost and initialisation, so checkpoints move between devices
