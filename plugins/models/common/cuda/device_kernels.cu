@@ -214,10 +214,20 @@ __global__ void xent_normalize_kernel(float* probs, const float* sums, const flo
   }
 }
 
+// One block: each thread sums every blockDim.x-th row from its own first,
+// in order, and the threads' sums are added pairwise in a fixed tree (the
+// same launch sums the same way every time).
 __global__ void sum_loss_kernel(const double* row_loss, int64_t rows, double scale, float* out) {
+  __shared__ double shared[kThreads];
   double sum = 0.0;
-  for (int64_t r = 0; r < rows; ++r) sum += row_loss[r];
-  *out = static_cast<float>(sum * scale);
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) sum += row_loss[r];
+  shared[threadIdx.x] = sum;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = static_cast<float>(shared[0] * scale);
 }
 
 __global__ void xent_backward_kernel(const float* probs, const int32_t* targets, int64_t count,
@@ -824,7 +834,7 @@ void softmax_xent(const float* logits, const int32_t* targets, int64_t rows, int
 }
 
 void sum_loss(const double* row_loss, int64_t rows, double scale, float* out, cudaStream_t stream) {
-  sum_loss_kernel<<<1, 1, 0, stream>>>(row_loss, rows, scale, out);
+  sum_loss_kernel<<<1, kThreads, 0, stream>>>(row_loss, rows, scale, out);
 }
 
 void row_max(const float* logits, int64_t rows, int64_t cols, float* mx, cudaStream_t stream) {

@@ -38,7 +38,8 @@ void column_sum_add(const float* m, int64_t rows, int64_t cols, float* out, cuda
 // probs = softmax(logits) row by row; row_loss[r] = log Σ exp(l - max) + max - l[target].
 void softmax_xent(const float* logits, const int32_t* targets, int64_t rows, int64_t cols,
                   float* probs, double* row_loss, cudaStream_t stream);
-// *out = (float)(Σ_r row_loss[r] · scale), summed in row order.
+// *out = (float)(Σ_r row_loss[r] · scale), summed by one block in a fixed
+// order.
 void sum_loss(const double* row_loss, int64_t rows, double scale, float* out, cudaStream_t stream);
 // The softmax cross-entropy over logits split by columns between the ranks
 // of a tensor-parallel group: `logits` [rows, cols] are the columns [lo, lo
