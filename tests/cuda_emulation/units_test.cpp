@@ -595,8 +595,10 @@ TEST(CudaUnitsEmulatedMemory, DroppedContextsReturnTheirDeviceMemory) {
   EXPECT_EQ(emu::managed_bytes_in_use(), managed_before);
 }
 
-// Each unit's context bytes after a forward pass of `units` on `batch`.
-std::vector<std::size_t> bytes_after_forward(const Units& units, const BatchView& batch) {
+// Each unit's context bytes after a forward pass of `units` on `batch`
+// and, with `input_half`, after every unit's backward_input then.
+std::vector<std::size_t> bytes_after_forward(const Units& units, const BatchView& batch,
+                                             bool input_half = false) {
   const emu::BlockThreadLimit one_thread(1);
   Buffers buffers(units, true);
   for (std::size_t u = 0; u < units.size(); ++u) {
@@ -613,6 +615,12 @@ std::vector<std::size_t> bytes_after_forward(const Units& units, const BatchView
     const std::vector<const float*> p = buffers.params(u);
     x = units[u]->forward(*contexts[u], p, in);
     bytes.push_back(contexts[u]->bytes());
+  }
+  if (!input_half) return bytes;
+  ConstView grad;
+  for (std::size_t u = units.size(); u-- > 0;) {
+    grad = units[u]->backward_input(*contexts[u], buffers.params(u), grad);
+    bytes[u] = contexts[u]->bytes();
   }
   return bytes;
 }
@@ -676,6 +684,39 @@ TEST(CudaUnitsEmulatedMemory, SixteenBitPrecisionKeepsTheProductsInputsInHalfThe
   for (std::size_t u = 0; u < 3; ++u) {
     EXPECT_EQ(mlp_f32[u] - mlp_bf16[u], 6 * inputs[u] * 2) << "unit " << u;
   }
+}
+
+// What a context waiting for its weight half keeps (zero-bubble
+// pipelines run the weight halves later): its products' inputs and output
+// gradients, the norms' parameter gradients, and what it handed on; the
+// rest went back to the pool at the end of backward_input.
+TEST(CudaUnitsEmulatedMemory, AWaitingWeightHalfKeepsOnlyWhatItReads) {
+  const CudaHost host;
+  const GptConfig gpt = small_gpt(1);
+  const int64_t examples = 2;
+  const Batch tokens = sequence_batch(examples, gpt.seq_len, gpt.vocab, 5);
+  const auto n = static_cast<std::size_t>(examples * gpt.seq_len);
+  const auto d = static_cast<std::size_t>(gpt.d_model);
+  const auto vocab = static_cast<std::size_t>(gpt.vocab);
+  const std::size_t hid = 4 * d;
+  const std::vector<std::size_t> waiting = bytes_after_forward(
+      cuda_gpt_units(factory(), host.api(), gpt, build_gpt_units(gpt)), tokens.view, true);
+  ASSERT_EQ(waiting.size(), 3U);
+  const std::size_t f = sizeof(float);
+  // The block: h1, h2, attn, dy, dx2, y and dx [n, d], act and du [n, hid],
+  // dqkv [n, 3d], the LayerNorms' four gradients [d].
+  EXPECT_EQ(waiting[1], f * (n * (7 * d + 2 * hid + 3 * d) + 4 * d));
+  // The head: h and dx [n, d], dlogits [n, vocab], the norm's gradients.
+  EXPECT_EQ(waiting[2], f * (n * (2 * d + vocab) + 2 * d));
+  const MlpConfig mlp = small_mlp({20, 16});
+  const Batch features = feature_batch(6, mlp.input, mlp.classes, 7);
+  const std::vector<std::size_t> mlp_waiting = bytes_after_forward(
+      cuda_mlp_units(factory(), host.api(), mlp, build_mlp_units(mlp)), features.view, true);
+  // A layer: x [6, in], dz and y [6, out], dx [6, in] but the first's; the
+  // head: x and dx [6, 16], dlogits [6, 5].
+  EXPECT_EQ(mlp_waiting[0], f * 6 * (12 + 2 * 20));
+  EXPECT_EQ(mlp_waiting[1], f * 6 * (20 + 2 * 16 + 20));
+  EXPECT_EQ(mlp_waiting[2], f * 6 * (16 + 5 + 16));
 }
 
 // The mlp's CUDA units under tensor parallelism against its CPU units on

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <span>
@@ -215,6 +216,16 @@ class DeviceArray {
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// Gives `arrays` back to the pool (DeviceArray::release): what a context
+// need not keep for its next call. The end of a backward_input releases
+// what the weight half does not read, so a context waiting for its weight
+// half (zero-bubble pipelines) keeps only the products' inputs and output
+// gradients and the norms' parameter gradients.
+inline void release_all(std::initializer_list<DeviceArray*> arrays, const Lane& l,
+                        const std::string& unit) {
+  for (DeviceArray* a : arrays) a->release(l, unit);
+}
 
 // An operand of a product (see gemm): f32, or already rounded to the
 // 16-bit type of the lane's precision (see KeptOperand).

@@ -135,6 +135,7 @@ class CudaEmbedding final : public TwinnedUnit {
     } else {
       kept_output_gradient(*this, grad_output, n, d_, c.dx, l);
     }
+    release_all({&c.tokens, &c.lookup}, l, name_);
     c.input_grad_done = true;
     finish_call(l, name_);
     return {};
@@ -378,6 +379,9 @@ class CudaGptBlock final : public TwinnedUnit {
                              true, l.stream);
     layernorm_backward_params(c.x.get(), c.mean1.get(), c.rstd1.get(), dh1, nl, d,
                               zeroed(c.dln1g, d, l, name_), zeroed(c.dln1b, d, l, name_), l.stream);
+    release_all({&c.x, &c.mean1, &c.rstd1, &c.qkv, &c.lse, &c.x2, &c.mean2, &c.rstd2, &c.u, &c.dh2,
+                 &c.dattn, &c.delta, &c.dh1, &c.dy_rows, &c.dx2_rows, &c.partial, &c.norm_rows},
+                l, name_);
     c.input_grad_done = true;
     finish_call(l, name_);
     return {dx, nl, d};
@@ -618,6 +622,9 @@ class CudaHead final : public TwinnedUnit {
       rmsnorm_backward_input(c.x.get(), p[0], c.rstd.get(), dh, nl, d_, dx, false, l.stream);
       rmsnorm_backward_params(c.x.get(), c.rstd.get(), dh, nl, d_, dg, l.stream);
     }
+    release_all({&c.x, &c.mean, &c.rstd, &c.xent.probs, &c.xent.row_loss, &c.targets, &c.dh,
+                 &c.norm_rows, &c.partial},
+                l, name_);
     c.input_grad_done = true;
     finish_call(l, name_);
     return {dx, nl, d_};

@@ -261,6 +261,10 @@ class CudaLlamaBlock final : public TwinnedUnit {
     rmsnorm_backward_input(c.x.get(), p[kAttnNormG], c.rstd1.get(), dh1, nl, d, dx, true, l.stream);
     rmsnorm_backward_params(c.x.get(), c.rstd1.get(), dh1, nl, d, zeroed(c.dnorm1, d, l, name_),
                             l.stream);
+    release_all(
+        {&c.x, &c.rstd1, &c.q, &c.k, &c.v, &c.lse, &c.x2, &c.rstd2, &c.gate, &c.up, &c.dact, &c.dh2,
+         &c.dattn, &c.delta, &c.dh1, &c.dy_rows, &c.dx2_rows, &c.partial, &c.norm_rows},
+        l, name_);
     c.input_grad_done = true;
     finish_call(l, name_);
     return {dx, nl, d};

@@ -208,6 +208,7 @@ class CudaDense final : public TwinnedUnit {
       }
       activation_backward(ctx.z.get(), dy, dz, n * out, act_, l.stream);
     }
+    release_all({&ctx.z, &ctx.staging_dy, &ctx.dy_cols}, l, name_);
     ctx.input_grad_done = true;
     if (is_first()) {
       finish_call(l, name_);
@@ -421,6 +422,7 @@ class CudaClassifier final : public TwinnedUnit {
     float* dlogits = ctx.dlogits.ensure(static_cast<size_t>(n * c), l, name_);
     xent_backward(ctx.xent.probs.get(), ctx.targets.get<int32_t>(), n, c, ctx.first_class,
                   ctx.scale * g, dlogits, l.stream);
+    release_all({&ctx.xent.probs, &ctx.xent.row_loss, &ctx.targets}, l, name_);
     ctx.input_grad_done = true;
     if (is_first()) {
       finish_call(l, name_);
