@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -469,6 +470,36 @@ TEST(CudaUnitsEmulatedEpilogues, FusedOrNotTheUnitsMatchTheirCpuUnits) {
     EXPECT_GT(emu::sgemm_calls(), sgemm);
     EXPECT_EQ(emu::lt_matmuls(CUBLASLT_EPILOGUE_GELU_AUX_BIAS), lt_gelu);
   });
+}
+
+// TESSERA_CUBLASLT=0: a lane made then sends every product through cuBLAS
+// and the kernels, which compute the same, and says so once.
+TEST(CudaUnitsEmulatedEpilogues, CublasLtOffSendsEveryProductThroughCublas) {
+  ASSERT_EQ(setenv("TESSERA_CUBLASLT", "0", 1), 0);
+  const CudaHost host;
+  on_a_fresh_lane([&] {
+    const emu::BlockThreadLimit one_thread(1);
+    const GptConfig gpt = small_gpt(1);
+    const Batch tokens = sequence_batch(2, 8, gpt.vocab, 8);
+    const std::size_t lt =
+        emu::lt_matmuls(CUBLASLT_EPILOGUE_DEFAULT) + emu::lt_matmuls(CUBLASLT_EPILOGUE_BIAS) +
+        emu::lt_matmuls(CUBLASLT_EPILOGUE_GELU_AUX_BIAS) + emu::lt_matmuls(CUBLASLT_EPILOGUE_DGELU);
+    const std::size_t sgemm = emu::sgemm_calls();
+    expect_same_training(build_gpt_units(gpt),
+                         cuda_gpt_units(factory(), host.api(), gpt, build_gpt_units(gpt)),
+                         tokens.view, false, kTolerance);
+    EXPECT_EQ(emu::lt_matmuls(CUBLASLT_EPILOGUE_DEFAULT) + emu::lt_matmuls(CUBLASLT_EPILOGUE_BIAS) +
+                  emu::lt_matmuls(CUBLASLT_EPILOGUE_GELU_AUX_BIAS) +
+                  emu::lt_matmuls(CUBLASLT_EPILOGUE_DGELU),
+              lt);
+    EXPECT_GT(emu::sgemm_calls(), sgemm);
+  });
+  ASSERT_EQ(unsetenv("TESSERA_CUBLASLT"), 0);
+  std::size_t said = 0;
+  for (const std::string& line : host.lines()) {
+    if (line.find("TESSERA_CUBLASLT=0") != std::string::npos) ++said;
+  }
+  EXPECT_EQ(said, 1U);
 }
 
 // bf16 and f16 products: every GEMM's inputs rounded to bfloat16 or

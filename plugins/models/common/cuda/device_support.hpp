@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -42,6 +43,7 @@ struct Lane {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   Matmuls matmuls;
+  bool cublaslt = true;       // false: every product through cuBLAS (TESSERA_CUBLASLT=0)
   void* workspace = nullptr;  // kWorkspaceBytes, made at the first product
   tessera_dtype precision = TESSERA_F32;
   bool tf32 = false;  // f32 products on the TF32 tensor cores
@@ -112,6 +114,14 @@ inline Lane& lane(const sdk::Host& host, const std::string& unit) {
     check(cublasCreate(&made->blas), unit, "cublasCreate");
     check(cublasSetStream(made->blas, made->stream), unit, "cublasSetStream");
     made->matmuls.init(unit);
+    // TESSERA_CUBLASLT=0 sends every product through cuBLAS and the
+    // units' kernels, unfused: the other side of a comparison of the two.
+    const char* setting = std::getenv("TESSERA_CUBLASLT");
+    made->cublaslt = setting == nullptr || std::string_view(setting) != "0";
+    if (!made->cublaslt) {
+      host.info("unit '", unit, "': TESSERA_CUBLASLT=0: every product of this thread's lane ",
+                "through cuBLAS and the units' kernels, no epilogue fused");
+    }
     slot = std::move(made);
     slot->precision = -1;  // the math mode is set below
   }
@@ -498,9 +508,13 @@ inline void gemm(Lane& l, bool trans_a, bool trans_b, int64_t m, int64_t n, int6
     p.aux = e.aux;
     p.aux_ld = ldc;
   }
-  if (l.workspace == nullptr) l.workspace = l.allocate(Lane::kWorkspaceBytes, unit);
+  if (l.cublaslt && l.workspace == nullptr) {
+    l.workspace = l.allocate(Lane::kWorkspaceBytes, unit);
+  }
   std::string refusal;
-  if (l.matmuls.run(p, l.stream, l.workspace, Lane::kWorkspaceBytes, unit, refusal)) return;
+  if (l.cublaslt && l.matmuls.run(p, l.stream, l.workspace, Lane::kWorkspaceBytes, unit, refusal)) {
+    return;
+  }
   if (!refusal.empty()) {
     sdk::Host(l.host).info("unit '", unit, "': cuBLASLt has no algorithm for ", refusal,
                            ": through cuBLAS and the units' kernels");
