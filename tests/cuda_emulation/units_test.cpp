@@ -739,6 +739,22 @@ TEST(CudaUnitsEmulatedMemory, AWaitingWeightHalfKeepsOnlyWhatItReads) {
   EXPECT_EQ(waiting[1], f * (n * (7 * d + 2 * hid + 3 * d) + 4 * d));
   // The head: h and dx [n, d], dlogits [n, vocab], the norm's gradients.
   EXPECT_EQ(waiting[2], f * (n * (2 * d + vocab) + 2 * d));
+  // A llama block: h1, h2, attn, dy, dx2, dq, y and dx [n, d], act, dgate
+  // and dup [n, ffn], dk and dv [n, kv_heads·head_dim], the RMSNorms' two
+  // gradients [d].
+  const LlamaConfig llama = small_llama();
+  const Batch llama_tokens = sequence_batch(examples, llama.seq_len, llama.vocab, 6);
+  const auto ln = static_cast<std::size_t>(examples * llama.seq_len);
+  const auto ld = static_cast<std::size_t>(llama.d_model);
+  const auto kvd = static_cast<std::size_t>(llama.d_model / llama.heads * llama.kv_heads);
+  const auto ffn = static_cast<std::size_t>(llama.ffn);
+  const std::vector<std::size_t> llama_waiting =
+      bytes_after_forward(cuda_llama_units(factory(), host.api(), llama, build_llama_units(llama)),
+                          llama_tokens.view, true);
+  ASSERT_EQ(llama_waiting.size(), 4U);
+  for (std::size_t b = 1; b <= 2; ++b) {
+    EXPECT_EQ(llama_waiting[b], f * (ln * (8 * ld + 3 * ffn + 2 * kvd) + 2 * ld)) << "block " << b;
+  }
   const MlpConfig mlp = small_mlp({20, 16});
   const Batch features = feature_batch(6, mlp.input, mlp.classes, 7);
   const std::vector<std::size_t> mlp_waiting = bytes_after_forward(
