@@ -45,8 +45,10 @@ struct EmbeddingContext final : UnitContext {
   // dx: the whole output gradient, kept for the weight half (dy: this
   // rank's rows of it under sequence parallelism); lookup: every row's
   // lookup before the reduce-scatter; token_rows: the rows grouped by the
-  // held tokens (TokenRows: its tokens, starts and order one after another).
+  // held tokens (TokenRows: its tokens, starts and order one after another),
+  // made by the weight half from the batch's ids.
   DeviceArray tokens, token_rows, dx, dy, lookup;
+  std::vector<int32_t> ids;
   int64_t distinct = 0;  // the held tokens in token_rows
   DeviceArray x{true};
   RowExchange rows;
@@ -101,7 +103,7 @@ class CudaEmbedding final : public TwinnedUnit {
     c.input_grad_done = false;
     const int32_t* tokens =
         upload_ids(input.batch->tokens, vocab_, "token", "at position", c.tokens, l, name_);
-    upload_token_rows(input.batch->tokens, c, l);
+    c.ids.assign(input.batch->tokens.begin(), input.batch->tokens.end());
     c.params.bind(params, specs_, l, name_, tp.size());
     const int64_t n = c.batch * seq;
     const int64_t nl = c.batch * local_seq;
@@ -154,6 +156,7 @@ class CudaEmbedding final : public TwinnedUnit {
     Lane& l = lane(host_, name_);
     c.grads.bind(grads, specs_, l, name_, c.tp_size);
     float* dwpe = positions_ ? c.grads[1] : nullptr;
+    upload_token_rows(c, l);
     embedding_backward(c.token_rows_view(), c.dx.get(), c.batch, c.seq, d_, c.held, c.grads[0],
                        tp.sequence() ? nullptr : dwpe, l.stream);
     if (tp.sequence() && dwpe != nullptr) {
@@ -166,8 +169,8 @@ class CudaEmbedding final : public TwinnedUnit {
  private:
   // The batch's rows grouped by the tokens this rank's table holds, on the
   // device for the weight half's scatter.
-  void upload_token_rows(std::span<const int32_t> ids, EmbeddingContext& c, const Lane& l) const {
-    const TokenRows t = TokenRows::of(ids.data(), static_cast<int64_t>(ids.size()), c.held);
+  void upload_token_rows(EmbeddingContext& c, const Lane& l) const {
+    const TokenRows t = TokenRows::of(c.ids.data(), static_cast<int64_t>(c.ids.size()), c.held);
     std::vector<int32_t> all;
     all.reserve(t.tokens.size() + t.starts.size() + t.order.size());
     for (const std::vector<int32_t>* part : {&t.tokens, &t.starts, &t.order}) {
