@@ -164,9 +164,11 @@ TEST(CudaMatmulEmulated, EveryProductAndEpilogueThroughCublasLt) {
   on_a_fresh_lane([] {
     const CudaHost host;
     Lane& l = lane(sdk::Host(host.api()), "matmul");
-    const size_t fused_before = emu::lt_matmuls(CUBLASLT_EPILOGUE_GELU_AUX_BIAS) +
-                                emu::lt_matmuls(CUBLASLT_EPILOGUE_DGELU) +
-                                emu::lt_matmuls(CUBLASLT_EPILOGUE_BIAS);
+    const auto fused = [] {
+      return emu::lt_matmuls(CUBLASLT_EPILOGUE_GELU_AUX_BIAS) +
+             emu::lt_matmuls(CUBLASLT_EPILOGUE_DGELU) + emu::lt_matmuls(CUBLASLT_EPILOGUE_BIAS);
+    };
+    const size_t fused_before = fused();
     const size_t refused_before = emu::lt_refusals();
     const size_t sgemm_before = emu::sgemm_calls();
     for (const size_t offset : {size_t{0}, size_t{1}, size_t{2}}) {
@@ -175,10 +177,7 @@ TEST(CudaMatmulEmulated, EveryProductAndEpilogueThroughCublasLt) {
     // Every product found an algorithm, the epilogues fused.
     EXPECT_EQ(emu::lt_refusals(), refused_before);
     EXPECT_EQ(emu::sgemm_calls(), sgemm_before);
-    EXPECT_EQ(emu::lt_matmuls(CUBLASLT_EPILOGUE_GELU_AUX_BIAS) +
-                  emu::lt_matmuls(CUBLASLT_EPILOGUE_DGELU) +
-                  emu::lt_matmuls(CUBLASLT_EPILOGUE_BIAS),
-              fused_before + 3 * 4 * 4);
+    EXPECT_EQ(fused(), fused_before + 3 * 4 * 4);
   });
 }
 
