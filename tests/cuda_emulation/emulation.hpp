@@ -7,7 +7,11 @@
 // every __syncthreads, so a kernel that reads shared memory another thread
 // writes without a barrier between is a data race ThreadSanitizer reports.
 // The launch returns once every block is done (a synchronous stream); one
-// launch runs at a time, whichever thread starts it.
+// launch runs at a time, whichever thread starts it. A launch a device
+// would refuse (more than 1024 threads a block, a grid's y or z past
+// 65535, more dynamic shared memory than its kernel may have: 48 KiB, or
+// what cudaFuncSetAttribute allowed it) does not run: cudaGetLastError
+// answers cudaErrorInvalidConfiguration, as on a device.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,9 +23,10 @@
 
 namespace tessera::emu {
 
-// Runs `body` once per thread of every block of `grid`, with
-// `shared_bytes` of dynamic shared memory per block.
-void run_grid(dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<void()>& body);
+// Runs `body` (a launch of `kernel`) once per thread of every block of
+// `grid`, with `shared_bytes` of dynamic shared memory per block.
+void run_grid(const void* kernel, dim3 grid, dim3 block, std::size_t shared_bytes,
+              const std::function<void()>& body);
 
 // How many launches ran since the process started (a test's check that a
 // host wrapper launched at all).
@@ -34,6 +39,10 @@ std::size_t launches();
 // the same; a whole model's passes run many times faster so, the kernels'
 // own tests keeping the launched 256 threads and their barriers.
 void limit_block_threads(unsigned threads);
+
+// Refuses the calling thread's next launch, as a device refuses a launch
+// beyond its limits (a test of the launch checks).
+void refuse_next_launch();
 
 // limit_block_threads(threads) for a scope; as launched after it.
 class BlockThreadLimit {
@@ -55,7 +64,8 @@ class Launch {
     return [kernel = kernel_, grid, block, shared](auto&&... args) {
       const std::tuple<Params...> params(std::forward<decltype(args)>(args)...);
       // Each thread gets its own copies of the parameters, as on a device.
-      run_grid(grid, block, shared, [&] { std::apply(kernel, params); });
+      run_grid(reinterpret_cast<const void*>(kernel), grid, block, shared,
+               [&] { std::apply(kernel, params); });
     };
   }
 
@@ -67,5 +77,14 @@ template <typename... Params>
 Launch<Params...> launch(void (*kernel)(Params...)) {
   return Launch<Params...>(kernel);
 }
+
+// set_shared_optin_bytes(bytes) for a scope; the default after it.
+class SharedOptin {
+ public:
+  explicit SharedOptin(std::size_t bytes) { set_shared_optin_bytes(bytes); }
+  SharedOptin(const SharedOptin&) = delete;
+  SharedOptin& operator=(const SharedOptin&) = delete;
+  ~SharedOptin() { set_shared_optin_bytes(0); }
+};
 
 }  // namespace tessera::emu

@@ -5,7 +5,8 @@
 // row norm, the rotary embedding, SwiGLU, the embedding lookup and
 // scatter, the cross-entropy, and the attention forward and backward in
 // gpt's fused qkv layout and in llama's separate q, k, v with grouped
-// key/value heads; and the column sums of the bias and norm gradients.
+// key/value heads, in tiles as wide as the device's shared memory allows;
+// the column sums of the bias and norm gradients; and a refused launch.
 // Sizes are chosen so that rows are wider than a block's 256 threads where
 // a kernel strides over them.
 #include <gtest/gtest.h>
@@ -448,47 +449,128 @@ AttentionReference reference_attention(const std::vector<float>& q, const std::v
   return r;
 }
 
-// llama's layout: q, k and v apart, 4 query heads on 2 key/value heads.
-TEST(CudaKernelsEmulated, GroupedQueryAttentionMatchesTheDirectEvaluation) {
-  const int64_t batch = 2;
-  const int64_t seq = 7;
-  const int64_t heads = 4;
-  const int64_t kv_heads = 2;
-  const int64_t dh = 6;
-  const int64_t rows = batch * seq;
-  const auto q_count = static_cast<std::size_t>(rows * heads * dh);
-  const auto kv_count = static_cast<std::size_t>(rows * kv_heads * dh);
-  const std::vector<float> q = random_values(q_count, 16);
-  const std::vector<float> k = random_values(kv_count, 17);
-  const std::vector<float> v = random_values(kv_count, 18);
-  const std::vector<float> dout = random_values(q_count, 19);
-  const AttentionReference ref =
-      reference_attention(q, k, v, dout, batch, seq, heads, kv_heads, dh);
+// llama's layout: q, k and v apart, query heads sharing key/value heads.
+struct AttentionCase {
+  int64_t batch, seq, heads, kv_heads, dh;
+};
+
+struct AttentionResult {
+  std::vector<float> out, lse, dq, dk, dv;
+};
+
+// The kernels' forward and backward of `c` on q, k, v and dout.
+AttentionResult run_attention(const AttentionCase& c, const std::vector<float>& q,
+                              const std::vector<float>& k, const std::vector<float>& v,
+                              const std::vector<float>& dout) {
   const Attention a{q.data(),
                     k.data(),
                     v.data(),
-                    heads * dh,
-                    kv_heads * dh,
-                    batch,
-                    seq,
-                    heads,
-                    kv_heads,
-                    dh,
-                    1.0f / std::sqrt(static_cast<float>(dh))};
-  std::vector<float> out(q_count);
-  std::vector<float> lse(static_cast<std::size_t>(batch * heads * seq));
-  attention_forward(a, out.data(), lse.data(), nullptr);
-  expect_close(out, ref.out, kTolerance, "out");
-  expect_close(lse, ref.lse, kTolerance, "lse");
-  std::vector<float> delta(lse.size());
-  std::vector<float> dq(q_count, 7.0f);  // written, not added to
-  std::vector<float> dk(kv_count, 7.0f);
-  std::vector<float> dv(kv_count, 7.0f);
-  attention_backward(a, out.data(), lse.data(), dout.data(), delta.data(), dq.data(), dk.data(),
-                     dv.data(), nullptr);
-  expect_close(dq, ref.dq, kTolerance, "dq");
-  expect_close(dk, ref.dk, kTolerance, "dk (summed over each group's query heads)");
-  expect_close(dv, ref.dv, kTolerance, "dv (summed over each group's query heads)");
+                    c.heads * c.dh,
+                    c.kv_heads * c.dh,
+                    c.batch,
+                    c.seq,
+                    c.heads,
+                    c.kv_heads,
+                    c.dh,
+                    1.0f / std::sqrt(static_cast<float>(c.dh))};
+  AttentionResult r;
+  r.out.assign(q.size(), 0.0f);
+  r.lse.assign(static_cast<std::size_t>(c.batch * c.heads * c.seq), 0.0f);
+  attention_forward(a, r.out.data(), r.lse.data(), nullptr);
+  std::vector<float> delta(r.lse.size());
+  r.dq.assign(q.size(), 7.0f);  // written, not added to
+  r.dk.assign(k.size(), 7.0f);
+  r.dv.assign(v.size(), 7.0f);
+  attention_backward(a, r.out.data(), r.lse.data(), dout.data(), delta.data(), r.dq.data(),
+                     r.dk.data(), r.dv.data(), nullptr);
+  return r;
+}
+
+// Against the direct evaluation in double, with the device's shared memory
+// at `optin_bytes`: sequences of one tile and of several with a ragged
+// last one, grouped key/value heads, head sizes whose blocks need more than
+// the 48 KiB a kernel has without asking, and budgets that narrow the tiles
+// down to a single row.
+void expect_attention_matches(const AttentionCase& c, std::size_t optin_bytes, uint32_t seed) {
+  SCOPED_TRACE("batch " + std::to_string(c.batch) + ", seq " + std::to_string(c.seq) + ", heads " +
+               std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + ", dh " +
+               std::to_string(c.dh) + ", shared " + std::to_string(optin_bytes));
+  const emu::SharedOptin optin(optin_bytes);
+  const int64_t rows = c.batch * c.seq;
+  const auto q_count = static_cast<std::size_t>(rows * c.heads * c.dh);
+  const auto kv_count = static_cast<std::size_t>(rows * c.kv_heads * c.dh);
+  const std::vector<float> q = random_values(q_count, seed);
+  const std::vector<float> k = random_values(kv_count, seed + 1);
+  const std::vector<float> v = random_values(kv_count, seed + 2);
+  const std::vector<float> dout = random_values(q_count, seed + 3);
+  const AttentionReference ref =
+      reference_attention(q, k, v, dout, c.batch, c.seq, c.heads, c.kv_heads, c.dh);
+  const AttentionResult r = run_attention(c, q, k, v, dout);
+  expect_close(r.out, ref.out, kTolerance, "out");
+  expect_close(r.lse, ref.lse, kTolerance, "lse");
+  expect_close(r.dq, ref.dq, kTolerance, "dq");
+  expect_close(r.dk, ref.dk, kTolerance, "dk (summed over each group's query heads)");
+  expect_close(r.dv, ref.dv, kTolerance, "dv (summed over each group's query heads)");
+  // The same launch sums in the same order again.
+  const AttentionResult again = run_attention(c, q, k, v, dout);
+  EXPECT_EQ(again.out, r.out);
+  EXPECT_EQ(again.dq, r.dq);
+  EXPECT_EQ(again.dk, r.dk);
+  EXPECT_EQ(again.dv, r.dv);
+}
+
+constexpr std::size_t kH100Shared = 227 * 1024;
+
+TEST(CudaKernelsEmulated, GroupedQueryAttentionMatchesTheDirectEvaluation) {
+  // One tile (7 ≤ 8), then 32-row tiles with a ragged third.
+  expect_attention_matches({2, 7, 4, 2, 6}, kH100Shared, 16);
+  expect_attention_matches({1, 70, 4, 2, 5}, kH100Shared, 26);
+}
+
+TEST(CudaKernelsEmulated, AttentionTilesNarrowToTheDevicesSharedMemory) {
+  // dh 128: 32-row tiles take 53 to 107 KiB a block, asked for beyond the
+  // default 48 KiB; a 48 KiB device gets 16- and 8-row tiles.
+  expect_attention_matches({1, 40, 2, 1, 128}, kH100Shared, 36);
+  expect_attention_matches({1, 40, 2, 1, 128}, 48 * 1024, 46);
+  // Budgets that leave 4-, 2- and 1-row tiles for some kernels.
+  for (const std::size_t bytes : {std::size_t{2048}, std::size_t{700}, std::size_t{200}}) {
+    expect_attention_matches({2, 11, 3, 1, 6}, bytes, 56);
+  }
+}
+
+// A head too wide for even one row a block names the kernel and the sizes.
+TEST(CudaKernelsEmulated, AttentionRefusesAHeadTooWideForSharedMemory) {
+  const AttentionCase c{1, 4, 1, 1, 64};
+  const std::vector<float> q(static_cast<std::size_t>(4 * 64), 0.5f);
+  const emu::SharedOptin optin(1024);
+  try {
+    (void)run_attention(c, q, q, q, q);
+    FAIL() << "expected a KernelError";
+  } catch (const KernelError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("attention_dq"), std::string::npos) << what;
+    EXPECT_NE(what.find("a head of 64 values needs 1304 bytes"), std::string::npos) << what;
+    EXPECT_NE(what.find("allows 1024"), std::string::npos) << what;
+  }
+}
+
+// A launch the device refuses throws, naming the kernel and the error,
+// rather than leaving its output unwritten.
+TEST(CudaKernelsEmulated, ARefusedLaunchThrows) {
+  std::vector<float> out(8, 1.0f);
+  const std::vector<float> in(8, 2.0f);
+  emu::refuse_next_launch();
+  try {
+    add_into(out.data(), in.data(), 8, nullptr);
+    FAIL() << "expected a KernelError";
+  } catch (const KernelError& e) {
+    EXPECT_STREQ(e.what(),
+                 "CUDA kernel add_into failed: cudaErrorInvalidConfiguration: "
+                 "cudaErrorInvalidConfiguration");
+  }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "read once";
+  add_into(out.data(), in.data(), 8, nullptr);
+  EXPECT_EQ(out, std::vector<float>(8, 3.0f));
 }
 
 // gpt's layout: q, k and v side by side in one [rows, 3·d] qkv, one

@@ -215,11 +215,13 @@ const char* cudaGetErrorName(cudaError_t err) {
       return "cudaErrorInvalidValue";
     case cudaErrorMemoryAllocation:
       return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+      return "cudaErrorInvalidConfiguration";
   }
   return "cudaErrorUnknown";
 }
 const char* cudaGetErrorString(cudaError_t err) { return cudaGetErrorName(err); }
-cudaError_t cudaGetLastError() { return cudaSuccess; }
+cudaError_t cudaGetLastError() { return tessera::emu::take_last_error(); }
 cudaError_t cudaSetDevice(int device) {
   if (device != 0) return cudaErrorInvalidValue;  // one emulated device
   t_device = device;
@@ -230,8 +232,20 @@ cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int /*device*/) {
-  *value = attr == cudaDevAttrMemoryPoolsSupported ? 1 : 0;
+  switch (attr) {
+    case cudaDevAttrMemoryPoolsSupported:
+      *value = 1;
+      break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+      *value = static_cast<int>(tessera::emu::shared_optin_bytes());
+      break;
+  }
   return cudaSuccess;
+}
+cudaError_t cudaFuncSetAttribute(const void* kernel, cudaFuncAttribute attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0)
+    return cudaErrorInvalidValue;
+  return tessera::emu::set_max_dynamic_shared(kernel, static_cast<size_t>(value));
 }
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int /*device*/) {
   *pool = reinterpret_cast<cudaMemPool_t>(0x10);

@@ -2,7 +2,8 @@
 // kernels (plugins/models/common/cuda/device_kernels.cu) compile as host
 // C++ and run on CPU threads: the emulation of tests/model/cuda_emulation.
 // Only what those kernels use: the launch (see emulation.hpp), thread and
-// block indices, __syncthreads, shared memory, dim3 and a stream type.
+// block indices, __syncthreads, shared memory and its opt-in, dim3, a
+// stream type, and the launch's error (cudaGetLastError).
 #pragma once
 
 #include <cmath>
@@ -12,7 +13,12 @@
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
 
-enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9
+};
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,
   cudaMemcpyHostToDevice = 1,
@@ -30,7 +36,11 @@ struct cudaPointerAttributes {
   cudaMemoryType type = cudaMemoryTypeUnregistered;
   int device = 0;
 };
-enum cudaDeviceAttr { cudaDevAttrMemoryPoolsSupported = 115 };
+enum cudaDeviceAttr {
+  cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
+  cudaDevAttrMemoryPoolsSupported = 115
+};
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
 struct CUmemPoolHandle_st;
 using cudaMemPool_t = CUmemPoolHandle_st*;
@@ -62,6 +72,7 @@ cudaError_t cudaMemcpy2DAsync(void* to, size_t to_pitch, const void* from, size_
                               cudaStream_t stream);
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream);
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr);
+cudaError_t cudaFuncSetAttribute(const void* kernel, cudaFuncAttribute attr, int value);
 
 // The runtime's typed overloads of its C calls.
 template <typename T>
@@ -75,6 +86,10 @@ cudaError_t cudaMallocManaged(T** ptr, size_t bytes, unsigned flags = cudaMemAtt
 template <typename T>
 cudaError_t cudaMallocAsync(T** ptr, size_t bytes, cudaStream_t stream) {
   return cudaMallocAsync(reinterpret_cast<void**>(ptr), bytes, stream);
+}
+template <typename T>
+cudaError_t cudaFuncSetAttribute(T* kernel, cudaFuncAttribute attr, int value) {
+  return cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), attr, value);
 }
 
 struct dim3 {
@@ -105,6 +120,16 @@ size_t managed_bytes_in_use();
 void sync_block();
 // The running launch's dynamic shared memory (its third launch argument).
 float* dynamic_shared();
+// The calling thread's error of its last refused launch, cleared by the
+// reading (cudaGetLastError).
+cudaError_t take_last_error();
+// The dynamic shared memory one block may have once its kernel asks
+// (cudaDevAttrMaxSharedMemoryPerBlockOptin); 227 KiB as on an H100 unless
+// a test sets it.
+size_t shared_optin_bytes();
+void set_shared_optin_bytes(size_t bytes);
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes).
+cudaError_t set_max_dynamic_shared(const void* kernel, size_t bytes);
 }  // namespace tessera::emu
 
 #define threadIdx (::tessera::emu::thread_idx)

@@ -5,6 +5,8 @@
 #include <cuda_fp16.h>
 
 #include <cfloat>
+#include <cmath>
+#include <string>
 
 namespace tessera::model::cuda {
 namespace {
@@ -389,9 +391,19 @@ __global__ void embedding_backward_wpe_kernel(const float* dx, int64_t batch, in
   }
 }
 
-// One (example, query head) of the attention kernels: where its rows of
-// q, k and v are, its rows in a [batch·seq, heads·dh] tensor (the output
-// and its gradient), and its entry of a [batch, heads, seq] statistic.
+// ---- Attention, in tiles ----
+//
+// A block works on one (example, head) and one tile of `tile` consecutive
+// positions; the other side's positions stream through shared memory a
+// tile at a time, so no seq×seq matrix exists anywhere and a tile's rows
+// are read once per tile rather than once per row. Every sum runs in a
+// fixed order: a run repeats bit for bit. A key/value tile's rows are
+// `ld` floats apart (an odd count), so that the lanes of a warp reading one
+// element of 32 different rows hit 32 different banks.
+
+// One (example, query head): where its rows of q, k and v are, its rows in
+// a [batch·seq, heads·dh] tensor (the output and its gradient), and its
+// entry of a [batch, heads, seq] statistic.
 // The model's query heads per key/value head.
 __device__ int64_t group_of(const Attention& a) {
   return a.group > 0 ? a.group : a.heads / a.kv_heads;
@@ -413,169 +425,293 @@ struct HeadRows {
   __device__ int64_t stat(int64_t t) const { return bh * a.seq + t; }
 };
 
-// The (example, query head) of a block of grid (seq, batch·heads).
+// The (example, query head) of a block of grid (batch·heads, tiles).
 __device__ HeadRows query_head(const Attention& a) {
-  const int64_t b = blockIdx.y / a.heads;
-  return HeadRows(a, b, blockIdx.y - b * a.heads);
+  const int64_t b = blockIdx.x / a.heads;
+  return HeadRows(a, b, blockIdx.x - b * a.heads);
 }
 
-// Attention: grid (seq, batch·heads), one block per query row i of one
-// head; scores of keys 0..i in shared memory (seq floats), then q (dh).
-__global__ void attention_forward_kernel(const Attention a, float* out, float* lse) {
-  extern __shared__ float smem[];
-  __shared__ float reduce[kThreads];
-  const int64_t dh = a.dh;
-  float* scores = smem;          // seq
-  float* q = smem + a.seq;       // dh
-  const int64_t i = blockIdx.x;  // query position
-  const HeadRows at = query_head(a);
-  for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) q[e] = at.q(i)[e];
-  __syncthreads();
-  float mx = -FLT_MAX;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) {
-    const float* k = at.k(j);
-    float s = 0.0f;
-    for (int64_t e = 0; e < dh; ++e) s += q[e] * k[e];
-    s *= a.scale;
-    scores[j] = s;
-    mx = fmaxf(mx, s);
+__host__ __device__ int64_t padded_row(int64_t dh) { return dh % 2 == 0 ? dh + 1 : dh; }
+
+// Shared floats of the three kernels' blocks for a tile of t rows:
+// forward: q and the output [t, dh], keys then values [t, ld], the scores
+// [t, t+1], and three per-row statistics; dq: q, dout and dq [t, dh], keys
+// and values [t, ld], the score gradients [t, t+1], lse and delta; dkv:
+// keys and values [t, ld], dk, dv, q and dout [t, dh], probabilities and
+// score gradients [t, t+1], lse and delta.
+struct AttentionShared {
+  static int64_t forward(int64_t t, int64_t dh) {
+    return 2 * t * dh + t * padded_row(dh) + t * (t + 1) + 3 * t;
   }
-  mx = block_max(mx, reduce);
-  float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) {
-    const float p = expf(scores[j] - mx);
-    scores[j] = p;
-    sum += p;
+  static int64_t dq(int64_t t, int64_t dh) {
+    return 3 * t * dh + 2 * t * padded_row(dh) + t * (t + 1) + 2 * t;
   }
-  sum = block_sum(sum, reduce);  // also orders the writes above before the reads below
-  const float inv = 1.0f / sum;
-  float* o = out + at.row(i);
-  for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) {
-    float acc = 0.0f;
-    for (int64_t j = 0; j <= i; ++j) acc += scores[j] * at.v(j)[e];
-    o[e] = acc * inv;
+  static int64_t dkv(int64_t t, int64_t dh) {
+    return 4 * t * dh + 2 * t * padded_row(dh) + 2 * t * (t + 1) + 2 * t;
   }
-  if (threadIdx.x == 0) lse[at.stat(i)] = mx + logf(sum);
+};
+
+// Rows [first, first + t) of a [rows, dh] source (row r at src(r)) into
+// `dst` with rows `ld` apart; rows at or past `count` are zeros.
+template <typename Src>
+__device__ void load_tile(float* dst, int64_t t, int64_t dh, int64_t ld, int64_t count, Src src) {
+  for (int64_t idx = threadIdx.x; idx < t * dh; idx += blockDim.x) {
+    const int64_t r = idx / dh;
+    const int64_t e = idx - r * dh;
+    dst[r * ld + e] = r < count ? src(r)[e] : 0.0f;
+  }
 }
 
-// delta[b, h, i] = dout_i · out_i (= Σ_j p_ij · dp_ij).
-__global__ void attention_delta_kernel(const Attention a, const float* out, const float* dout,
-                                       float* delta) {
-  __shared__ float reduce[kThreads];
-  const int64_t i = blockIdx.x;
-  const HeadRows at = query_head(a);
-  const int64_t r = at.row(i);
+__device__ float dot(const float* x, const float* y, int64_t n) {
   float s = 0.0f;
-  for (int64_t e = threadIdx.x; e < a.dh; e += blockDim.x) s += out[r + e] * dout[r + e];
-  s = block_sum(s, reduce);
-  if (threadIdx.x == 0) delta[at.stat(i)] = s;
+  for (int64_t e = 0; e < n; ++e) s += x[e] * y[e];
+  return s;
 }
 
-// p_ij and ds_ij = p_ij (dp_ij - delta_i) of query i and key j, with
-// dp_ij = dout_i · v_j.
+// Forward: grid (batch·heads, ⌈seq / tile⌉). The block's query tile
+// starts at i0; the key tiles 0..i0 stream through (later ones are masked
+// whole), with the running maximum and sum of each row (online softmax).
+__global__ void attention_forward_kernel(const Attention a, int64_t tile, float* out, float* lse) {
+  extern __shared__ float smem[];
+  const int64_t t = tile;
+  const int64_t dh = a.dh;
+  const int64_t ld = padded_row(dh);
+  const int64_t sp = t + 1;
+  float* q = smem;         // [t, dh]
+  float* o = q + t * dh;   // [t, dh]: unnormalised output
+  float* kv = o + t * dh;  // [t, ld]: keys, then values
+  float* s = kv + t * ld;  // [t, sp]: scores, then probabilities
+  float* m = s + t * sp;   // running maximum
+  float* l = m + t;        // running sum
+  float* alpha = l + t;    // this step's rescale of o
+  const HeadRows at = query_head(a);
+  const int64_t i0 = blockIdx.y * t;
+  const int64_t rows = a.seq - i0 < t ? a.seq - i0 : t;
+  load_tile(q, t, dh, dh, rows, [&](int64_t r) { return at.q(i0 + r); });
+  for (int64_t idx = threadIdx.x; idx < t * dh; idx += blockDim.x) o[idx] = 0.0f;
+  for (int64_t r = threadIdx.x; r < t; r += blockDim.x) {
+    m[r] = -FLT_MAX;
+    l[r] = 0.0f;
+  }
+  for (int64_t j0 = 0; j0 <= i0; j0 += t) {
+    const int64_t cols = a.seq - j0 < t ? a.seq - j0 : t;
+    __syncthreads();  // the last step's reads of kv and s are done
+    load_tile(kv, t, dh, ld, cols, [&](int64_t c) { return at.k(j0 + c); });
+    __syncthreads();
+    for (int64_t idx = threadIdx.x; idx < t * t; idx += blockDim.x) {
+      const int64_t r = idx / t;
+      const int64_t c = idx - r * t;
+      const bool seen = r < rows && j0 + c <= i0 + r;  // causal; j0 + c < seq then
+      s[r * sp + c] = seen ? dot(q + r * dh, kv + c * ld, dh) * a.scale : -INFINITY;
+    }
+    __syncthreads();
+    load_tile(kv, t, dh, ld, cols, [&](int64_t c) { return at.v(j0 + c); });
+    for (int64_t r = threadIdx.x; r < t; r += blockDim.x) {
+      float* row = s + r * sp;
+      if (r >= rows) {
+        for (int64_t c = 0; c < t; ++c) row[c] = 0.0f;
+        alpha[r] = 1.0f;
+        continue;
+      }
+      // Key j0 <= i0 + r is always seen: mx is finite.
+      float mx = m[r];
+      for (int64_t c = 0; c < t; ++c) mx = fmaxf(mx, row[c]);
+      float sum = 0.0f;
+      for (int64_t c = 0; c < t; ++c) {
+        row[c] = expf(row[c] - mx);  // 0 where masked
+        sum += row[c];
+      }
+      alpha[r] = expf(m[r] - mx);
+      l[r] = l[r] * alpha[r] + sum;
+      m[r] = mx;
+    }
+    __syncthreads();
+    for (int64_t idx = threadIdx.x; idx < t * dh; idx += blockDim.x) {
+      const int64_t r = idx / dh;
+      const int64_t e = idx - r * dh;
+      const float* p = s + r * sp;
+      float acc = 0.0f;
+      for (int64_t c = 0; c < cols; ++c) acc += p[c] * kv[c * ld + e];
+      o[idx] = o[idx] * alpha[r] + acc;
+    }
+  }
+  __syncthreads();
+  for (int64_t idx = threadIdx.x; idx < rows * dh; idx += blockDim.x) {
+    const int64_t r = idx / dh;
+    const int64_t e = idx - r * dh;
+    out[at.row(i0 + r) + e] = o[idx] / l[r];
+  }
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    lse[at.stat(i0 + r)] = m[r] + logf(l[r]);
+  }
+}
+
+// p = exp(q·k·scale − lse) and ds = p (dout·v − delta) of one query row and
+// one key row.
 struct ScoreGrad {
   float p;
   float ds;
 };
-__device__ ScoreGrad score_grad(const float* q, const float* k, const float* v, const float* go,
+__device__ ScoreGrad score_grad(const float* q, const float* k, const float* go, const float* v,
                                 int64_t dh, float scale, float lse, float delta) {
-  float s = 0.0f;
-  float dp = 0.0f;
-  for (int64_t e = 0; e < dh; ++e) {
-    s += q[e] * k[e];
-    dp += go[e] * v[e];
-  }
-  const float p = expf(s * scale - lse);
-  return {p, p * (dp - delta)};
+  const float p = expf(dot(q, k, dh) * scale - lse);
+  return {p, p * (dot(go, v, dh) - delta)};
 }
 
-// dq_i = scale · Σ_{j<=i} ds_ij k_j; grid (seq, batch·heads).
-__global__ void attention_dq_kernel(const Attention a, const float* lse, const float* dout,
-                                    const float* delta, float* dq_out) {
+// dq_i = scale · Σ_{j<=i} ds_ij k_j: grid (batch·heads, ⌈seq / tile⌉), the
+// key tiles 0..i0 streaming through. It also writes delta_i = dout_i ·
+// out_i (= Σ_j p_ij dp_ij), which the dk/dv kernel reads after it.
+__global__ void attention_dq_kernel(const Attention a, int64_t tile, const float* out,
+                                    const float* lse, const float* dout, float* delta,
+                                    float* dq_out) {
   extern __shared__ float smem[];
+  const int64_t t = tile;
   const int64_t dh = a.dh;
-  float* ds = smem;         // seq
-  float* q = smem + a.seq;  // dh
-  float* go = q + dh;       // dh: dout_i
-  const int64_t i = blockIdx.x;
+  const int64_t ld = padded_row(dh);
+  const int64_t sp = t + 1;
+  float* q = smem;          // [t, dh]
+  float* go = q + t * dh;   // [t, dh]: dout
+  float* dq = go + t * dh;  // [t, dh]: out ⊙ dout first, then dq / scale
+  float* k = dq + t * dh;   // [t, ld]
+  float* v = k + t * ld;    // [t, ld]
+  float* ds = v + t * ld;   // [t, sp]
+  float* ls = ds + t * sp;  // lse
+  float* dl = ls + t;       // delta
   const HeadRows at = query_head(a);
-  for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) {
-    q[e] = at.q(i)[e];
-    go[e] = dout[at.row(i) + e];
+  const int64_t i0 = blockIdx.y * t;
+  const int64_t rows = a.seq - i0 < t ? a.seq - i0 : t;
+  load_tile(q, t, dh, dh, rows, [&](int64_t r) { return at.q(i0 + r); });
+  load_tile(go, t, dh, dh, rows, [&](int64_t r) { return dout + at.row(i0 + r); });
+  load_tile(dq, t, dh, dh, rows, [&](int64_t r) { return out + at.row(i0 + r); });
+  __syncthreads();
+  for (int64_t idx = threadIdx.x; idx < t * dh; idx += blockDim.x) dq[idx] *= go[idx];
+  __syncthreads();
+  for (int64_t r = threadIdx.x; r < t; r += blockDim.x) {
+    float sum = 0.0f;
+    for (int64_t e = 0; e < dh; ++e) sum += dq[r * dh + e];
+    dl[r] = sum;
+    ls[r] = r < rows ? lse[at.stat(i0 + r)] : 0.0f;
+    if (r < rows) delta[at.stat(i0 + r)] = sum;
   }
   __syncthreads();
-  const float l = lse[at.stat(i)];
-  const float di = delta[at.stat(i)];
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) {
-    ds[j] = score_grad(q, at.k(j), at.v(j), go, dh, a.scale, l, di).ds;
+  for (int64_t idx = threadIdx.x; idx < t * dh; idx += blockDim.x) dq[idx] = 0.0f;
+  for (int64_t j0 = 0; j0 <= i0; j0 += t) {
+    const int64_t cols = a.seq - j0 < t ? a.seq - j0 : t;
+    __syncthreads();  // the last step's reads of k, v and ds are done
+    load_tile(k, t, dh, ld, cols, [&](int64_t c) { return at.k(j0 + c); });
+    load_tile(v, t, dh, ld, cols, [&](int64_t c) { return at.v(j0 + c); });
+    __syncthreads();
+    for (int64_t idx = threadIdx.x; idx < t * t; idx += blockDim.x) {
+      const int64_t r = idx / t;
+      const int64_t c = idx - r * t;
+      ds[r * sp + c] = r < rows && j0 + c <= i0 + r
+                           ? score_grad(q + r * dh, k + c * ld, go + r * dh, v + c * ld, dh,
+                                        a.scale, ls[r], dl[r])
+                                 .ds
+                           : 0.0f;
+    }
+    __syncthreads();
+    for (int64_t idx = threadIdx.x; idx < t * dh; idx += blockDim.x) {
+      const int64_t r = idx / dh;
+      const int64_t e = idx - r * dh;
+      const float* g = ds + r * sp;
+      float acc = 0.0f;
+      for (int64_t c = 0; c < cols; ++c) acc += g[c] * k[c * ld + e];
+      dq[idx] += acc;
+    }
   }
-  __syncthreads();
-  float* dq = dq_out + at.q_row(i);
-  for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) {
-    float acc = 0.0f;
-    for (int64_t j = 0; j <= i; ++j) acc += ds[j] * at.k(j)[e];
-    dq[e] = acc * a.scale;
+  // Each thread writes the elements it summed.
+  for (int64_t idx = threadIdx.x; idx < rows * dh; idx += blockDim.x) {
+    const int64_t r = idx / dh;
+    dq_out[at.q_row(i0 + r) + idx - r * dh] = dq[idx] * a.scale;
   }
 }
 
 // dk_j = scale · Σ_h Σ_{i>=j} ds^h_ij q^h_i ; dv_j = Σ_h Σ_{i>=j} p^h_ij
-// dout^h_i, over the query heads h of key/value head g; grid (seq,
-// batch·kv_heads), one block per key row j of one key/value head.
-__global__ void attention_dkv_kernel(const Attention a, const float* lse, const float* dout,
-                                     const float* delta, float* dk_out, float* dv_out) {
+// dout^h_i, over the query heads h here of key/value head g: grid
+// (batch·kv_heads, ⌈seq / tile⌉), the block's key tile starting at j0 and
+// the query tiles j0..seq of each of those heads streaming through.
+__global__ void attention_dkv_kernel(const Attention a, int64_t tile, const float* lse,
+                                     const float* dout, const float* delta, float* dk_out,
+                                     float* dv_out) {
   extern __shared__ float smem[];
-  const int64_t seq = a.seq;
+  const int64_t t = tile;
   const int64_t dh = a.dh;
+  const int64_t ld = padded_row(dh);
+  const int64_t sp = t + 1;
   const int64_t group = group_of(a);
-  float* ds = smem;              // seq
-  float* ps = smem + seq;        // seq
-  float* k = ps + seq;           // dh
-  float* v = k + dh;             // dh
-  const int64_t j = blockIdx.x;  // key position
-  const int64_t b = blockIdx.y / a.kv_heads;
-  const int64_t g = blockIdx.y - b * a.kv_heads;
+  float* k = smem;          // [t, ld]
+  float* v = k + t * ld;    // [t, ld]
+  float* dk = v + t * ld;   // [t, dh]: dk / scale
+  float* dv = dk + t * dh;  // [t, dh]
+  float* q = dv + t * dh;   // [t, dh]
+  float* go = q + t * dh;   // [t, dh]: dout
+  float* ps = go + t * dh;  // [t, sp]
+  float* ds = ps + t * sp;  // [t, sp]
+  float* ls = ds + t * sp;  // lse
+  float* dl = ls + t;       // delta
+  const int64_t b = blockIdx.x / a.kv_heads;
+  const int64_t g = blockIdx.x - b * a.kv_heads;
+  const int64_t j0 = blockIdx.y * t;
+  const int64_t cols = a.seq - j0 < t ? a.seq - j0 : t;
   // The query heads here that read key/value head g: [h0, h1).
   const int64_t model_g = g + a.kv_first;
   const int64_t h0 = model_g * group - a.q_first > 0 ? model_g * group - a.q_first : 0;
   const int64_t h1 =
       (model_g + 1) * group - a.q_first < a.heads ? (model_g + 1) * group - a.q_first : a.heads;
-  const int64_t kv_row0 = (b * seq + j) * a.kv_stride + g * dh;
-  float* dk = dk_out + kv_row0;
-  float* dv = dv_out + kv_row0;
-  if (h0 >= h1) {
-    for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) {
-      dk[e] = 0.0f;
-      dv[e] = 0.0f;
-    }
-    return;
+  const int64_t kv_row0 = (b * a.seq + j0) * a.kv_stride + g * dh;
+  const auto kv_at = [&](int64_t c) { return kv_row0 + c * a.kv_stride; };
+  for (int64_t idx = threadIdx.x; idx < t * dh; idx += blockDim.x) {
+    dk[idx] = 0.0f;
+    dv[idx] = 0.0f;
   }
-  const HeadRows first(a, b, h0);
-  for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) {
-    k[e] = first.k(j)[e];
-    v[e] = first.v(j)[e];
-  }
-  __syncthreads();
-  for (int64_t m = 0; h0 + m < h1; ++m) {
-    const HeadRows at(a, b, h0 + m);
-    for (int64_t i = j + threadIdx.x; i < seq; i += blockDim.x) {
-      const ScoreGrad s = score_grad(at.q(i), k, v, dout + at.row(i), dh, a.scale, lse[at.stat(i)],
-                                     delta[at.stat(i)]);
-      ps[i] = s.p;
-      ds[i] = s.ds;
-    }
-    __syncthreads();
-    // Each thread owns its elements e of dk and dv across the heads.
-    for (int64_t e = threadIdx.x; e < dh; e += blockDim.x) {
-      float acc_k = 0.0f;
-      float acc_v = 0.0f;
-      for (int64_t i = j; i < seq; ++i) {
-        acc_k += ds[i] * at.q(i)[e];
-        acc_v += ps[i] * dout[at.row(i) + e];
+  load_tile(k, t, dh, ld, cols, [&](int64_t c) { return a.k + kv_at(c); });
+  load_tile(v, t, dh, ld, cols, [&](int64_t c) { return a.v + kv_at(c); });
+  for (int64_t h = h0; h < h1; ++h) {
+    const HeadRows at(a, b, h);
+    for (int64_t i0 = j0; i0 < a.seq; i0 += t) {
+      const int64_t rows = a.seq - i0 < t ? a.seq - i0 : t;
+      __syncthreads();  // the last step's reads of q, go, ps and ds are done
+      load_tile(q, t, dh, dh, rows, [&](int64_t r) { return at.q(i0 + r); });
+      load_tile(go, t, dh, dh, rows, [&](int64_t r) { return dout + at.row(i0 + r); });
+      for (int64_t r = threadIdx.x; r < t; r += blockDim.x) {
+        ls[r] = r < rows ? lse[at.stat(i0 + r)] : 0.0f;
+        dl[r] = r < rows ? delta[at.stat(i0 + r)] : 0.0f;
       }
-      dk[e] = m == 0 ? acc_k * a.scale : dk[e] + acc_k * a.scale;
-      dv[e] = m == 0 ? acc_v : dv[e] + acc_v;
+      __syncthreads();
+      for (int64_t idx = threadIdx.x; idx < t * t; idx += blockDim.x) {
+        const int64_t r = idx / t;
+        const int64_t c = idx - r * t;
+        ScoreGrad sg{0.0f, 0.0f};
+        if (r < rows && c < cols && j0 + c <= i0 + r) {
+          sg = score_grad(q + r * dh, k + c * ld, go + r * dh, v + c * ld, dh, a.scale, ls[r],
+                          dl[r]);
+        }
+        ps[r * sp + c] = sg.p;
+        ds[r * sp + c] = sg.ds;
+      }
+      __syncthreads();
+      for (int64_t idx = threadIdx.x; idx < t * dh; idx += blockDim.x) {
+        const int64_t c = idx / dh;
+        const int64_t e = idx - c * dh;
+        float acc_k = 0.0f;
+        float acc_v = 0.0f;
+        for (int64_t r = 0; r < rows; ++r) {
+          acc_k += ds[r * sp + c] * q[r * dh + e];
+          acc_v += ps[r * sp + c] * go[r * dh + e];
+        }
+        dk[idx] += acc_k;
+        dv[idx] += acc_v;
+      }
     }
-    __syncthreads();  // the next head overwrites ps and ds
+  }
+  // Each thread writes the elements it summed (zeros where no query head
+  // here reads head g).
+  for (int64_t idx = threadIdx.x; idx < cols * dh; idx += blockDim.x) {
+    const int64_t c = idx / dh;
+    const int64_t e = idx - c * dh;
+    dk_out[kv_at(c) + e] = dk[idx] * a.scale;
+    dv_out[kv_at(c) + e] = dv[idx];
   }
 }
 
@@ -670,22 +806,91 @@ __global__ void swiglu_backward_kernel(const float* gate, const float* up, const
   }
 }
 
+// The launch just made, checked: a refused launch (its grid, block or
+// shared memory), or an earlier kernel's fault surfacing here, throws.
+void launched(const char* kernel) {
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return;
+  throw KernelError(std::string("CUDA kernel ") + kernel + " failed: " + cudaGetErrorName(err) +
+                    ": " + cudaGetErrorString(err));
+}
+
+// Blocks get this much dynamic shared memory without asking.
+constexpr size_t kDefaultSharedBytes = 48 * 1024;
+
+// The most dynamic shared memory a block may have on the current device,
+// once its kernel asks for it (allow_shared).
+size_t shared_optin_bytes() {
+  int device = 0;
+  int bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess ||
+      bytes <= 0) {
+    (void)cudaGetLastError();
+    return kDefaultSharedBytes;
+  }
+  return static_cast<size_t>(bytes);
+}
+
+// Lets `kernel` take `bytes` of dynamic shared memory beyond the default.
+template <typename... Params>
+void allow_shared(void (*kernel)(Params...), size_t bytes, const char* name) {
+  if (bytes <= kDefaultSharedBytes) return;
+  (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(bytes));
+  launched(name);
+}
+
+// An attention kernel's tile: its rows, the shared memory of a block, and
+// the grid (one block per tile of each (example, head)).
+struct AttentionTile {
+  int64_t rows;
+  size_t bytes;
+  dim3 grid(const Attention& a, int64_t heads) const {
+    return {static_cast<unsigned>(a.batch * heads),
+            static_cast<unsigned>((a.seq + rows - 1) / rows)};
+  }
+};
+
+// The widest tile whose block fits the device's shared memory: a power of
+// two up to 32, no wider than the sequence needs.
+AttentionTile attention_tile(const Attention& a, int64_t (*floats)(int64_t, int64_t),
+                             const char* kernel) {
+  const size_t limit = shared_optin_bytes();
+  int64_t t = 32;
+  while (t > 1 && t / 2 >= a.seq) t /= 2;
+  for (; t >= 1; t /= 2) {
+    const auto bytes = static_cast<size_t>(floats(t, a.dh)) * sizeof(float);
+    if (bytes <= limit) return {t, bytes};
+  }
+  throw KernelError(std::string("CUDA kernel ") + kernel + ": a head of " + std::to_string(a.dh) +
+                    " values needs " +
+                    std::to_string(static_cast<size_t>(floats(1, a.dh)) * sizeof(float)) +
+                    " bytes of shared memory per block even one row at a time; the device "
+                    "allows " +
+                    std::to_string(limit));
+}
+
 }  // namespace
 
 void to_bf16(const float* in, void* out, int64_t count, cudaStream_t stream) {
   if (count == 0) return;
   to_bf16_kernel<<<blocks_for(count), kThreads, 0, stream>>>(in, static_cast<__nv_bfloat16*>(out),
                                                              count);
+  launched("to_bf16");
 }
 
 void to_f16(const float* in, void* out, int64_t count, cudaStream_t stream) {
   if (count == 0) return;
   to_f16_kernel<<<blocks_for(count), kThreads, 0, stream>>>(in, static_cast<__half*>(out), count);
+  launched("to_f16");
 }
 
 void add_into(float* out, const float* a, int64_t count, cudaStream_t stream) {
   if (count == 0) return;
   add_into_kernel<<<blocks_for(count), kThreads, 0, stream>>>(out, a, count);
+  launched("add_into");
 }
 
 void bias_residual(float* z, const float* b, const float* residual, int64_t rows, int64_t cols,
@@ -693,6 +898,7 @@ void bias_residual(float* z, const float* b, const float* residual, int64_t rows
   const int64_t count = rows * cols;
   if (count == 0) return;
   bias_residual_kernel<<<blocks_for(count), kThreads, 0, stream>>>(z, b, residual, count, cols);
+  launched("bias_residual");
 }
 
 void layernorm_forward(const float* x, const float* g, const float* b, int64_t rows, int64_t d,
@@ -700,6 +906,7 @@ void layernorm_forward(const float* x, const float* g, const float* b, int64_t r
   if (rows == 0) return;
   layernorm_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, g, b, d, y,
                                                                                  mean, rstd);
+  launched("layernorm_forward");
 }
 
 void layernorm_backward_input(const float* x, const float* g, const float* mean, const float* rstd,
@@ -708,6 +915,7 @@ void layernorm_backward_input(const float* x, const float* g, const float* mean,
   if (rows == 0) return;
   layernorm_backward_input_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
       x, g, mean, rstd, dy, d, dx, accumulate);
+  launched("layernorm_backward_input");
 }
 
 void layernorm_backward_params(const float* x, const float* mean, const float* rstd,
@@ -716,6 +924,7 @@ void layernorm_backward_params(const float* x, const float* mean, const float* r
   if (d == 0) return;
   layernorm_backward_params_kernel<<<column_blocks(d), kColumnThreads, 0, stream>>>(
       x, mean, rstd, dy, rows, d, dg, db);
+  launched("layernorm_backward_params");
 }
 
 void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, int64_t batch,
@@ -724,6 +933,7 @@ void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe
   if (count == 0) return;
   embedding_forward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(tokens, wte, wpe, count, seq,
                                                                        d, held.lo, held.rows, x);
+  launched("embedding_forward");
 }
 
 void embedding_backward(const TokenRowsView& rows, const float* dx, int64_t batch, int64_t seq,
@@ -733,6 +943,7 @@ void embedding_backward(const TokenRowsView& rows, const float* dx, int64_t batc
     const int64_t blocks = rows.distinct < 65535 * 32 ? rows.distinct : 65535 * 32;
     embedding_backward_wte_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
         rows, dx, d, held.lo, dwte);
+    launched("embedding_backward_wte");
   }
   if (dwpe != nullptr) position_backward(dx, batch, seq, d, dwpe, stream);
 }
@@ -742,26 +953,31 @@ void position_backward(const float* dx, int64_t batch, int64_t seq, int64_t d, f
   if (batch * seq * d == 0) return;
   embedding_backward_wpe_kernel<<<blocks_for(seq * d), kThreads, 0, stream>>>(dx, batch, seq, d,
                                                                               dwpe);
+  launched("embedding_backward_wpe");
 }
 
 void attention_forward(const Attention& a, float* out, float* lse, cudaStream_t stream) {
   if (a.batch * a.seq * a.heads == 0) return;
-  const dim3 grid(static_cast<unsigned>(a.seq), static_cast<unsigned>(a.batch * a.heads));
-  const size_t shared = static_cast<size_t>(a.seq + a.dh) * sizeof(float);
-  attention_forward_kernel<<<grid, kThreads, shared, stream>>>(a, out, lse);
+  const AttentionTile tile = attention_tile(a, AttentionShared::forward, "attention_forward");
+  allow_shared(attention_forward_kernel, tile.bytes, "attention_forward");
+  attention_forward_kernel<<<tile.grid(a, a.heads), kThreads, tile.bytes, stream>>>(a, tile.rows,
+                                                                                    out, lse);
+  launched("attention_forward");
 }
 
 void attention_backward(const Attention& a, const float* out, const float* lse, const float* dout,
                         float* delta, float* dq, float* dk, float* dv, cudaStream_t stream) {
   if (a.batch * a.seq * a.heads == 0) return;
-  const dim3 grid(static_cast<unsigned>(a.seq), static_cast<unsigned>(a.batch * a.heads));
-  attention_delta_kernel<<<grid, kThreads, 0, stream>>>(a, out, dout, delta);
-  attention_dq_kernel<<<grid, kThreads, static_cast<size_t>(a.seq + 2 * a.dh) * sizeof(float),
-                        stream>>>(a, lse, dout, delta, dq);
-  const dim3 kv_grid(static_cast<unsigned>(a.seq), static_cast<unsigned>(a.batch * a.kv_heads));
-  attention_dkv_kernel<<<kv_grid, kThreads,
-                         static_cast<size_t>(2 * a.seq + 2 * a.dh) * sizeof(float), stream>>>(
-      a, lse, dout, delta, dk, dv);
+  const AttentionTile q_tile = attention_tile(a, AttentionShared::dq, "attention_dq");
+  allow_shared(attention_dq_kernel, q_tile.bytes, "attention_dq");
+  attention_dq_kernel<<<q_tile.grid(a, a.heads), kThreads, q_tile.bytes, stream>>>(
+      a, q_tile.rows, out, lse, dout, delta, dq);
+  launched("attention_dq");
+  const AttentionTile kv_tile = attention_tile(a, AttentionShared::dkv, "attention_dkv");
+  allow_shared(attention_dkv_kernel, kv_tile.bytes, "attention_dkv");
+  attention_dkv_kernel<<<kv_tile.grid(a, a.kv_heads), kThreads, kv_tile.bytes, stream>>>(
+      a, kv_tile.rows, lse, dout, delta, dk, dv);
+  launched("attention_dkv");
 }
 
 void rmsnorm_forward(const float* x, const float* g, int64_t rows, int64_t d, float eps, float* y,
@@ -769,6 +985,7 @@ void rmsnorm_forward(const float* x, const float* g, int64_t rows, int64_t d, fl
   if (rows == 0) return;
   rmsnorm_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, g, d, eps, y,
                                                                                rstd);
+  launched("rmsnorm_forward");
 }
 
 void rmsnorm_backward_input(const float* x, const float* g, const float* rstd, const float* dy,
@@ -777,6 +994,7 @@ void rmsnorm_backward_input(const float* x, const float* g, const float* rstd, c
   if (rows == 0) return;
   rmsnorm_backward_input_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
       x, g, rstd, dy, d, dx, accumulate);
+  launched("rmsnorm_backward_input");
 }
 
 void rmsnorm_backward_params(const float* x, const float* rstd, const float* dy, int64_t rows,
@@ -784,6 +1002,7 @@ void rmsnorm_backward_params(const float* x, const float* rstd, const float* dy,
   if (d == 0) return;
   rmsnorm_backward_params_kernel<<<column_blocks(d), kColumnThreads, 0, stream>>>(x, rstd, dy, rows,
                                                                                   d, dg);
+  launched("rmsnorm_backward_params");
 }
 
 void rope_apply(float* x, int64_t rows, int64_t seq, int64_t heads, int64_t hd, const float* cos,
@@ -793,12 +1012,14 @@ void rope_apply(float* x, int64_t rows, int64_t seq, int64_t heads, int64_t hd, 
   if (pairs == 0) return;
   rope_kernel<<<blocks_for(pairs), kThreads, 0, stream>>>(x, pairs, seq, heads, half, cos, sin,
                                                           inverse ? -1.0f : 1.0f);
+  launched("rope");
 }
 
 void swiglu_forward(const float* gate, const float* up, int64_t count, float* y,
                     cudaStream_t stream) {
   if (count == 0) return;
   swiglu_forward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(gate, up, count, y);
+  launched("swiglu_forward");
 }
 
 void swiglu_backward(const float* gate, const float* up, const float* dy, int64_t count,
@@ -806,6 +1027,7 @@ void swiglu_backward(const float* gate, const float* up, const float* dy, int64_
   if (count == 0) return;
   swiglu_backward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(gate, up, dy, count, dgate,
                                                                      dup);
+  launched("swiglu_backward");
 }
 
 void bias_activation(float* z, const float* b, float* y, int64_t rows, int64_t cols, Act act,
@@ -813,17 +1035,20 @@ void bias_activation(float* z, const float* b, float* y, int64_t rows, int64_t c
   const int64_t count = rows * cols;
   if (count == 0) return;
   bias_activation_kernel<<<blocks_for(count), kThreads, 0, stream>>>(z, b, y, count, cols, act);
+  launched("bias_activation");
 }
 
 void activation_backward(const float* z, const float* dy, float* dz, int64_t count, Act act,
                          cudaStream_t stream) {
   if (count == 0) return;
   activation_backward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(z, dy, dz, count, act);
+  launched("activation_backward");
 }
 
 void column_sum_add(const float* m, int64_t rows, int64_t cols, float* out, cudaStream_t stream) {
   if (cols == 0) return;
   column_sum_add_kernel<<<column_blocks(cols), kColumnThreads, 0, stream>>>(m, rows, cols, out);
+  launched("column_sum_add");
 }
 
 void softmax_xent(const float* logits, const int32_t* targets, int64_t rows, int64_t cols,
@@ -831,15 +1056,18 @@ void softmax_xent(const float* logits, const int32_t* targets, int64_t rows, int
   if (rows == 0) return;
   softmax_xent_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, targets, cols,
                                                                             probs, row_loss);
+  launched("softmax_xent");
 }
 
 void sum_loss(const double* row_loss, int64_t rows, double scale, float* out, cudaStream_t stream) {
   sum_loss_kernel<<<1, kThreads, 0, stream>>>(row_loss, rows, scale, out);
+  launched("sum_loss");
 }
 
 void row_max(const float* logits, int64_t rows, int64_t cols, float* mx, cudaStream_t stream) {
   if (rows == 0) return;
   row_max_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, cols, mx);
+  launched("row_max");
 }
 
 void exp_sums(const float* logits, const int32_t* targets, int64_t rows, int64_t cols, int64_t lo,
@@ -847,6 +1075,7 @@ void exp_sums(const float* logits, const int32_t* targets, int64_t rows, int64_t
   if (rows == 0) return;
   exp_sums_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, targets, rows, cols,
                                                                         lo, mx, probs, sums);
+  launched("exp_sums");
 }
 
 void xent_normalize(float* probs, const float* sums, const float* mx, int64_t rows, int64_t cols,
@@ -854,6 +1083,7 @@ void xent_normalize(float* probs, const float* sums, const float* mx, int64_t ro
   if (rows == 0) return;
   xent_normalize_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(probs, sums, mx, cols,
                                                                               row_loss);
+  launched("xent_normalize");
 }
 
 void xent_backward(const float* probs, const int32_t* targets, int64_t rows, int64_t cols,
@@ -862,6 +1092,7 @@ void xent_backward(const float* probs, const int32_t* targets, int64_t rows, int
   if (count == 0) return;
   xent_backward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(probs, targets, count, cols, lo,
                                                                    scale, dlogits);
+  launched("xent_backward");
 }
 
 }  // namespace tessera::model::cuda

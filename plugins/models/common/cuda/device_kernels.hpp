@@ -2,7 +2,8 @@
 // launched on `stream`. Matrices are row-major f32 in device or managed
 // memory. Each kernel computes what its CPU counterpart in
 // tessera/models/kernels.hpp computes, with the same formulas (GELU's tanh
-// form, max-shifted softmax), in an order of its own.
+// form, max-shifted softmax), in an order of its own. A launch the device
+// refuses throws KernelError.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,9 +11,18 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 namespace tessera::model::cuda {
+
+// A kernel that did not run: the device refused its launch (its grid,
+// block or shared memory), or an earlier kernel's fault surfaced at it.
+// The message names the kernel and CUDA's error.
+class KernelError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 // Bytes of one bfloat16 or float16.
 inline constexpr size_t kBf16Bytes = 2;
@@ -198,12 +208,16 @@ struct Attention {
 };
 // out [batch·seq, heads·dh] = softmax(q·kᵀ·scale, causal)·v per (example,
 // head), and lse [batch, heads, seq] the log-sum-exp of each query row's
-// scores. No seq×seq matrix is kept: the backward recomputes the
-// probabilities from q, k and lse.
+// scores. The kernels work in tiles of up to 32 positions held in shared
+// memory (flash-attention style: an online softmax forward, the backward
+// recomputing the probabilities from q, k and lse), so no seq×seq matrix
+// exists and the sequence has no length limit; the tile is the widest whose
+// block fits the device's shared memory for dh. A dh too large for even a
+// one-row tile throws KernelError.
 void attention_forward(const Attention& a, float* out, float* lse, cudaStream_t stream);
 // Its gradients (written) from dout: dq with q's layout, dk and dv with
 // k's and v's (the sum over the query heads of each group); `delta`
-// [batch, heads, seq] is scratch.
+// [batch, heads, seq] is scratch (each row's dout · out).
 void attention_backward(const Attention& a, const float* out, const float* lse, const float* dout,
                         float* delta, float* dq, float* dk, float* dv, cudaStream_t stream);
 
