@@ -19,6 +19,9 @@
 #include <utility>
 #include <vector>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "device_kernels.hpp"
 #include "emulation.hpp"
 #include "tessera/models/kernels.hpp"
@@ -375,7 +378,9 @@ TEST(CudaKernelsEmulated, CrossEntropySplitByColumnsMatchesTheWhole) {
 
 // Causal attention evaluated directly in double: q [rows, heads·dh], k and
 // v [rows, kv_heads·dh] (query head h reading key/value head h / group),
-// and the gradients of Σ out ⊙ dout.
+// and the gradients of Σ out ⊙ dout. With `stored_out`, each row's
+// Σ p·dp is taken as dout · stored_out, as the kernels take it from the
+// output they stored (in 16 bits under bf16 or f16).
 struct AttentionReference {
   std::vector<double> out, lse, dq, dk, dv;
 };
@@ -383,7 +388,7 @@ struct AttentionReference {
 AttentionReference reference_attention(const std::vector<float>& q, const std::vector<float>& k,
                                        const std::vector<float>& v, const std::vector<float>& dout,
                                        int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                                       int64_t dh) {
+                                       int64_t dh, const std::vector<float>* stored_out = nullptr) {
   const int64_t group = heads / kv_heads;
   const int64_t qw = heads * dh;
   const int64_t kw = kv_heads * dh;
@@ -433,6 +438,13 @@ AttentionReference reference_attention(const std::vector<float>& q, const std::v
           }
           dp[jj] = d;
           dot += p[jj] * d;
+        }
+        if (stored_out != nullptr) {
+          dot = 0.0;
+          for (int64_t e = 0; e < dh; ++e) {
+            dot += static_cast<double>(dout[at(qi, qw, h * dh + e)]) *
+                   (*stored_out)[at(qi, qw, h * dh + e)];
+          }
         }
         for (int64_t j = 0; j <= i; ++j) {
           const auto jj = static_cast<std::size_t>(j);
@@ -535,6 +547,67 @@ TEST(CudaKernelsEmulated, AttentionTilesNarrowToTheDevicesSharedMemory) {
   // Budgets that leave 4-, 2- and 1-row tiles for some kernels.
   for (const std::size_t bytes : {std::size_t{2048}, std::size_t{700}, std::size_t{200}}) {
     expect_attention_matches({2, 11, 3, 1, 6}, bytes, 56);
+  }
+}
+
+// Under bf16 and f16 the attention reads 16-bit q, k and v and writes a
+// 16-bit output, computing in f32: against the direct evaluation of the
+// rounded inputs, the output within its rounding, the rest within 1e-5
+// (each row's dout · out taken from the rounded output it stored).
+TEST(CudaKernelsEmulated, SixteenBitAttentionComputesInF32FromRoundedInputs) {
+  const AttentionCase c{2, 37, 4, 2, 8};
+  const int64_t rows = c.batch * c.seq;
+  const auto q_count = static_cast<std::size_t>(rows * c.heads * c.dh);
+  const auto kv_count = static_cast<std::size_t>(rows * c.kv_heads * c.dh);
+  for (const Elem elem : {Elem::bf16, Elem::f16}) {
+    SCOPED_TRACE(elem == Elem::bf16 ? "bf16" : "f16");
+    const auto round = [&](const std::vector<float>& x) {
+      std::vector<uint16_t> bits(x.size());
+      (elem == Elem::bf16 ? to_bf16 : to_f16)(x.data(), bits.data(), static_cast<int64_t>(x.size()),
+                                              nullptr);
+      return bits;
+    };
+    const auto widen = [&](const std::vector<uint16_t>& bits) {
+      std::vector<float> x(bits.size());
+      for (std::size_t i = 0; i < bits.size(); ++i) {
+        x[i] = elem == Elem::bf16 ? __bfloat162float(__nv_bfloat16{bits[i]})
+                                  : __half2float(__half{bits[i]});
+      }
+      return x;
+    };
+    const std::vector<uint16_t> q = round(random_values(q_count, 66));
+    const std::vector<uint16_t> k = round(random_values(kv_count, 67));
+    const std::vector<uint16_t> v = round(random_values(kv_count, 68));
+    const std::vector<float> dout = random_values(q_count, 69);
+    Attention a{q.data(),
+                k.data(),
+                v.data(),
+                c.heads * c.dh,
+                c.kv_heads * c.dh,
+                c.batch,
+                c.seq,
+                c.heads,
+                c.kv_heads,
+                c.dh,
+                1.0f / std::sqrt(static_cast<float>(c.dh))};
+    a.elem = elem;
+    std::vector<uint16_t> out(q_count);
+    std::vector<float> lse(static_cast<std::size_t>(c.batch * c.heads * c.seq));
+    attention_forward(a, out.data(), lse.data(), nullptr);
+    const std::vector<float> stored = widen(out);
+    const AttentionReference ref = reference_attention(widen(q), widen(k), widen(v), dout, c.batch,
+                                                       c.seq, c.heads, c.kv_heads, c.dh, &stored);
+    expect_close(stored, ref.out, elem == Elem::bf16 ? 4e-3 : 1e-3, "out, rounded");
+    expect_close(lse, ref.lse, kTolerance, "lse");
+    std::vector<float> delta(lse.size());
+    std::vector<float> dq(q_count);
+    std::vector<float> dk(kv_count);
+    std::vector<float> dv(kv_count);
+    attention_backward(a, out.data(), lse.data(), dout.data(), delta.data(), dq.data(), dk.data(),
+                       dv.data(), nullptr);
+    expect_close(dq, ref.dq, kTolerance, "dq");
+    expect_close(dk, ref.dk, kTolerance, "dk");
+    expect_close(dv, ref.dv, kTolerance, "dv");
   }
 }
 

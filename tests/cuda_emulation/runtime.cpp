@@ -2,6 +2,8 @@
 // include/cuda_runtime.h, include/cublas_v2.h and include/cublasLt.h).
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -54,25 +56,7 @@ int type_index(cudaDataType_t type) { return type == CUDA_R_32F ? 0 : type == CU
 float widen(const void* data, cudaDataType_t type, size_t index) {
   if (type == CUDA_R_32F) return static_cast<const float*>(data)[index];
   const uint16_t bits = static_cast<const uint16_t*>(data)[index];
-  if (type == CUDA_R_16BF) {
-    const uint32_t u = static_cast<uint32_t>(bits) << 16;
-    float f = 0.0f;
-    std::memcpy(&f, &u, sizeof(f));
-    return f;
-  }
-  // IEEE binary16.
-  const uint32_t sign = (bits & 0x8000U) << 16;
-  const uint32_t exponent = (bits >> 10) & 0x1fU;
-  const uint32_t mantissa = bits & 0x3ffU;
-  if (exponent == 0) {
-    const float value = static_cast<float>(mantissa) * 5.9604644775390625e-8f;  // 2^-24
-    return sign != 0 ? -value : value;
-  }
-  const uint32_t u = sign | (exponent == 31 ? 0x7f800000U | (mantissa << 13)
-                                            : ((exponent + 112) << 23) | (mantissa << 13));
-  float f = 0.0f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
+  return type == CUDA_R_16BF ? __bfloat162float(__nv_bfloat16{bits}) : __half2float(__half{bits});
 }
 
 // C = alpha·op(A)·op(B) + beta·C, column-major, as cuBLAS defines it (C is

@@ -656,8 +656,9 @@ std::vector<std::size_t> bytes_after_forward(const Units& units, const BatchView
 // the cross-entropy has its probabilities, and under bf16 (f16) the
 // activations the backward reads only as a product's input are kept in 16
 // bits, half the bytes: gpt's and llama's norm outputs and MLP activation,
-// the heads' norm output, the mlp's layer inputs.
-TEST(CudaUnitsEmulatedMemory, SixteenBitPrecisionKeepsTheProductsInputsInHalfTheBytes) {
+// the heads' norm output, the mlp's layer inputs; and so are the
+// attention's q, k, v and output.
+TEST(CudaUnitsEmulatedMemory, SixteenBitPrecisionKeepsActivationsInHalfTheBytes) {
   const CudaHost f32;
   const CudaHost bf16(TESSERA_BF16);
   const CudaHost f16(TESSERA_F16);
@@ -680,8 +681,9 @@ TEST(CudaUnitsEmulatedMemory, SixteenBitPrecisionKeepsTheProductsInputsInHalfThe
     const std::vector<std::size_t> rounded = bytes_after_forward(
         cuda_gpt_units(factory(), half->api(), gpt, build_gpt_units(gpt)), tokens.view);
     EXPECT_EQ(rounded[0], whole[0]);
-    // h1, h2 [n, d] and the GELU's output [n, 4d]: 2 bytes each fewer.
-    EXPECT_EQ(whole[1] - rounded[1], un * (2 * ud + 4 * ud) * 2);
+    // h1, h2 [n, d], the GELU's output [n, 4d], q|k|v [n, 3d] and the
+    // attention's output [n, d]: 2 bytes each fewer.
+    EXPECT_EQ(whole[1] - rounded[1], un * (2 * ud + 4 * ud + 3 * ud + ud) * 2);
     EXPECT_EQ(whole[2] - rounded[2], un * ud * 2);
   }
   const LlamaConfig llama = small_llama();
@@ -692,12 +694,14 @@ TEST(CudaUnitsEmulatedMemory, SixteenBitPrecisionKeepsTheProductsInputsInHalfThe
   const std::vector<std::size_t> llama_bf16 = bytes_after_forward(
       cuda_llama_units(factory(), bf16.api(), llama, build_llama_units(llama)), llama_tokens.view);
   ASSERT_EQ(llama_f32.size(), 4U);  // embedding, two blocks, head
+  const auto llama_d = static_cast<std::size_t>(llama.d_model);
+  const auto llama_kvd = static_cast<std::size_t>(llama.d_model / llama.heads * llama.kv_heads);
   for (std::size_t b = 1; b <= 2; ++b) {
-    // h1, h2 [n, d] and SwiGLU's output [n, ffn].
+    // h1, h2 [n, d], SwiGLU's output [n, ffn], q and the attention's output
+    // [n, d], k and v [n, kv_heads·head_dim].
     EXPECT_EQ(
         llama_f32[b] - llama_bf16[b],
-        ln * (2 * static_cast<std::size_t>(llama.d_model) + static_cast<std::size_t>(llama.ffn)) *
-            2);
+        ln * (2 * llama_d + static_cast<std::size_t>(llama.ffn) + 2 * llama_d + 2 * llama_kvd) * 2);
   }
   EXPECT_EQ(llama_f32[3] - llama_bf16[3], ln * static_cast<std::size_t>(llama.d_model) * 2);
   const MlpConfig mlp = small_mlp({20, 16});
@@ -735,6 +739,11 @@ TEST(CudaUnitsEmulatedMemory, AWaitingWeightHalfKeepsOnlyWhatItReads) {
   EXPECT_EQ(waiting[1], f * (n * (7 * d + 2 * hid + 3 * d) + 4 * d));
   // The head: h and dx [n, d], dlogits [n, vocab], the norm's gradients.
   EXPECT_EQ(waiting[2], f * (n * (2 * d + vocab) + 2 * d));
+  // Under bf16 the block's h1, h2, attn and act in 2 bytes.
+  const CudaHost bf16(TESSERA_BF16);
+  const std::vector<std::size_t> waiting_bf16 = bytes_after_forward(
+      cuda_gpt_units(factory(), bf16.api(), gpt, build_gpt_units(gpt)), tokens.view, true);
+  EXPECT_EQ(waiting[1] - waiting_bf16[1], n * (3 * d + hid) * 2);
   // A llama block: h1, h2, attn, dy, dx2, dq, y and dx [n, d], act, dgate
   // and dup [n, ffn], dk and dv [n, kv_heads·head_dim], the RMSNorms' two
   // gradients [d].

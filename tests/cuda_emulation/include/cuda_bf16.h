@@ -16,3 +16,11 @@ inline __nv_bfloat16 __float2bfloat16_rn(float f) {
   u += 0x7fffU + ((u >> 16) & 1U);
   return {static_cast<uint16_t>(u >> 16)};
 }
+
+// Exact: the 16 bits are the float's upper half.
+inline float __bfloat162float(__nv_bfloat16 h) {
+  const uint32_t u = static_cast<uint32_t>(h.bits) << 16;
+  float f = 0.0f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}

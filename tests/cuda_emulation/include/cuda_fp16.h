@@ -35,3 +35,19 @@ inline __half __float2half_rn(float f) {
   if (rest > 0x1000U || (rest == 0x1000U && (rounded & 1U) != 0)) ++rounded;
   return {static_cast<uint16_t>(sign | rounded)};
 }
+
+// Exact: every binary16 value is a float.
+inline float __half2float(__half h) {
+  const uint32_t sign = (h.bits & 0x8000U) << 16;
+  const uint32_t exponent = (h.bits >> 10) & 0x1fU;
+  const uint32_t mantissa = h.bits & 0x3ffU;
+  if (exponent == 0) {
+    const float value = static_cast<float>(mantissa) * 5.9604644775390625e-8f;  // 2^-24
+    return sign != 0 ? -value : value;
+  }
+  const uint32_t u = sign | (exponent == 31 ? 0x7f800000U | (mantissa << 13)
+                                            : ((exponent + 112) << 23) | (mantissa << 13));
+  float f = 0.0f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}

@@ -409,6 +409,7 @@ __device__ int64_t group_of(const Attention& a) {
   return a.group > 0 ? a.group : a.heads / a.kv_heads;
 }
 
+template <typename T>
 struct HeadRows {
   Attention a;
   int64_t bh, row0, q_col, kv_col;
@@ -418,17 +419,18 @@ struct HeadRows {
   }
   __device__ int64_t q_row(int64_t t) const { return (row0 + t) * a.q_stride + q_col; }
   __device__ int64_t kv_row(int64_t t) const { return (row0 + t) * a.kv_stride + kv_col; }
-  __device__ const float* q(int64_t t) const { return a.q + q_row(t); }
-  __device__ const float* k(int64_t t) const { return a.k + kv_row(t); }
-  __device__ const float* v(int64_t t) const { return a.v + kv_row(t); }
+  __device__ const T* q(int64_t t) const { return static_cast<const T*>(a.q) + q_row(t); }
+  __device__ const T* k(int64_t t) const { return static_cast<const T*>(a.k) + kv_row(t); }
+  __device__ const T* v(int64_t t) const { return static_cast<const T*>(a.v) + kv_row(t); }
   __device__ int64_t row(int64_t t) const { return (row0 + t) * a.heads * a.dh + q_col; }
   __device__ int64_t stat(int64_t t) const { return bh * a.seq + t; }
 };
 
 // The (example, query head) of a block of grid (batch·heads, tiles).
-__device__ HeadRows query_head(const Attention& a) {
+template <typename T>
+__device__ HeadRows<T> query_head(const Attention& a) {
   const int64_t b = blockIdx.x / a.heads;
-  return HeadRows(a, b, blockIdx.x - b * a.heads);
+  return HeadRows<T>(a, b, blockIdx.x - b * a.heads);
 }
 
 __host__ __device__ int64_t padded_row(int64_t dh) { return dh % 2 == 0 ? dh + 1 : dh; }
@@ -451,14 +453,23 @@ struct AttentionShared {
   }
 };
 
-// Rows [first, first + t) of a [rows, dh] source (row r at src(r)) into
-// `dst` with rows `ld` apart; rows at or past `count` are zeros.
+// The attention's inputs and outputs as the kernels compute with them
+// (f32), and back.
+__device__ float to_f32(float x) { return x; }
+__device__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ float to_f32(__half x) { return __half2float(x); }
+__device__ void store(float* to, float x) { *to = x; }
+__device__ void store(__nv_bfloat16* to, float x) { *to = __float2bfloat16_rn(x); }
+__device__ void store(__half* to, float x) { *to = __float2half_rn(x); }
+
+// Rows [0, t) of a [rows, dh] source (row r at src(r), f32 or 16-bit) into
+// `dst` as f32 with rows `ld` apart; rows at or past `count` are zeros.
 template <typename Src>
 __device__ void load_tile(float* dst, int64_t t, int64_t dh, int64_t ld, int64_t count, Src src) {
   for (int64_t idx = threadIdx.x; idx < t * dh; idx += blockDim.x) {
     const int64_t r = idx / dh;
     const int64_t e = idx - r * dh;
-    dst[r * ld + e] = r < count ? src(r)[e] : 0.0f;
+    dst[r * ld + e] = r < count ? to_f32(src(r)[e]) : 0.0f;
   }
 }
 
@@ -471,7 +482,8 @@ __device__ float dot(const float* x, const float* y, int64_t n) {
 // Forward: grid (batch·heads, ⌈seq / tile⌉). The block's query tile
 // starts at i0; the key tiles 0..i0 stream through (later ones are masked
 // whole), with the running maximum and sum of each row (online softmax).
-__global__ void attention_forward_kernel(const Attention a, int64_t tile, float* out, float* lse) {
+template <typename T>
+__global__ void attention_forward_kernel(const Attention a, int64_t tile, T* out, float* lse) {
   extern __shared__ float smem[];
   const int64_t t = tile;
   const int64_t dh = a.dh;
@@ -484,7 +496,7 @@ __global__ void attention_forward_kernel(const Attention a, int64_t tile, float*
   float* m = s + t * sp;   // running maximum
   float* l = m + t;        // running sum
   float* alpha = l + t;    // this step's rescale of o
-  const HeadRows at = query_head(a);
+  const HeadRows<T> at = query_head<T>(a);
   const int64_t i0 = blockIdx.y * t;
   const int64_t rows = a.seq - i0 < t ? a.seq - i0 : t;
   load_tile(q, t, dh, dh, rows, [&](int64_t r) { return at.q(i0 + r); });
@@ -539,7 +551,7 @@ __global__ void attention_forward_kernel(const Attention a, int64_t tile, float*
   for (int64_t idx = threadIdx.x; idx < rows * dh; idx += blockDim.x) {
     const int64_t r = idx / dh;
     const int64_t e = idx - r * dh;
-    out[at.row(i0 + r) + e] = o[idx] / l[r];
+    store(out + at.row(i0 + r) + e, o[idx] / l[r]);
   }
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
     lse[at.stat(i0 + r)] = m[r] + logf(l[r]);
@@ -561,7 +573,8 @@ __device__ ScoreGrad score_grad(const float* q, const float* k, const float* go,
 // dq_i = scale · Σ_{j<=i} ds_ij k_j: grid (batch·heads, ⌈seq / tile⌉), the
 // key tiles 0..i0 streaming through. It also writes delta_i = dout_i ·
 // out_i (= Σ_j p_ij dp_ij), which the dk/dv kernel reads after it.
-__global__ void attention_dq_kernel(const Attention a, int64_t tile, const float* out,
+template <typename T>
+__global__ void attention_dq_kernel(const Attention a, int64_t tile, const T* out,
                                     const float* lse, const float* dout, float* delta,
                                     float* dq_out) {
   extern __shared__ float smem[];
@@ -577,7 +590,7 @@ __global__ void attention_dq_kernel(const Attention a, int64_t tile, const float
   float* ds = v + t * ld;   // [t, sp]
   float* ls = ds + t * sp;  // lse
   float* dl = ls + t;       // delta
-  const HeadRows at = query_head(a);
+  const HeadRows<T> at = query_head<T>(a);
   const int64_t i0 = blockIdx.y * t;
   const int64_t rows = a.seq - i0 < t ? a.seq - i0 : t;
   load_tile(q, t, dh, dh, rows, [&](int64_t r) { return at.q(i0 + r); });
@@ -631,6 +644,7 @@ __global__ void attention_dq_kernel(const Attention a, int64_t tile, const float
 // dout^h_i, over the query heads h here of key/value head g: grid
 // (batch·kv_heads, ⌈seq / tile⌉), the block's key tile starting at j0 and
 // the query tiles j0..seq of each of those heads streaming through.
+template <typename T>
 __global__ void attention_dkv_kernel(const Attention a, int64_t tile, const float* lse,
                                      const float* dout, const float* delta, float* dk_out,
                                      float* dv_out) {
@@ -665,10 +679,10 @@ __global__ void attention_dkv_kernel(const Attention a, int64_t tile, const floa
     dk[idx] = 0.0f;
     dv[idx] = 0.0f;
   }
-  load_tile(k, t, dh, ld, cols, [&](int64_t c) { return a.k + kv_at(c); });
-  load_tile(v, t, dh, ld, cols, [&](int64_t c) { return a.v + kv_at(c); });
+  load_tile(k, t, dh, ld, cols, [&](int64_t c) { return static_cast<const T*>(a.k) + kv_at(c); });
+  load_tile(v, t, dh, ld, cols, [&](int64_t c) { return static_cast<const T*>(a.v) + kv_at(c); });
   for (int64_t h = h0; h < h1; ++h) {
-    const HeadRows at(a, b, h);
+    const HeadRows<T> at(a, b, h);
     for (int64_t i0 = j0; i0 < a.seq; i0 += t) {
       const int64_t rows = a.seq - i0 < t ? a.seq - i0 : t;
       __syncthreads();  // the last step's reads of q, go, ps and ds are done
@@ -956,28 +970,61 @@ void position_backward(const float* dx, int64_t batch, int64_t seq, int64_t d, f
   launched("embedding_backward_wpe");
 }
 
-void attention_forward(const Attention& a, float* out, float* lse, cudaStream_t stream) {
-  if (a.batch * a.seq * a.heads == 0) return;
+namespace {
+
+template <typename T>
+void attention_forward_as(const Attention& a, void* out, float* lse, cudaStream_t stream) {
+  const auto kernel = attention_forward_kernel<T>;
   const AttentionTile tile = attention_tile(a, AttentionShared::forward, "attention_forward");
-  allow_shared(attention_forward_kernel, tile.bytes, "attention_forward");
-  attention_forward_kernel<<<tile.grid(a, a.heads), kThreads, tile.bytes, stream>>>(a, tile.rows,
-                                                                                    out, lse);
+  allow_shared(kernel, tile.bytes, "attention_forward");
+  kernel<<<tile.grid(a, a.heads), kThreads, tile.bytes, stream>>>(a, tile.rows,
+                                                                  static_cast<T*>(out), lse);
   launched("attention_forward");
 }
 
-void attention_backward(const Attention& a, const float* out, const float* lse, const float* dout,
-                        float* delta, float* dq, float* dk, float* dv, cudaStream_t stream) {
-  if (a.batch * a.seq * a.heads == 0) return;
+template <typename T>
+void attention_backward_as(const Attention& a, const void* out, const float* lse,
+                           const float* dout, float* delta, float* dq, float* dk, float* dv,
+                           cudaStream_t stream) {
+  const auto dq_kernel = attention_dq_kernel<T>;
   const AttentionTile q_tile = attention_tile(a, AttentionShared::dq, "attention_dq");
-  allow_shared(attention_dq_kernel, q_tile.bytes, "attention_dq");
-  attention_dq_kernel<<<q_tile.grid(a, a.heads), kThreads, q_tile.bytes, stream>>>(
-      a, q_tile.rows, out, lse, dout, delta, dq);
+  allow_shared(dq_kernel, q_tile.bytes, "attention_dq");
+  dq_kernel<<<q_tile.grid(a, a.heads), kThreads, q_tile.bytes, stream>>>(
+      a, q_tile.rows, static_cast<const T*>(out), lse, dout, delta, dq);
   launched("attention_dq");
+  const auto dkv_kernel = attention_dkv_kernel<T>;
   const AttentionTile kv_tile = attention_tile(a, AttentionShared::dkv, "attention_dkv");
-  allow_shared(attention_dkv_kernel, kv_tile.bytes, "attention_dkv");
-  attention_dkv_kernel<<<kv_tile.grid(a, a.kv_heads), kThreads, kv_tile.bytes, stream>>>(
+  allow_shared(dkv_kernel, kv_tile.bytes, "attention_dkv");
+  dkv_kernel<<<kv_tile.grid(a, a.kv_heads), kThreads, kv_tile.bytes, stream>>>(
       a, kv_tile.rows, lse, dout, delta, dk, dv);
   launched("attention_dkv");
+}
+
+}  // namespace
+
+void attention_forward(const Attention& a, void* out, float* lse, cudaStream_t stream) {
+  if (a.batch * a.seq * a.heads == 0) return;
+  switch (a.elem) {
+    case Elem::f32:
+      return attention_forward_as<float>(a, out, lse, stream);
+    case Elem::bf16:
+      return attention_forward_as<__nv_bfloat16>(a, out, lse, stream);
+    case Elem::f16:
+      return attention_forward_as<__half>(a, out, lse, stream);
+  }
+}
+
+void attention_backward(const Attention& a, const void* out, const float* lse, const float* dout,
+                        float* delta, float* dq, float* dk, float* dv, cudaStream_t stream) {
+  if (a.batch * a.seq * a.heads == 0) return;
+  switch (a.elem) {
+    case Elem::f32:
+      return attention_backward_as<float>(a, out, lse, dout, delta, dq, dk, dv, stream);
+    case Elem::bf16:
+      return attention_backward_as<__nv_bfloat16>(a, out, lse, dout, delta, dq, dk, dv, stream);
+    case Elem::f16:
+      return attention_backward_as<__half>(a, out, lse, dout, delta, dq, dk, dv, stream);
+  }
 }
 
 void rmsnorm_forward(const float* x, const float* g, int64_t rows, int64_t d, float eps, float* y,

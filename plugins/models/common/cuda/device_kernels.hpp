@@ -180,7 +180,7 @@ void swiglu_backward(const float* gate, const float* up, const float* dy, int64_
                      float* dgate, float* dup, cudaStream_t stream);
 
 // Causal attention with grouped key/value heads, fused. Row t of example b
-// is row b·seq + t of q (q_stride floats apart, query head h at column
+// is row b·seq + t of q (q_stride elements apart, query head h at column
 // h·dh) and of k and v (kv_stride apart, key/value head g at column g·dh);
 // query head h reads key/value head h / (heads / kv_heads). gpt's fused
 // qkv [rows, 3·d] is q = qkv, k = qkv + d, v = qkv + 2·d with both strides
@@ -190,10 +190,14 @@ void swiglu_backward(const float* gate, const float* up, const float* dy, int64_
 // (q_first + h) / group − kv_first here (the key/value heads a rank holds
 // may be all of them, kv_first 0, and some read by none of its query
 // heads: their gradients are zero).
+//
+// The element type of the attention's q, k, v and output: f32, or the 16
+// bits a bf16 or f16 run keeps them in (the kernels compute in f32).
+enum class Elem : int8_t { f32, bf16, f16 };
 struct Attention {
-  const float* q;
-  const float* k;
-  const float* v;
+  const void* q;  // of type `elem`, as k and v
+  const void* k;
+  const void* v;
   int64_t q_stride;
   int64_t kv_stride;
   int64_t batch;
@@ -205,6 +209,7 @@ struct Attention {
   int64_t group = 0;  // the model's query heads per key/value head; 0: heads / kv_heads
   int64_t q_first = 0;
   int64_t kv_first = 0;
+  Elem elem = Elem::f32;
 };
 // out [batch·seq, heads·dh] = softmax(q·kᵀ·scale, causal)·v per (example,
 // head), and lse [batch, heads, seq] the log-sum-exp of each query row's
@@ -214,11 +219,12 @@ struct Attention {
 // exists and the sequence has no length limit; the tile is the widest whose
 // block fits the device's shared memory for dh. A dh too large for even a
 // one-row tile throws KernelError.
-void attention_forward(const Attention& a, float* out, float* lse, cudaStream_t stream);
-// Its gradients (written) from dout: dq with q's layout, dk and dv with
-// k's and v's (the sum over the query heads of each group); `delta`
-// [batch, heads, seq] is scratch (each row's dout · out).
-void attention_backward(const Attention& a, const float* out, const float* lse, const float* dout,
+void attention_forward(const Attention& a, void* out, float* lse, cudaStream_t stream);
+// `out` is of q's type. Its gradients (written, f32) from dout (f32): dq
+// with q's layout, dk and dv with k's and v's (the sum over the query heads
+// of each group); `delta` [batch, heads, seq] is scratch (each row's
+// dout · out).
+void attention_backward(const Attention& a, const void* out, const float* lse, const float* dout,
                         float* delta, float* dq, float* dk, float* dv, cudaStream_t stream);
 
 }  // namespace tessera::model::cuda

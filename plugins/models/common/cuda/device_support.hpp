@@ -251,12 +251,18 @@ inline bool sixteen_bit(const Lane& l) noexcept {
   return l.precision == TESSERA_BF16 || l.precision == TESSERA_F16;
 }
 
-// An activation the backward reads only as a product's operand (a norm's
-// output, a GELU's or SwiGLU's output, a dense layer's input). Under bf16
-// or f16 precision every product rounds it to 16 bits anyway, so it is kept
-// rounded, in half the bytes, and its f32 array goes back to the pool once
-// rounded (the result is the same bit for bit, and the products read it
-// without rounding it again); under f32 it is kept as it is.
+// An activation kept in 16 bits under bf16 or f16 precision, in f32 under
+// f32 or tf32. Either it is written in f32 and rounded once (f32(), then
+// keep(): the f32 array goes back to the pool), or a kernel writes it in
+// its kept type (store()). The products read it as it is kept (operand()),
+// without rounding it again.
+//
+// Those the backward reads only as a product's operand (a norm's output, a
+// GELU's or SwiGLU's output, a dense layer's input) come out the same bit
+// for bit: every product rounds its inputs to 16 bits anyway. The
+// attention's q, k, v and output are kept so too, as autocast keeps a
+// linear layer's output: the attention computes in f32 from the rounded
+// q, k and v, and its backward reads its rounded output.
 class KeptOperand {
  public:
   // Where the activation is written, f32, before keep().
@@ -264,25 +270,50 @@ class KeptOperand {
   // The `count` floats written: under 16-bit precision rounded, the f32
   // array released.
   void keep(size_t count, const Lane& l, const std::string& unit) {
-    rounded_ = sixteen_bit(l);
-    if (!rounded_) {
+    choose(l);
+    if (elem_ == Elem::f32) {
       half_.release(l, unit);
       return;
     }
     void* half = half_.ensure<uint16_t>(count, l, unit);
-    (l.precision == TESSERA_F16 ? to_f16 : to_bf16)(full_.get(), half, static_cast<int64_t>(count),
-                                                    l.stream);
+    (elem_ == Elem::f16 ? to_f16 : to_bf16)(full_.get(), half, static_cast<int64_t>(count),
+                                            l.stream);
     full_.release(l, unit);
   }
+  // Room for `count` elements of the kept type, for a kernel to write.
+  void* store(size_t count, const Lane& l, const std::string& unit) {
+    choose(l);
+    if (elem_ == Elem::f32) {
+      half_.release(l, unit);
+      return full_.ensure(count, l, unit);
+    }
+    full_.release(l, unit);
+    return half_.ensure<uint16_t>(count, l, unit);
+  }
   [[nodiscard]] In operand() const noexcept {
-    return rounded_ ? In(half_.get<void>(), true) : In(full_.get());
+    return elem_ != Elem::f32 ? In(half_.get<void>(), true) : In(full_.get());
+  }
+  // Its element type, and where its element `index` is.
+  [[nodiscard]] Elem elem() const noexcept { return elem_; }
+  [[nodiscard]] const void* at(int64_t index) const noexcept {
+    return static_cast<const char*>(operand().data) +
+           index * static_cast<int64_t>(elem_ == Elem::f32 ? sizeof(float) : kBf16Bytes);
+  }
+  void release(const Lane& l, const std::string& unit) {
+    full_.release(l, unit);
+    half_.release(l, unit);
   }
   [[nodiscard]] size_t bytes() const noexcept { return full_.bytes() + half_.bytes(); }
 
  private:
+  void choose(const Lane& l) noexcept {
+    elem_ = l.precision == TESSERA_F16    ? Elem::f16
+            : l.precision == TESSERA_BF16 ? Elem::bf16
+                                          : Elem::f32;
+  }
   DeviceArray full_;
   DeviceArray half_;
-  bool rounded_ = false;
+  Elem elem_ = Elem::f32;
 };
 
 // Whether the device reads `ptr` in place (device or managed memory).

@@ -210,8 +210,10 @@ struct GptBlockContext final : UnitContext {
   // Kept from forward for backward. Under sequence parallelism x, the
   // LayerNorms' statistics and x2 cover this rank's rows only (y too); h1
   // and h2 are whole.
-  DeviceArray x, mean1, rstd1, qkv, attn, lse, x2, mean2, rstd2, u;
-  KeptOperand h1, h2, act;  // the products' inputs alone (16-bit under bf16 or f16)
+  DeviceArray x, mean1, rstd1, lse, x2, mean2, rstd2, u;
+  // 16-bit under bf16 or f16: the products' inputs alone, and the
+  // attention's inputs and output.
+  KeptOperand h1, h2, act, qkv, attn;
   // Backward scratch, and what the input half keeps for the weight half
   // (dy, du, dx2, dqkv whole and the LayerNorms' parameter gradients).
   DeviceArray dy, du, dh2, dx2, dattn, delta, dqkv, dh1;
@@ -223,11 +225,11 @@ struct GptBlockContext final : UnitContext {
   DeviceArray y{true}, dx{true};
   RowExchange rows;
   [[nodiscard]] std::size_t bytes() const noexcept override {
-    std::size_t total = h1.bytes() + h2.bytes() + act.bytes();
+    std::size_t total = h1.bytes() + h2.bytes() + act.bytes() + qkv.bytes() + attn.bytes();
     for (const DeviceArray* a :
-         {&x,     &mean1, &rstd1, &qkv, &attn,    &lse,      &x2,      &mean2,    &rstd2, &u,
-          &dy,    &du,    &dh2,   &dx2, &dattn,   &delta,    &dqkv,    &dh1,      &dln1g, &dln1b,
-          &dln2g, &dln2b, &y,     &dx,  &dy_rows, &dx2_rows, &partial, &norm_rows}) {
+         {&x,     &mean1, &rstd1, &lse,   &x2,      &mean2,    &rstd2,   &u,        &dy,
+          &du,    &dh2,   &dx2,   &dattn, &delta,   &dqkv,     &dh1,     &dln1g,    &dln1b,
+          &dln2g, &dln2b, &y,     &dx,    &dy_rows, &dx2_rows, &partial, &norm_rows}) {
       total += a->bytes();
     }
     return total;
@@ -289,18 +291,18 @@ class CudaGptBlock final : public TwinnedUnit {
     rows.norm_to_whole(c.norm_rows, h1, "the first LayerNorm's output", [&](float* out) {
       layernorm_forward(c.x.get(), p[kLn1G], p[kLn1B], nl, d, out, mean1, rstd1, l.stream);
     });
-    float* qkv = c.qkv.ensure(un * 3 * s.dl, l, name_);
+    float* qkv = c.qkv.f32().ensure(un * 3 * s.dl, l, name_);
     c.h1.keep(un * d, l, name_);
     gemm(l, false, false, n, 3 * s.dl, d, 1.0f, c.h1.operand(), d, p[kQkvW], 3 * s.dl, 0.0f, qkv,
          3 * s.dl, name_, {.kind = Fused::bias, .bias = p[kQkvB]});
-    float* attn = c.attn.ensure(un * s.dl, l, name_);
-    attention_forward(attention(qkv, c.batch, c.seq, s), attn, c.lse.ensure(un * s.heads, l, name_),
-                      l.stream);
+    c.qkv.keep(un * 3 * s.dl, l, name_);
+    attention_forward(attention(c.qkv, c.batch, c.seq, s), c.attn.store(un * s.dl, l, name_),
+                      c.lse.ensure(un * s.heads, l, name_), l.stream);
     // The attention projection is row-parallel: partial sums, then the
     // bias and the residual on this rank's rows.
     float* x2 = c.x2.ensure(unl * d, l, name_);
-    rows.row_parallel(attn, p[kAttnProjW], s.dl, x2, "the attention projection's output",
-                      p[kAttnProjB], c.x.get());
+    rows.row_parallel(c.attn.operand(), p[kAttnProjW], s.dl, x2,
+                      "the attention projection's output", p[kAttnProjB], c.x.get());
     float* h2 = c.h2.f32().ensure(un * d, l, name_);
     float* mean2 = c.mean2.ensure(unl, l, name_);
     float* rstd2 = c.rstd2.ensure(unl, l, name_);
@@ -370,9 +372,9 @@ class CudaGptBlock final : public TwinnedUnit {
     float* dattn = c.dattn.ensure(un * s.dl, l, name_);
     gemm(l, false, true, n, s.dl, d, 1.0f, dx2, d, p[kAttnProjW], d, 0.0f, dattn, s.dl, name_);
     float* dqkv = c.dqkv.ensure(un * 3 * s.dl, l, name_);
-    attention_backward(attention(c.qkv.get(), c.batch, c.seq, s), c.attn.get(), c.lse.get(), dattn,
-                       c.delta.ensure(un * s.heads, l, name_), dqkv, dqkv + s.dl, dqkv + 2 * s.dl,
-                       l.stream);
+    attention_backward(attention(c.qkv, c.batch, c.seq, s), c.attn.operand().data, c.lse.get(),
+                       dattn, c.delta.ensure(un * s.heads, l, name_), dqkv, dqkv + s.dl,
+                       dqkv + 2 * s.dl, l.stream);
     float* dh1 = c.dh1.ensure(unl * d, l, name_);
     rows.column_input_gradient(dqkv, p[kQkvW], 3 * s.dl, dh1, "the attention's input gradient");
     // The input's gradient: the residual's plus the first LayerNorm's.
@@ -382,7 +384,8 @@ class CudaGptBlock final : public TwinnedUnit {
                              true, l.stream);
     layernorm_backward_params(c.x.get(), c.mean1.get(), c.rstd1.get(), dh1, nl, d,
                               zeroed(c.dln1g, d, l, name_), zeroed(c.dln1b, d, l, name_), l.stream);
-    release_all({&c.x, &c.mean1, &c.rstd1, &c.qkv, &c.lse, &c.x2, &c.mean2, &c.rstd2, &c.u, &c.dh2,
+    c.qkv.release(l, name_);
+    release_all({&c.x, &c.mean1, &c.rstd1, &c.lse, &c.x2, &c.mean2, &c.rstd2, &c.u, &c.dh2,
                  &c.dattn, &c.delta, &c.dh1, &c.dy_rows, &c.dx2_rows, &c.partial, &c.norm_rows},
                 l, name_);
     c.input_grad_done = true;
@@ -416,8 +419,8 @@ class CudaGptBlock final : public TwinnedUnit {
     column_sum_add(c.du.get(), n, hid, g[kFcB], l.stream);
     add_into(g[kLn2G], c.dln2g.get(), d, l.stream);
     add_into(g[kLn2B], c.dln2b.get(), d, l.stream);
-    gemm(l, true, false, s.dl, d, n, 1.0f, c.attn.get(), s.dl, c.dx2.get(), d, 1.0f, g[kAttnProjW],
-         d, name_);
+    gemm(l, true, false, s.dl, d, n, 1.0f, c.attn.operand(), s.dl, c.dx2.get(), d, 1.0f,
+         g[kAttnProjW], d, name_);
     add_row_sums(c, c.dx2.get(), g[kAttnProjB], l);
     gemm(l, true, false, d, 3 * s.dl, n, 1.0f, c.h1.operand(), d, c.dqkv.get(), 3 * s.dl, 1.0f,
          g[kQkvW], 3 * s.dl, name_);
@@ -453,20 +456,22 @@ class CudaGptBlock final : public TwinnedUnit {
     }
   }
   // This rank's fused q|k|v [batch·seq, 3·dl] as the attention kernels read it.
-  [[nodiscard]] Attention attention(const float* qkv, int64_t batch, int64_t seq,
+  [[nodiscard]] Attention attention(const KeptOperand& qkv, int64_t batch, int64_t seq,
                                     const GptShard& s) const {
     const int64_t head_width = d_ / heads_;
-    return {qkv,
-            qkv + s.dl,
-            qkv + 2 * s.dl,
-            3 * s.dl,
-            3 * s.dl,
-            batch,
-            seq,
-            s.heads,
-            s.heads,
-            head_width,
-            1.0f / std::sqrt(static_cast<float>(head_width))};
+    Attention a{qkv.at(0),
+                qkv.at(s.dl),
+                qkv.at(2 * s.dl),
+                3 * s.dl,
+                3 * s.dl,
+                batch,
+                seq,
+                s.heads,
+                s.heads,
+                head_width,
+                1.0f / std::sqrt(static_cast<float>(head_width))};
+    a.elem = qkv.elem();
+    return a;
   }
   int64_t d_;
   int64_t heads_;

@@ -49,9 +49,11 @@ struct LlamaBlockContext final : UnitContext {
   GradTargets grads;
   // The rotation tables [seq_len, head_dim / 2], uploaded by the first forward.
   DeviceArray cos, sin;
-  // Kept from forward for backward (q and k after the rotation).
-  DeviceArray x, rstd1, q, k, v, attn, lse, x2, rstd2, gate, up;
-  KeptOperand h1, h2, act;  // the products' inputs alone (16-bit under bf16 or f16)
+  // Kept from forward for backward.
+  DeviceArray x, rstd1, lse, x2, rstd2, gate, up;
+  // 16-bit under bf16 or f16: the products' inputs alone, and the
+  // attention's inputs (q and k rotated) and output.
+  KeptOperand h1, h2, act, q, k, v, attn;
   // Backward scratch, and what the input half keeps for the weight half
   // (dy, dgate, dup, dx2, dq, dk, dv and the RMSNorms' gain gradients).
   DeviceArray dy, dact, dgate, dup, dh2, dx2, dattn, delta, dq, dk, dv, dh1;
@@ -63,11 +65,12 @@ struct LlamaBlockContext final : UnitContext {
   DeviceArray y{true}, dx{true};
   RowExchange rows;
   [[nodiscard]] std::size_t bytes() const noexcept override {
-    std::size_t total = h1.bytes() + h2.bytes() + act.bytes();
+    std::size_t total =
+        h1.bytes() + h2.bytes() + act.bytes() + q.bytes() + k.bytes() + v.bytes() + attn.bytes();
     for (const DeviceArray* a :
-         {&x,   &rstd1,  &q,      &k,   &v,   &attn,    &lse,      &x2,      &rstd2,    &gate, &up,
-          &dy,  &dact,   &dgate,  &dup, &dh2, &dx2,     &dattn,    &delta,   &dq,       &dk,   &dv,
-          &dh1, &dnorm1, &dnorm2, &y,   &dx,  &dy_rows, &dx2_rows, &partial, &norm_rows}) {
+         {&x,     &rstd1,  &lse,    &x2,  &rstd2, &gate,    &up,       &dy,      &dact,
+          &dgate, &dup,    &dh2,    &dx2, &dattn, &delta,   &dq,       &dk,      &dv,
+          &dh1,   &dnorm1, &dnorm2, &y,   &dx,    &dy_rows, &dx2_rows, &partial, &norm_rows}) {
       total += a->bytes();
     }
     return total;
@@ -141,9 +144,9 @@ class CudaLlamaBlock final : public TwinnedUnit {
     rows.norm_to_whole(c.norm_rows, h1, "the attention norm's output", [&](float* out) {
       rmsnorm_forward(c.x.get(), p[kAttnNormG], nl, d, eps_, out, rstd1, l.stream);
     });
-    float* q = c.q.ensure(un * dl, l, name_);
-    float* k = c.k.ensure(un * kvd, l, name_);
-    float* v = c.v.ensure(un * kvd, l, name_);
+    float* q = c.q.f32().ensure(un * dl, l, name_);
+    float* k = c.k.f32().ensure(un * kvd, l, name_);
+    float* v = c.v.f32().ensure(un * kvd, l, name_);
     c.h1.keep(un * d, l, name_);
     const In h1_in = c.h1.operand();
     gemm(l, false, false, n, dl, d, 1.0f, h1_in, d, p[kWq], dl, 0.0f, q, dl, name_);
@@ -151,12 +154,15 @@ class CudaLlamaBlock final : public TwinnedUnit {
     gemm(l, false, false, n, kvd, d, 1.0f, h1_in, d, p[kWv], kvd, 0.0f, v, kvd, name_);
     rope_apply(q, n, c.seq, s.heads, hd_, c.cos.get(), c.sin.get(), false, l.stream);
     rope_apply(k, n, c.seq, s.kv, hd_, c.cos.get(), c.sin.get(), false, l.stream);
-    float* attn = c.attn.ensure(un * dl, l, name_);
-    attention_forward(attention(c), attn, c.lse.ensure(un * s.heads, l, name_), l.stream);
+    c.q.keep(un * dl, l, name_);
+    c.k.keep(un * kvd, l, name_);
+    c.v.keep(un * kvd, l, name_);
+    attention_forward(attention(c), c.attn.store(un * dl, l, name_),
+                      c.lse.ensure(un * s.heads, l, name_), l.stream);
     // x2 = x + attn·wo, wo row-parallel: partial sums first.
     float* x2 = c.x2.ensure(unl * d, l, name_);
-    rows.row_parallel(attn, p[kWo], dl, x2, "the attention projection's output", nullptr,
-                      c.x.get());
+    rows.row_parallel(c.attn.operand(), p[kWo], dl, x2, "the attention projection's output",
+                      nullptr, c.x.get());
     // y = x2 + (silu(h2·w_gate) ⊙ h2·w_up)·w_down, h2 = rmsnorm(x2)·g2.
     float* h2 = c.h2.f32().ensure(un * d, l, name_);
     float* rstd2 = c.rstd2.ensure(unl, l, name_);
@@ -235,7 +241,7 @@ class CudaLlamaBlock final : public TwinnedUnit {
     float* dq = c.dq.ensure(un * dl, l, name_);
     float* dk = c.dk.ensure(un * kvd, l, name_);
     float* dv = c.dv.ensure(un * kvd, l, name_);
-    attention_backward(attention(c), c.attn.get(), c.lse.get(), dattn,
+    attention_backward(attention(c), c.attn.operand().data, c.lse.get(), dattn,
                        c.delta.ensure(un * s.heads, l, name_), dq, dk, dv, l.stream);
     // Back through the rotations (their transposes), then the projections.
     rope_apply(dq, n, c.seq, s.heads, hd_, c.cos.get(), c.sin.get(), true, l.stream);
@@ -261,10 +267,10 @@ class CudaLlamaBlock final : public TwinnedUnit {
     rmsnorm_backward_input(c.x.get(), p[kAttnNormG], c.rstd1.get(), dh1, nl, d, dx, true, l.stream);
     rmsnorm_backward_params(c.x.get(), c.rstd1.get(), dh1, nl, d, zeroed(c.dnorm1, d, l, name_),
                             l.stream);
-    release_all(
-        {&c.x, &c.rstd1, &c.q, &c.k, &c.v, &c.lse, &c.x2, &c.rstd2, &c.gate, &c.up, &c.dact, &c.dh2,
-         &c.dattn, &c.delta, &c.dh1, &c.dy_rows, &c.dx2_rows, &c.partial, &c.norm_rows},
-        l, name_);
+    release_all({&c.x, &c.rstd1, &c.lse, &c.x2, &c.rstd2, &c.gate, &c.up, &c.dact, &c.dh2, &c.dattn,
+                 &c.delta, &c.dh1, &c.dy_rows, &c.dx2_rows, &c.partial, &c.norm_rows},
+                l, name_);
+    for (KeptOperand* a : {&c.q, &c.k, &c.v}) a->release(l, name_);
     c.input_grad_done = true;
     finish_call(l, name_);
     return {dx, nl, d};
@@ -293,7 +299,8 @@ class CudaLlamaBlock final : public TwinnedUnit {
     gemm(l, true, false, d, ffn, n, 1.0f, c.h2.operand(), d, c.dup.get(), ffn, 1.0f, g[kWUp], ffn,
          name_);
     add_into(g[kMlpNormG], c.dnorm2.get(), d, l.stream);
-    gemm(l, true, false, dl, d, n, 1.0f, c.attn.get(), dl, c.dx2.get(), d, 1.0f, g[kWo], d, name_);
+    gemm(l, true, false, dl, d, n, 1.0f, c.attn.operand(), dl, c.dx2.get(), d, 1.0f, g[kWo], d,
+         name_);
     gemm(l, true, false, d, dl, n, 1.0f, c.h1.operand(), d, c.dq.get(), dl, 1.0f, g[kWq], dl,
          name_);
     gemm(l, true, false, d, kvd, n, 1.0f, c.h1.operand(), d, c.dk.get(), kvd, 1.0f, g[kWk], kvd,
@@ -338,9 +345,9 @@ class CudaLlamaBlock final : public TwinnedUnit {
   // as the attention kernels read them.
   [[nodiscard]] Attention attention(const LlamaBlockContext& c) const {
     const LlamaShard s = shard(c);
-    Attention a{c.q.get(),
-                c.k.get(),
-                c.v.get(),
+    Attention a{c.q.at(0),
+                c.k.at(0),
+                c.v.at(0),
                 s.heads * hd_,
                 s.kv * hd_,
                 c.batch,
@@ -352,6 +359,7 @@ class CudaLlamaBlock final : public TwinnedUnit {
     a.group = heads_ / kv_heads_;
     a.q_first = s.q_first;
     a.kv_first = s.kv_first;
+    a.elem = c.q.elem();
     return a;
   }
   int64_t d_;
