@@ -470,21 +470,29 @@ struct AttentionResult {
   std::vector<float> out, lse, dq, dk, dv;
 };
 
+// `c` on separate q, k and v of type `elem`.
+Attention attention_of(const AttentionCase& c, const void* q, const void* k, const void* v,
+                       Elem elem = Elem::f32) {
+  Attention a{q,
+              k,
+              v,
+              c.heads * c.dh,
+              c.kv_heads * c.dh,
+              c.batch,
+              c.seq,
+              c.heads,
+              c.kv_heads,
+              c.dh,
+              1.0f / std::sqrt(static_cast<float>(c.dh))};
+  a.elem = elem;
+  return a;
+}
+
 // The kernels' forward and backward of `c` on q, k, v and dout.
 AttentionResult run_attention(const AttentionCase& c, const std::vector<float>& q,
                               const std::vector<float>& k, const std::vector<float>& v,
                               const std::vector<float>& dout) {
-  const Attention a{q.data(),
-                    k.data(),
-                    v.data(),
-                    c.heads * c.dh,
-                    c.kv_heads * c.dh,
-                    c.batch,
-                    c.seq,
-                    c.heads,
-                    c.kv_heads,
-                    c.dh,
-                    1.0f / std::sqrt(static_cast<float>(c.dh))};
+  const Attention a = attention_of(c, q.data(), k.data(), v.data());
   AttentionResult r;
   r.out.assign(q.size(), 0.0f);
   r.lse.assign(static_cast<std::size_t>(c.batch * c.heads * c.seq), 0.0f);
@@ -579,18 +587,7 @@ TEST(CudaKernelsEmulated, SixteenBitAttentionComputesInF32FromRoundedInputs) {
     const std::vector<uint16_t> k = round(random_values(kv_count, 67));
     const std::vector<uint16_t> v = round(random_values(kv_count, 68));
     const std::vector<float> dout = random_values(q_count, 69);
-    Attention a{q.data(),
-                k.data(),
-                v.data(),
-                c.heads * c.dh,
-                c.kv_heads * c.dh,
-                c.batch,
-                c.seq,
-                c.heads,
-                c.kv_heads,
-                c.dh,
-                1.0f / std::sqrt(static_cast<float>(c.dh))};
-    a.elem = elem;
+    const Attention a = attention_of(c, q.data(), k.data(), v.data(), elem);
     std::vector<uint16_t> out(q_count);
     std::vector<float> lse(static_cast<std::size_t>(c.batch * c.heads * c.seq));
     attention_forward(a, out.data(), lse.data(), nullptr);

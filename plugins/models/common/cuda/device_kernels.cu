@@ -473,6 +473,15 @@ __device__ void load_tile(float* dst, int64_t t, int64_t dh, int64_t ld, int64_t
   }
 }
 
+// Σ_c w[c]·tile[c·ld + e] over the tile's first `cols` rows: element e of
+// the rows weighted by w.
+__device__ float weighted_rows(const float* w, const float* tile, int64_t cols, int64_t ld,
+                               int64_t e) {
+  float acc = 0.0f;
+  for (int64_t c = 0; c < cols; ++c) acc += w[c] * tile[c * ld + e];
+  return acc;
+}
+
 __device__ float dot(const float* x, const float* y, int64_t n) {
   float s = 0.0f;
   for (int64_t e = 0; e < n; ++e) s += x[e] * y[e];
@@ -540,11 +549,7 @@ __global__ void attention_forward_kernel(const Attention a, int64_t tile, T* out
     __syncthreads();
     for (int64_t idx = threadIdx.x; idx < t * dh; idx += blockDim.x) {
       const int64_t r = idx / dh;
-      const int64_t e = idx - r * dh;
-      const float* p = s + r * sp;
-      float acc = 0.0f;
-      for (int64_t c = 0; c < cols; ++c) acc += p[c] * kv[c * ld + e];
-      o[idx] = o[idx] * alpha[r] + acc;
+      o[idx] = o[idx] * alpha[r] + weighted_rows(s + r * sp, kv, cols, ld, idx - r * dh);
     }
   }
   __syncthreads();
@@ -626,11 +631,7 @@ __global__ void attention_dq_kernel(const Attention a, int64_t tile, const T* ou
     __syncthreads();
     for (int64_t idx = threadIdx.x; idx < t * dh; idx += blockDim.x) {
       const int64_t r = idx / dh;
-      const int64_t e = idx - r * dh;
-      const float* g = ds + r * sp;
-      float acc = 0.0f;
-      for (int64_t c = 0; c < cols; ++c) acc += g[c] * k[c * ld + e];
-      dq[idx] += acc;
+      dq[idx] += weighted_rows(ds + r * sp, k, cols, ld, idx - r * dh);
     }
   }
   // Each thread writes the elements it summed.
