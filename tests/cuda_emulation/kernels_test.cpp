@@ -203,7 +203,7 @@ TEST(CudaKernelsEmulated, SwiGluAndItsGradientMatchTheCpu) {
   std::vector<float> y_cpu(count);
   kernels::swiglu_forward(gate.data(), up.data(), static_cast<int64_t>(count), y_cpu.data());
   std::vector<float> y(count);
-  swiglu_forward(gate.data(), up.data(), static_cast<int64_t>(count), y.data(), nullptr);
+  swiglu_forward(gate.data(), up.data(), Elem::f32, static_cast<int64_t>(count), y.data(), nullptr);
   expect_close(y, y_cpu, kTolerance, "y");
   std::vector<float> dgate_cpu(count);
   std::vector<float> dup_cpu(count);
@@ -211,10 +211,37 @@ TEST(CudaKernelsEmulated, SwiGluAndItsGradientMatchTheCpu) {
                            dgate_cpu.data(), dup_cpu.data());
   std::vector<float> dgate(count);
   std::vector<float> dup(count);
-  swiglu_backward(gate.data(), up.data(), dy.data(), static_cast<int64_t>(count), dgate.data(),
-                  dup.data(), nullptr);
+  swiglu_backward(gate.data(), up.data(), Elem::f32, dy.data(), static_cast<int64_t>(count),
+                  dgate.data(), dup.data(), nullptr);
   expect_close(dgate, dgate_cpu, kTolerance, "dgate");
   expect_close(dup, dup_cpu, kTolerance, "dup");
+  // From 16-bit gate and up: the same, of the rounded values.
+  for (const Elem elem : {Elem::bf16, Elem::f16}) {
+    SCOPED_TRACE(elem == Elem::bf16 ? "bf16" : "f16");
+    std::vector<uint16_t> gate16(count);
+    std::vector<uint16_t> up16(count);
+    const auto round = elem == Elem::bf16 ? to_bf16 : to_f16;
+    round(gate.data(), gate16.data(), static_cast<int64_t>(count), nullptr);
+    round(up.data(), up16.data(), static_cast<int64_t>(count), nullptr);
+    std::vector<float> gate_r(count);
+    std::vector<float> up_r(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      gate_r[i] = elem == Elem::bf16 ? __bfloat162float(__nv_bfloat16{gate16[i]})
+                                     : __half2float(__half{gate16[i]});
+      up_r[i] = elem == Elem::bf16 ? __bfloat162float(__nv_bfloat16{up16[i]})
+                                   : __half2float(__half{up16[i]});
+    }
+    kernels::swiglu_forward(gate_r.data(), up_r.data(), static_cast<int64_t>(count), y_cpu.data());
+    swiglu_forward(gate16.data(), up16.data(), elem, static_cast<int64_t>(count), y.data(),
+                   nullptr);
+    expect_close(y, y_cpu, kTolerance, "y");
+    kernels::swiglu_backward(gate_r.data(), up_r.data(), dy.data(), static_cast<int64_t>(count),
+                             dgate_cpu.data(), dup_cpu.data());
+    swiglu_backward(gate16.data(), up16.data(), elem, dy.data(), static_cast<int64_t>(count),
+                    dgate.data(), dup.data(), nullptr);
+    expect_close(dgate, dgate_cpu, kTolerance, "dgate");
+    expect_close(dup, dup_cpu, kTolerance, "dup");
+  }
 }
 
 // The batch's rows grouped by token: the held tokens ascending, each

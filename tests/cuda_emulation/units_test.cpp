@@ -697,11 +697,12 @@ TEST(CudaUnitsEmulatedMemory, SixteenBitPrecisionKeepsActivationsInHalfTheBytes)
   const auto llama_d = static_cast<std::size_t>(llama.d_model);
   const auto llama_kvd = static_cast<std::size_t>(llama.d_model / llama.heads * llama.kv_heads);
   for (std::size_t b = 1; b <= 2; ++b) {
-    // h1, h2 [n, d], SwiGLU's output [n, ffn], q and the attention's output
-    // [n, d], k and v [n, kv_heads·head_dim].
+    // h1, h2 [n, d], SwiGLU's inputs and output [n, ffn], q and the
+    // attention's output [n, d], k and v [n, kv_heads·head_dim].
     EXPECT_EQ(
         llama_f32[b] - llama_bf16[b],
-        ln * (2 * llama_d + static_cast<std::size_t>(llama.ffn) + 2 * llama_d + 2 * llama_kvd) * 2);
+        ln * (2 * llama_d + 3 * static_cast<std::size_t>(llama.ffn) + 2 * llama_d + 2 * llama_kvd) *
+            2);
   }
   EXPECT_EQ(llama_f32[3] - llama_bf16[3], ln * static_cast<std::size_t>(llama.d_model) * 2);
   const MlpConfig mlp = small_mlp({20, 16});

@@ -36,6 +36,31 @@ __device__ float act_derivative(float u, Act act) {
   return 1.0f;
 }
 
+// An activation kept in its element type (Elem) as the kernels compute
+// with it (f32), and back.
+__device__ float to_f32(float x) { return x; }
+__device__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ float to_f32(__half x) { return __half2float(x); }
+__device__ void store(float* to, float x) { *to = x; }
+__device__ void store(__nv_bfloat16* to, float x) { *to = __float2bfloat16_rn(x); }
+__device__ void store(__half* to, float x) { *to = __float2half_rn(x); }
+
+// Calls f(T{}) with T the C++ type of `elem`.
+template <typename F>
+void with_elem(Elem elem, F&& f) {
+  switch (elem) {
+    case Elem::f32:
+      f(float{});
+      return;
+    case Elem::bf16:
+      f(__nv_bfloat16{});
+      return;
+    case Elem::f16:
+      f(__half{});
+      return;
+  }
+}
+
 // Sum (or maximum) of every thread's v over a block of kThreads threads;
 // every thread gets the result. `shared` holds kThreads floats.
 __device__ float block_sum(float v, float* shared) {
@@ -453,15 +478,6 @@ struct AttentionShared {
   }
 };
 
-// The attention's inputs and outputs as the kernels compute with them
-// (f32), and back.
-__device__ float to_f32(float x) { return x; }
-__device__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ float to_f32(__half x) { return __half2float(x); }
-__device__ void store(float* to, float x) { *to = x; }
-__device__ void store(__nv_bfloat16* to, float x) { *to = __float2bfloat16_rn(x); }
-__device__ void store(__half* to, float x) { *to = __float2half_rn(x); }
-
 // Rows [0, t) of a [rows, dh] source (row r at src(r), f32 or 16-bit) into
 // `dst` as f32 with rows `ld` apart; rows at or past `count` are zeros.
 template <typename Src>
@@ -800,23 +816,25 @@ __global__ void rope_kernel(float* x, int64_t pairs, int64_t seq, int64_t heads,
   }
 }
 
-__global__ void swiglu_forward_kernel(const float* gate, const float* up, int64_t count, float* y) {
+template <typename T>
+__global__ void swiglu_forward_kernel(const T* gate, const T* up, int64_t count, float* y) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float z = gate[i];
-    y[i] = z / (1.0f + expf(-z)) * up[i];
+    const float z = to_f32(gate[i]);
+    y[i] = z / (1.0f + expf(-z)) * to_f32(up[i]);
   }
 }
 
-__global__ void swiglu_backward_kernel(const float* gate, const float* up, const float* dy,
+template <typename T>
+__global__ void swiglu_backward_kernel(const T* gate, const T* up, const float* dy,
                                        int64_t count, float* dgate, float* dup) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float z = gate[i];
+    const float z = to_f32(gate[i]);
     const float e = expf(-z);
     const float s = 1.0f / (1.0f + e);
     // 1 − s = e · s, without the cancellation of 1 − s for large z.
-    dgate[i] = dy[i] * up[i] * (s * (1.0f + z * (e * s)));
+    dgate[i] = dy[i] * to_f32(up[i]) * (s * (1.0f + z * (e * s)));
     dup[i] = dy[i] * z * s;
   }
 }
@@ -1005,27 +1023,17 @@ void attention_backward_as(const Attention& a, const void* out, const float* lse
 
 void attention_forward(const Attention& a, void* out, float* lse, cudaStream_t stream) {
   if (a.batch * a.seq * a.heads == 0) return;
-  switch (a.elem) {
-    case Elem::f32:
-      return attention_forward_as<float>(a, out, lse, stream);
-    case Elem::bf16:
-      return attention_forward_as<__nv_bfloat16>(a, out, lse, stream);
-    case Elem::f16:
-      return attention_forward_as<__half>(a, out, lse, stream);
-  }
+  with_elem(a.elem, [&](auto type) {
+    attention_forward_as<decltype(type)>(a, out, lse, stream);
+  });
 }
 
 void attention_backward(const Attention& a, const void* out, const float* lse, const float* dout,
                         float* delta, float* dq, float* dk, float* dv, cudaStream_t stream) {
   if (a.batch * a.seq * a.heads == 0) return;
-  switch (a.elem) {
-    case Elem::f32:
-      return attention_backward_as<float>(a, out, lse, dout, delta, dq, dk, dv, stream);
-    case Elem::bf16:
-      return attention_backward_as<__nv_bfloat16>(a, out, lse, dout, delta, dq, dk, dv, stream);
-    case Elem::f16:
-      return attention_backward_as<__half>(a, out, lse, dout, delta, dq, dk, dv, stream);
-  }
+  with_elem(a.elem, [&](auto type) {
+    attention_backward_as<decltype(type)>(a, out, lse, dout, delta, dq, dk, dv, stream);
+  });
 }
 
 void rmsnorm_forward(const float* x, const float* g, int64_t rows, int64_t d, float eps, float* y,
@@ -1063,18 +1071,27 @@ void rope_apply(float* x, int64_t rows, int64_t seq, int64_t heads, int64_t hd, 
   launched("rope");
 }
 
-void swiglu_forward(const float* gate, const float* up, int64_t count, float* y,
+void swiglu_forward(const void* gate, const void* up, Elem elem, int64_t count, float* y,
                     cudaStream_t stream) {
   if (count == 0) return;
-  swiglu_forward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(gate, up, count, y);
+  with_elem(elem, [&](auto type) {
+    using T = decltype(type);
+    const auto kernel = swiglu_forward_kernel<T>;
+    kernel<<<blocks_for(count), kThreads, 0, stream>>>(static_cast<const T*>(gate),
+                                                       static_cast<const T*>(up), count, y);
+  });
   launched("swiglu_forward");
 }
 
-void swiglu_backward(const float* gate, const float* up, const float* dy, int64_t count,
+void swiglu_backward(const void* gate, const void* up, Elem elem, const float* dy, int64_t count,
                      float* dgate, float* dup, cudaStream_t stream) {
   if (count == 0) return;
-  swiglu_backward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(gate, up, dy, count, dgate,
-                                                                     dup);
+  with_elem(elem, [&](auto type) {
+    using T = decltype(type);
+    const auto kernel = swiglu_backward_kernel<T>;
+    kernel<<<blocks_for(count), kThreads, 0, stream>>>(
+        static_cast<const T*>(gate), static_cast<const T*>(up), dy, count, dgate, dup);
+  });
   launched("swiglu_backward");
 }
 

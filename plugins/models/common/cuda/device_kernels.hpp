@@ -26,6 +26,9 @@ class KernelError : public std::runtime_error {
 
 // Bytes of one bfloat16 or float16.
 inline constexpr size_t kBf16Bytes = 2;
+// The element type of an activation a kernel reads or writes: f32, or the
+// 16 bits a bf16 or f16 run keeps it in (the kernels compute in f32).
+enum class Elem : int8_t { f32, bf16, f16 };
 // out = bfloat16(in), round to nearest even, over `count` elements.
 void to_bf16(const float* in, void* out, int64_t count, cudaStream_t stream);
 // out = float16(in), round to nearest even (beyond f16's range: infinity),
@@ -172,11 +175,11 @@ void rmsnorm_backward_params(const float* x, const float* rstd, const float* dy,
 void rope_apply(float* x, int64_t rows, int64_t seq, int64_t heads, int64_t hd, const float* cos,
                 const float* sin, bool inverse, cudaStream_t stream);
 
-// y = silu(gate) ⊙ up over `count` elements.
-void swiglu_forward(const float* gate, const float* up, int64_t count, float* y,
+// y = silu(gate) ⊙ up over `count` elements, gate and up of type `elem`.
+void swiglu_forward(const void* gate, const void* up, Elem elem, int64_t count, float* y,
                     cudaStream_t stream);
 // Its gradients from dy: dgate = dy·up·silu'(gate), dup = dy·silu(gate).
-void swiglu_backward(const float* gate, const float* up, const float* dy, int64_t count,
+void swiglu_backward(const void* gate, const void* up, Elem elem, const float* dy, int64_t count,
                      float* dgate, float* dup, cudaStream_t stream);
 
 // Causal attention with grouped key/value heads, fused. Row t of example b
@@ -190,10 +193,6 @@ void swiglu_backward(const float* gate, const float* up, const float* dy, int64_
 // (q_first + h) / group − kv_first here (the key/value heads a rank holds
 // may be all of them, kv_first 0, and some read by none of its query
 // heads: their gradients are zero).
-//
-// The element type of the attention's q, k, v and output: f32, or the 16
-// bits a bf16 or f16 run keeps them in (the kernels compute in f32).
-enum class Elem : int8_t { f32, bf16, f16 };
 struct Attention {
   const void* q;  // of type `elem`, as k and v
   const void* k;

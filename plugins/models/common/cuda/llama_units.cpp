@@ -50,10 +50,10 @@ struct LlamaBlockContext final : UnitContext {
   // The rotation tables [seq_len, head_dim / 2], uploaded by the first forward.
   DeviceArray cos, sin;
   // Kept from forward for backward.
-  DeviceArray x, rstd1, lse, x2, rstd2, gate, up;
-  // 16-bit under bf16 or f16: the products' inputs alone, and the
-  // attention's inputs (q and k rotated) and output.
-  KeptOperand h1, h2, act, q, k, v, attn;
+  DeviceArray x, rstd1, lse, x2, rstd2;
+  // 16-bit under bf16 or f16: the products' inputs alone, the attention's
+  // inputs (q and k rotated) and output, and SwiGLU's inputs.
+  KeptOperand h1, h2, act, q, k, v, attn, gate, up;
   // Backward scratch, and what the input half keeps for the weight half
   // (dy, dgate, dup, dx2, dq, dk, dv and the RMSNorms' gain gradients).
   DeviceArray dy, dact, dgate, dup, dh2, dx2, dattn, delta, dq, dk, dv, dh1;
@@ -65,12 +65,14 @@ struct LlamaBlockContext final : UnitContext {
   DeviceArray y{true}, dx{true};
   RowExchange rows;
   [[nodiscard]] std::size_t bytes() const noexcept override {
-    std::size_t total =
-        h1.bytes() + h2.bytes() + act.bytes() + q.bytes() + k.bytes() + v.bytes() + attn.bytes();
+    std::size_t total = 0;
+    for (const KeptOperand* a : {&h1, &h2, &act, &q, &k, &v, &attn, &gate, &up}) {
+      total += a->bytes();
+    }
     for (const DeviceArray* a :
-         {&x,     &rstd1,  &lse,    &x2,  &rstd2, &gate,    &up,       &dy,      &dact,
-          &dgate, &dup,    &dh2,    &dx2, &dattn, &delta,   &dq,       &dk,      &dv,
-          &dh1,   &dnorm1, &dnorm2, &y,   &dx,    &dy_rows, &dx2_rows, &partial, &norm_rows}) {
+         {&x,      &rstd1, &lse,   &x2,      &rstd2,    &dy,      &dact,     &dgate, &dup,
+          &dh2,    &dx2,   &dattn, &delta,   &dq,       &dk,      &dv,       &dh1,   &dnorm1,
+          &dnorm2, &y,     &dx,    &dy_rows, &dx2_rows, &partial, &norm_rows}) {
       total += a->bytes();
     }
     return total;
@@ -169,14 +171,16 @@ class CudaLlamaBlock final : public TwinnedUnit {
     rows.norm_to_whole(c.norm_rows, h2, "the MLP norm's output", [&](float* out) {
       rmsnorm_forward(x2, p[kMlpNormG], nl, d, eps_, out, rstd2, l.stream);
     });
-    float* gate = c.gate.ensure(un * ffn, l, name_);
-    float* up = c.up.ensure(un * ffn, l, name_);
+    float* gate = c.gate.f32().ensure(un * ffn, l, name_);
+    float* up = c.up.f32().ensure(un * ffn, l, name_);
     c.h2.keep(un * d, l, name_);
     const In h2_in = c.h2.operand();
     float* act = c.act.f32().ensure(un * ffn, l, name_);
     gemm(l, false, false, n, ffn, d, 1.0f, h2_in, d, p[kWGate], ffn, 0.0f, gate, ffn, name_);
     gemm(l, false, false, n, ffn, d, 1.0f, h2_in, d, p[kWUp], ffn, 0.0f, up, ffn, name_);
-    swiglu_forward(gate, up, n * ffn, act, l.stream);
+    c.gate.keep(un * ffn, l, name_);
+    c.up.keep(un * ffn, l, name_);
+    swiglu_forward(c.gate.at(0), c.up.at(0), c.gate.elem(), n * ffn, act, l.stream);
     c.act.keep(un * ffn, l, name_);
     float* y = c.y.ensure(unl * d, l, name_);
     rows.row_parallel(c.act.operand(), p[kWDown], ffn, y, "the MLP's output", nullptr, x2);
@@ -217,7 +221,7 @@ class CudaLlamaBlock final : public TwinnedUnit {
     gemm(l, false, true, n, ffn, d, 1.0f, dy, d, p[kWDown], d, 0.0f, dact, ffn, name_);
     float* dgate = c.dgate.ensure(un * ffn, l, name_);
     float* dup = c.dup.ensure(un * ffn, l, name_);
-    swiglu_backward(c.gate.get(), c.up.get(), dact, n * ffn, dgate, dup, l.stream);
+    swiglu_backward(c.gate.at(0), c.up.at(0), c.gate.elem(), dact, n * ffn, dgate, dup, l.stream);
     // w_gate and w_up are column-parallel: each rank's part of the norm's
     // output gradient, summed into this rank's rows.
     float* dh2 = c.dh2.ensure(unl * d, l, name_);
@@ -267,10 +271,10 @@ class CudaLlamaBlock final : public TwinnedUnit {
     rmsnorm_backward_input(c.x.get(), p[kAttnNormG], c.rstd1.get(), dh1, nl, d, dx, true, l.stream);
     rmsnorm_backward_params(c.x.get(), c.rstd1.get(), dh1, nl, d, zeroed(c.dnorm1, d, l, name_),
                             l.stream);
-    release_all({&c.x, &c.rstd1, &c.lse, &c.x2, &c.rstd2, &c.gate, &c.up, &c.dact, &c.dh2, &c.dattn,
-                 &c.delta, &c.dh1, &c.dy_rows, &c.dx2_rows, &c.partial, &c.norm_rows},
+    release_all({&c.x, &c.rstd1, &c.lse, &c.x2, &c.rstd2, &c.dact, &c.dh2, &c.dattn, &c.delta,
+                 &c.dh1, &c.dy_rows, &c.dx2_rows, &c.partial, &c.norm_rows},
                 l, name_);
-    for (KeptOperand* a : {&c.q, &c.k, &c.v}) a->release(l, name_);
+    for (KeptOperand* a : {&c.q, &c.k, &c.v, &c.gate, &c.up}) a->release(l, name_);
     c.input_grad_done = true;
     finish_call(l, name_);
     return {dx, nl, d};
