@@ -117,6 +117,47 @@ TEST(ModelConfig, ErrorsNameTheKey) {
   EXPECT_NE(unknown.find("(available: gpt, llama, mlp)"), std::string::npos) << unknown;
 }
 
+// Sizes past what any run can hold are refused before anything is built,
+// naming the keys: one size past 2^40, more than 65536 layers (or mlp
+// widths), and sizes each in range whose parameters come to more than 2^40.
+TEST(ModelConfig, SizesBeyondReachAreRefusedNamingTheKeys) {
+  const std::string vocab = error_of(section(
+      "gpt", "vocab = 4611686018427387904\nlayers = 1\nd_model = 16\nheads = 2\nseq_len = 8"));
+  EXPECT_NE(vocab.find("model 'gpt': key 'vocab' must be <= 1099511627776, got "
+                       "4611686018427387904"),
+            std::string::npos)
+      << vocab;
+  const std::string layers = error_of(
+      section("gpt", "vocab = 32\nlayers = 1000000000\nd_model = 16\nheads = 2\nseq_len = 8"));
+  EXPECT_NE(layers.find("key 'layers' must be <= 65536, got 1000000000"), std::string::npos)
+      << layers;
+  const std::string gpt = error_of(
+      section("gpt", "vocab = 32\nlayers = 1\nd_model = 1073741824\nheads = 1\nseq_len = 8"));
+  EXPECT_NE(gpt.find("model 'gpt': keys 'vocab', 'layers', 'd_model', 'seq_len' and 'mlp_ratio' "
+                     "make "),
+            std::string::npos)
+      << gpt;
+  EXPECT_NE(gpt.find("parameters, more than 2^40 = 1099511627776 (4 TiB in f32)"),
+            std::string::npos)
+      << gpt;
+  const std::string llama = error_of(section(
+      "llama",
+      "vocab = 32\nlayers = 1\nd_model = 4294967296\nheads = 2147483648\nkv_heads = 2147483648\n"
+      "seq_len = 8"));
+  EXPECT_NE(llama.find("model 'llama': keys 'vocab', 'layers', 'd_model', 'kv_heads' and 'ffn'"),
+            std::string::npos)
+      << llama;
+  const std::string mlp =
+      error_of(section("mlp", "input = 12\nhidden = [4611686018427387904]\nclasses = 6"));
+  EXPECT_NE(mlp.find("key 'hidden' item 0 must be in [1, 1099511627776]"), std::string::npos)
+      << mlp;
+  const std::string wide =
+      error_of(section("mlp", "input = 1048576\nhidden = [1048576, 1048576]\nclasses = 6"));
+  EXPECT_NE(wide.find("keys 'input', 'hidden' and 'classes' make "), std::string::npos) << wide;
+  // Small sizes still build.
+  EXPECT_EQ(error_of(section("mlp", "input = 1\nhidden = [1]\nclasses = 2")), "");
+}
+
 // Every unit of every in-tree model reports a cost (the estimate the
 // pipeline balancer and the selector read through the model table), and it
 // grows the way the architecture says: attention with the sequence length,

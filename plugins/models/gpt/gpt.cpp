@@ -10,7 +10,7 @@ GptConfig parse_gpt_config(const sdk::Options& options) {
   const ParamReader reader(options);
   GptConfig config;
   config.vocab = reader.integer("vocab", 2);
-  config.layers = reader.integer("layers", 0);
+  config.layers = reader.integer("layers", 0, kMostLayers);
   config.d_model = reader.integer("d_model", 1);
   config.heads = reader.integer("heads", 1);
   config.seq_len = reader.integer("seq_len", 1);
@@ -20,6 +20,15 @@ GptConfig parse_gpt_config(const sdk::Options& options) {
     reader.fail("heads", detail::concat("(", config.heads, ") must divide key 'd_model' (",
                                         config.d_model, ")"));
   }
+  // The embedding's token and position tables, each block's q|k|v,
+  // projection, MLP and LayerNorms, the head's LayerNorm and untied table.
+  const auto d = static_cast<double>(config.d_model);
+  const auto hid = static_cast<double>(config.mlp_ratio) * d;
+  const double block = 4 * d * d + 4 * d + 2 * d * hid + hid + d + 4 * d;
+  reader.parameters((static_cast<double>(config.vocab) + static_cast<double>(config.seq_len)) * d +
+                        static_cast<double>(config.layers) * block + 2 * d +
+                        (config.tied_head ? 0.0 : d * static_cast<double>(config.vocab)),
+                    "'vocab', 'layers', 'd_model', 'seq_len' and 'mlp_ratio'");
   return config;
 }
 

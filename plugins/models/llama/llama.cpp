@@ -15,7 +15,7 @@ LlamaConfig parse_llama_config(const sdk::Options& options) {
   const ParamReader reader(options);
   LlamaConfig config;
   config.vocab = reader.integer("vocab", 2);
-  config.layers = reader.integer("layers", 0);
+  config.layers = reader.integer("layers", 0, kMostLayers);
   config.d_model = reader.integer("d_model", 1);
   config.heads = reader.integer("heads", 1);
   const int64_t kv_heads = reader.integer("kv_heads", 0);
@@ -40,6 +40,14 @@ LlamaConfig parse_llama_config(const sdk::Options& options) {
     reader.fail("kv_heads", detail::concat("(", config.kv_heads, ") must divide key 'heads' (",
                                            config.heads, ")"));
   }
+  // The embedding's table, each block's projections and norms, the head's
+  // norm and table.
+  const auto d = static_cast<double>(config.d_model);
+  const double kv = d / static_cast<double>(config.heads) * static_cast<double>(config.kv_heads);
+  const double block = 2 * d * d + 2 * d * kv + 3 * d * static_cast<double>(config.ffn) + 2 * d;
+  reader.parameters(
+      2 * static_cast<double>(config.vocab) * d + static_cast<double>(config.layers) * block + d,
+      "'vocab', 'layers', 'd_model', 'kv_heads' and 'ffn'");
   return config;
 }
 

@@ -102,6 +102,14 @@ MlpConfig parse_mlp_config(const sdk::Options& options) {
   config.input = reader.integer("input", 1);
   config.hidden = reader.integers("hidden", 1);
   config.classes = reader.integer("classes", 2);
+  double count = 0.0;
+  double in = static_cast<double>(config.input);
+  for (const int64_t width : config.hidden) {
+    count += (in + 1) * static_cast<double>(width);
+    in = static_cast<double>(width);
+  }
+  reader.parameters(count + (in + 1) * static_cast<double>(config.classes),
+                    "'input', 'hidden' and 'classes'");
   config.activation = reader.choice("activation", {"relu", "gelu"}) == "gelu"
                           ? kernels::Activation::gelu
                           : kernels::Activation::relu;
