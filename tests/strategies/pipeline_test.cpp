@@ -329,6 +329,9 @@ TEST(PipelineOptions, InterleavedNeedsTwoVirtualStagesAndTwoStages) {
       refusal(pipeline_spec("gpt", 2, "schedule = \"1f1b\"\nvirtual_stages = 2\n", 2));
   EXPECT_NE(other.find("virtual_stages = 2 is set but schedule = \"1f1b\""), std::string::npos)
       << other;
+  const std::string many =
+      refusal(pipeline_spec("gpt", 2, "schedule = \"interleaved\"\nvirtual_stages = 1048577\n", 2));
+  EXPECT_NE(many.find("virtual_stages = 1048577 is more than 1048576"), std::string::npos) << many;
   const std::string alone = refusal(pipeline_spec("gpt", 1, "schedule = \"interleaved\"\n", 2));
   EXPECT_NE(alone.find("schedule = \"interleaved\" needs stages >= 2, but there is 1 stage"),
             std::string::npos)

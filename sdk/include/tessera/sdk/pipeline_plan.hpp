@@ -153,8 +153,11 @@ inline void PipelineOptions::read_schedule(const sdk::Options& options, Pipeline
     TESSERA_CHECK(o.stages >= 2, TESSERA_ERR_INVALID_ARGUMENT, who,
                   ": schedule = \"interleaved\" needs stages >= 2, but there is ", o.stages,
                   " stage");
-    o.virtual_stages =
-        virtual_stages == 0 ? 2 : static_cast<int32_t>(std::min<int64_t>(virtual_stages, 1 << 20));
+    constexpr int64_t kMostVirtualStages = int64_t{1} << 20;
+    TESSERA_CHECK(virtual_stages <= kMostVirtualStages, TESSERA_ERR_INVALID_ARGUMENT, who,
+                  ": virtual_stages = ", virtual_stages, " is more than ", kMostVirtualStages,
+                  " (model chunks per rank; a rank's chunks need at least as many units)");
+    o.virtual_stages = virtual_stages == 0 ? 2 : static_cast<int32_t>(virtual_stages);
   } else {
     TESSERA_CHECK(virtual_stages == 0, TESSERA_ERR_INVALID_ARGUMENT, who,
                   ": virtual_stages = ", virtual_stages, " is set but schedule = \"", schedule,
