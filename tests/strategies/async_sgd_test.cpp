@@ -242,6 +242,11 @@ TEST(AsyncSgdOptions, BadOptionsAreRefused) {
   expect_mentions(msg, {"delay_ms", "-5"});
   msg = refusal(async_spec("mlp", 1, 2, 0, "sgd", "delay_every = 0\n"));
   expect_mentions(msg, {"async_sgd", "delay_every", "0"});
+  // The largest 64-bit count of servers, its world need said without overflow.
+  RunSpec most = async_spec("mlp", 1, 1, 0);
+  most.strategy_options = "servers = 9223372036854775807\n";
+  msg = refusal(most);
+  expect_mentions(msg, {"servers + 1 = 9223372036854775808 ranks"});
 }
 
 // Staleness 0 trains as ddp does, so a checkpoint of one continues under

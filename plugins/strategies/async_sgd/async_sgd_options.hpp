@@ -65,7 +65,7 @@ struct AsyncSgdOptions {
                   "async_sgd: option 'servers' = ", servers, " leaves no worker on ", world_size,
                   " ranks: the first 'servers' ranks serve the parameters and the others train, "
                   "so the world needs at least servers + 1 = ",
-                  servers + 1, " ranks");
+                  static_cast<uint64_t>(servers) + 1, " ranks");  // no overflow at INT64_MAX
     o.servers = static_cast<int32_t>(servers);
     o.staleness = options.get_int("staleness");
     TESSERA_CHECK(o.staleness >= 0, TESSERA_ERR_INVALID_ARGUMENT,
