@@ -58,6 +58,24 @@ TEST(AutoStrategy, TheChoiceTrainsLikeTheStrategyNamedDirectly) {
   EXPECT_NE(log.find("  none: not named"), std::string::npos) << log;
 }
 
+// A candidate whose data-parallel slices the batch cannot feed is refused
+// while choosing, with the reason the run would give, and the choice falls
+// on one that runs.
+TEST(AutoStrategy, CandidatesTheBatchCannotFeedAreRefused) {
+  TESSERA_REQUIRE_STRATEGY("ddp");
+  TESSERA_REQUIRE_STRATEGY("pipeline");
+  std::string toml = mlp_toml("auto", 2, 1) + "[strategy.options]\nstrategies = \"ddp,pipeline\"\n";
+  const std::string batch = "batch_size = 16";
+  toml.replace(toml.find(batch), batch.size(), "batch_size = 1");
+  std::string log;
+  const RunResult r = quiet_run(make_config(toml), &log);
+  EXPECT_EQ(r.plan.strategy, "pipeline");
+  EXPECT_NE(log.find("  ddp: data.batch_size = 1 is too small: strategy 'ddp' on 2 ranks trains 2 "
+                     "data-parallel slices x data.micro_batches = 1"),
+            std::string::npos)
+      << log;
+}
+
 TEST(AutoStrategy, TheChoiceKeepsItsOptions) {
   TESSERA_REQUIRE_STRATEGY("ddp");
   const RunResult r =

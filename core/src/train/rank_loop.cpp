@@ -19,6 +19,7 @@
 #include "tessera/core/data/sampler.hpp"
 #include "tessera/core/memory.hpp"
 #include "tessera/core/train/loss_scaler.hpp"
+#include "tessera/core/train/selection.hpp"
 #include "tessera/core/train/sharded_checkpoint.hpp"
 #include "tessera/sdk/error.hpp"
 
@@ -184,15 +185,8 @@ void check_layout(const tessera_strategy_layout& layout, const Config& config,
                 fmt::format("strategy '{}' reported data rank {} of {} (it must be in [0, size))",
                             strategy, layout.data_rank, layout.data_size));
   }
-  const int64_t needed = int64_t{layout.data_size} * config.data.micro_batches;
-  if (config.data.batch_size < needed) {
-    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                fmt::format("data.batch_size = {} is too small: strategy '{}' on {} ranks trains "
-                            "{} data-parallel slices x data.micro_batches = {}, and every "
-                            "micro-batch needs at least one example (use data.batch_size >= {})",
-                            config.data.batch_size, strategy, world, layout.data_size,
-                            config.data.micro_batches, needed));
-  }
+  check_batch_feeds(config.data.batch_size, config.data.micro_batches, layout.data_size, strategy,
+                    world);
 }
 
 // The strategy recorded is the one that ran: with strategy "auto", the

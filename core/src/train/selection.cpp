@@ -116,6 +116,11 @@ tessera_status c_estimate(void* ctx, const char* strategy, const char* options,
     const toml::table table = candidate_options(options != nullptr ? options : "", where);
     const StrategyPlugin plugin(*req.registry, strategy, &table, where);
     const tessera_estimate e = plugin.estimate(*req.model, req.world_size, req.ranks_per_node);
+    // A candidate the batch cannot feed is refused as its strategy would
+    // refuse it at the start.
+    check_batch_feeds(req.model->c().global_batch,
+                      std::max<int64_t>(req.model->c().micro_batches, 1), e.data_size, strategy,
+                      req.world_size);
     const uint32_t size = out->struct_size;
     std::memcpy(out, &e, std::min<size_t>(size, sizeof e));
     out->struct_size = size;
@@ -254,6 +259,17 @@ std::string plural(std::size_t n, const char* word) {
 }
 
 }  // namespace
+
+void check_batch_feeds(int64_t batch_size, int64_t micro_batches, int32_t data_size,
+                       const std::string& strategy, int world) {
+  const int64_t needed = int64_t{data_size} * micro_batches;
+  if (batch_size >= needed) return;
+  throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+              fmt::format("data.batch_size = {} is too small: strategy '{}' on {} ranks trains {} "
+                          "data-parallel slices x data.micro_batches = {}, and every micro-batch "
+                          "needs at least one example (use data.batch_size >= {})",
+                          batch_size, strategy, world, data_size, micro_batches, needed));
+}
 
 BatchSpec batch_spec(const Config& config) {
   BatchSpec batch;

@@ -28,6 +28,13 @@ inline constexpr const char* kAutoStrategy = "auto";
 // The selector used unless strategy.options.selector names another.
 inline constexpr const char* kDefaultSelector = "auto";
 
+// Refuses a batch `strategy` cannot feed on `world` ranks: its
+// `data_size` data-parallel slices times data.micro_batches need at least
+// as many examples in data.batch_size. The message names both keys and
+// the smallest batch that works.
+void check_batch_feeds(int64_t batch_size, int64_t micro_batches, int32_t data_size,
+                       const std::string& strategy, int world);
+
 // The batch of `config` as a description sees it: data.batch_size,
 // data.micro_batches and the optimizer's state slots.
 BatchSpec batch_spec(const Config& config);
