@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "compress_harness.hpp"
+#include "tessera/sdk/cast_compressor.hpp"
 #include "tessera/sdk/error.hpp"
 
 namespace tessera::test {
@@ -85,6 +86,29 @@ TEST(CastCompressor, Fp16DivideByWorldKeepsTheSumFinite) {
       EXPECT_EQ(v, std::numeric_limits<float>::infinity());
     }
   }
+}
+
+// A sum past the 16-bit range from finite gradients is an overflow the
+// bucket reports (the plugins warn of it, naming the scale); non-finite
+// gradients of the rank's own, or a sum in range, are not.
+TEST(CastCompressor, AnOverflowedSumIsReportedApartFromNonFiniteGradients) {
+  sdk::CastBucket bucket(TESSERA_F16, 3, 1e6F);
+  std::vector<uint16_t> wire(3);
+  std::vector<float> out(3);
+  const std::vector<float> finite{1.0F, -2.0F, 0.0F};
+  bucket.encode(finite, wire.data());
+  bucket.decode(wire.data(), 1, 0, out);
+  EXPECT_TRUE(bucket.overflowed());
+  EXPECT_FALSE(std::isfinite(out[0]));
+  const std::vector<float> nan{std::nanf(""), 0.0F, 0.0F};
+  bucket.encode(nan, wire.data());
+  bucket.decode(wire.data(), 1, 0, out);
+  EXPECT_FALSE(bucket.overflowed()) << "the rank's own gradient was not finite";
+  sdk::CastBucket in_range(TESSERA_F16, 3, 1.0F);
+  in_range.encode(finite, wire.data());
+  in_range.decode(wire.data(), 1, 0, out);
+  EXPECT_FALSE(in_range.overflowed());
+  EXPECT_EQ(out, finite);
 }
 
 // A scale is applied before the cast and undone after it: 2^-10 keeps

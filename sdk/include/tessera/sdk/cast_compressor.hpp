@@ -21,7 +21,11 @@
 namespace tessera::sdk {
 
 // One bucket of a cast: encode = (scale · g) rounded to `dtype`, decode =
-// sum / scale. With scale 1 it is exactly pack_16bit / unpack_16bit.
+// sum / scale. With scale 1 it is exactly pack_16bit / unpack_16bit. A sum
+// that decodes to a non-finite value although this rank's gradients were
+// finite overflowed the 16-bit range (f16's 65504): overflowed() says so
+// (the values stay as decoded: under dynamic loss scaling the step is then
+// skipped, otherwise the gradient-norm check stops the run).
 class CastBucket final : public CompressorBucket {
  public:
   CastBucket(tessera_dtype dtype, uint64_t elements, float scale)
@@ -34,6 +38,8 @@ class CastBucket final : public CompressorBucket {
 
   [[nodiscard]] uint64_t encoded_bytes() const override { return elements_ * 2; }
   void encode(std::span<const float> grads, void* out) override {
+    finite_in_ = true;
+    for (const float g : grads) finite_in_ = finite_in_ && std::isfinite(g);
     if (scale_ == 1.0f) {
       pack_16bit(grads, dtype_, out);
       return;
@@ -53,13 +59,21 @@ class CastBucket final : public CompressorBucket {
       const float inverse = 1.0f / scale_;
       for (float& v : out) v *= inverse;
     }
+    overflowed_ = false;
+    if (!finite_in_) return;
+    for (const float v : out) overflowed_ = overflowed_ || !std::isfinite(v);
   }
+  // Whether the last decode's sum overflowed the wire type (see above).
+  [[nodiscard]] bool overflowed() const noexcept { return overflowed_; }
+  [[nodiscard]] float scale() const noexcept { return scale_; }
 
  private:
   tessera_dtype dtype_;
   uint64_t elements_;
   float scale_;
   std::vector<float> scaled_;  // scratch for a scaled encode
+  bool finite_in_ = true;      // the last encode's gradients were all finite
+  bool overflowed_ = false;
 };
 
 // The compressor of CastBuckets. `scale` multiplies the gradients before the
@@ -73,7 +87,7 @@ class CastCompressor {
 
   [[nodiscard]] CompressKind kind() const noexcept { return CompressKind::kSummable; }
   [[nodiscard]] tessera_dtype wire_dtype() const noexcept { return dtype_; }
-  [[nodiscard]] std::unique_ptr<CompressorBucket> bucket(const CompressBucket& b) const {
+  [[nodiscard]] std::unique_ptr<CastBucket> bucket(const CompressBucket& b) const {
     const float scale = divide_by_world_
                             ? scale_ / static_cast<float>(b.world_size > 0 ? b.world_size : 1)
                             : scale_;

@@ -48,14 +48,15 @@ namespace tessera::sdk {
 // `max_norm`: min(1, max_norm / (norm + 1e-6)); 1 when `max_norm` <= 0
 // (clipping off). Throws tessera::Error (invalid argument) when the total is
 // negative or the norm is not finite (NaN or infinite gradients), naming the
-// norm, so a diverged run stops instead of corrupting the parameters.
+// norm, so a diverged run stops instead of corrupting the parameters (the
+// check runs with clipping off too).
 [[nodiscard]] inline float clip_coefficient(double total_sum_squares, double max_norm) {
-  TESSERA_CHECK(!(total_sum_squares < 0.0), TESSERA_ERR_INVALID_ARGUMENT,
-                "gradient clipping: sum of squares ", total_sum_squares, " is negative");
+  const char* what = max_norm > 0.0 ? "gradient clipping" : "gradient check";
+  TESSERA_CHECK(!(total_sum_squares < 0.0), TESSERA_ERR_INVALID_ARGUMENT, what, ": sum of squares ",
+                total_sum_squares, " is negative");
   const double norm = global_grad_norm(total_sum_squares);
-  TESSERA_CHECK(std::isfinite(norm), TESSERA_ERR_INVALID_ARGUMENT,
-                "gradient clipping: the global gradient norm is ", norm,
-                " (NaN or infinite gradients)");
+  TESSERA_CHECK(std::isfinite(norm), TESSERA_ERR_INVALID_ARGUMENT, what,
+                ": the global gradient norm is ", norm, " (NaN or infinite gradients)");
   if (max_norm <= 0.0) return 1.0F;
   return static_cast<float>(std::min(1.0, max_norm / (norm + 1e-6)));
 }
