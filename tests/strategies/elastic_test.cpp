@@ -95,6 +95,19 @@ TEST(ElasticRecovery, OneOfTwoThreadRanksGoesOnAlone) {
   EXPECT_EQ(result.last_step, 8);
 }
 
+// The survivors cannot go on (hybrid sharding in groups of 2 does not fit
+// 3 ranks): the run fails, and its error says why, after the lost rank's.
+TEST(ElasticRecovery, SurvivorsThatCannotGoOnSayWhy) {
+  RunSpec s = elastic_spec("mlp", "fsdp", 4,
+                           "inner_options = 'sharding_strategy = \"hybrid_shard\"; "
+                           "shard_group_size = 2'\nsettle_ms = 100\nkill_rank = 1\n"
+                           "kill_at_step = 3\n");
+  s.steps = 6;
+  const std::string msg = error_of([&] { (void)run(s); });
+  expect_mentions(msg, {"rank 1 leaves the run at step 3", "failed too",
+                        "option 'shard_group_size' = 2 does not divide the world size 3"});
+}
+
 // Rank 2 of 4 fails at the start of step 7 (its thread ends; the host
 // aborts the world for it): the other three re-form the world, restore the
 // state after step 6 from their memory and finish; the run succeeds with

@@ -93,6 +93,40 @@ void announce(RunLog& log, const PreparedRun& run, const Config& config, double 
   }
 }
 
+// A rank's failure as its message says it (without a source location).
+std::string failure_text(const std::exception_ptr& failure) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const Error& e) {
+    return e.message();
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+// Rethrows the run's first failure. When a later one has a cause of its
+// own (its message does not carry the first's, as the other ranks' do when
+// the first aborted their groups), e.g. the survivors of an elastic run
+// that could not go on without the failed rank, the error says it too.
+[[noreturn]] void rethrow_failures(const RankFailures& outcome, const std::vector<int>& failed) {
+  const std::string first = failure_text(outcome.first);
+  for (const int r : failed) {
+    const std::string text = failure_text(outcome.each[static_cast<size_t>(r)]);
+    if (text.find(first) != std::string::npos) continue;
+    try {
+      std::rethrow_exception(outcome.first);
+    } catch (const Error& e) {
+      throw Error(e.status(), fmt::format("{}; then rank {} failed too: {}", first, r, text));
+    } catch (...) {
+      throw Error(TESSERA_ERR_INTERNAL,
+                  fmt::format("{}; then rank {} failed too: {}", first, r, text));
+    }
+  }
+  std::rethrow_exception(outcome.first);
+}
+
 // Every rank a thread of this process; rank 0 runs on the calling thread
 // and owns the log.
 std::vector<RankOutput> run_thread_ranks(Backend& backend, const RankShared& shared,
@@ -149,7 +183,7 @@ std::vector<RankOutput> run_thread_ranks(Backend& backend, const RankShared& sha
     if (!failures[static_cast<size_t>(r)])
       survived = outputs[static_cast<size_t>(r)].world_size == left;
   }
-  if (!survived) std::rethrow_exception(outcome.first);
+  if (!survived) rethrow_failures(outcome, failed);
   std::vector<RankOutput> survivors;
   for (int r = 0; r < world; ++r) {
     if (failures[static_cast<size_t>(r)]) {
