@@ -123,5 +123,47 @@ TEST(EstimateParallel, RefusesWhatTheRunRefuses) {
             std::string::npos);
 }
 
+// With [compression], every strategy's estimate refuses a compressor
+// exactly where its create does (strategy 2.8), so a selector never chooses
+// a strategy that would refuse the run's compressor: fp16 (summable), topk
+// (gather) and powersgd (collective), under each strategy that estimates.
+TEST(EstimateParallel, RefusesTheCompressorsTheRunRefuses) {
+  struct Case {
+    const char* strategy;
+    int world;
+    const char* options;
+    int64_t micro_batches;
+  };
+  const Case cases[] = {{"none", 1, "", 1},
+                        {"ddp", 2, "", 1},
+                        {"zero1", 2, "", 1},
+                        {"zero2", 2, "", 1},
+                        {"zero3", 2, "", 1},
+                        {"fsdp", 2, "", 1},
+                        {"pipeline", 2, "stages = 2\nschedule = \"gpipe\"", 2},
+                        {"tensor", 2, "size = 2", 1},
+                        {"hybrid", 2, "pp = 2\nschedule = \"gpipe\"", 2}};
+  for (const Case& c : cases) {
+    for (const char* compressor : {"fp16", "topk", "powersgd"}) {
+      SCOPED_TRACE(std::string(c.strategy) + " with " + compressor);
+      RunSpec s = estimate_spec(kQuickstartGpt, c.strategy, c.world, c.options, c.micro_batches);
+      s.steps = 1;
+      s.extra_toml = std::string("[compression]\nname = \"") + compressor + "\"\n";
+      std::string estimate;
+      try {
+        (void)estimate_of(s);
+      } catch (const Error& e) {
+        estimate = e.what();
+      }
+      const std::string run = run_error(s);
+      EXPECT_EQ(estimate.empty(), run.empty()) << "estimate: " << estimate << "\nrun: " << run;
+    }
+  }
+  RunSpec tensor = estimate_spec(kQuickstartGpt, "tensor", 2, "size = 2", 1);
+  tensor.extra_toml = "[compression]\nname = \"topk\"\n";
+  EXPECT_NE(estimate_refusal(tensor).find("this strategy takes no gradient compressor"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace tessera::test

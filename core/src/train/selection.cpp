@@ -20,6 +20,7 @@
 #include "tessera/core/host_api.hpp"
 #include "tessera/core/optim/optimizer.hpp"
 #include "tessera/core/rank_threads.hpp"
+#include "tessera/core/train/compressor_host.hpp"
 #include "tessera/core/train/strategy_host.hpp"
 #include "tessera/core/train/trainer.hpp"
 #include "tessera/sdk/error.hpp"
@@ -84,6 +85,7 @@ struct SelectCall {
   std::optional<ModelRate> rate;
   std::string rate_error;                  // why there is no rate, once asked
   std::vector<std::string> props_strings;  // keeps props' strings alive
+  int32_t compression = 0;                 // tessera_estimate_args.compression
 };
 
 SelectCall& call_of(void* ctx) { return *static_cast<SelectCall*>(ctx); }
@@ -115,7 +117,8 @@ tessera_status c_estimate(void* ctx, const char* strategy, const char* options,
     const std::string where = fmt::format("candidate {} options", strategy);
     const toml::table table = candidate_options(options != nullptr ? options : "", where);
     const StrategyPlugin plugin(*req.registry, strategy, &table, where);
-    const tessera_estimate e = plugin.estimate(*req.model, req.world_size, req.ranks_per_node);
+    const tessera_estimate e =
+        plugin.estimate(*req.model, req.world_size, req.ranks_per_node, call_of(ctx).compression);
     // A candidate the batch cannot feed is refused as its strategy would
     // refuse it at the start.
     check_batch_feeds(req.model->c().global_batch,
@@ -271,6 +274,15 @@ void check_batch_feeds(int64_t batch_size, int64_t micro_batches, int32_t data_s
                           batch_size, strategy, world, data_size, micro_batches, needed));
 }
 
+int32_t compression_code(const std::optional<PluginChoice>& compression,
+                         const PluginRegistry& registry) {
+  if (!compression) return 0;
+  const CompressorPlugin plugin(registry, compression->name, &compression->options,
+                                compression->options_where);
+  const std::unique_ptr<CompressorPlugin::Instance> instance = plugin.create();
+  return 1 + static_cast<int32_t>(plugin.api()->kind(instance->get()));
+}
+
 BatchSpec batch_spec(const Config& config) {
   BatchSpec batch;
   batch.global_batch = config.data.batch_size;
@@ -285,7 +297,8 @@ tessera_estimate estimate_config(const Config& config, const PluginRegistry& reg
                                 config.strategy.options_where);
   const std::unique_ptr<model::Model> model = model::make_model(config.model, registry);
   const ModelDescription desc(*model, batch_spec(config));
-  return strategy.estimate(desc, world_size, ranks_per_node > 0 ? ranks_per_node : world_size);
+  return strategy.estimate(desc, world_size, ranks_per_node > 0 ? ranks_per_node : world_size,
+                           compression_code(config.compression, registry));
 }
 
 MemoryBudget memory_budget(const Config& config, int local_ranks) {
@@ -460,6 +473,7 @@ std::string SelectionRow::label() const {
 }
 
 void selector_from_config(const Config& config, SelectRequest& request) {
+  request.compression = config.compression;
   request.selector = kDefaultSelector;
   request.options = toml::table{};
   request.options_where = config.strategy.options_where;
@@ -489,6 +503,7 @@ Selection run_selector(const SelectRequest& request) {
   const StrategyList strategies = installed_strategies(*request.registry);
   SelectCall call;
   call.request = &request;
+  call.compression = compression_code(request.compression, *request.registry);
   const std::string budget_source = request.budget.source;
   tessera_select_env env{};
   env.struct_size = sizeof env;

@@ -65,7 +65,7 @@ bool StrategyPlugin::can_estimate() const noexcept {
 }
 
 tessera_estimate StrategyPlugin::estimate(const ModelDescription& model, int world_size,
-                                          int ranks_per_node) const {
+                                          int ranks_per_node, int32_t compression) const {
   TESSERA_CHECK(can_estimate(), TESSERA_ERR_UNSUPPORTED, "strategy '", name_, "' (",
                 path().string(), ") has no estimate (strategy interface 2.3)");
   check(world_size);
@@ -73,6 +73,7 @@ tessera_estimate StrategyPlugin::estimate(const ModelDescription& model, int wor
   args.struct_size = sizeof args;
   args.world_size = world_size;
   args.ranks_per_node = ranks_per_node;
+  args.compression = compression;
   args.model = &model.c();
   tessera_estimate out{};
   out.struct_size = sizeof out;

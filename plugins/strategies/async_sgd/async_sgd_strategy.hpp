@@ -33,6 +33,8 @@ class AsyncSgdStrategy final : public sdk::Strategy {
   // Refuses what AsyncSgdOptions::read refuses for `world_size` ranks.
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
 
+  // Takes no gradient compressor (sdk::CompressorUse).
+  static constexpr sdk::CompressorUse kCompressors = sdk::CompressorUse::kNone;
   // The estimate (strategy 2.3; docs/strategies/async_sgd.md, "Memory and
   // traffic"): the categories of the largest rank (a worker, or a server
   // whose message buffers outgrow it), the busier one's bytes sent per

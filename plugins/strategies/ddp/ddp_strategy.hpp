@@ -27,6 +27,8 @@ class DdpStrategy final : public sdk::DataParallelStrategy {
   // and sdk::BucketOptions::node_size).
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
 
+  // Takes every kind of gradient compressor (sdk::CompressorUse).
+  static constexpr sdk::CompressorUse kCompressors = sdk::CompressorUse::kAny;
   // The estimate (strategy 2.3; docs/strategies/ddp.md, "Estimate"):
   // memory per rank by category, bytes sent per step on the data axis and
   // the FLOPs of the largest slice. Refuses what check() refuses.

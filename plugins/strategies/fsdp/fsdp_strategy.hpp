@@ -49,6 +49,8 @@ class FsdpStrategy final : public sdk::DataParallelStrategy {
   // FsdpOptions::read); throws tessera::Error naming the bad option.
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
 
+  // Takes only summable gradient compressors: it reduce-scatters (sdk::CompressorUse).
+  static constexpr sdk::CompressorUse kCompressors = sdk::CompressorUse::kSummable;
   // The estimate (strategy 2.3; docs/strategies/fsdp.md, "Estimate"):
   // memory per rank by category, bytes sent per step on the data axis and
   // the FLOPs of the largest slice. Refuses what check() refuses.

@@ -11,6 +11,8 @@ class HybridStrategy final : public sdk::Strategy {
   static void check(const sdk::Host& /*host*/, const sdk::Options& options, int32_t world_size) {
     (void)HybridOptions::read(options, world_size);
   }
+  // Takes no gradient compressor (sdk::CompressorUse).
+  static constexpr sdk::CompressorUse kCompressors = sdk::CompressorUse::kNone;
   // The engine's estimate for the mesh and dp_shard read from the options
   // (docs/strategies/hybrid.md).
   static sdk::Estimate estimate(const sdk::Host& /*host*/, const sdk::Options& options,

@@ -21,6 +21,8 @@ class NoneStrategy final : public sdk::Strategy {
   // and pointing at `ddp`.
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
 
+  // Takes no gradient compressor (sdk::CompressorUse).
+  static constexpr sdk::CompressorUse kCompressors = sdk::CompressorUse::kNone;
   // The estimate (strategy 2.3; docs/strategies/none.md, "Estimate"):
   // memory per rank by category, bytes sent per step on the data axis and
   // the FLOPs of the largest slice. Refuses what check() refuses.

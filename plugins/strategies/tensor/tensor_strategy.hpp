@@ -38,6 +38,8 @@ class TensorStrategy final : public sdk::Strategy {
   // Checks the options against the world size (see TensorOptions::read).
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
 
+  // Takes no gradient compressor (sdk::CompressorUse).
+  static constexpr sdk::CompressorUse kCompressors = sdk::CompressorUse::kNone;
   // The estimate (strategy 2.3): per rank its shards and replicated
   // tensors (parameters, gradients, optimizer state), one context per unit
   // for a micro-batch, the tensor group's and the data-parallel group's

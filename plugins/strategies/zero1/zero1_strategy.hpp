@@ -33,6 +33,8 @@ class Zero1Strategy final : public sdk::DataParallelStrategy {
   // Accepts any world size >= 1; checks the options (see Zero1Options::read).
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
 
+  // Takes every kind of gradient compressor (sdk::CompressorUse).
+  static constexpr sdk::CompressorUse kCompressors = sdk::CompressorUse::kAny;
   // The estimate (strategy 2.3; docs/strategies/zero1.md, "Estimate"):
   // memory per rank by category, bytes sent per step on the data axis and
   // the FLOPs of the largest slice. Refuses what check() refuses.

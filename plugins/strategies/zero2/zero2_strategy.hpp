@@ -32,6 +32,8 @@ class Zero2Strategy final : public sdk::DataParallelStrategy {
   // reduce_dtype is an invalid argument naming it).
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
 
+  // Takes every kind of gradient compressor (sdk::CompressorUse).
+  static constexpr sdk::CompressorUse kCompressors = sdk::CompressorUse::kAny;
   // The estimate (strategy 2.3; docs/strategies/zero2.md, "Estimate"):
   // memory per rank by category, bytes sent per step on the data axis and
   // the FLOPs of the largest slice. Refuses what check() refuses.

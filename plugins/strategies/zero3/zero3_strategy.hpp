@@ -33,6 +33,8 @@ class Zero3Strategy final : public sdk::DataParallelStrategy {
   // Accepts any world size >= 1; reads the options.
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
 
+  // Takes only summable gradient compressors: it reduce-scatters (sdk::CompressorUse).
+  static constexpr sdk::CompressorUse kCompressors = sdk::CompressorUse::kSummable;
   // The estimate (strategy 2.3; docs/strategies/zero3.md, "Estimate"):
   // memory per rank by category, bytes sent per step on the data axis and
   // the FLOPs of the largest slice. Refuses what check() refuses.

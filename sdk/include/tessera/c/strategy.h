@@ -49,10 +49,13 @@ extern "C" {
  *            tessera_step_result, where both had a reserved field
  *   2.7      joining a running world: tessera_strategy_env ends with
  *            `joining`; world_changed also reports ranks admitted
+ *   2.8      tessera_estimate_args.compression (where a reserved field
+ *            was): the run's compressor kind, which an estimate refuses
+ *            where the strategy's create would
  * A host accepts strategy 2.x of any minor (an f16 run needs 2.6, a joining
  * rank 2.7). */
 #define TESSERA_STRATEGY_API_MAJOR 2
-#define TESSERA_STRATEGY_API_MINOR 7
+#define TESSERA_STRATEGY_API_MINOR 8
 
 typedef struct tessera_strategy tessera_strategy;
 
@@ -369,7 +372,10 @@ typedef struct tessera_estimate_args {
   uint32_t struct_size;
   int32_t world_size;     /* ranks in the world                        */
   int32_t ranks_per_node; /* ranks sharing a node (1 .. world_size)    */
-  int32_t reserved;       /* zero                                      */
+  /* Strategy 2.8 (a reserved zero before): 0 when the run has no
+   * [compression]; else 1 + the compressor's tessera_compress_kind, for
+   * the estimate to refuse a compressor its create would refuse. */
+  int32_t compression;
   const tessera_model_desc* model;
 } tessera_estimate_args;
 

@@ -17,12 +17,14 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "tessera/c/strategy.h"
+#include "tessera/sdk/compressor.hpp"
 #include "tessera/sdk/error.hpp"
 #include "tessera/sdk/host.hpp"
 #include "tessera/sdk/plugin.hpp"
@@ -121,7 +123,28 @@ struct EstimateArgs {
   int32_t world_size = 1;
   int32_t ranks_per_node = 1;
   ModelDesc model;
+  // The kind of the run's gradient compressor ([compression]); none
+  // without one, or from a host older than strategy 2.8.
+  std::optional<CompressKind> compression;
 };
+
+// Which gradient compressors a strategy's create takes. A strategy class
+// that declares it (`static constexpr sdk::CompressorUse kCompressors`)
+// has its estimate refuse a candidate whose [compression] the create
+// would refuse, with the same reason, so a selector does not choose it.
+enum class CompressorUse { kNone, kSummable, kAny };
+
+// Throws tessera::Error (invalid argument) when `use` does not take
+// `compression`.
+inline void check_compressor_use(CompressorUse use, std::optional<CompressKind> compression) {
+  if (!compression || use == CompressorUse::kAny) return;
+  TESSERA_CHECK(use != CompressorUse::kNone, TESSERA_ERR_INVALID_ARGUMENT,
+                "this strategy takes no gradient compressor; remove [compression]");
+  TESSERA_CHECK(*compression == CompressKind::kSummable, TESSERA_ERR_INVALID_ARGUMENT,
+                "this strategy reduce-scatters its gradients and takes only summable "
+                "compressors (fp16, bf16), not one of kind '",
+                compress_kind_name(*compression), "'");
+}
 
 // What `estimate` returns: peak bytes per rank by category, the peak of
 // their sum, traffic per axis, compute and bubble.

@@ -230,6 +230,8 @@ class PipelineEngine final : public sdk::Strategy {
   // Checks the options against the world size (see PipelineOptions::read).
   static void check(const sdk::Host& host, const sdk::Options& options, int32_t world_size);
 
+  // Takes no gradient compressor (sdk::CompressorUse).
+  static constexpr CompressorUse kCompressors = CompressorUse::kNone;
   // The estimate (strategy 2.3) of the `pipeline` strategy for `options`,
   // and of the engine for options already read (the `hybrid` strategy's):
   // the stage plan from the same make_plan as the run, per stage its held

@@ -309,6 +309,10 @@ struct StrategyAdapter {
           ea.world_size = a.world_size;
           ea.ranks_per_node = std::max(a.ranks_per_node, 1);
           ea.model = ModelDesc(h, *a.model);
+          if (a.compression > 0) ea.compression = static_cast<CompressKind>(a.compression - 1);
+          if constexpr (requires { S::kCompressors; }) {
+            check_compressor_use(S::kCompressors, ea.compression);
+          }
           if constexpr (kEstimates) {
             const tessera_estimate e = S::estimate(h, Options(host, opts), ea).to_c();
             const uint32_t size = out->struct_size;

@@ -35,6 +35,12 @@ inline constexpr const char* kDefaultSelector = "auto";
 void check_batch_feeds(int64_t batch_size, int64_t micro_batches, int32_t data_size,
                        const std::string& strategy, int world);
 
+// tessera_estimate_args.compression for `compression` ([compression] of a
+// config): 0 without one, else 1 + the kind of the compressor its plugin
+// makes with its options.
+int32_t compression_code(const std::optional<PluginChoice>& compression,
+                         const PluginRegistry& registry);
+
 // The batch of `config` as a description sees it: data.batch_size,
 // data.micro_batches and the optimizer's state slots.
 BatchSpec batch_spec(const Config& config);
@@ -160,6 +166,9 @@ struct SelectRequest {
   std::string selector = kDefaultSelector;
   toml::table options;
   std::string options_where;  // "run.toml: [strategy.options]"
+  // The run's [compression], whose kind the candidates' estimates are told
+  // (a strategy refuses a compressor its create would refuse).
+  std::optional<PluginChoice> compression;
 };
 
 // The selector and its options a configuration asks for: with

@@ -206,12 +206,14 @@ class StrategyPlugin {
   // Strategy 2.3: whether the plugin's table has `estimate`.
   [[nodiscard]] bool can_estimate() const noexcept;
   // What the strategy predicts it would hold and send per rank for `model`
-  // on `world_size` ranks, `ranks_per_node` to a node (runs check() first).
+  // on `world_size` ranks, `ranks_per_node` to a node (runs check() first),
+  // with `compression` the run's compressor (0: none; else 1 + its kind,
+  // tessera_estimate_args.compression).
   // Throws tessera::Error: INVALID_ARGUMENT "strategy 'pipeline' cannot run
   // model 'gpt' on 4 ranks: <the plugin's message>" when it refuses,
   // UNSUPPORTED when it has no estimate.
   [[nodiscard]] tessera_estimate estimate(const ModelDescription& model, int world_size,
-                                          int ranks_per_node) const;
+                                          int ranks_per_node, int32_t compression = 0) const;
 
   // Creates rank `comm.rank()`'s strategy (collective over `comm`). `model`,
   // `optimizer` and `comm` must outlive the instance.
