@@ -263,6 +263,21 @@ TEST(AutoSelect, StrategiesOptionRestrictsAndChecksNames) {
   EXPECT_FALSE(r.has("zero1", ""));
 }
 
+// Named strategies that propose no candidate: the error says why each
+// does not.
+TEST(AutoSelect, NoCandidateSaysWhyEachNamedStrategyHasNone) {
+  const auto s = setup_of({"ddp", "none", "async_sgd"}, {{"ddp|", {10, 1e9, 0}}});
+  const SelectResult r = run_select(s, kRates + "strategies = \"async_sgd, none\"\n");
+  EXPECT_EQ(r.status, TESSERA_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(r.error.find("auto: no candidate strategy for 2 ranks: async_sgd is never a candidate "
+                         "(asynchronous updates are not exact"),
+            std::string::npos)
+      << r.error;
+  EXPECT_NE(r.error.find("; none trains on a single rank; installed strategies: "),
+            std::string::npos)
+      << r.error;
+}
+
 TEST(AutoSelect, TrialModeChoosesTheMeasuredFastestThatFits) {
   auto s = setup_of({"ddp", "zero1", "zero3"}, {{"ddp|", {12, 1e9, 300'000'000}},
                                                 {"zero1|", {10, 1e9, 100'000'000}},

@@ -342,9 +342,14 @@ void AutoSelector::select(const sdk::Host& host, const sdk::Options& opts, sdk::
   for (const auto& i : env.strategies()) {
     installed += std::string(installed.empty() ? "" : ", ") + i.name;
   }
+  std::string why;
+  for (const tessera_strategy_info* info : strategies) {
+    const std::string reason = why_no_candidate(env, *info);
+    if (!reason.empty()) why += (why.empty() ? "" : "; ") + reason;
+  }
   TESSERA_CHECK(!cands.empty(), TESSERA_ERR_INVALID_ARGUMENT, "auto: no candidate strategy for ",
-                env.world_size(),
-                " ranks; installed strategies: ", installed.empty() ? "none" : installed,
+                env.world_size(), " ranks", why.empty() ? "" : ": " + why,
+                "; installed strategies: ", installed.empty() ? "none" : installed,
                 " (a strategy takes part when it can estimate: strategy interface 2.3)");
   const Rates rates = make_rates(env, s.gemm_flops);
   host.debug("auto: compute ", rates.flops, " FLOP/s per rank (", rates.flops_source, "); links ",

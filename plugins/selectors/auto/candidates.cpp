@@ -176,6 +176,19 @@ std::vector<const tessera_strategy_info*> chosen_strategies(const sdk::SelectEnv
   return out;
 }
 
+std::string why_no_candidate(const sdk::SelectEnv& env, const tessera_strategy_info& info) {
+  const std::string name = info.name;
+  if (!make_candidates(env, {&info}).empty()) return "";
+  if (info.can_estimate == 0) return name + " cannot estimate (strategy interface 2.3)";
+  if (name == "async_sgd") {
+    return "async_sgd is never a candidate (asynchronous updates are not exact; ddp trains as it "
+           "does at staleness 0)";
+  }
+  if (name == "none") return "none trains on a single rank";
+  return name + " has no group size or stage count that fits " + std::to_string(env.world_size()) +
+         " ranks";
+}
+
 std::vector<Candidate> make_candidates(
     const sdk::SelectEnv& env, const std::vector<const tessera_strategy_info*>& strategies) {
   // Proposed in ladder order (replicated first), so generation order is a

@@ -35,4 +35,8 @@ std::vector<const tessera_strategy_info*> chosen_strategies(const sdk::SelectEnv
 std::vector<Candidate> make_candidates(const sdk::SelectEnv& env,
                                        const std::vector<const tessera_strategy_info*>& strategies);
 
+// Why `info` proposes no candidate where it proposes none ("" otherwise):
+// for the error that says no strategy proposed any.
+std::string why_no_candidate(const sdk::SelectEnv& env, const tessera_strategy_info& info);
+
 }  // namespace tessera::selectors
