@@ -1,6 +1,7 @@
 #include "tessera/core/comm.hpp"
 
 #include <cstddef>
+#include <cstdlib>
 #include <span>
 #include <utility>
 
@@ -357,8 +358,13 @@ uint32_t Backend::capabilities() const noexcept { return state_->api().capabilit
 
 std::unique_ptr<Communicator> Backend::connect(int rank) {
   tessera_comm* comm = nullptr;
-  const std::string what =
-      "backend '" + state_->name() + "': connect as rank " + std::to_string(rank);
+  // A process backend takes its rank from the launcher's environment (-1).
+  const char* env_rank = std::getenv("RANK");
+  const std::string as = rank >= 0 ? " as rank " + std::to_string(rank)
+                         : env_rank != nullptr && *env_rank != '\0'
+                             ? " as rank " + std::string(env_rank) + " (RANK)"
+                             : " (the rank from the launcher's environment)";
+  const std::string what = "backend '" + state_->name() + "': connect" + as;
   throw_if_failed(state_->api().connect(state_->backend(), rank, &comm), what);
   if (state_->checks() == CollectiveChecks::off) {
     return std::unique_ptr<Communicator>(new Communicator(state_, comm, false));
