@@ -460,6 +460,11 @@ __device__ HeadRows<T> query_head(const Attention& a) {
 
 __host__ __device__ int64_t padded_row(int64_t dh) { return dh % 2 == 0 ? dh + 1 : dh; }
 
+// The positions of a tile of `t` starting at `first` that the sequence has.
+__device__ int64_t tile_rows(int64_t seq, int64_t first, int64_t t) {
+  return seq - first < t ? seq - first : t;
+}
+
 // Shared floats of the three kernels' blocks for a tile of t rows:
 // forward: q and the output [t, dh], keys then values [t, ld], the scores
 // [t, t+1], and three per-row statistics; dq: q, dout and dq [t, dh], keys
@@ -523,7 +528,7 @@ __global__ void attention_forward_kernel(const Attention a, int64_t tile, T* out
   float* alpha = l + t;    // this step's rescale of o
   const HeadRows<T> at = query_head<T>(a);
   const int64_t i0 = blockIdx.y * t;
-  const int64_t rows = a.seq - i0 < t ? a.seq - i0 : t;
+  const int64_t rows = tile_rows(a.seq, i0, t);
   load_tile(q, t, dh, dh, rows, [&](int64_t r) { return at.q(i0 + r); });
   for (int64_t idx = threadIdx.x; idx < t * dh; idx += blockDim.x) o[idx] = 0.0f;
   for (int64_t r = threadIdx.x; r < t; r += blockDim.x) {
@@ -531,7 +536,7 @@ __global__ void attention_forward_kernel(const Attention a, int64_t tile, T* out
     l[r] = 0.0f;
   }
   for (int64_t j0 = 0; j0 <= i0; j0 += t) {
-    const int64_t cols = a.seq - j0 < t ? a.seq - j0 : t;
+    const int64_t cols = tile_rows(a.seq, j0, t);
     __syncthreads();  // the last step's reads of kv and s are done
     load_tile(kv, t, dh, ld, cols, [&](int64_t c) { return at.k(j0 + c); });
     __syncthreads();
@@ -595,9 +600,8 @@ __device__ ScoreGrad score_grad(const float* q, const float* k, const float* go,
 // key tiles 0..i0 streaming through. It also writes delta_i = dout_i ·
 // out_i (= Σ_j p_ij dp_ij), which the dk/dv kernel reads after it.
 template <typename T>
-__global__ void attention_dq_kernel(const Attention a, int64_t tile, const T* out,
-                                    const float* lse, const float* dout, float* delta,
-                                    float* dq_out) {
+__global__ void attention_dq_kernel(const Attention a, int64_t tile, const T* out, const float* lse,
+                                    const float* dout, float* delta, float* dq_out) {
   extern __shared__ float smem[];
   const int64_t t = tile;
   const int64_t dh = a.dh;
@@ -613,7 +617,7 @@ __global__ void attention_dq_kernel(const Attention a, int64_t tile, const T* ou
   float* dl = ls + t;       // delta
   const HeadRows<T> at = query_head<T>(a);
   const int64_t i0 = blockIdx.y * t;
-  const int64_t rows = a.seq - i0 < t ? a.seq - i0 : t;
+  const int64_t rows = tile_rows(a.seq, i0, t);
   load_tile(q, t, dh, dh, rows, [&](int64_t r) { return at.q(i0 + r); });
   load_tile(go, t, dh, dh, rows, [&](int64_t r) { return dout + at.row(i0 + r); });
   load_tile(dq, t, dh, dh, rows, [&](int64_t r) { return out + at.row(i0 + r); });
@@ -630,7 +634,7 @@ __global__ void attention_dq_kernel(const Attention a, int64_t tile, const T* ou
   __syncthreads();
   for (int64_t idx = threadIdx.x; idx < t * dh; idx += blockDim.x) dq[idx] = 0.0f;
   for (int64_t j0 = 0; j0 <= i0; j0 += t) {
-    const int64_t cols = a.seq - j0 < t ? a.seq - j0 : t;
+    const int64_t cols = tile_rows(a.seq, j0, t);
     __syncthreads();  // the last step's reads of k, v and ds are done
     load_tile(k, t, dh, ld, cols, [&](int64_t c) { return at.k(j0 + c); });
     load_tile(v, t, dh, ld, cols, [&](int64_t c) { return at.v(j0 + c); });
@@ -684,7 +688,7 @@ __global__ void attention_dkv_kernel(const Attention a, int64_t tile, const floa
   const int64_t b = blockIdx.x / a.kv_heads;
   const int64_t g = blockIdx.x - b * a.kv_heads;
   const int64_t j0 = blockIdx.y * t;
-  const int64_t cols = a.seq - j0 < t ? a.seq - j0 : t;
+  const int64_t cols = tile_rows(a.seq, j0, t);
   // The query heads here that read key/value head g: [h0, h1).
   const int64_t model_g = g + a.kv_first;
   const int64_t h0 = model_g * group - a.q_first > 0 ? model_g * group - a.q_first : 0;
@@ -701,7 +705,7 @@ __global__ void attention_dkv_kernel(const Attention a, int64_t tile, const floa
   for (int64_t h = h0; h < h1; ++h) {
     const HeadRows<T> at(a, b, h);
     for (int64_t i0 = j0; i0 < a.seq; i0 += t) {
-      const int64_t rows = a.seq - i0 < t ? a.seq - i0 : t;
+      const int64_t rows = tile_rows(a.seq, i0, t);
       __syncthreads();  // the last step's reads of q, go, ps and ds are done
       load_tile(q, t, dh, dh, rows, [&](int64_t r) { return at.q(i0 + r); });
       load_tile(go, t, dh, dh, rows, [&](int64_t r) { return dout + at.row(i0 + r); });
@@ -826,8 +830,8 @@ __global__ void swiglu_forward_kernel(const T* gate, const T* up, int64_t count,
 }
 
 template <typename T>
-__global__ void swiglu_backward_kernel(const T* gate, const T* up, const float* dy,
-                                       int64_t count, float* dgate, float* dup) {
+__global__ void swiglu_backward_kernel(const T* gate, const T* up, const float* dy, int64_t count,
+                                       float* dgate, float* dup) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float z = to_f32(gate[i]);
@@ -991,41 +995,39 @@ void position_backward(const float* dx, int64_t batch, int64_t seq, int64_t d, f
 
 namespace {
 
-template <typename T>
-void attention_forward_as(const Attention& a, void* out, float* lse, cudaStream_t stream) {
-  const auto kernel = attention_forward_kernel<T>;
-  const AttentionTile tile = attention_tile(a, AttentionShared::forward, "attention_forward");
-  allow_shared(kernel, tile.bytes, "attention_forward");
-  kernel<<<tile.grid(a, a.heads), kThreads, tile.bytes, stream>>>(a, tile.rows,
-                                                                  static_cast<T*>(out), lse);
-  launched("attention_forward");
+// Launches an attention kernel (its parameters after the Attention and the
+// tile's rows are `args`) over one block per tile of each (example, head
+// of `heads`), tiles as wide as `floats`, its shared memory, allows.
+template <typename... Params, typename... Args>
+void launch_tiled(void (*kernel)(Attention, int64_t, Params...), const Attention& a, int64_t heads,
+                  int64_t (*floats)(int64_t, int64_t), const char* name, cudaStream_t stream,
+                  Args... args) {
+  const AttentionTile tile = attention_tile(a, floats, name);
+  allow_shared(kernel, tile.bytes, name);
+  kernel<<<tile.grid(a, heads), kThreads, tile.bytes, stream>>>(a, tile.rows, args...);
+  launched(name);
 }
 
 template <typename T>
-void attention_backward_as(const Attention& a, const void* out, const float* lse,
-                           const float* dout, float* delta, float* dq, float* dk, float* dv,
-                           cudaStream_t stream) {
-  const auto dq_kernel = attention_dq_kernel<T>;
-  const AttentionTile q_tile = attention_tile(a, AttentionShared::dq, "attention_dq");
-  allow_shared(dq_kernel, q_tile.bytes, "attention_dq");
-  dq_kernel<<<q_tile.grid(a, a.heads), kThreads, q_tile.bytes, stream>>>(
-      a, q_tile.rows, static_cast<const T*>(out), lse, dout, delta, dq);
-  launched("attention_dq");
-  const auto dkv_kernel = attention_dkv_kernel<T>;
-  const AttentionTile kv_tile = attention_tile(a, AttentionShared::dkv, "attention_dkv");
-  allow_shared(dkv_kernel, kv_tile.bytes, "attention_dkv");
-  dkv_kernel<<<kv_tile.grid(a, a.kv_heads), kThreads, kv_tile.bytes, stream>>>(
-      a, kv_tile.rows, lse, dout, delta, dk, dv);
-  launched("attention_dkv");
+void attention_forward_as(const Attention& a, void* out, float* lse, cudaStream_t stream) {
+  launch_tiled(attention_forward_kernel<T>, a, a.heads, AttentionShared::forward,
+               "attention_forward", stream, static_cast<T*>(out), lse);
+}
+
+template <typename T>
+void attention_backward_as(const Attention& a, const void* out, const float* lse, const float* dout,
+                           float* delta, float* dq, float* dk, float* dv, cudaStream_t stream) {
+  launch_tiled(attention_dq_kernel<T>, a, a.heads, AttentionShared::dq, "attention_dq", stream,
+               static_cast<const T*>(out), lse, dout, delta, dq);
+  launch_tiled(attention_dkv_kernel<T>, a, a.kv_heads, AttentionShared::dkv, "attention_dkv",
+               stream, lse, dout, delta, dk, dv);
 }
 
 }  // namespace
 
 void attention_forward(const Attention& a, void* out, float* lse, cudaStream_t stream) {
   if (a.batch * a.seq * a.heads == 0) return;
-  with_elem(a.elem, [&](auto type) {
-    attention_forward_as<decltype(type)>(a, out, lse, stream);
-  });
+  with_elem(a.elem, [&](auto type) { attention_forward_as<decltype(type)>(a, out, lse, stream); });
 }
 
 void attention_backward(const Attention& a, const void* out, const float* lse, const float* dout,
