@@ -247,8 +247,17 @@ struct In {
   In(const void* ptr, bool is_rounded) : data(ptr), rounded(is_rounded) {}
 };
 
-inline bool sixteen_bit(const Lane& l) noexcept {
-  return l.precision == TESSERA_BF16 || l.precision == TESSERA_F16;
+// The type a lane's products take their inputs in, and its 16-bit
+// activations are kept in: bf16 or f16, or f32 under f32 and tf32.
+inline Elem kept_elem(const Lane& l) noexcept {
+  return l.precision == TESSERA_F16    ? Elem::f16
+         : l.precision == TESSERA_BF16 ? Elem::bf16
+                                       : Elem::f32;
+}
+
+// `count` floats rounded to `elem` (bf16 or f16) into `out`.
+inline void round_to(Elem elem, const float* in, void* out, int64_t count, cudaStream_t stream) {
+  (elem == Elem::f16 ? to_f16 : to_bf16)(in, out, count, stream);
 }
 
 // An activation kept in 16 bits under bf16 or f16 precision, in f32 under
@@ -270,19 +279,18 @@ class KeptOperand {
   // The `count` floats written: under 16-bit precision rounded, the f32
   // array released.
   void keep(size_t count, const Lane& l, const std::string& unit) {
-    choose(l);
+    elem_ = kept_elem(l);
     if (elem_ == Elem::f32) {
       half_.release(l, unit);
       return;
     }
     void* half = half_.ensure<uint16_t>(count, l, unit);
-    (elem_ == Elem::f16 ? to_f16 : to_bf16)(full_.get(), half, static_cast<int64_t>(count),
-                                            l.stream);
+    round_to(elem_, full_.get(), half, static_cast<int64_t>(count), l.stream);
     full_.release(l, unit);
   }
   // Room for `count` elements of the kept type, for a kernel to write.
   void* store(size_t count, const Lane& l, const std::string& unit) {
-    choose(l);
+    elem_ = kept_elem(l);
     if (elem_ == Elem::f32) {
       half_.release(l, unit);
       return full_.ensure(count, l, unit);
@@ -306,11 +314,6 @@ class KeptOperand {
   [[nodiscard]] size_t bytes() const noexcept { return full_.bytes() + half_.bytes(); }
 
  private:
-  void choose(const Lane& l) noexcept {
-    elem_ = l.precision == TESSERA_F16    ? Elem::f16
-            : l.precision == TESSERA_BF16 ? Elem::bf16
-                                          : Elem::f32;
-  }
   DeviceArray full_;
   DeviceArray half_;
   Elem elem_ = Elem::f32;
@@ -475,9 +478,8 @@ inline void gemm(Lane& l, bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   const void* a_in = a.data;
   const void* b_in = b.data;
   cudaDataType_t type = CUDA_R_32F;
-  if (sixteen_bit(l)) {
+  if (const Elem elem = kept_elem(l); elem != Elem::f32) {
     // The operands not rounded yet, rounded into the lane's scratch.
-    const bool half = l.precision == TESSERA_F16;
     const int64_t a_count = a.rounded ? 0 : (trans_a ? k : m) * lda;
     const int64_t b_count = b.rounded ? 0 : (trans_b ? n : k) * ldb;
     constexpr int64_t kAlign = 128;  // elements: 256 bytes between the two inputs
@@ -486,16 +488,16 @@ inline void gemm(Lane& l, bool trans_a, bool trans_b, int64_t m, int64_t n, int6
       auto* scratch = static_cast<char*>(
           l.ensure_scratch(static_cast<size_t>(b_at + b_count) * kBf16Bytes, unit));
       if (a_count > 0) {
-        (half ? to_f16 : to_bf16)(static_cast<const float*>(a.data), scratch, a_count, l.stream);
+        round_to(elem, static_cast<const float*>(a.data), scratch, a_count, l.stream);
         a_in = scratch;
       }
       if (b_count > 0) {
         void* b16 = scratch + static_cast<size_t>(b_at) * kBf16Bytes;
-        (half ? to_f16 : to_bf16)(static_cast<const float*>(b.data), b16, b_count, l.stream);
+        round_to(elem, static_cast<const float*>(b.data), b16, b_count, l.stream);
         b_in = b16;
       }
     }
-    type = half ? CUDA_R_16F : CUDA_R_16BF;
+    type = elem == Elem::f16 ? CUDA_R_16F : CUDA_R_16BF;
   } else {
     TESSERA_CHECK(!a.rounded && !b.rounded, TESSERA_ERR_INTERNAL, "unit '", unit,
                   "': a 16-bit operand of an f32 product");
