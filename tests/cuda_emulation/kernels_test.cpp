@@ -61,6 +61,24 @@ void expect_close(const std::vector<A>& actual, const std::vector<B>& expected, 
 
 constexpr double kTolerance = 1e-5;
 
+// `x` rounded to `elem` (bf16 or f16) by the kernels' own conversion.
+std::vector<uint16_t> rounded(Elem elem, const std::vector<float>& x) {
+  std::vector<uint16_t> bits(x.size());
+  (elem == Elem::bf16 ? to_bf16 : to_f16)(x.data(), bits.data(), static_cast<int64_t>(x.size()),
+                                          nullptr);
+  return bits;
+}
+
+// 16-bit values of type `elem` as the floats they are exactly.
+std::vector<float> widened(Elem elem, const std::vector<uint16_t>& bits) {
+  std::vector<float> x(bits.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) {
+    x[i] = elem == Elem::bf16 ? __bfloat162float(__nv_bfloat16{bits[i]})
+                              : __half2float(__half{bits[i]});
+  }
+  return x;
+}
+
 // The products' 16-bit inputs: rounded to nearest even, element by element.
 TEST(CudaKernelsEmulated, SixteenBitCopiesRoundToNearestEven) {
   const std::vector<float> in = {1.0f, -2.0f, 1.00390625f, 1.01171875f, 65504.0f, 65520.0f, 6e-8f};
@@ -218,19 +236,10 @@ TEST(CudaKernelsEmulated, SwiGluAndItsGradientMatchTheCpu) {
   // From 16-bit gate and up: the same, of the rounded values.
   for (const Elem elem : {Elem::bf16, Elem::f16}) {
     SCOPED_TRACE(elem == Elem::bf16 ? "bf16" : "f16");
-    std::vector<uint16_t> gate16(count);
-    std::vector<uint16_t> up16(count);
-    const auto round = elem == Elem::bf16 ? to_bf16 : to_f16;
-    round(gate.data(), gate16.data(), static_cast<int64_t>(count), nullptr);
-    round(up.data(), up16.data(), static_cast<int64_t>(count), nullptr);
-    std::vector<float> gate_r(count);
-    std::vector<float> up_r(count);
-    for (std::size_t i = 0; i < count; ++i) {
-      gate_r[i] = elem == Elem::bf16 ? __bfloat162float(__nv_bfloat16{gate16[i]})
-                                     : __half2float(__half{gate16[i]});
-      up_r[i] = elem == Elem::bf16 ? __bfloat162float(__nv_bfloat16{up16[i]})
-                                   : __half2float(__half{up16[i]});
-    }
+    const std::vector<uint16_t> gate16 = rounded(elem, gate);
+    const std::vector<uint16_t> up16 = rounded(elem, up);
+    const std::vector<float> gate_r = widened(elem, gate16);
+    const std::vector<float> up_r = widened(elem, up16);
     kernels::swiglu_forward(gate_r.data(), up_r.data(), static_cast<int64_t>(count), y_cpu.data());
     swiglu_forward(gate16.data(), up16.data(), elem, static_cast<int64_t>(count), y.data(),
                    nullptr);
@@ -596,31 +605,18 @@ TEST(CudaKernelsEmulated, SixteenBitAttentionComputesInF32FromRoundedInputs) {
   const auto kv_count = static_cast<std::size_t>(rows * c.kv_heads * c.dh);
   for (const Elem elem : {Elem::bf16, Elem::f16}) {
     SCOPED_TRACE(elem == Elem::bf16 ? "bf16" : "f16");
-    const auto round = [&](const std::vector<float>& x) {
-      std::vector<uint16_t> bits(x.size());
-      (elem == Elem::bf16 ? to_bf16 : to_f16)(x.data(), bits.data(), static_cast<int64_t>(x.size()),
-                                              nullptr);
-      return bits;
-    };
-    const auto widen = [&](const std::vector<uint16_t>& bits) {
-      std::vector<float> x(bits.size());
-      for (std::size_t i = 0; i < bits.size(); ++i) {
-        x[i] = elem == Elem::bf16 ? __bfloat162float(__nv_bfloat16{bits[i]})
-                                  : __half2float(__half{bits[i]});
-      }
-      return x;
-    };
-    const std::vector<uint16_t> q = round(random_values(q_count, 66));
-    const std::vector<uint16_t> k = round(random_values(kv_count, 67));
-    const std::vector<uint16_t> v = round(random_values(kv_count, 68));
+    const std::vector<uint16_t> q = rounded(elem, random_values(q_count, 66));
+    const std::vector<uint16_t> k = rounded(elem, random_values(kv_count, 67));
+    const std::vector<uint16_t> v = rounded(elem, random_values(kv_count, 68));
     const std::vector<float> dout = random_values(q_count, 69);
     const Attention a = attention_of(c, q.data(), k.data(), v.data(), elem);
     std::vector<uint16_t> out(q_count);
     std::vector<float> lse(static_cast<std::size_t>(c.batch * c.heads * c.seq));
     attention_forward(a, out.data(), lse.data(), nullptr);
-    const std::vector<float> stored = widen(out);
-    const AttentionReference ref = reference_attention(widen(q), widen(k), widen(v), dout, c.batch,
-                                                       c.seq, c.heads, c.kv_heads, c.dh, &stored);
+    const std::vector<float> stored = widened(elem, out);
+    const AttentionReference ref =
+        reference_attention(widened(elem, q), widened(elem, k), widened(elem, v), dout, c.batch,
+                            c.seq, c.heads, c.kv_heads, c.dh, &stored);
     expect_close(stored, ref.out, elem == Elem::bf16 ? 4e-3 : 1e-3, "out, rounded");
     expect_close(lse, ref.lse, kTolerance, "lse");
     std::vector<float> delta(lse.size());
