@@ -88,11 +88,13 @@ TEST(CastCompressor, Fp16DivideByWorldKeepsTheSumFinite) {
   }
 }
 
-// A sum past the 16-bit range from finite gradients is an overflow the
-// bucket reports (the plugins warn of it, naming the scale); non-finite
-// gradients of the rank's own, or a sum in range, are not.
+// A sum past the 16-bit range from finite gradients is an overflow a
+// watched bucket reports (the plugins watch theirs and warn of it, naming
+// the scale); non-finite gradients of the rank's own, or a sum in range,
+// are not; an unwatched bucket (a strategy's reduce_dtype) looks for none.
 TEST(CastCompressor, AnOverflowedSumIsReportedApartFromNonFiniteGradients) {
   sdk::CastBucket bucket(TESSERA_F16, 3, 1e6F);
+  bucket.watch_overflow();
   std::vector<uint16_t> wire(3);
   std::vector<float> out(3);
   const std::vector<float> finite{1.0F, -2.0F, 0.0F};
@@ -105,10 +107,16 @@ TEST(CastCompressor, AnOverflowedSumIsReportedApartFromNonFiniteGradients) {
   bucket.decode(wire.data(), 1, 0, out);
   EXPECT_FALSE(bucket.overflowed()) << "the rank's own gradient was not finite";
   sdk::CastBucket in_range(TESSERA_F16, 3, 1.0F);
+  in_range.watch_overflow();
   in_range.encode(finite, wire.data());
   in_range.decode(wire.data(), 1, 0, out);
   EXPECT_FALSE(in_range.overflowed());
   EXPECT_EQ(out, finite);
+  sdk::CastBucket unwatched(TESSERA_F16, 3, 1e6F);
+  unwatched.encode(finite, wire.data());
+  unwatched.decode(wire.data(), 1, 0, out);
+  EXPECT_FALSE(unwatched.overflowed());
+  EXPECT_FALSE(std::isfinite(out[0]));
 }
 
 // A scale is applied before the cast and undone after it: 2^-10 keeps

@@ -38,6 +38,7 @@ class TrackedCastBucket final : public sdk::CompressorBucket {
         inner_(std::move(inner)),
         scratch_bytes_(scratch_bytes),
         overflow_(std::move(overflow)) {
+    inner_->watch_overflow();
     if (scratch_bytes_ > 0)
       host_.track_memory(TESSERA_RANK_UNKNOWN, TESSERA_MEM_COMM, scratch_bytes_);
   }

@@ -5,6 +5,7 @@
 // `reduce_dtype` options use it directly (no scale), so both are one path.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -23,9 +24,11 @@ namespace tessera::sdk {
 // One bucket of a cast: encode = (scale · g) rounded to `dtype`, decode =
 // sum / scale. With scale 1 it is exactly pack_16bit / unpack_16bit. A sum
 // that decodes to a non-finite value although this rank's gradients were
-// finite overflowed the 16-bit range (f16's 65504): overflowed() says so
-// (the values stay as decoded: under dynamic loss scaling the step is then
-// skipped, otherwise the gradient-norm check stops the run).
+// finite overflowed the 16-bit range (f16's 65504): once watch_overflow()
+// was called, overflowed() says so (the values stay as decoded: under
+// dynamic loss scaling the step is then skipped, otherwise the
+// gradient-norm check stops the run). Unwatched, as in the strategies'
+// reduce_dtype, encode and decode make no extra pass for it.
 class CastBucket final : public CompressorBucket {
  public:
   CastBucket(tessera_dtype dtype, uint64_t elements, float scale)
@@ -38,8 +41,10 @@ class CastBucket final : public CompressorBucket {
 
   [[nodiscard]] uint64_t encoded_bytes() const override { return elements_ * 2; }
   void encode(std::span<const float> grads, void* out) override {
-    finite_in_ = true;
-    for (const float g : grads) finite_in_ = finite_in_ && std::isfinite(g);
+    if (watch_) {
+      finite_in_ =
+          std::all_of(grads.begin(), grads.end(), [](float g) { return std::isfinite(g); });
+    }
     if (scale_ == 1.0f) {
       pack_16bit(grads, dtype_, out);
       return;
@@ -59,11 +64,12 @@ class CastBucket final : public CompressorBucket {
       const float inverse = 1.0f / scale_;
       for (float& v : out) v *= inverse;
     }
-    overflowed_ = false;
-    if (!finite_in_) return;
-    for (const float v : out) overflowed_ = overflowed_ || !std::isfinite(v);
+    overflowed_ = watch_ && finite_in_ &&
+                  std::any_of(out.begin(), out.end(), [](float v) { return !std::isfinite(v); });
   }
-  // Whether the last decode's sum overflowed the wire type (see above).
+  // From now on, tell whether a decode's sum overflowed (see above).
+  void watch_overflow() noexcept { watch_ = true; }
+  // Whether the last decode's sum overflowed the wire type (false unwatched).
   [[nodiscard]] bool overflowed() const noexcept { return overflowed_; }
   [[nodiscard]] float scale() const noexcept { return scale_; }
 
@@ -72,7 +78,8 @@ class CastBucket final : public CompressorBucket {
   uint64_t elements_;
   float scale_;
   std::vector<float> scaled_;  // scratch for a scaled encode
-  bool finite_in_ = true;      // the last encode's gradients were all finite
+  bool watch_ = false;
+  bool finite_in_ = true;  // the last encode's gradients were all finite (watched)
   bool overflowed_ = false;
 };
 
