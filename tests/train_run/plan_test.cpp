@@ -86,11 +86,54 @@ TEST(PlanRun, GlobalBatchSmallerThanRanksTimesMicroBatchesFailsBeforeTheFirstSte
   TESSERA_REQUIRE_STRATEGY("ddp");
   const Config config =
       make_config(mlp_toml("ddp", 4, 3), {"data.batch_size=6", "data.micro_batches=2"});
-  (void)plan_run(config, plugins());  // the data-parallel degree is the strategy's
-  const std::string message = error_of([&] { (void)train::run_training(config, plugins()); });
-  EXPECT_MENTIONS(message, "data.batch_size = 6 is too small");
-  EXPECT_MENTIONS(message, "4 data-parallel slices x data.micro_batches = 2");
-  EXPECT_MENTIONS(message, "data.batch_size >= 8");
+  // The ranks refuse it once the strategy reports its data-parallel
+  // degree; plan_run (--dry-run) already from the strategy's estimate.
+  for (const std::string& message :
+       {error_of([&] { (void)train::run_training(config, plugins()); }),
+        error_of([&] { (void)plan_run(config, plugins()); })}) {
+    EXPECT_MENTIONS(message, "data.batch_size = 6 is too small");
+    EXPECT_MENTIONS(message, "4 data-parallel slices x data.micro_batches = 2");
+    EXPECT_MENTIONS(message, "data.batch_size >= 8");
+  }
+}
+
+// What a strategy refuses only once it sees the built model, plan_run
+// (--dry-run) refuses through its estimate, with the words of the refusal
+// the ranks would meet at create.
+TEST(PlanRun, RefusesWhatTheStrategyRefusesForTheModel) {
+  TESSERA_REQUIRE_STRATEGY("tensor");
+  TESSERA_REQUIRE_STRATEGY("pipeline");
+  const auto both = [](const Config& config, const std::string& want) {
+    const std::string planned = error_of([&] { (void)plan_run(config, plugins()); });
+    EXPECT_MENTIONS(planned, want);
+    EXPECT_MENTIONS(error_of([&] { (void)train::run_training(config, plugins()); }), want);
+  };
+  // gpt_toml's 2 heads do not split over 4 ranks.
+  const Config tensor4 = make_config(gpt_toml("tensor", 4, 2), {"strategy.options.size=4"});
+  both(tensor4, "tensor: [strategy.options] size = 4, mode = \"tensor\" cannot split the model");
+  EXPECT_MENTIONS(error_of([&] { (void)plan_run(tensor4, plugins()); }),
+                  "strategy 'tensor' cannot run model 'gpt' on 4 ranks");
+  both(make_config(gpt_toml("pipeline", 2, 2),
+                   {"strategy.options.stages=2", "strategy.options.schedule=\"1f1b\""}),
+       "schedule = \"1f1b\" needs data.micro_batches >= stages (2)");
+  both(make_config(gpt_toml("tensor", 2, 2),
+                   {"strategy.options.size=2", "compression.name=\"topk\""}),
+       "takes no gradient compressor");
+  // What fits plans as before.
+  (void)plan_run(make_config(gpt_toml("tensor", 2, 2), {"strategy.options.size=2"}), plugins());
+}
+
+// With process ranks and run.world_size 1 the launcher sets the size, so
+// nothing is estimated before the ranks connect.
+TEST(PlanRun, ProcessRanksOfAnUnknownWorldAreCheckedOnceConnected) {
+  TESSERA_REQUIRE_STRATEGY("tensor");
+  if (plugins().find(TESSERA_KIND_BACKEND, "gloo") == nullptr) {
+    GTEST_SKIP() << "backend plugin 'gloo' is not built (plugins/backends/gloo)";
+  }
+  const Config config = make_config(
+      gpt_toml("tensor", 1, 2),
+      {"backend.name=\"gloo\"", "strategy.options.size=1", "compression.name=\"topk\""});
+  EXPECT_EQ(plan_run(config, plugins()).strategy, "tensor");
 }
 
 TEST(PlanRun, MissingInitFileIsNamed) {

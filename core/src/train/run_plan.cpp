@@ -368,8 +368,30 @@ std::vector<std::string> describe_run(const PreparedRun& run, const Config& conf
 
 }  // namespace detail
 
+namespace {
+
+// What the strategy's estimate refuses for the built model, which its
+// create would refuse once the ranks start, and a batch its data-parallel
+// ranks cannot share. Only where the world size is known before the ranks
+// connect, and only for a strategy that estimates.
+void check_strategy_takes_the_model(const Config& config, const PluginRegistry& registry,
+                                    const detail::PreparedRun& run) {
+  if (!run.strategy || !run.strategy->can_estimate()) return;
+  if (!run.plan.thread_ranks && config.run.world_size == 1) return;
+  const int world = config.run.world_size;
+  const ModelDescription model(*run.model, batch_spec(config));
+  const tessera_estimate e =
+      run.strategy->estimate(model, world, world, compression_code(config.compression, registry));
+  check_batch_feeds(config.data.batch_size, config.data.micro_batches, e.data_size,
+                    run.strategy->name(), world);
+}
+
+}  // namespace
+
 RunPlan plan_run(const Config& config, const PluginRegistry& registry) {
-  return detail::prepare_run(config, registry).plan;
+  detail::PreparedRun run = detail::prepare_run(config, registry);
+  check_strategy_takes_the_model(config, registry, run);
+  return run.plan;
 }
 
 }  // namespace tessera::train

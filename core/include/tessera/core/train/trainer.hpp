@@ -67,11 +67,17 @@ struct RunPlan {
 //  * checkpoint.dir that is not a writable directory and cannot be created
 //    as one (check_checkpoint_dir: nothing is created here).
 // Every file it reads must be a regular file (tessera/core/input_file.hpp).
-// The data-parallel degree is only known once the strategy is created, so
-// "global batch < data-parallel ranks x micro_batches" is checked by every
-// rank right after creating it, before the first step (same message on
-// every rank); plan_run checks what it can without it (micro_batches <=
-// batch_size, from the config).
+//  * when the world size is known here (thread ranks, or process ranks
+//    with run.world_size > 1) and the strategy has an estimate (strategy
+//    interface 2.3): what that estimate refuses for the built model, batch
+//    and compressor — the refusals its create would make once the ranks
+//    start (a split the model cannot take, a schedule the micro-batches
+//    cannot fill, a compressor it cannot use) — and a global batch smaller
+//    than its data-parallel ranks x data.micro_batches. A strategy without
+//    an estimate is checked by every rank once created, before step 1.
+// The run itself (run_training) leaves those checks to the ranks' create,
+// which makes them with the strategy's own messages; plan_run is what
+// --dry-run reports.
 RunPlan plan_run(const Config& config, const PluginRegistry& registry);
 
 // What one log step reports. Times, shares and bytes are averaged over the
