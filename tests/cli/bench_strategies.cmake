@@ -15,7 +15,7 @@ target_compile_definitions(tessera_cli_bench_strategies_tests PRIVATE
 tessera_target_warnings(tessera_cli_bench_strategies_tests)
 add_dependencies(tessera_cli_bench_strategies_tests tessera)
 foreach(_plugin tessera_backend_inmemory tessera_strategy_ddp tessera_strategy_zero3
-                tessera_strategy_pipeline)
+                tessera_strategy_pipeline tessera_strategy_elastic)
   if(TARGET ${_plugin})
     add_dependencies(tessera_cli_bench_strategies_tests ${_plugin})
   endif()
@@ -34,13 +34,16 @@ tessera_cli_test(bench_strategies_table
   STDOUT "# bench strategies: model mlp [(]676 parameters = P[)], 2 ranks as threads [(]inmemory backend[)]|means over steps 2-3 [(]step 1 is warm-up[)]|all 2 ranks together|strategy +step[(]ms[)] +sent[(]MiB[)] +sent/4P +params +grads +optim +comm +activ +total +rss[(]MiB[)] +bubble +cpu +formula|\nddp${_nums}${_no_bubble}\n|\nzero3${_nums}${_no_bubble}\n"
   CSV "${_bs_out}/rows.csv" CSV_ROWS 2
   CSV_HEADER "^strategy,status,backend,ranks,parameters,steps,step_ms,sent_bytes_per_step,sent_per_4psi,params_bytes,grads_bytes,optimizer_bytes,comm_bytes,activations_bytes,total_bytes,peak_rss_bytes,bubble,bubble_cpu,bubble_formula$")
-# Children that fail at run time (a global batch smaller than the ranks):
-# failed rows, each child's stderr tail, exit status 1 after the table.
+# A global batch smaller than the ranks: ddp's estimate refuses it before
+# any child starts ('cannot run', the reason); elastic, which has no
+# estimate, is refused by its ranks, so its child fails (its stderr tail).
+# Failed rows both, exit status 1 after the table.
 tessera_cli_test(bench_strategies_failed_children
-  ARGS ${_bs} --strategies ddp,zero3 --set data.batch_size=1
+  ARGS ${_bs} --strategies ddp,elastic --set data.batch_size=1
   RC 1
-  STDOUT "\nddp +failed( +-)+\n|\nzero3 +failed( +-)+\n"
-  STDERR "'ddp' failed [(]exited with status 1[)]; the last lines of its standard error:\n[^\n]*batch|'zero3' failed [(]exited with status 1[)]|tessera: error: 2 of 2 strategies failed: ddp, zero3\n$")
+  STDOUT "\nddp +failed( +-)+\n|\nelastic +failed( +-)+\n"
+  STDERR "'ddp' cannot run: data.batch_size = 1 is too small: strategy 'ddp' on 2 ranks|'elastic' failed [(]exited with status 1[)]; the last lines of its standard error:\n[^\n]*batch|tessera: error: 2 of 2 strategies failed: ddp, elastic\n$"
+  STDERR_NOT "'ddp' failed [(]exited")
 
 # Schedules compared: one row per NAME:KEY=VALUE entry, labelled with it.
 tessera_cli_test(bench_strategies_pipeline_schedules

@@ -85,6 +85,16 @@ TEST(ElasticOptions, RefusesWhatItCannotRecover) {
   expect_mentions(msg, {"pipeline", "data-parallel slice"});
 }
 
+// Every rank refuses the batch (elastic has no estimate, so its ranks do):
+// the error gives the cause once, not once more for each rank that met it.
+TEST(ElasticOptions, ACauseEveryRankMeetsIsSaidOnce) {
+  RunSpec s = elastic_spec("mlp", "ddp", 2);
+  s.batch = 1;
+  const std::string msg = error_of([&] { (void)run(s); });
+  expect_mentions(msg, {"data.batch_size = 1 is too small"});
+  EXPECT_EQ(msg.find("failed too"), std::string::npos) << msg;
+}
+
 // Two ranks, one lost: the survivor trains alone; a world of one survives
 // losing nobody else, but the run still ends on it.
 TEST(ElasticRecovery, OneOfTwoThreadRanksGoesOnAlone) {

@@ -3,6 +3,7 @@
 // naming the rank.
 #include "tessera/core/train/trainer.hpp"
 
+#include <cctype>
 #include <chrono>
 #include <exception>
 #include <memory>
@@ -10,6 +11,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -106,15 +108,26 @@ std::string failure_text(const std::exception_ptr& failure) {
   }
 }
 
+// `text` without the "rank R: " a rank's failure starts with.
+std::string_view without_rank(std::string_view text) {
+  constexpr std::string_view kRank = "rank ";
+  if (!text.starts_with(kRank)) return text;
+  std::size_t end = kRank.size();
+  while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end])) != 0) ++end;
+  if (end == kRank.size() || text.substr(end, 2) != ": ") return text;
+  return text.substr(end + 2);
+}
+
 // Rethrows the run's first failure. When a later one has a cause of its
 // own (its message does not carry the first's, as the other ranks' do when
-// the first aborted their groups), e.g. the survivors of an elastic run
-// that could not go on without the failed rank, the error says it too.
+// the first aborted their groups, nor is the same cause met on another
+// rank), e.g. the survivors of an elastic run that could not go on without
+// the failed rank, the error says it too.
 [[noreturn]] void rethrow_failures(const RankFailures& outcome, const std::vector<int>& failed) {
   const std::string first = failure_text(outcome.first);
   for (const int r : failed) {
     const std::string text = failure_text(outcome.each[static_cast<size_t>(r)]);
-    if (text.find(first) != std::string::npos) continue;
+    if (text.find(without_rank(first)) != std::string::npos) continue;
     try {
       std::rethrow_exception(outcome.first);
     } catch (const Error& e) {
