@@ -109,7 +109,8 @@ bool RankSupervisor::reap(const SuperviseOptions& options) {
     failed = true;
     const std::string line = fmt::format("rank {} (pid {}) {}", r.rank, r.pid, what);
     const int allowed = options.tolerate_failures;
-    const bool counted = !first_failed_ && !interrupted_ && !stopped_for_ && !r.stopped_by_launcher;
+    const bool counted =
+        !first_failed_ && interrupted_ == 0 && !stopped_for_ && !r.stopped_by_launcher;
     if (tolerate(r, options)) {
       message(options, fmt::format("{}; {} (--tolerate-failures {}: {} of {} used)", line,
                                    any_running() ? "the other ranks go on" : "tolerated", allowed,
@@ -132,8 +133,8 @@ bool RankSupervisor::reap(const SuperviseOptions& options) {
 }
 
 bool RankSupervisor::tolerate(const Rank& failed, const SuperviseOptions& options) {
-  if (tolerated_ >= options.tolerate_failures || first_failed_ || interrupted_ || stopped_for_ ||
-      failed.stopped_by_launcher) {
+  if (tolerated_ >= options.tolerate_failures || first_failed_ || interrupted_ != 0 ||
+      stopped_for_ || failed.stopped_by_launcher) {
     return false;
   }
   // With every other rank failed too, nothing is left to go on.
@@ -211,11 +212,26 @@ int RankSupervisor::supervise(SignalPipe& signals, const SuperviseOptions& optio
 
     for (const int sig : signals.take()) {
       if (sig != SIGINT && sig != SIGTERM) continue;
-      interrupted_ = true;
-      const auto got = signal_running(sig, false);
-      if (!got.empty()) {
+      if (interrupted_ != 0) {
+        // Again: stop the ranks now rather than after the grace.
+        if (!term_sent) {
+          term_at = Clock::now();
+        } else if (!kill_sent) {
+          kill_at = Clock::now();
+        }
         message(options,
-                fmt::format("received {}; forwarding it to {}", signal_name(sig), rank_list(got)));
+                fmt::format("received {} again; stopping the ranks now", signal_name(sig)));
+        continue;
+      }
+      interrupted_ = sig;
+      const auto got = signal_running(sig, false);
+      // Ranks that do not end on it are stopped as after a failure.
+      if (!term_at) term_at = Clock::now() + options.grace;
+      if (!got.empty()) {
+        message(options, fmt::format("received {}; forwarding it to {} (SIGTERM to those still "
+                                     "running {} later, --grace; {} again sends it now)",
+                                     signal_name(sig), rank_list(got), duration_text(options.grace),
+                                     signal_name(sig)));
       }
     }
     for (std::size_t i = 1; i < fds.size(); ++i) {
@@ -237,6 +253,9 @@ int RankSupervisor::supervise(SignalPipe& signals, const SuperviseOptions& optio
       const auto got = signal_running(SIGTERM, true);
       if (!got.empty() && stopped_for_ && !first_failed_) {
         message(options, fmt::format("{}; sending SIGTERM to {}", *stopped_for_, rank_list(got)));
+      } else if (!got.empty() && interrupted_ != 0 && !first_failed_) {
+        message(options, fmt::format("{} still running after {}; sending SIGTERM", rank_list(got),
+                                     signal_name(interrupted_)));
       } else if (!got.empty()) {
         message(options, fmt::format("{} still running {} after rank {} failed (--grace); "
                                      "sending SIGTERM",
@@ -254,6 +273,12 @@ int RankSupervisor::supervise(SignalPipe& signals, const SuperviseOptions& optio
   if (any_running()) return 1;  // poll failed: the destructor kills and reaps the rest
   if (first_failed_) {
     message(options, summary());
+    return 1;
+  }
+  if (interrupted_ != 0) {
+    // Every rank exited 0, but the job ended because it was told to.
+    message(options, fmt::format("interrupted by {}; every rank exited with status 0",
+                                 signal_name(interrupted_)));
     return 1;
   }
   if (tolerated_ > 0) {

@@ -67,7 +67,9 @@ class RankSupervisor {
   //  - output lines are copied as they complete; a rank's partial last line
   //    is written when it ends;
   //  - SIGINT and SIGTERM received by the launcher are sent to every running
-  //    rank's process group;
+  //    rank's process group; `grace` later the ranks still running get
+  //    SIGTERM and `kill_after` later SIGKILL, as after a failure; the
+  //    signal received again moves the next of those to now;
   //  - a rank that exits non-zero or by a signal is reported at once
   //    ("rank R (pid P) exited with status 3"); the first
   //    `tolerate_failures` such failures are only reported (see
@@ -76,12 +78,13 @@ class RankSupervisor {
   //  - at the end, if any rank failed, one summary line of every rank's
   //    outcome is written.
   // Returns 0 when every rank exited with status 0, or when the only
-  // failures were tolerated ones and at least one rank exited with 0; else 1.
+  // failures were tolerated ones and at least one rank exited with 0, and
+  // the launcher was not interrupted; else 1.
   int supervise(SignalPipe& signals, const SuperviseOptions& options);
 
   // After supervise(): whether the launcher received SIGINT or SIGTERM
   // (forwarded to the ranks), and the reason stop_requested gave, if any.
-  [[nodiscard]] bool interrupted() const noexcept { return interrupted_; }
+  [[nodiscard]] bool interrupted() const noexcept { return interrupted_ != 0; }
   [[nodiscard]] const std::optional<std::string>& stopped_for() const noexcept {
     return stopped_for_;
   }
@@ -127,7 +130,7 @@ class RankSupervisor {
   std::vector<Rank> ranks_;
   std::optional<int> first_failed_;  // the failure that stops the job (not a tolerated one)
   int tolerated_ = 0;                // failures tolerated so far
-  bool interrupted_ = false;
+  int interrupted_ = 0;              // the first SIGINT or SIGTERM received; 0: none
   std::optional<std::string> stopped_for_;
 };
 

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "cli_process.hpp"
 
@@ -244,24 +245,81 @@ TEST(LaunchFailure, CommandNotExecutable) {
       << r.err;
 }
 
-TEST(LaunchFailure, SigtermIsForwardedToEveryRank) {
-  CliProcess launcher({"launch", "-n", "2", "--", "/bin/sh", "-c",
-                       "trap 'echo got TERM; exit 7' TERM; echo ready; "
-                       "while :; do sleep 0.05; done"});
-  ASSERT_TRUE(launcher.wait_for_output(
+// Starts `tessera launch -n 2 FLAGS -- sh -c "TRAP; echo ready; <loop>"`,
+// waits until both ranks are ready, sends the launcher `sig` and waits for
+// it to end (failing the test if it does not within 10 s).
+CliResult signal_ready_ranks(const std::vector<std::string>& flags, const std::string& trap,
+                             int sig) {
+  std::vector<std::string> args = {"launch", "-n", "2"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  args.insert(args.end(),
+              {"--", "/bin/sh", "-c", trap + "; echo ready; while :; do sleep 0.05; done"});
+  CliProcess launcher(args);
+  EXPECT_TRUE(launcher.wait_for_output(
       [](const std::string& out, const std::string&) {
         return contains(out, "[rank 0] ready\n") && contains(out, "[rank 1] ready\n");
       },
       10s));
-  launcher.signal(SIGTERM);
-  const CliResult r = launcher.finish(10s);
-  ASSERT_FALSE(r.timed_out) << r.err;
+  launcher.signal(sig);
+  CliResult r = launcher.finish(10s);
+  EXPECT_FALSE(r.timed_out) << r.err;
+  return r;
+}
+
+TEST(LaunchFailure, SigtermIsForwardedToEveryRank) {
+  const CliResult r = signal_ready_ranks({}, "trap 'echo got TERM; exit 7' TERM", SIGTERM);
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_TRUE(contains(r.out, "[rank 0] got TERM\n")) << r.out;
   EXPECT_TRUE(contains(r.out, "[rank 1] got TERM\n")) << r.out;
   EXPECT_TRUE(contains(r.err, "tessera launch: received SIGTERM; forwarding it to ranks 0, 1"))
       << r.err;
   EXPECT_TRUE(contains(r.err, "2 of 2 ranks failed: rank 0 exit 7, rank 1 exit 7")) << r.err;
+}
+
+// Ranks that ignore SIGINT: the launcher forwards it, and --grace later
+// stops them with SIGTERM as after a failure; the launch exits 1.
+TEST(LaunchFailure, RanksThatIgnoreSigintGetSigtermAfterTheGrace) {
+  const CliResult r = signal_ready_ranks({"--grace", "1"}, "trap '' INT", SIGINT);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "received SIGINT; forwarding it to ranks 0, 1 (SIGTERM to those "
+                       "still running 1 s later, --grace; SIGINT again sends it now)"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "ranks 0, 1 still running after SIGINT; sending SIGTERM")) << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "2 of 2 ranks failed: rank 0 SIGTERM (stopped by the launcher), "
+                       "rank 1 SIGTERM (stopped by the launcher)"))
+      << r.err;
+}
+
+// A second SIGINT does not wait for the grace.
+TEST(LaunchFailure, ASecondSigintStopsTheRanksNow) {
+  CliProcess launcher({"launch", "-n", "1", "--grace", "600", "--", "/bin/sh", "-c",
+                       "trap '' INT; echo ready; while :; do sleep 0.05; done"});
+  ASSERT_TRUE(launcher.wait_for_output(
+      [](const std::string& out, const std::string&) { return contains(out, "ready\n"); }, 10s));
+  launcher.signal(SIGINT);
+  ASSERT_TRUE(launcher.wait_for_output(
+      [](const std::string&, const std::string& err) {
+        return contains(err, "received SIGINT; forwarding it");
+      },
+      10s));
+  launcher.signal(SIGINT);
+  const CliResult r = launcher.finish(10s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "received SIGINT again; stopping the ranks now")) << r.err;
+  EXPECT_TRUE(contains(r.err, "1 of 1 ranks failed: rank 0 SIGTERM (stopped by the launcher)"))
+      << r.err;
+}
+
+// Ranks that end cleanly on SIGINT: still not a successful launch.
+TEST(LaunchFailure, AnInterruptedLaunchExitsOneThoughEveryRankExitsZero) {
+  const CliResult r = signal_ready_ranks({}, "trap 'exit 0' INT", SIGINT);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(
+      contains(r.err, "tessera launch: interrupted by SIGINT; every rank exited with status 0"))
+      << r.err;
 }
 
 TEST(LaunchFailure, RanksDieWithAKilledLauncher) {
