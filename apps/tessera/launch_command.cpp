@@ -75,7 +75,7 @@ void check_arguments(const LaunchArgs& args, std::span<char* const> argv) {
       throw UsageError(fmt::format("{} must be zero or more seconds, got {}", flag, value));
     }
   }
-  if (args.master_port != 0 && (args.master_port < 1 || args.master_port > 65535)) {
+  if (args.master_port_given && (args.master_port < 1 || args.master_port > 65535)) {
     throw UsageError(
         fmt::format("--master-port must be a TCP port in 1..65535, got {}", args.master_port));
   }
@@ -84,7 +84,7 @@ void check_arguments(const LaunchArgs& args, std::span<char* const> argv) {
         "--master-addr is required with --nnodes {} (every node must name the same master)",
         args.nnodes));
   }
-  if (max_nodes > 1 && args.master_port == 0) {
+  if (max_nodes > 1 && !args.master_port_given) {
     throw UsageError(fmt::format(
         "--master-port is required with --nnodes {} (every node must name the same port)",
         args.nnodes));
@@ -139,7 +139,8 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& args) {
   cmd->add_option("--master-port", args.master_port,
                   "MASTER_PORT for every rank (default on one node: a free port; required with "
                   "--nnodes > 1)")
-      ->type_name("PORT");
+      ->type_name("PORT")
+      ->each([&args](const std::string&) { args.master_port_given = true; });
   cmd->add_option("--run-id", args.run_id,
                   "TESSERA_RUN_ID, the namespace of this run's rendezvous keys (default: random "
                   "on one node, MASTER_ADDR:MASTER_PORT on several)")
@@ -175,7 +176,7 @@ LaunchTopology plan_launch(const LaunchArgs& args, std::span<char* const> argv) 
   topology.node_rank = args.node_rank;
   topology.master_addr = args.master_addr.empty() ? kDefaultMasterAddr : args.master_addr;
   topology.master_port =
-      args.master_port != 0 ? args.master_port : find_free_port(topology.master_addr);
+      args.master_port_given ? args.master_port : find_free_port(topology.master_addr);
   if (!args.run_id.empty()) {
     topology.run_id = args.run_id;
   } else if (max_nodes > 1 || is_elastic(args)) {

@@ -27,7 +27,8 @@ struct LaunchArgs {
   double rdzv_timeout_s = 300.0;     // --rdzv-timeout
   double rdzv_last_call_s = 10.0;    // --rdzv-last-call
   std::string master_addr;           // --master-addr; empty: 127.0.0.1 on one node
-  int master_port = 0;               // --master-port; 0: not given
+  int master_port = 0;               // --master-port
+  bool master_port_given = false;    // --master-port was on the command line
   std::string run_id;                // --run-id; empty: chosen
   double grace_s = 30.0;             // --grace
   int tolerate_failures = 0;         // --tolerate-failures
