@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -60,10 +61,12 @@ CLI::App* add_select_command(CLI::App& app, SelectArgs& args) {
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--world", args.world, "Ranks to select for (default: run.world_size)")
-      ->check(CLI::PositiveNumber);
+      ->type_name("N")
+      ->each([&args](const std::string&) { args.world_given = true; });
   cmd->add_option("--ranks-per-node", args.ranks_per_node,
                   "Ranks that share a node (default: all of them)")
-      ->check(CLI::PositiveNumber);
+      ->type_name("K")
+      ->each([&args](const std::string&) { args.ranks_per_node_given = true; });
   cmd->add_option("--memory-per-rank", args.memory_per_rank,
                   "Memory budget per rank, e.g. 2GiB (default: run.memory_per_rank, else detected)")
       ->type_name("SIZE");
@@ -172,6 +175,13 @@ void print_selection_json(const train::Selection& s, std::ostream& out) {
 
 int run_select_command(const GlobalOptions& global, const SelectArgs& args, std::ostream& out) {
   refuse_global_config(global, "tessera select");
+  for (const auto& [flag, given, value] :
+       {std::tuple{"--world", args.world_given, args.world},
+        std::tuple{"--ranks-per-node", args.ranks_per_node_given, args.ranks_per_node}}) {
+    if (given && value < 1) {
+      throw UsageError(fmt::format("{} must be at least 1, got {}", flag, value));
+    }
+  }
   Config config = load_config(args.config, args.overrides);
   if (!args.memory_per_rank.empty()) {
     const std::optional<int64_t> bytes = parse_memory_size(args.memory_per_rank);
@@ -181,7 +191,7 @@ int run_select_command(const GlobalOptions& global, const SelectArgs& args, std:
     }
     config.run.memory_per_rank = *bytes;
   }
-  if (args.world > 0) config.run.world_size = args.world;
+  if (args.world_given) config.run.world_size = args.world;
   const Session session = open_session(global, config);
   const PluginRegistry& registry = *session.registry;
 
@@ -197,8 +207,9 @@ int run_select_command(const GlobalOptions& global, const SelectArgs& args, std:
   request.registry = &registry;
   request.model = &desc;
   request.world_size = world;
-  request.ranks_per_node = args.ranks_per_node > 0 ? std::min(args.ranks_per_node, world) : world;
+  request.ranks_per_node = args.ranks_per_node_given ? std::min(args.ranks_per_node, world) : world;
   request.budget = train::memory_budget(config, request.ranks_per_node);
+  if (!args.memory_per_rank.empty()) request.budget.source = "--memory-per-rank";
   request.compute_rate = train::model_rate_probe(*model, desc, *optimizer, world);
   if (threads) {
     request.backend = [&] { return train::probe_thread_backend(config, registry, world); };

@@ -18,8 +18,10 @@ namespace tessera::cli {
 struct SelectArgs {
   std::string config;
   std::vector<std::string> overrides;  // --set, in the order given
-  int world = 0;                       // 0: run.world_size
-  int ranks_per_node = 0;              // 0: every rank on one node
+  int world = 0;                       // --world; run.world_size when not given
+  bool world_given = false;            // --world was on the command line
+  int ranks_per_node = 0;              // --ranks-per-node; every rank on one node when not given
+  bool ranks_per_node_given = false;   // --ranks-per-node was on the command line
   std::string memory_per_rank;         // empty: run.memory_per_rank, else detected
   std::string selector;                // empty: the configuration's (or "auto")
   bool json = false;

@@ -223,7 +223,7 @@ status=0
   >"$work/nofit.log" 2>&1 || status=$?
 cat "$work/nofit.log"
 [[ $status -eq 1 ]] || fail "expected exit code 1, got $status" "$work/nofit.log"
-grep -Fq "frugal: no candidate fits 819 B allowed (budget 1.0 KiB from run.memory_per_rank less 20% headroom) on 4 ranks:" \
+grep -Fq "frugal: no candidate fits 819 B allowed (budget 1.0 KiB from --memory-per-rank less 20% headroom) on 4 ranks:" \
   "$work/nofit.log" || fail "the message does not say what is allowed" "$work/nofit.log"
 for name in ddp zero1 zero2 zero3 fsdp; do
   grep -Eq "[:;] $name needs [0-9.]+ MiB per rank" "$work/nofit.log" ||
