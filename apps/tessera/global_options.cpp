@@ -115,6 +115,15 @@ Session open_session(const GlobalOptions& options, const Config& config,
   return open_with(options, &config, default_level);
 }
 
+void check_unused_global_options(const GlobalOptions& options, const std::string& command) {
+  (void)choose_log_level(options, nullptr, "warn");
+  check_plugin_dirs(options, nullptr);
+  if (!options.config_file.empty()) {
+    throw UsageError("--config is not used by '" + command + "' (got --config " +
+                     options.config_file + ")");
+  }
+}
+
 void refuse_global_config(const GlobalOptions& options, const std::string& command) {
   if (options.config_file.empty()) return;
   throw UsageError("--config is not used by '" + command +

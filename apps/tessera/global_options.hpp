@@ -49,6 +49,12 @@ Session open_session(const GlobalOptions& options, const std::string& default_le
 // and the file when the global --config was given too.
 void refuse_global_config(const GlobalOptions& options, const std::string& command);
 
+// For commands that use none of the global flags (`tessera version`,
+// `tessera checkpoint convert`): they are still checked, so that a mistake
+// in them is not silently taken: UsageError for an unknown --log-level, a
+// --plugin-path that is not an existing directory, or any --config.
+void check_unused_global_options(const GlobalOptions& options, const std::string& command);
+
 // The same with a configuration the command has loaded itself (`tessera
 // train CONFIG`, with its overrides); options.config_file is not read.
 Session open_session(const GlobalOptions& options, const Config& config,

@@ -45,7 +45,10 @@ std::string parse_error_message(const CLI::App& app, const CLI::ParseError& e) {
       in_bench ? "collectives or strategies"
                : "train, plugins, bench collectives, bench strategies or version; launch to start "
                  "ranks; checkpoint convert to merge a sharded checkpoint";
-  const auto left = level.remaining();
+  // Global flags fall through to the top level, and the words `bench` did
+  // not take with them.
+  auto left = level.remaining();
+  if (left.empty() && in_bench) left = app.remaining();
   if (!left.empty()) {
     if (left.front().rfind('-', 0) == 0) {
       return "unknown option '" + left.front() + "' for 'tessera" + (in_bench ? " bench" : "") +
@@ -103,8 +106,14 @@ int run(int argc, char** argv) {
     if (*bench_strategies) {
       return tessera::cli::run_bench_strategies_command(global, strategies_args, std::cout);
     }
-    if (*version) return tessera::cli::run_version_command(std::cout);
-    if (*checkpoint) return tessera::cli::run_checkpoint_command(checkpoint_args, std::cout);
+    if (*version) {
+      tessera::cli::check_unused_global_options(global, "tessera version");
+      return tessera::cli::run_version_command(std::cout);
+    }
+    if (*checkpoint) {
+      tessera::cli::check_unused_global_options(global, "tessera checkpoint");
+      return tessera::cli::run_checkpoint_command(checkpoint_args, std::cout);
+    }
     if (*select) return tessera::cli::run_select_command(global, select_args, std::cout);
     if (*launch) {
       return tessera::cli::run_launch_command(launch_args, {argv, static_cast<std::size_t>(argc)});
