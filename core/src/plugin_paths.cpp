@@ -5,6 +5,7 @@
 #include <system_error>
 #include <vector>
 
+#include <fmt/format.h>
 #include <boost/dll/runtime_symbol_info.hpp>
 
 #include "plugin_descriptor.hpp"
@@ -43,21 +44,41 @@ std::string detail::directory_key(const std::filesystem::path& dir) {
   return key.string();
 }
 
-bool parse_plugin_filename(const std::string& filename, std::string& kind, std::string& name) {
-  const std::string_view text = filename;
-  if (text.size() <= kPrefix.size() + kSuffix.size() || !text.starts_with(kPrefix) ||
-      !text.ends_with(kSuffix)) {
-    return false;
-  }
+bool detail::meant_as_plugin(std::string_view filename) noexcept {
+  return filename.size() > kPrefix.size() + kSuffix.size() && filename.starts_with(kPrefix) &&
+         filename.ends_with(kSuffix);
+}
+
+std::string detail::plugin_filename_problem(std::string_view filename) {
+  constexpr std::string_view kPattern =
+      "file name does not follow the pattern libtessera_<kind>_<name>.so";
+  if (!meant_as_plugin(filename)) return std::string(kPattern);
   const std::string_view middle =
-      text.substr(kPrefix.size(), text.size() - kPrefix.size() - kSuffix.size());
+      filename.substr(kPrefix.size(), filename.size() - kPrefix.size() - kSuffix.size());
   const std::size_t split = middle.find('_');
-  if (split == std::string_view::npos) return false;
+  if (split == std::string_view::npos || split + 1 == middle.size()) {
+    return fmt::format("{}: no name after the kind '{}'", kPattern, middle.substr(0, split));
+  }
   const std::string_view kind_part = middle.substr(0, split);
   const std::string_view name_part = middle.substr(split + 1);
-  if (!all_of_charset(kind_part, false) || !all_of_charset(name_part, true)) return false;
-  kind.assign(kind_part);
-  name.assign(name_part);
+  if (!all_of_charset(kind_part, false)) {
+    return fmt::format("{}: the kind '{}' must be lowercase letters and digits", kPattern,
+                       kind_part);
+  }
+  if (!all_of_charset(name_part, true)) {
+    return fmt::format("{}: the name '{}' must be lowercase letters, digits and '_'", kPattern,
+                       name_part);
+  }
+  return {};
+}
+
+bool parse_plugin_filename(const std::string& filename, std::string& kind, std::string& name) {
+  if (!detail::plugin_filename_problem(filename).empty()) return false;
+  const std::string_view middle = std::string_view(filename).substr(
+      kPrefix.size(), filename.size() - kPrefix.size() - kSuffix.size());
+  const std::size_t split = middle.find('_');
+  kind.assign(middle.substr(0, split));
+  name.assign(middle.substr(split + 1));
   return true;
 }
 

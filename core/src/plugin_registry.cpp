@@ -148,11 +148,16 @@ PluginRegistry::Impl::Candidate PluginRegistry::Impl::inspect(
   c.record.path = std::filesystem::absolute(file, ec).lexically_normal();
   if (ec) c.record.path = file;
   if (!parse_plugin_filename(file.filename().string(), c.file_kind, c.file_name)) {
-    c.reason = "file name does not follow the pattern libtessera_<kind>_<name>.so";
+    c.reason = detail::plugin_filename_problem(file.filename().string());
     return c;
   }
   c.record.kind = c.file_kind;
   c.record.name = c.file_name;
+  std::error_code dir_ec;
+  if (std::filesystem::is_directory(file, dir_ec)) {  // follows symlinks
+    c.reason = "is a directory, not a plugin's shared library";
+    return c;
+  }
   if (plugin_kind_from_name(c.file_kind) < 0) {
     c.reason = fmt::format(
         "file name names unknown plugin kind '{}' (expected backend, strategy, compressor, "
@@ -340,12 +345,11 @@ void PluginRegistry::scan(const std::vector<std::filesystem::path>& dirs) {
     }
     std::vector<std::filesystem::path> candidates;
     for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-      std::string kind;
-      std::string name;
-      if (!parse_plugin_filename(it->path().filename().string(), kind, name)) continue;
-      std::error_code status_ec;
-      if (it->is_directory(status_ec)) continue;  // follows symlinks
-      candidates.push_back(it->path());
+      // Rejected with its reason if it is not a plugin after all (a name
+      // of other characters, a directory).
+      if (detail::meant_as_plugin(it->path().filename().string())) {
+        candidates.push_back(it->path());
+      }
     }
     if (ec) {
       impl_->log->warn("cannot list plugin directory {}: {}", dir.string(), ec.message());

@@ -189,6 +189,44 @@ TEST(Scan, MissingDirectoryIsNotAnError) {
   EXPECT_TRUE(registry.records().empty());
 }
 
+// An entry named like a plugin that is not one (a name of other
+// characters, a directory) is listed as rejected with what is wrong, so a
+// user who named a plugin "my-sgd" learns why it is not found.
+TEST(Scan, ListsWhatIsNamedLikeAPluginButIsNotOne) {
+  const test::TempDir tmp;
+  const fs::path good = backend_fixture("good");
+  for (const char* name : {"libtessera_strategy_My-Sgd.so", "libtessera_strategy_.so",
+                           "libtessera_strategy.so", "libtessera_Strategy_x.so"}) {
+    fs::copy_file(good, tmp.path() / name);
+  }
+  fs::create_directory(tmp.path() / "libtessera_strategy_isdir.so");
+  fs::copy_file(good, tmp.path() / "libunrelated.so");
+  PluginRegistry registry;
+  registry.scan({tmp.path()});
+  const auto reason = [&](const char* name) {
+    const PluginRecord* r = record_for(registry, tmp.path() / name);
+    if (r == nullptr) return std::string("(not listed)");
+    EXPECT_FALSE(r->loaded) << name;
+    return r->reason;
+  };
+  const std::string pattern = "file name does not follow the pattern libtessera_<kind>_<name>.so";
+  EXPECT_EQ(reason("libtessera_strategy_My-Sgd.so"),
+            pattern + ": the name 'My-Sgd' must be lowercase letters, digits and '_'");
+  EXPECT_EQ(reason("libtessera_strategy_.so"), pattern + ": no name after the kind 'strategy'");
+  EXPECT_EQ(reason("libtessera_strategy.so"), pattern + ": no name after the kind 'strategy'");
+  EXPECT_EQ(reason("libtessera_Strategy_x.so"),
+            pattern + ": the kind 'Strategy' must be lowercase letters and digits");
+  EXPECT_EQ(reason("libtessera_strategy_isdir.so"),
+            "is a directory, not a plugin's shared library");
+  EXPECT_EQ(record_for(registry, tmp.path() / "libunrelated.so"), nullptr);
+  EXPECT_EQ(registry.records().size(), 5U);
+  const std::string missing = get_error(registry, TESSERA_KIND_STRATEGY, "isdir");
+  EXPECT_NE(missing.find("libtessera_strategy_isdir.so in " + tmp.path().string() +
+                         " was rejected: is a directory"),
+            std::string::npos)
+      << missing;
+}
+
 // A FIFO named like a plugin is rejected with the reason, not opened: open()
 // on it would wait for a writer forever.
 TEST(Scan, RejectsAFifoWithoutBlocking) {
@@ -206,19 +244,23 @@ TEST(Scan, RejectsAFifoWithoutBlocking) {
             "regular file");
 }
 
-TEST(Scan, FollowsSymlinksAndSkipsDirectories) {
+TEST(Scan, FollowsSymlinksAndRejectsDirectories) {
   const test::TempDir tmp;
   fs::create_symlink(backend_fixture("good"), tmp.path() / "libtessera_backend_good.so");
   fs::create_symlink(tmp.path() / "nowhere.so", tmp.path() / "libtessera_backend_dangling.so");
   fs::create_directory(tmp.path() / "libtessera_backend_folder.so");
   PluginRegistry registry;
   registry.scan({tmp.path()});
-  ASSERT_EQ(registry.records().size(), 2U);
+  ASSERT_EQ(registry.records().size(), 3U);
   const PluginRecord& dangling = registry.records()[0];
   EXPECT_EQ(dangling.path, tmp.path() / "libtessera_backend_dangling.so");
   EXPECT_FALSE(dangling.loaded);
   EXPECT_NE(dangling.reason.find("cannot open file"), std::string::npos) << dangling.reason;
-  const PluginRecord& linked = registry.records()[1];
+  const PluginRecord& folder = registry.records()[1];
+  EXPECT_EQ(folder.path, tmp.path() / "libtessera_backend_folder.so");
+  EXPECT_FALSE(folder.loaded);
+  EXPECT_EQ(folder.reason, "is a directory, not a plugin's shared library");
+  const PluginRecord& linked = registry.records()[2];
   EXPECT_TRUE(linked.loaded) << linked.reason;
   EXPECT_EQ(registry.get(TESSERA_KIND_BACKEND, "good")->path(),
             tmp.path() / "libtessera_backend_good.so");
