@@ -26,6 +26,16 @@ BenchPlan plan_bench(const BenchSpec& spec, const std::vector<uint64_t>& request
   return plan;
 }
 
+uint64_t rank_buffer_bytes(const BenchSpec& spec, const BenchPlan& plan) {
+  uint64_t most = 0;
+  for (const auto& size : plan.sizes) {
+    const OpLayout l = op_layout(spec.op, size.bytes, spec.dtype, plan.ranks);
+    most = std::max(
+        most, (l.send_count + (l.in_place ? 0 : l.recv_count)) * tessera_dtype_size(spec.dtype));
+  }
+  return most;
+}
+
 namespace {
 
 // Buffers of one rank for one size, filled for the timed runs (on the

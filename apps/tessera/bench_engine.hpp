@@ -56,6 +56,11 @@ struct BenchPlan {
 // `ranks` for ops split by rank). Throws UsageError when no size is left.
 BenchPlan plan_bench(const BenchSpec& spec, const std::vector<uint64_t>& requested, int ranks);
 
+// The most host memory one rank's buffers take at once, in bytes: the send
+// and receive buffers of the plan's largest size (a CUDA run keeps a host
+// copy of each).
+uint64_t rank_buffer_bytes(const BenchSpec& spec, const BenchPlan& plan);
+
 // One result line.
 struct BenchRow {
   uint64_t bytes = 0;       // size as defined in bench_ops.hpp

@@ -301,20 +301,25 @@ tessera_estimate estimate_config(const Config& config, const PluginRegistry& reg
                            compression_code(config.compression, registry));
 }
 
-MemoryBudget memory_budget(const Config& config, int local_ranks) {
-  if (config.run.memory_per_rank > 0) return {config.run.memory_per_rank, "run.memory_per_rank"};
-  const int ranks = std::max(local_ranks, 1);
+MemoryBudget available_memory() {
   const int64_t available = mem_available();
   const int64_t limit = cgroup_limit();
   if (limit > 0 && (available == 0 || limit < available)) {
-    return {limit / ranks,
-            fmt::format("cgroup memory limit {} / {}", format_memory(limit), ranks_text(ranks))};
+    return {limit, fmt::format("cgroup memory limit {}", format_memory(limit))};
   }
-  TESSERA_CHECK(available > 0, TESSERA_ERR_UNSUPPORTED,
+  if (available > 0)
+    return {available, fmt::format("available memory {}", format_memory(available))};
+  return {};
+}
+
+MemoryBudget memory_budget(const Config& config, int local_ranks) {
+  if (config.run.memory_per_rank > 0) return {config.run.memory_per_rank, "run.memory_per_rank"};
+  const int ranks = std::max(local_ranks, 1);
+  const MemoryBudget machine = available_memory();
+  TESSERA_CHECK(machine.bytes > 0, TESSERA_ERR_UNSUPPORTED,
                 "cannot detect the memory available to a rank (no MemAvailable in /proc/meminfo, "
                 "no cgroup limit): set run.memory_per_rank, e.g. \"2GiB\"");
-  return {available / ranks,
-          fmt::format("available memory {} / {}", format_memory(available), ranks_text(ranks))};
+  return {machine.bytes / ranks, fmt::format("{} / {}", machine.source, ranks_text(ranks))};
 }
 
 BackendProps probe_comm(Communicator& comm) {

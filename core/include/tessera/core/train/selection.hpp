@@ -58,6 +58,12 @@ struct MemoryBudget {
   std::string source;  // "run.memory_per_rank", "cgroup limit 8.00 GiB / 4 local ranks", ...
 };
 
+// The memory this process may take: the cgroup's memory limit (v2
+// memory.max, v1 memory.limit_in_bytes) when it is below the memory
+// available now (MemAvailable), else that; bytes 0 when neither is known.
+// The source reads "cgroup memory limit 8.00 GiB" or "available memory ...".
+MemoryBudget available_memory();
+
 // run.memory_per_rank when set; else the cgroup's memory limit (v2
 // memory.max, v1 memory.limit_in_bytes) when it is below the memory
 // available now (MemAvailable), else that, divided by `local_ranks`.
