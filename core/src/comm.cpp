@@ -37,7 +37,7 @@ class BackendState {
                                         static_cast<int64_t>(settings.timeout.count()),
                                         settings.joining ? 1 : 0};
     throw_if_failed(api_->create(plugin_->host().api(), &options, &config, &backend_),
-                    "backend '" + name_ + "': create failed");
+                    "backend '" + name_ + "': create failed", plugin_->path());
     checked_api_ = detail::checked_api(*api_);
   }
   BackendState(const BackendState&) = delete;

@@ -433,4 +433,10 @@ void throw_if_failed(tessera_status status, const std::string& what) {
   throw Error(status, what + ": " + message);
 }
 
+void throw_if_failed(tessera_status status, const std::string& what,
+                     const std::filesystem::path& plugin) {
+  throw_if_failed(status,
+                  status == TESSERA_ERR_INTERNAL ? what + " (" + plugin.string() + ")" : what);
+}
+
 }  // namespace tessera

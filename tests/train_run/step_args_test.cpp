@@ -37,6 +37,21 @@ RunResult run_probe(const std::string& toml, const std::vector<std::string>& ove
   return run_training(make_config(toml, overrides), with_fixtures(), options);
 }
 
+// A strategy that fails in a way it did not mean to (an exception it let
+// out: TESSERA_ERR_INTERNAL) is named with its library, for its author.
+TEST(StepArgs, AFailureOfThePluginItselfNamesItsLibrary) {
+  ASSERT_NE(with_fixtures().find(TESSERA_KIND_STRATEGY, "train_probe"), nullptr);
+  const std::string message = error_of(
+      [] { (void)run_probe(mlp_toml("train_probe", 2, 3), {"strategy.options.fail_at_step=2"}); });
+  EXPECT_NE(message.find("strategy 'train_probe' (rank "), std::string::npos) << message;
+  EXPECT_NE(message.find(
+                "step 2 (" +
+                with_fixtures().get(TESSERA_KIND_STRATEGY, "train_probe")->path().string() + "): "),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("the probe fails on purpose"), std::string::npos) << message;
+}
+
 TEST(StepArgs, CountEachRanksExamplesAndTheGlobalBatch) {
   ASSERT_NE(with_fixtures().find(TESSERA_KIND_STRATEGY, "train_probe"), nullptr);
   ScratchDir dir;

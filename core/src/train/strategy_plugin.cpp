@@ -54,9 +54,11 @@ void StrategyPlugin::check(int world_size) const {
   // of the plugin itself.
   const bool refusal = status == TESSERA_ERR_INVALID_ARGUMENT || status == TESSERA_ERR_UNSUPPORTED;
   const std::string ranks = std::to_string(world_size) + (world_size == 1 ? " rank" : " ranks");
-  throw_if_failed(
-      status, refusal ? "strategy '" + name_ + "' refused its options or world size (" + ranks + ")"
-                      : "strategy '" + name_ + "' failed its check for " + ranks);
+  throw_if_failed(status,
+                  refusal
+                      ? "strategy '" + name_ + "' refused its options or world size (" + ranks + ")"
+                      : "strategy '" + name_ + "' failed its check for " + ranks,
+                  path());
 }
 
 bool StrategyPlugin::can_estimate() const noexcept {
@@ -80,9 +82,11 @@ tessera_estimate StrategyPlugin::estimate(const ModelDescription& model, int wor
   const tessera_status status = api_->estimate(plugin_->host().api(), &options_, &args, &out);
   const bool refusal = status == TESSERA_ERR_INVALID_ARGUMENT || status == TESSERA_ERR_UNSUPPORTED;
   const std::string ranks = std::to_string(world_size) + (world_size == 1 ? " rank" : " ranks");
-  throw_if_failed(status, refusal ? "strategy '" + name_ + "' cannot run model '" + model.name() +
-                                        "' on " + ranks
-                                  : "strategy '" + name_ + "' failed its estimate for " + ranks);
+  throw_if_failed(
+      status,
+      refusal ? "strategy '" + name_ + "' cannot run model '" + model.name() + "' on " + ranks
+              : "strategy '" + name_ + "' failed its estimate for " + ranks,
+      path());
   out.struct_size = sizeof out;
   return out;
 }
@@ -147,7 +151,7 @@ std::unique_ptr<StrategyInstance> StrategyPlugin::create(
   const tessera_status status =
       api_->create(plugin_->host().api(), &inst->options_, &env, &handle, &layout);
   inst->handle_ = status == TESSERA_OK ? handle : nullptr;  // the destructor frees it
-  throw_if_failed(status, inst->where("create"));
+  throw_if_failed(status, inst->where("create"), inst->plugin_->path());
   TESSERA_CHECK(handle != nullptr, TESSERA_ERR_INTERNAL, inst->where("create"),
                 ": returned no strategy");
   TESSERA_CHECK(
@@ -171,7 +175,8 @@ std::string StrategyInstance::where(const char* what) const {
 
 void StrategyInstance::load(const StateSource& source) {
   const tessera_state_reader reader = make_reader(source);
-  throw_if_failed(api_->load(handle_, &reader), where("load from ") + source.describe());
+  throw_if_failed(api_->load(handle_, &reader), where("load from ") + source.describe(),
+                  plugin_->path());
 }
 
 tessera_step_result StrategyInstance::step(std::span<const Batch> micro_batches,
@@ -209,7 +214,8 @@ tessera_step_result StrategyInstance::step(std::span<const Batch> micro_batches,
 
   tessera_step_result result{};
   result.struct_size = sizeof result;
-  throw_if_failed(api_->step(handle_, &args, &result), where("step ") + std::to_string(step));
+  throw_if_failed(api_->step(handle_, &args, &result), where("step ") + std::to_string(step),
+                  plugin_->path());
   return result;
 }
 
@@ -221,7 +227,7 @@ tessera_strategy_world StrategyInstance::world() {
                 "interface 2.5)");
   tessera_strategy_world w{};
   w.struct_size = sizeof w;
-  throw_if_failed(api_->world(handle_, &w), where("world"));
+  throw_if_failed(api_->world(handle_, &w), where("world"), plugin_->path());
   TESSERA_CHECK(w.comm != nullptr && w.world_size >= 1 && w.rank >= 0 && w.rank < w.world_size &&
                     w.layout.data_size >= 1 && w.layout.data_rank >= 0 &&
                     w.layout.data_rank < w.layout.data_size,
@@ -238,7 +244,7 @@ CollectedState StrategyInstance::save(int64_t step, bool all_replicas) {
   CollectedState state;
   const tessera_state_writer writer =
       make_writer(state, all_replicas ? uint32_t{TESSERA_STATE_ALL_REPLICAS} : uint32_t{0}, step);
-  throw_if_failed(api_->save(handle_, &writer), where("save"));
+  throw_if_failed(api_->save(handle_, &writer), where("save"), plugin_->path());
   return state;
 }
 

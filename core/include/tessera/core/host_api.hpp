@@ -3,6 +3,7 @@
 // MemoryTracker, options are read from tessera_options.
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -41,6 +42,13 @@ void set_thread_error(tessera_status status, const std::string& message) noexcep
 // Throws tessera::Error(status, "<what>: <message from set_error or the
 // status name>") when status != TESSERA_OK.
 void throw_if_failed(tessera_status status, const std::string& what);
+
+// The same for a call into the plugin library `plugin`: a failure of the
+// plugin itself (TESSERA_ERR_INTERNAL: a bug, or an exception it did not
+// expect) also names the library, "<what> (<plugin>): <message>". A
+// refusal, a timeout or a lost peer reads as above.
+void throw_if_failed(tessera_status status, const std::string& what,
+                     const std::filesystem::path& plugin);
 
 // Records why a call into a host-implemented table (model, optimizer, state
 // reader/writer of tessera/c/strategy.h) failed on this thread; a plugin
