@@ -149,5 +149,51 @@ TEST(ShardedIndex, ResumeChecksTheRankFiles) {
   EXPECT_NE(message.find("holds both"), std::string::npos) << message;
 }
 
+// A rank file copied in from another step or run has the keys and sizes
+// the index lists, but not its record: resuming from it would mix states.
+TEST(ShardedIndex, ResumeRefusesARankFileOfAnotherCheckpoint) {
+  Scratch dir;
+  ASSERT_EQ(run(sharded_spec("zero1", 2, 4, dir.path(), 2)).last_step, 4);
+  const fs::path stale = dir / "step-00000002" / "rank00001.safetensors";
+  const fs::path target = dir / "step-00000004" / "rank00001.safetensors";
+  fs::copy_file(stale, target, fs::copy_options::overwrite_existing);
+  const std::string message = error_of([&] { (void)train::find_latest_checkpoint(dir.path()); });
+  EXPECT_NE(message.find("rank file '" + target.string() + "' records step 2, but index '" +
+                         (dir / "step-00000004" / "index.json").string() + "' records step 4"),
+            std::string::npos)
+      << message;
+
+  // Rank 1's own file, its record rewritten.
+  fs::copy_file(dir / "step-00000002" / "rank00001.safetensors", target,
+                fs::copy_options::overwrite_existing);
+  const auto rewrite_rank = [&](const std::string& rank) {
+    const fs::path original = dir / "step-00000004" / "rank00001.original";
+    fs::copy_file(target, original, fs::copy_options::overwrite_existing);
+    const SafetensorsReader reader = SafetensorsReader::open(original);
+    SafetensorsWriter writer;
+    for (const auto& [key, value] : reader.metadata()) writer.set_metadata(key, value);
+    writer.set_metadata("step", "4");
+    writer.set_metadata("rank", rank);
+    for (const std::string& name : reader.names()) {
+      const TensorInfo& info = reader.info(name);
+      writer.add(name, info.dtype, info.shape, reader.data(name).data());
+    }
+    writer.save(target);
+  };
+  rewrite_rank("1");
+  EXPECT_NO_THROW((void)train::find_latest_checkpoint(dir.path()));  // the record fits again
+  rewrite_rank("0");
+  EXPECT_NE(
+      error_of([&] {
+        (void)train::find_latest_checkpoint(dir.path());
+      }).find("rank file '" + target.string() + "' records rank '0', but its name says rank 1"),
+      std::string::npos);
+  rewrite_rank("x");
+  EXPECT_NE(error_of([&] {
+              (void)train::find_latest_checkpoint(dir.path());
+            }).find("records rank 'x', but that is not a rank number"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace tessera::test

@@ -142,6 +142,27 @@ TEST(Checkpoints, LayoutLatestTensorsAndMetadata) {
   ASSERT_TRUE(latest.has_value());
   EXPECT_EQ(latest->step, 6);
   EXPECT_EQ(latest->file, result.last_checkpoint);
+
+  // A damaged record of the world size (the run reshards by it) is refused.
+  for (const char* world : {"x", "0", "-2", "3 "}) {
+    SafetensorsWriter damaged;
+    for (const auto& [key, value] : meta) damaged.set_metadata(key, value);
+    damaged.set_metadata("world_size", world);
+    for (const std::string& name : reader.names()) {
+      const TensorInfo& info = reader.info(name);
+      damaged.add(name, info.dtype, info.shape, reader.data(name).data());
+    }
+    const auto copy = dir / "damaged" / train::checkpoint_dir_name(6) / "model.safetensors";
+    std::filesystem::create_directories(copy.parent_path());
+    damaged.save(copy);
+    train::write_latest(dir / "damaged", 6);
+    const std::string message =
+        error_of([&] { (void)train::find_latest_checkpoint(dir / "damaged"); });
+    EXPECT_NE(message.find("records world_size '" + std::string(world) +
+                           "', which is not a number of ranks"),
+              std::string::npos)
+        << message;
+  }
 }
 
 // With several ranks every rank's pieces are merged into the one file.

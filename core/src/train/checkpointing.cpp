@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <set>
@@ -99,6 +101,17 @@ std::optional<CheckpointInfo> find_latest_checkpoint(const std::filesystem::path
   if (recorded != info.metadata.end() && recorded->second != std::to_string(*step)) {
     fail("checkpoint: '" + info.file.string() + "' records step " + recorded->second +
          " but its directory says " + std::to_string(*step));
+  }
+  // The run reshards by it (and says so); a value that is no rank count is
+  // a damaged file.
+  if (const auto world = info.metadata.find("world_size"); world != info.metadata.end()) {
+    int64_t ranks = 0;
+    const std::string& text = world->second;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), ranks);
+    if (error != std::errc() || end != text.data() + text.size() || ranks < 1) {
+      fail("checkpoint: '" + info.file.string() + "' records world_size '" + text +
+           "', which is not a number of ranks");
+    }
   }
   return info;
 }

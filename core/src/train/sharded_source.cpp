@@ -2,6 +2,9 @@
 // load() reads slices (flat ranges or boxes) from, the check of the rank files, and the tensor
 // order of a full checkpoint.
 #include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <optional>
 #include <set>
 #include <string_view>
 #include <utility>
@@ -70,6 +73,59 @@ std::unique_ptr<StateSource> checkpoint_source(const std::filesystem::path& file
   return safetensors_source(file);
 }
 
+namespace {
+
+// `text` as a whole number >= 0 (digits only), or nullopt.
+std::optional<int64_t> whole_number(std::string_view text) {
+  int64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size() || value < 0) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+// A rank file must have been written with its index: what both record
+// agrees, and the rank it records is the one its name gives.
+void check_rank_file_record(const std::filesystem::path& index_path, const ShardedIndex& index,
+                            const std::string& file, const SafetensorsReader& reader) {
+  const std::map<std::string, std::string>& mine = reader.metadata();
+  for (const char* key : {"step", "seed", "world_size", "model"}) {
+    const auto theirs = index.metadata.find(key);
+    const auto own = mine.find(key);
+    if (theirs == index.metadata.end() || own == mine.end() || own->second == theirs->second) {
+      continue;
+    }
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                fmt::format("sharded checkpoint: rank file '{}' records {} {}, but index '{}' "
+                            "records {} {}: the file belongs to another checkpoint (copied from "
+                            "another step or run?)",
+                            reader.path().string(), key, own->second, index_path.string(), key,
+                            theirs->second));
+  }
+  const auto rank = mine.find("rank");
+  if (rank == mine.end()) return;
+  const std::optional<int64_t> recorded = whole_number(rank->second);
+  // "rank00003.safetensors" names rank 3.
+  constexpr std::string_view kRankPrefix = "rank";
+  const std::string_view stem = std::string_view(file).substr(0, file.find('.'));
+  const std::optional<int64_t> named =
+      stem.starts_with(kRankPrefix) ? whole_number(stem.substr(kRankPrefix.size())) : std::nullopt;
+  const auto refuse = [&](const std::string& why) {
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                fmt::format("sharded checkpoint: rank file '{}' records rank '{}', but {}",
+                            reader.path().string(), rank->second, why));
+  };
+  if (!recorded) refuse("that is not a rank number");
+  if (named && *named != *recorded) refuse(fmt::format("its name says rank {}", *named));
+  if (*recorded >= index.world_size) {
+    refuse(
+        fmt::format("index '{}' was written by {} ranks", index_path.string(), index.world_size));
+  }
+}
+
+}  // namespace
+
 void verify_sharded_files(const std::filesystem::path& index_path, const ShardedIndex& index) {
   std::map<std::string, SafetensorsReader> files;
   for (const auto& [name, tensor] : index.tensors) {
@@ -80,6 +136,7 @@ void verify_sharded_files(const std::filesystem::path& index_path, const Sharded
             files
                 .emplace(slice.file, SafetensorsReader::open(index_path.parent_path() / slice.file))
                 .first;
+        check_rank_file_record(index_path, index, slice.file, it->second);
       }
       const SafetensorsReader& reader = it->second;
       TESSERA_CHECK(reader.contains(slice.key), TESSERA_ERR_INVALID_ARGUMENT, "safetensors file '",

@@ -83,7 +83,11 @@ std::filesystem::path write_sharded_index(const std::filesystem::path& dir, int6
 
 // Opens every rank file `index` (read from `index_path`) refers to and
 // checks that each slice's key is there with the index's dtype and element
-// count. Throws tessera::Error naming the file and the key.
+// count, and that the file was written with the index: the step, seed,
+// world size and model its metadata records are the index's, and the rank
+// it records is the one its name says, below the world size (a rank file
+// copied from another step or run is refused). Throws tessera::Error
+// naming the file and the key or the record.
 void verify_sharded_files(const std::filesystem::path& index_path, const ShardedIndex& index);
 
 // A state source over a sharded checkpoint (the index at `index_path`):
