@@ -120,6 +120,36 @@ TEST(ShardedConvert, BadInputsNameThePath) {
   message = error_of([&] { (void)train::convert_to_full(sharded_dir.path(), unwritable); });
   EXPECT_NE(message.find(unwritable.string()), std::string::npos) << message;
   EXPECT_FALSE(fs::exists(unwritable));
+
+  // A file of the full checkpoint, or a rank file, is not an index.
+  const fs::path full_file = full_dir / "step-00000001" / "model.safetensors";
+  message = error_of([&] { (void)train::convert_to_full(full_file, dir / "out.safetensors"); });
+  EXPECT_NE(message.find("'" + full_file.string() +
+                         "' is a safetensors file, not a sharded index: a full checkpoint "
+                         "already (nothing to convert)"),
+            std::string::npos)
+      << message;
+  const fs::path step = sharded_dir / "step-00000001";
+  message = error_of([&] {
+    (void)train::convert_to_full(step / "rank00001.safetensors", dir / "out.safetensors");
+  });
+  EXPECT_NE(message.find("give the index.json beside it"), std::string::npos) << message;
+
+  // Writing over a file the conversion reads is refused, and leaves it.
+  const auto text_of = [](const fs::path& file) {
+    std::ifstream in(file);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  const std::string index_text = text_of(step / "index.json");
+  for (const fs::path& input : {step / "index.json", step / "rank00001.safetensors"}) {
+    message = error_of([&] { (void)train::convert_to_full(step, input); });
+    EXPECT_NE(message.find("a file of the checkpoint being converted"), std::string::npos)
+        << message;
+  }
+  EXPECT_EQ(text_of(step / "index.json"), index_text);
+  EXPECT_NO_THROW((void)train::find_latest_checkpoint(sharded_dir.path()));
 }
 
 }  // namespace

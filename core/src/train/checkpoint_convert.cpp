@@ -1,5 +1,6 @@
 // Converting a sharded checkpoint into one full safetensors file (the
 // library side of `tessera checkpoint convert --to full`).
+#include <set>
 #include <system_error>
 #include <utility>
 
@@ -15,7 +16,15 @@ namespace {}  // namespace
 std::filesystem::path resolve_sharded_index(const std::filesystem::path& in) {
   std::error_code ec;
   if (!std::filesystem::exists(in, ec)) fail("checkpoint: '" + in.string() + "' does not exist");
-  if (!std::filesystem::is_directory(in, ec)) return in;
+  if (!std::filesystem::is_directory(in, ec)) {
+    if (in.extension() == ".safetensors") {
+      const bool full = in.filename() == "model.safetensors";
+      fail("checkpoint: '" + in.string() + "' is a safetensors file, not a sharded index: " +
+           (full ? std::string("a full checkpoint already (nothing to convert)")
+                 : std::string("give the index.json beside it, or its step directory")));
+    }
+    return in;
+  }
   if (std::filesystem::is_regular_file(in / "index.json", ec)) return in / "index.json";
   if (std::filesystem::exists(in / "latest", ec)) {
     const std::optional<CheckpointInfo> info = find_latest_checkpoint(in);
@@ -55,6 +64,19 @@ ConversionSummary convert_to_full(const std::filesystem::path& in,
   std::error_code ec;
   if (std::filesystem::exists(out, ec) && std::filesystem::is_directory(out, ec)) {
     fail("checkpoint convert: output '" + out.string() + "' is a directory (give a file name)");
+  }
+  // Replacing a file the conversion reads would destroy the checkpoint.
+  std::set<std::filesystem::path> inputs = {summary.index};
+  for (const auto& [name, tensor] : index.tensors) {
+    for (const ShardSlice& slice : tensor.slices) {
+      inputs.insert(summary.index.parent_path() / slice.file);
+    }
+  }
+  for (const std::filesystem::path& input : inputs) {
+    if (std::filesystem::equivalent(out, input, ec)) {
+      fail("checkpoint convert: output '" + out.string() + "' is '" + input.string() +
+           "', a file of the checkpoint being converted (give another file name)");
+    }
   }
   writer.save(out);
   return summary;
