@@ -205,7 +205,7 @@ void read_data(Section s, DataSection& data) {
   if (s.read("kind", data.kind)) {
     s.one_of("kind", data.kind, {"synthetic", "text", "tokens"});
   }
-  s.read("path", data.path);
+  const bool path_given = s.read("path", data.path);
   if (s.read("batch_size", data.batch_size)) s.at_least("batch_size", data.batch_size, 1);
   if (s.read("micro_batches", data.micro_batches)) {
     s.at_least("micro_batches", data.micro_batches, 1);
@@ -218,10 +218,22 @@ void read_data(Section s, DataSection& data) {
     s.require("token_bytes", token_bytes == 2 || token_bytes == 4,
               "must be 2 (u16 ids) or 4 (u32 ids), got " + std::to_string(token_bytes));
     data.token_bytes = token_bytes == 4 ? 4 : 2;
+    if (token_bytes == 2 || token_bytes == 4) {
+      s.require("token_bytes", data.kind == "tokens",
+                "applies to data.kind = 'tokens' only, but 'data.kind' = '" + data.kind + "'");
+    }
   }
   if ((data.kind == "text" || data.kind == "tokens") && data.path.empty()) {
     s.problems().add(s.get("kind") != nullptr ? s.get("kind") : s.node(),
                      "'data.kind' = '" + data.kind + "' needs 'data.path'");
+  }
+  // A file named for synthetic data would be ignored: the run would train
+  // on generated examples without a word.
+  if (path_given && !data.path.empty() && data.kind == "synthetic") {
+    s.require("path", false,
+              "is set, but 'data.kind' = 'synthetic'" +
+                  std::string(s.get("kind") == nullptr ? " (the default)" : "") +
+                  " reads no file: set data.kind = \"text\" (bytes) or \"tokens\" (token ids)");
   }
 }
 
@@ -240,6 +252,23 @@ void read_optimizer(Section s, OptimizerSection& opt) {
     }
   }
   if (s.read("eps", opt.eps)) s.above("eps", opt.eps, 0.0);
+  // A key the rule does not read would be silently without effect (sgd
+  // with momentum = 0.9 would still be plain SGD).
+  const bool adam = opt.name == "adam" || opt.name == "adamw";
+  const bool sgd = opt.name == "sgd" || opt.name == "momentum";
+  if (s.get("momentum") != nullptr && (adam || opt.name == "sgd")) {
+    s.require("momentum", false,
+              "is not used by optimizer '" + opt.name + "'" +
+                  (adam ? std::string(" (the Adam rules take beta1, beta2 and eps)")
+                        : std::string(" (plain SGD): for SGD with momentum use "
+                                      "optimizer.name = \"momentum\"")));
+  }
+  for (const char* key : {"beta1", "beta2", "eps"}) {
+    if (s.get(key) != nullptr && sgd) {
+      s.require(key, false,
+                "is not used by optimizer '" + opt.name + "' (only adam and adamw take it)");
+    }
+  }
 }
 
 void read_checkpoint(Section s, CheckpointSection& ckpt) {

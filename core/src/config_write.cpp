@@ -100,11 +100,12 @@ std::string to_toml(const Config& c) {
   w.entries(c.model.params);
 
   w.section("data");
+  // Only the keys the chosen kind and rule read: the others are refused.
   w.text("kind", c.data.kind);
-  w.text("path", c.data.path);
+  if (c.data.kind != "synthetic") w.text("path", c.data.path);
   w.integer("batch_size", c.data.batch_size);
   w.integer("micro_batches", c.data.micro_batches);
-  w.integer("token_bytes", c.data.token_bytes);
+  if (c.data.kind == "tokens") w.integer("token_bytes", c.data.token_bytes);
 
   w.section("optimizer");
   w.text("name", c.optimizer.name);
@@ -112,10 +113,12 @@ std::string to_toml(const Config& c) {
   w.number("weight_decay", c.optimizer.weight_decay);
   w.number("grad_clip", c.optimizer.grad_clip);
   w.integer("warmup_steps", c.optimizer.warmup_steps);
-  w.number("momentum", c.optimizer.momentum);
-  w.number("beta1", c.optimizer.beta1);
-  w.number("beta2", c.optimizer.beta2);
-  w.number("eps", c.optimizer.eps);
+  if (c.optimizer.name == "momentum") w.number("momentum", c.optimizer.momentum);
+  if (c.optimizer.name == "adam" || c.optimizer.name == "adamw") {
+    w.number("beta1", c.optimizer.beta1);
+    w.number("beta2", c.optimizer.beta2);
+    w.number("eps", c.optimizer.eps);
+  }
 
   w.section("checkpoint");
   w.text("dir", c.checkpoint.dir);

@@ -45,6 +45,27 @@ TEST(ConfigErrors, KeyOutsideAnySectionPointsToItsSection) {
             "run.toml:1: unknown key 'steps' outside any section (did you mean 'run.steps'?)");
 }
 
+// Keys the rest of the section makes meaningless are refused rather than
+// ignored: the run would otherwise differ from what the file says.
+TEST(ConfigErrors, KeysWithoutEffectAreRefused) {
+  EXPECT_EQ(config_error("[data]\npath = \"/usr/share/common-licenses/GPL-3\"\n"),
+            "run.toml:2: 'data.path' is set, but 'data.kind' = 'synthetic' (the default) reads no "
+            "file: set data.kind = \"text\" (bytes) or \"tokens\" (token ids)");
+  EXPECT_HAS(config_error("[data]\nkind = \"synthetic\"\npath = \"x\"\n"),
+             "'data.kind' = 'synthetic' reads no file");
+  EXPECT_EQ(config_error("[data]\nkind = \"text\"\npath = \"x\"\ntoken_bytes = 4\n"),
+            "run.toml:4: 'data.token_bytes' applies to data.kind = 'tokens' only, but "
+            "'data.kind' = 'text'");
+  EXPECT_EQ(config_error("[optimizer]\nname = \"sgd\"\nmomentum = 0.9\n"),
+            "run.toml:3: 'optimizer.momentum' is not used by optimizer 'sgd' (plain SGD): for "
+            "SGD with momentum use optimizer.name = \"momentum\"");
+  EXPECT_HAS(config_error("[optimizer]\nmomentum = 0.5\n"),
+             "'optimizer.momentum' is not used by optimizer 'adamw' (the Adam rules take beta1, "
+             "beta2 and eps)");
+  EXPECT_HAS(config_error("[optimizer]\nname = \"momentum\"\nbeta2 = 0.99\neps = 1e-6\n"),
+             "'optimizer.beta2' is not used by optimizer 'momentum' (only adam and adamw take it)");
+}
+
 TEST(ConfigErrors, WrongTypesNameTheExpectedAndTheGivenType) {
   EXPECT_EQ(config_error("[run]\nsteps = \"ten\"\n"),
             "run.toml:2: 'run.steps' must be an integer, got a string");

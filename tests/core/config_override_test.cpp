@@ -47,7 +47,8 @@ TEST(ConfigOverrides, ReplaceValuesOfAnyType) {
 }
 
 TEST(ConfigOverrides, BareWordsAndEmptyValuesAreStrings) {
-  const Config c = with({"strategy.name=zero2", "run.metrics=", "data.path=a b=c"});
+  const Config c =
+      with({"strategy.name=zero2", "run.metrics=", "data.kind=text", "data.path=a b=c"});
   EXPECT_EQ(c.strategy.name, "zero2");
   EXPECT_EQ(c.run.metrics, "");
   EXPECT_EQ(c.data.path, "a b=c");

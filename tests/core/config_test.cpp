@@ -64,7 +64,6 @@ lr = 3e-4
 weight_decay = 0.01
 grad_clip = 1.0
 warmup_steps = 10
-momentum = 0.8
 beta1 = 0.85
 beta2 = 0.99
 eps = 1e-6
@@ -119,7 +118,9 @@ TEST(Config, FullConfigReadsEveryKey) {
   EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.01);
   EXPECT_DOUBLE_EQ(c.optimizer.grad_clip, 1.0);
   EXPECT_EQ(c.optimizer.warmup_steps, 10);
-  EXPECT_DOUBLE_EQ(c.optimizer.momentum, 0.8);
+  EXPECT_DOUBLE_EQ(parse_config("[optimizer]\nname = \"momentum\"\nmomentum = 0.8\n", "m.toml")
+                       .optimizer.momentum,
+                   0.8);
   EXPECT_DOUBLE_EQ(c.optimizer.beta1, 0.85);
   EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.99);
   EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-6);

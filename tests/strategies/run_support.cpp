@@ -49,9 +49,9 @@ std::string config_toml(const RunSpec& spec) {
     << "\nmicro_batches = " << spec.micro_batches << "\n\n"
     << "[optimizer]\nname = \"" << spec.optimizer << "\"\nlr = " << spec.lr
     << "\nweight_decay = 0.01\n"
-    << "grad_clip = " << spec.grad_clip << "\neps = " << spec.eps
-    << "\nwarmup_steps = " << std::min<int64_t>(2, spec.steps) << "\n\n"
-    << spec.extra_toml << "\n";
+    << "grad_clip = " << spec.grad_clip << "\n";
+  if (spec.optimizer == "adam" || spec.optimizer == "adamw") t << "eps = " << spec.eps << "\n";
+  t << "warmup_steps = " << std::min<int64_t>(2, spec.steps) << "\n\n" << spec.extra_toml << "\n";
   return t.str();
 }
 

@@ -13,13 +13,17 @@ TEST(DataConfig, DefaultsAndValues) {
   const Config defaults = make_config("");
   EXPECT_EQ(defaults.data.micro_batches, 1);
   EXPECT_EQ(defaults.data.token_bytes, 2);
-  const Config set = make_config("[data]\nbatch_size = 8\nmicro_batches = 4\ntoken_bytes = 4\n");
+  const Config set = make_config(
+      "[data]\nkind = \"tokens\"\npath = \"t.bin\"\nbatch_size = 8\nmicro_batches = 4\n"
+      "token_bytes = 4\n");
   EXPECT_EQ(set.data.micro_batches, 4);
   EXPECT_EQ(set.data.token_bytes, 4);
 }
 
 TEST(DataConfig, PrintedBackAndReloaded) {
-  const Config first = make_config("[data]\nbatch_size = 8\nmicro_batches = 2\ntoken_bytes = 4\n");
+  const Config first = make_config(
+      "[data]\nkind = \"tokens\"\npath = \"t.bin\"\nbatch_size = 8\nmicro_batches = 2\n"
+      "token_bytes = 4\n");
   const std::string text = to_toml(first);
   EXPECT_NE(text.find("micro_batches = 2"), std::string::npos) << text;
   EXPECT_NE(text.find("token_bytes = 4"), std::string::npos) << text;
