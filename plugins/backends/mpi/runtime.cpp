@@ -1,9 +1,13 @@
 #include "runtime.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "backoff.hpp"
 #include "dtypes.hpp"
@@ -62,6 +66,59 @@ void choose_iallreduce_algorithm(const sdk::Host& host, const Settings& settings
   }
 }
 
+// MPI_Init_thread waits for every process of the job, with no deadline and
+// no way to interrupt it: a rank stopped or stuck before it joins would
+// hold the others forever. While it lives, a watchdog thread waits the
+// backend's timeout, but at least kInitFloorMs (starting a job's processes
+// on a loaded machine takes longer than one operation should); if MPI has
+// not started by then it says so on stderr and ends this process (exit
+// status 1), which mpirun reports and answers by ending the job. Nothing
+// else is possible: MPI is half started, and no MPI call may be made to
+// abort it.
+constexpr int64_t kInitFloorMs = 10000;
+
+class InitWatchdog {
+ public:
+  explicit InitWatchdog(int64_t timeout) {
+    if (timeout < 0) return;  // no timeout asked for
+    const int64_t timeout_ms = std::max(timeout, kInitFloorMs);
+    thread_ = std::thread([this, timeout_ms] {
+      std::unique_lock lock(mu_);
+      if (done_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                            [this] { return done_; })) {
+        return;
+      }
+      const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");  // NOLINT(concurrency-mt-unsafe)
+      const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");  // NOLINT(concurrency-mt-unsafe)
+      const std::string line = detail::concat(
+          "tessera: error: mpi: rank ", rank != nullptr ? rank : "?", " of ",
+          size != nullptr ? size : "?", ": MPI_Init_thread did not complete within ", timeout_ms,
+          " ms (the backend's timeout, at least 10 s for MPI's start): a process of the "
+          "job did not start, or stopped before joining; exiting\n");
+      (void)std::fwrite(line.data(), 1, line.size(), stderr);
+      (void)std::fflush(stderr);
+      std::_Exit(1);
+    });
+  }
+  InitWatchdog(const InitWatchdog&) = delete;
+  InitWatchdog& operator=(const InitWatchdog&) = delete;
+  ~InitWatchdog() {
+    if (!thread_.joinable()) return;
+    {
+      const std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    done_cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
 void start_mpi(const sdk::Host& host, const Settings& settings) {
   if (!launched_by_mpi()) {
     // Without a launcher MPI starts a one-rank world; several ranks asked
@@ -84,7 +141,11 @@ void start_mpi(const sdk::Host& host, const Settings& settings) {
   }
   choose_iallreduce_algorithm(host, settings);
   int provided = -1;
-  const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+  int rc = MPI_SUCCESS;
+  {
+    const InitWatchdog watchdog(settings.timeout_ms);
+    rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+  }
   if (rc != MPI_SUCCESS) {
     throw Error(TESSERA_ERR_INTERNAL,
                 detail::concat("mpi: MPI could not start (MPI_Init_thread: ", mpi_error_text(rc),
