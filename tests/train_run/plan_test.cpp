@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -171,6 +172,32 @@ TEST(PlanRun, InitFileWithoutAParameterNamesIt) {
     (void)plan_run(make_config(mlp_toml("none", 1, 3), {"model.init=" + file.string()}), plugins());
   });
   EXPECT_MENTIONS(message, "has no tensor 'layer0.b'");
+}
+
+// A NaN in the initial state is refused when the ranks load it, naming the
+// file and the tensor (not at the first gradient check).
+TEST(PlanRun, InitFileWithANaNFailsWhenLoadedNamingTheTensor) {
+  TESSERA_REQUIRE_STRATEGY("none");
+  ScratchDir dir;
+  SafetensorsWriter writer;
+  const std::vector<float> w0(8 * 16, 0.5f);
+  const std::vector<float> b0(16, 0.0f);
+  std::vector<float> w1(16 * 4, 0.25f);
+  w1[5] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> b1(4, 0.0f);
+  writer.add<float>("layer0.w", {8, 16}, std::span<const float>(w0));
+  writer.add<float>("layer0.b", {16}, std::span<const float>(b0));
+  writer.add<float>("head.w", {16, 4}, std::span<const float>(w1));
+  writer.add<float>("head.b", {4}, std::span<const float>(b1));
+  const auto file = dir / "init.safetensors";
+  writer.save(file);
+  const Config config = make_config(mlp_toml("none", 1, 3), {"model.init=" + file.string()});
+  (void)plan_run(config, plugins());  // shapes and names are right
+  const std::string message = error_of([&] { (void)train::run_training(config, plugins()); });
+  EXPECT_MENTIONS(message, "state read: " + file.string() +
+                               " (parameters): tensor 'head.w' holds nan (element 5 of the part "
+                               "read): the state is damaged");
+  EXPECT_EQ(message.find("state_io.cpp"), std::string::npos) << message;
 }
 
 TEST(PlanRun, ShardedCheckpointsArePlanned) {

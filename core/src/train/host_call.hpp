@@ -20,7 +20,8 @@ namespace tessera::train::detail {
 template <typename Describe>
 void record_host_call_error(Describe&& describe, const char* reason) noexcept {
   try {
-    set_host_call_error(std::forward<Describe>(describe)() + ": " + reason);
+    const std::string what = std::forward<Describe>(describe)();
+    set_host_call_error(what.empty() ? std::string(reason) : what + ": " + reason);
   } catch (...) {
     set_host_call_error(reason);  // no memory for the prefix: the reason alone
   }
@@ -41,7 +42,9 @@ tessera_status guard_host_call(Describe&& describe, Fn&& fn) noexcept {
     std::forward<Fn>(fn)();
     return TESSERA_OK;
   } catch (const Error& e) {
-    record_host_call_error(describe, e.what());
+    // A refusal is for the user: its message without the source location.
+    const std::string message = e.status() == TESSERA_ERR_INTERNAL ? e.what() : e.message();
+    record_host_call_error(describe, message.c_str());
     return e.status() == TESSERA_OK ? TESSERA_ERR_INTERNAL : e.status();
   } catch (const std::bad_alloc&) {
     record_host_call_error(describe, "out of memory");

@@ -3,6 +3,7 @@
 // strategy's save() collects, and the C reader/writer tables over them.
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <span>
@@ -255,8 +256,17 @@ tessera_status reader_read(void* ctx, const tessera_tensor_slice* slice, float* 
         const SliceRef ref = to_slice(slice);
         TESSERA_CHECK(out != nullptr || ref.count == 0, TESSERA_ERR_INVALID_ARGUMENT, "tensor '",
                       ref.name, "': output is NULL");
-        static_cast<const StateSource*>(ctx)->read(
-            ref, std::span<float>(out, static_cast<size_t>(ref.count)));
+        const auto* source = static_cast<const StateSource*>(ctx);
+        const std::span<float> values(out, static_cast<size_t>(ref.count));
+        source->read(ref, values);
+        // Training from a NaN or an infinity fails only at the first
+        // gradient check, naming neither the file nor the tensor.
+        const auto bad =
+            std::find_if(values.begin(), values.end(), [](float v) { return !std::isfinite(v); });
+        TESSERA_CHECK(bad == values.end(), TESSERA_ERR_INVALID_ARGUMENT, source->describe(),
+                      ": tensor '", ref.name, "' holds ", *bad, " (element ", bad - values.begin(),
+                      " of the part read): the state is damaged, or was "
+                      "written after training diverged");
       });
 }
 

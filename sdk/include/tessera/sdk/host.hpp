@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -181,9 +182,11 @@ inline void check_host_call(const Host& host, tessera_status status, const char*
       api->last_error != nullptr) {
     msg = api->last_error(api->ctx);
   }
-  throw Error(status,
-              ::tessera::detail::concat(
-                  what, ": ", (msg != nullptr && *msg != '\0') ? msg : status_name(status)));
+  const std::string_view text = (msg != nullptr && *msg != '\0') ? msg : status_name(status);
+  // The host's message may name the call already ("state read: ...").
+  const std::string prefix = ::tessera::detail::concat(what, ": ");
+  throw Error(status, text.starts_with(prefix) ? std::string(text)
+                                               : ::tessera::detail::concat(prefix, text));
 }
 }  // namespace detail
 
