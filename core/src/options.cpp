@@ -144,8 +144,8 @@ OptionValues resolve_options(std::span<const tessera_option_decl> decls, const t
   for (const auto& decl : decls) out.values.insert_or_assign(decl.key, parse_default(decl, where));
   if (table == nullptr) return out;
 
-  // Visit the given keys in the order they were written, so the first
-  // problem reported is the first one in the file.
+  // Visit the given keys in the order they were written, so the problems
+  // are reported in the file's order.
   std::vector<std::pair<std::string_view, const toml::node*>> given;
   for (const auto& [key, node] : *table) given.emplace_back(key.str(), &node);
   std::stable_sort(given.begin(), given.end(), [](const auto& a, const auto& b) {
@@ -155,6 +155,8 @@ OptionValues resolve_options(std::span<const tessera_option_decl> decls, const t
     return detail::node_line(*a.second) < detail::node_line(*b.second);
   });
 
+  // Every problem, in that order, one per line (as the config's own).
+  std::vector<std::string> problems;
   for (const auto& entry : given) {
     const std::string_view key = entry.first;
     const auto& node = entry.second;
@@ -164,23 +166,29 @@ OptionValues resolve_options(std::span<const tessera_option_decl> decls, const t
       std::vector<std::string_view> names;
       for (const auto& d : decls) names.emplace_back(d.key);
       const auto hint = detail::nearest_word(key, names);
-      throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                  where + ": unknown option '" + std::string(key) + "'" + origin(*node) +
-                      "; declared: " + declared_list(decls) +
-                      (hint ? "; did you mean '" + *hint + "'?" : std::string()));
+      problems.push_back(where + ": unknown option '" + std::string(key) + "'" + origin(*node) +
+                         "; declared: " + declared_list(decls) +
+                         (hint ? "; did you mean '" + *hint + "'?" : std::string()));
+      continue;
     }
     auto value = convert(*node, decl->type);
     if (!value) {
-      throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                  where + ": option '" + std::string(key) + "'" + origin(*node) + " must be " +
-                      type_phrase(decl->type) + ", got " + detail::toml_type_phrase(node->type()));
+      problems.push_back(where + ": option '" + std::string(key) + "'" + origin(*node) +
+                         " must be " + type_phrase(decl->type) + ", got " +
+                         detail::toml_type_phrase(node->type()));
+      continue;
     }
     if (const auto* number = std::get_if<double>(&*value); number && !std::isfinite(*number)) {
-      throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-                  where + ": option '" + std::string(key) + "'" + origin(*node) +
-                      " must be a finite number, got " + detail::format_float(*number));
+      problems.push_back(where + ": option '" + std::string(key) + "'" + origin(*node) +
+                         " must be a finite number, got " + detail::format_float(*number));
+      continue;
     }
     out.values.insert_or_assign(std::string(key), *std::move(value));
+  }
+  if (!problems.empty()) {
+    std::string text;
+    for (const std::string& p : problems) text += (text.empty() ? "" : "\n") + p;
+    throw Error(TESSERA_ERR_INVALID_ARGUMENT, text);
   }
   return out;
 }

@@ -26,7 +26,8 @@ using OptionValues = tessera_options;
 
 // Checks `table` (may be null: all defaults) against `decls`. Unknown keys,
 // wrong types and unparsable defaults throw tessera::Error naming `where`
-// (e.g. "run.toml: [backend.options]"), the key and, when known, the line.
+// (e.g. "run.toml: [backend.options]"), the key and, when known, the line;
+// every problem of the table is reported, one per line, in the file's order.
 // An int given for a float option is accepted.
 OptionValues resolve_options(std::span<const tessera_option_decl> decls, const toml::table* table,
                              const std::string& where);
