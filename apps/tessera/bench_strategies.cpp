@@ -281,6 +281,7 @@ int run_bench_strategies_command(const GlobalOptions& global, const BenchStrateg
   header.steps = args.steps;
   header.config_strategy = base.strategy.name;
   header.config_has_options = !base.strategy.options.empty();
+  for (const Planned& p : planned) header.label_width = std::max(header.label_width, p.name.size());
   if (base.optimizer.warmup_steps > args.steps) {
     header.notes.push_back(fmt::format("optimizer.warmup_steps {} cut to the {} steps run",
                                        base.optimizer.warmup_steps, args.steps));

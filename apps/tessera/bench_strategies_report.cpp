@@ -1,6 +1,8 @@
 #include "bench_strategies_report.hpp"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <utility>
 
@@ -13,9 +15,11 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-std::vector<Column> columns() {
+// The rows are streamed, so the first column is as wide as the longest
+// entry from the start.
+std::vector<Column> columns(std::size_t label_width) {
   std::vector<Column> c;
-  c.push_back({"strategy", Align::kLeft, 8});
+  c.push_back({"strategy", Align::kLeft, std::max<std::size_t>(8, label_width)});
   for (const char* title : {"step(ms)", "sent(MiB)", "sent/4P", "params", "grads", "optim", "comm",
                             "activ", "total", "rss(MiB)"}) {
     c.push_back({title, Align::kRight, 9});
@@ -34,7 +38,7 @@ double sent_per_4p(const StrategyMeasure& m, int64_t parameters) {
 }  // namespace
 
 StrategiesReporter::StrategiesReporter(StrategiesHeader header, std::ostream& out)
-    : header_(std::move(header)), out_(out), table_(columns()) {
+    : header_(std::move(header)), out_(out), table_(columns(header_.label_width)) {
   if (header_.csv_path.empty()) return;
   csv_.emplace(header_.csv_path, std::ios::out | std::ios::trunc);
   if (!*csv_) {

@@ -2,6 +2,7 @@
 // each finishes) and the CSV file.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <fstream>
 #include <optional>
@@ -27,6 +28,7 @@ struct StrategiesHeader {
   std::vector<std::string> notes;   // extra "# " lines (e.g. a clamped warm-up)
   int64_t launcher_rss_kib = 0;     // this process's peak RSS before the first child
   std::string csv_path;             // empty: no CSV
+  std::size_t label_width = 0;      // the longest --strategies entry: the first column's width
 };
 
 // One strategy's outcome.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -162,6 +163,30 @@ TEST(BenchStrategiesReport, AFailedRowSaysSoAndHasNoNumbers) {
   EXPECT_EQ(cells[0], "zero2");
   EXPECT_EQ(cells[1], "failed");
   EXPECT_TRUE(std::all_of(cells.begin() + 2, cells.end(), [](const auto& c) { return c == "-"; }));
+}
+
+// Rows are streamed under a title printed first: a long entry widens the
+// first column from the start, so every row stays under its title.
+TEST(BenchStrategiesReport, LongEntriesKeepTheColumnsAligned) {
+  const std::string label = "pipeline:schedule=interleaved:virtual_stages=2";
+  StrategiesHeader header;
+  header.label_width = label.size();
+  std::ostringstream out;
+  StrategiesReporter reporter(header, out);
+  reporter.begin();
+  reporter.row(StrategyRow{label, false, {}, 0});
+  reporter.row(StrategyRow{"ddp", false, {}, 0});
+  std::vector<std::string> lines;
+  std::istringstream in(out.str());
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_GE(lines.size(), 3U);
+  const std::string& title = lines[lines.size() - 3];
+  const auto end_of = [](const std::string& line, const std::string& word) {
+    const std::size_t at = line.find(word);
+    return at == std::string::npos ? at : at + word.size();
+  };
+  EXPECT_EQ(end_of(lines[lines.size() - 2], "failed"), end_of(title, "step(ms)")) << out.str();
+  EXPECT_EQ(end_of(lines.back(), "failed"), end_of(title, "step(ms)")) << out.str();
 }
 
 // The CSV rows of a run, by strategy, as column -> cell.
