@@ -124,12 +124,8 @@ TEST(RankThreads, TheFirstThreadRefusedLeavesNothingRunning) {
 // Under a real limit: a child process whose address space has room for a
 // few thread stacks only. std::thread's refusal must become the Error.
 TEST(RankThreads, ARealThreadLimitEndsInTheErrorNotInTerminate) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef TESSERA_TEST_SANITIZED
   GTEST_SKIP() << "sanitizers need more address space than the limit leaves";
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-  GTEST_SKIP() << "sanitizers need more address space than the limit leaves";
-#endif
 #endif
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(

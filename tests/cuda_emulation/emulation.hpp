@@ -37,7 +37,8 @@ std::size_t launches();
 // calling thread. The kernels loop over blockDim and gridDim (grid-stride
 // loops) and size their reductions by blockDim, so fewer threads compute
 // the same; a whole model's passes run many times faster so, the kernels'
-// own tests keeping the launched 256 threads and their barriers.
+// own tests keeping the launched 256 threads and their barriers (64 in a
+// sanitizer build, which caps every block there; see emulation.cpp).
 void limit_block_threads(unsigned threads);
 
 // Refuses the calling thread's next launch, as a device refuses a launch

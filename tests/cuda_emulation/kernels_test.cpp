@@ -7,8 +7,8 @@
 // gpt's fused qkv layout and in llama's separate q, k, v with grouped
 // key/value heads, in tiles as wide as the device's shared memory allows;
 // the column sums of the bias and norm gradients; and a refused launch.
-// Sizes are chosen so that rows are wider than a block's 256 threads where
-// a kernel strides over them.
+// Sizes are chosen so that rows are wider than a block's 256 threads (64
+// under a sanitizer, emulation.cpp) where a kernel strides over them.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -369,21 +369,13 @@ TEST(Failures, DestroyingACommWithPendingWork) {
   }
 }
 
-// Sanitizer allocators report an allocation this large as a bug instead of
-// failing it, so the test below runs only without them.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define TESSERA_TEST_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define TESSERA_TEST_SANITIZED 1
-#endif
-#endif
-
 // A send that must be held until its receive is posted, larger than any
 // address space: the backend says how many bytes it could not allocate and
 // for which operation (the command adds what the user can change), and the
 // group stays usable.
 TEST(Failures, OutOfMemorySaysHowManyBytesAndForWhat) {
+  // Sanitizer allocators report an allocation this large as a bug instead
+  // of failing it.
 #ifdef TESSERA_TEST_SANITIZED
   GTEST_SKIP() << "sanitizer allocators abort on a 2^60-byte allocation";
 #else
