@@ -29,7 +29,8 @@ std::string error_of(tessera_status status, F&& fn) {
 
 TEST(MpiBackendOptions, OutOfRangeValuesAreRejectedNamingTheOption) {
   for (const char* bad : {"spin_us=-1", "max_sleep_us=10", "service_poll_ms=0", "stall_query_ms=-5",
-                          "chunk_elements=0", "yield_us=-1", "finalize_wait_ms=604800001"}) {
+                          "chunk_elements=0", "yield_us=-1", "finalize_wait_ms=604800001",
+                          "init_timeout_ms=604800001"}) {
     const std::string key = std::string(bad).substr(0, std::string(bad).find('='));
     const std::string message = error_of(TESSERA_ERR_INVALID_ARGUMENT, [&] { open_mpi({bad}); });
     EXPECT_NE(message.find(key), std::string::npos) << bad << ": " << message;

@@ -68,20 +68,15 @@ void choose_iallreduce_algorithm(const sdk::Host& host, const Settings& settings
 
 // MPI_Init_thread waits for every process of the job, with no deadline and
 // no way to interrupt it: a rank stopped or stuck before it joins would
-// hold the others forever. While it lives, a watchdog thread waits the
-// backend's timeout, but at least kInitFloorMs (starting a job's processes
-// on a loaded machine takes longer than one operation should); if MPI has
-// not started by then it says so on stderr and ends this process (exit
-// status 1), which mpirun reports and answers by ending the job. Nothing
-// else is possible: MPI is half started, and no MPI call may be made to
-// abort it.
-constexpr int64_t kInitFloorMs = 10000;
-
+// hold the others forever. While it lives, a watchdog thread waits
+// `timeout_ms` (Settings::init_timeout); if MPI has not started by then it
+// says so on stderr and ends this process (exit status 1), which mpirun
+// reports and answers by ending the job. Nothing else is possible: MPI is
+// half started, and no MPI call may be made to abort it.
 class InitWatchdog {
  public:
-  explicit InitWatchdog(int64_t timeout) {
-    if (timeout < 0) return;  // no timeout asked for
-    const int64_t timeout_ms = std::max(timeout, kInitFloorMs);
+  explicit InitWatchdog(int64_t timeout_ms) {
+    if (timeout_ms < 0) return;  // no limit asked for
     thread_ = std::thread([this, timeout_ms] {
       std::unique_lock lock(mu_);
       if (done_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
@@ -93,8 +88,8 @@ class InitWatchdog {
       const std::string line = detail::concat(
           "tessera: error: mpi: rank ", rank != nullptr ? rank : "?", " of ",
           size != nullptr ? size : "?", ": MPI_Init_thread did not complete within ", timeout_ms,
-          " ms (the backend's timeout, at least 10 s for MPI's start): a process of the "
-          "job did not start, or stopped before joining; exiting\n");
+          " ms (option init_timeout_ms; by default the backend's timeout, at least 10 s): a "
+          "process of the job did not start, or stopped before joining; exiting\n");
       (void)std::fwrite(line.data(), 1, line.size(), stderr);
       (void)std::fflush(stderr);
       std::_Exit(1);
@@ -143,7 +138,7 @@ void start_mpi(const sdk::Host& host, const Settings& settings) {
   int provided = -1;
   int rc = MPI_SUCCESS;
   {
-    const InitWatchdog watchdog(settings.timeout_ms);
+    const InitWatchdog watchdog(settings.init_timeout());
     rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
   }
   if (rc != MPI_SUCCESS) {

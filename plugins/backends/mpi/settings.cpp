@@ -13,6 +13,15 @@ int64_t int_in_range(const sdk::Options& options, const char* key, int64_t lo, i
   return v;
 }
 
+// Reads a wait in milliseconds (`key`): negative waits forever, and the
+// bound keeps a deadline from overflowing.
+int64_t wait_ms(const sdk::Options& options, const char* key) {
+  const int64_t v = options.get_int(key);
+  TESSERA_CHECK(v <= 604800000, TESSERA_ERR_INVALID_ARGUMENT, "mpi option ", key,
+                " must be at most 604800000 (7 days; < 0 waits forever), got ", v);
+  return v;
+}
+
 }  // namespace
 
 Settings Settings::from(const sdk::Options& options, const tessera_backend_config& config) {
@@ -26,12 +35,8 @@ Settings Settings::from(const sdk::Options& options, const tessera_backend_confi
   s.iallreduce_algorithm =
       static_cast<int32_t>(int_in_range(options, "iallreduce_algorithm", 0, 4));
   s.finalize = options.get_bool("finalize");
-  // Negative waits forever; the bound keeps the deadline from overflowing.
-  s.finalize_wait_ms = options.get_int("finalize_wait_ms");
-  TESSERA_CHECK(s.finalize_wait_ms <= 604800000, TESSERA_ERR_INVALID_ARGUMENT,
-                "mpi option finalize_wait_ms must be at most 604800000 (7 days; < 0 waits "
-                "forever), got ",
-                s.finalize_wait_ms);
+  s.init_timeout_ms = wait_ms(options, "init_timeout_ms");
+  s.finalize_wait_ms = wait_ms(options, "finalize_wait_ms");
   TESSERA_CHECK(config.world_size == -1 || config.world_size >= 1, TESSERA_ERR_INVALID_ARGUMENT,
                 "mpi: world_size must be -1 (take it from mpirun) or >= 1, got ",
                 config.world_size);

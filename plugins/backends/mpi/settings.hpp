@@ -1,6 +1,7 @@
 // Options and process-wide settings of the mpi backend.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 
@@ -34,6 +35,10 @@ inline constexpr tessera_option_decl kOptions[] = {
      "Open MPI (libnbc) algorithm for MPI_Iallreduce, set when the plugin starts MPI and "
      "OMPI_MCA_coll_libnbc_iallreduce_algorithm is unset: 3 reduce-scatter + allgather, 4 "
      "recursive doubling, 1 ring, 2 binomial, 0 Open MPI's own choice (0..4)"},
+    {"init_timeout_ms", TESSERA_OPT_INT, "0",
+     "longest wait in milliseconds for MPI_Init_thread, which returns once every process of the "
+     "job has joined; past it the process exits naming the wait; 0: the backend's timeout, but "
+     "at least 10000; < 0 waits forever; at most 604800000 (7 days)"},
     {"finalize", TESSERA_OPT_BOOL, "true",
      "call MPI_Finalize when the last backend of the process is destroyed, if this plugin "
      "started MPI; false leaves MPI running so a later backend in the same process can use it"},
@@ -52,6 +57,7 @@ struct Settings {
   std::chrono::milliseconds stall_query{1500};
   uint64_t chunk_elements = 2147483647;
   int32_t iallreduce_algorithm = 3;  // libnbc's numbering; 0: Open MPI's choice
+  int64_t init_timeout_ms = 0;       // 0: timeout_ms, at least 10000; < 0: none
   bool finalize = true;
   int64_t finalize_wait_ms = 30000;  // < 0: no limit
   int32_t world_size = -1;           // from the config; -1: whatever mpirun started
@@ -65,6 +71,15 @@ struct Settings {
   // < 0: none).
   [[nodiscard]] int64_t resolve_timeout(int64_t requested) const noexcept {
     return requested == 0 ? timeout_ms : requested;
+  }
+
+  // How long MPI_Init_thread may take (< 0: no limit): init_timeout_ms, or
+  // when 0 the backend's timeout but at least 10 s (starting a job's
+  // processes on a loaded machine takes longer than one operation should).
+  [[nodiscard]] int64_t init_timeout() const noexcept {
+    constexpr int64_t kInitFloorMs = 10000;
+    if (init_timeout_ms != 0) return init_timeout_ms;
+    return timeout_ms < 0 ? timeout_ms : std::max(timeout_ms, kInitFloorMs);
   }
 };
 
