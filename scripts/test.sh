@@ -44,13 +44,15 @@ asan_exclude="$sanitized_exclude|^threads2[.]"
 # Under TSan also:
 # - checkpoint.python_reader, whose writer is one of the single-threaded
 #   targets that tree does not build;
-# - the strategies' option, byte, memory, dtype and resume suites: they vary
-#   what is counted, cast or saved over the same threaded collectives and
-#   runners the equivalence suites run there (ASan and the plain build run
-#   them).
-tsan_strategy_suites='(Ddp|Fsdp|Hybrid|Pipeline|Tensor|Zero1|Zero2|Zero3|AsyncSgd)(Options|Bytes|Memory|Resume)|FsdpDtype|ShardedReshard|StrategyResume'
+# - the strategies' option, byte, traffic, memory, dtype and resume suites,
+#   and the byte counts of compression and of the hierarchical collectives:
+#   they vary what is counted, cast or saved over the same threaded
+#   collectives and runners the equivalence suites run there (ASan and the
+#   plain build run them).
+tsan_strategy_suites='(Ddp|Fsdp|Hybrid|Pipeline|Tensor|Zero1|Zero2|Zero3|AsyncSgd)(Options|Bytes|Traffic|Memory|Resume)|FsdpDtype|ShardedReshard|StrategyResume'
 tsan_exclude="$sanitized_exclude|^threads2[.].*world[134]|^checkpoint[.]python_reader$"
 tsan_exclude="$tsan_exclude|^(threads2[.])?([A-Za-z]+/)?($tsan_strategy_suites)[.]"
+tsan_exclude="$tsan_exclude|^Compression[.]BytesSent|^Hierarchy[.].*Bytes"
 run_sanitized() {
   local name="$1" sanitizers="$2" exclude="$3" target="$4"
   local dir="$TESSERA_BUILD_DIR-$name"
