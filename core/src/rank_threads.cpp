@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <condition_variable>
 #include <exception>
 #include <filesystem>
@@ -19,6 +18,7 @@
 
 #include "tessera/core/logging.hpp"
 #include "tessera/sdk/error.hpp"
+#include "whole_number.hpp"
 
 namespace tessera {
 namespace detail {
@@ -142,17 +142,10 @@ std::string first_word(const std::filesystem::path& path) {
   return word;
 }
 
-std::optional<int64_t> parse_count(std::string_view text) {
-  int64_t value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || value < 0) return std::nullopt;
-  return value;
-}
-
 // A count read from a file holding one number; std::nullopt when absent,
 // unreadable or "max".
 std::optional<int64_t> count_in(const std::filesystem::path& path) {
-  return parse_count(first_word(path));
+  return whole_number(first_word(path));
 }
 
 // Threads running on the system: the "running/total" field of /proc/loadavg.
@@ -163,7 +156,7 @@ std::optional<int64_t> system_thread_count() {
   }
   const size_t slash = field.find('/');
   if (!in || slash == std::string::npos) return std::nullopt;
-  return parse_count(std::string_view(field).substr(slash + 1));
+  return whole_number(std::string_view(field).substr(slash + 1));
 }
 
 // Threads of the processes whose real user is `uid` (what RLIMIT_NPROC
@@ -187,13 +180,13 @@ std::optional<int64_t> user_thread_count(uid_t uid) {
       if (line.rfind("Uid:", 0) == 0) {
         std::string_view rest = std::string_view(line).substr(4);
         rest.remove_prefix(std::min(rest.find_first_not_of(" \t"), rest.size()));
-        const auto real = parse_count(rest.substr(0, rest.find_first_of(" \t")));
+        const auto real = whole_number(rest.substr(0, rest.find_first_of(" \t")));
         mine = real && *real == static_cast<int64_t>(uid);
         if (!mine) break;
       } else if (mine && line.rfind("Threads:", 0) == 0) {
         std::string_view rest = std::string_view(line).substr(8);
         rest.remove_prefix(std::min(rest.find_first_not_of(" \t"), rest.size()));
-        total += parse_count(rest).value_or(1);
+        total += whole_number(rest).value_or(1);
         break;
       }
     }

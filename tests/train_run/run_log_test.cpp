@@ -186,6 +186,8 @@ TEST(Checkpointing, DirectoryNames) {
   EXPECT_EQ(train::parse_checkpoint_dir_name("step-123456789"), 123456789);
   EXPECT_FALSE(train::parse_checkpoint_dir_name("step-").has_value());
   EXPECT_FALSE(train::parse_checkpoint_dir_name("step-12a").has_value());
+  EXPECT_FALSE(train::parse_checkpoint_dir_name("step--1").has_value());
+  EXPECT_FALSE(train::parse_checkpoint_dir_name("step-99999999999999999999").has_value());
   EXPECT_FALSE(train::parse_checkpoint_dir_name("../step-1").has_value());
   EXPECT_FALSE(train::parse_checkpoint_dir_name("step-1/x").has_value());
 }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -12,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "../whole_number.hpp"
 #include "invalid_input.hpp"
 #include "tessera/core/atomic_file.hpp"
 #include "tessera/core/input_file.hpp"
@@ -44,15 +44,8 @@ std::string checkpoint_dir_name(int64_t step) { return fmt::format("step-{:08}",
 
 std::optional<int64_t> parse_checkpoint_dir_name(const std::string& name) {
   constexpr std::string_view prefix = "step-";
-  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) {
-    return std::nullopt;
-  }
-  const std::string digits = name.substr(prefix.size());
-  if (digits.size() > 18 ||
-      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    return std::nullopt;
-  }
-  return std::stoll(digits);
+  if (!name.starts_with(prefix)) return std::nullopt;
+  return whole_number(std::string_view(name).substr(prefix.size()));
 }
 
 std::optional<CheckpointInfo> find_latest_checkpoint(const std::filesystem::path& dir) {
@@ -105,11 +98,9 @@ std::optional<CheckpointInfo> find_latest_checkpoint(const std::filesystem::path
   // The run reshards by it (and says so); a value that is no rank count is
   // a damaged file.
   if (const auto world = info.metadata.find("world_size"); world != info.metadata.end()) {
-    int64_t ranks = 0;
-    const std::string& text = world->second;
-    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), ranks);
-    if (error != std::errc() || end != text.data() + text.size() || ranks < 1) {
-      fail("checkpoint: '" + info.file.string() + "' records world_size '" + text +
+    const std::optional<int64_t> ranks = whole_number(world->second);
+    if (!ranks || *ranks < 1) {
+      fail("checkpoint: '" + info.file.string() + "' records world_size '" + world->second +
            "', which is not a number of ranks");
     }
   }

@@ -2,7 +2,6 @@
 // load() reads slices (flat ranges or boxes) from, the check of the rank files, and the tensor
 // order of a full checkpoint.
 #include <algorithm>
-#include <charconv>
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -13,6 +12,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "../whole_number.hpp"
 #include "tessera/core/safetensors.hpp"
 #include "tessera/core/train/checkpointing.hpp"
 #include "tessera/core/train/sharded_checkpoint.hpp"
@@ -74,16 +74,6 @@ std::unique_ptr<StateSource> checkpoint_source(const std::filesystem::path& file
 }
 
 namespace {
-
-// `text` as a whole number >= 0 (digits only), or nullopt.
-std::optional<int64_t> whole_number(std::string_view text) {
-  int64_t value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size() || value < 0) {
-    return std::nullopt;
-  }
-  return value;
-}
 
 // A rank file must have been written with its index: what both record
 // agrees, and the rank it records is the one its name gives.
