@@ -380,10 +380,8 @@ void check_strategy_takes_the_model(const Config& config, const PluginRegistry& 
   if (!run.plan.thread_ranks && config.run.world_size == 1) return;
   const int world = config.run.world_size;
   const ModelDescription model(*run.model, batch_spec(config));
-  const tessera_estimate e =
-      run.strategy->estimate(model, world, world, compression_code(config.compression, registry));
-  check_batch_feeds(config.data.batch_size, config.data.micro_batches, e.data_size,
-                    run.strategy->name(), world);
+  (void)estimate_fed(*run.strategy, model, world, world,
+                     compression_code(config.compression, registry));
 }
 
 }  // namespace

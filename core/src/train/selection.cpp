@@ -117,13 +117,8 @@ tessera_status c_estimate(void* ctx, const char* strategy, const char* options,
     const std::string where = fmt::format("candidate {} options", strategy);
     const toml::table table = candidate_options(options != nullptr ? options : "", where);
     const StrategyPlugin plugin(*req.registry, strategy, &table, where);
-    const tessera_estimate e =
-        plugin.estimate(*req.model, req.world_size, req.ranks_per_node, call_of(ctx).compression);
-    // A candidate the batch cannot feed is refused as its strategy would
-    // refuse it at the start.
-    check_batch_feeds(req.model->c().global_batch,
-                      std::max<int64_t>(req.model->c().micro_batches, 1), e.data_size, strategy,
-                      req.world_size);
+    const tessera_estimate e = estimate_fed(plugin, *req.model, req.world_size, req.ranks_per_node,
+                                            call_of(ctx).compression);
     const uint32_t size = out->struct_size;
     std::memcpy(out, &e, std::min<size_t>(size, sizeof e));
     out->struct_size = size;
@@ -272,6 +267,14 @@ void check_batch_feeds(int64_t batch_size, int64_t micro_batches, int32_t data_s
                           "data-parallel slices x data.micro_batches = {}, and every micro-batch "
                           "needs at least one example (use data.batch_size >= {})",
                           batch_size, strategy, world, data_size, micro_batches, needed));
+}
+
+tessera_estimate estimate_fed(const StrategyPlugin& strategy, const ModelDescription& model,
+                              int world_size, int ranks_per_node, int32_t compression) {
+  const tessera_estimate e = strategy.estimate(model, world_size, ranks_per_node, compression);
+  check_batch_feeds(model.c().global_batch, std::max<int64_t>(model.c().micro_batches, 1),
+                    e.data_size, strategy.name(), world_size);
+  return e;
 }
 
 int32_t compression_code(const std::optional<PluginChoice>& compression,

@@ -35,6 +35,15 @@ inline constexpr const char* kDefaultSelector = "auto";
 void check_batch_feeds(int64_t batch_size, int64_t micro_batches, int32_t data_size,
                        const std::string& strategy, int world);
 
+class StrategyPlugin;
+
+// `strategy`'s estimate for `model` on `world_size` ranks (the arguments of
+// StrategyPlugin::estimate), then check_batch_feeds for the model's batch:
+// what the strategy's start would refuse, refused as it would be. What a
+// selector's estimate and `--dry-run` ask.
+tessera_estimate estimate_fed(const StrategyPlugin& strategy, const ModelDescription& model,
+                              int world_size, int ranks_per_node, int32_t compression);
+
 // tessera_estimate_args.compression for `compression` ([compression] of a
 // config): 0 without one, else 1 + the kind of the compressor its plugin
 // makes with its options.
