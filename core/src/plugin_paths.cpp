@@ -49,36 +49,48 @@ bool detail::meant_as_plugin(std::string_view filename) noexcept {
          filename.ends_with(kSuffix);
 }
 
-std::string detail::plugin_filename_problem(std::string_view filename) {
+namespace {
+
+// The kind and name parts of a plugin's file name, or what is wrong with it.
+struct FilenameParts {
+  std::string_view kind;
+  std::string_view name;
+  std::string problem;  // empty when the name follows the pattern
+};
+
+FilenameParts split_plugin_filename(std::string_view filename) {
   constexpr std::string_view kPattern =
       "file name does not follow the pattern libtessera_<kind>_<name>.so";
-  if (!meant_as_plugin(filename)) return std::string(kPattern);
+  if (!detail::meant_as_plugin(filename)) return {{}, {}, std::string(kPattern)};
   const std::string_view middle =
       filename.substr(kPrefix.size(), filename.size() - kPrefix.size() - kSuffix.size());
   const std::size_t split = middle.find('_');
   if (split == std::string_view::npos || split + 1 == middle.size()) {
-    return fmt::format("{}: no name after the kind '{}'", kPattern, middle.substr(0, split));
+    return {
+        {}, {}, fmt::format("{}: no name after the kind '{}'", kPattern, middle.substr(0, split))};
   }
-  const std::string_view kind_part = middle.substr(0, split);
-  const std::string_view name_part = middle.substr(split + 1);
-  if (!all_of_charset(kind_part, false)) {
-    return fmt::format("{}: the kind '{}' must be lowercase letters and digits", kPattern,
-                       kind_part);
+  FilenameParts parts{middle.substr(0, split), middle.substr(split + 1), {}};
+  if (!all_of_charset(parts.kind, false)) {
+    parts.problem =
+        fmt::format("{}: the kind '{}' must be lowercase letters and digits", kPattern, parts.kind);
+  } else if (!all_of_charset(parts.name, true)) {
+    parts.problem = fmt::format("{}: the name '{}' must be lowercase letters, digits and '_'",
+                                kPattern, parts.name);
   }
-  if (!all_of_charset(name_part, true)) {
-    return fmt::format("{}: the name '{}' must be lowercase letters, digits and '_'", kPattern,
-                       name_part);
-  }
-  return {};
+  return parts;
+}
+
+}  // namespace
+
+std::string detail::plugin_filename_problem(std::string_view filename) {
+  return split_plugin_filename(filename).problem;
 }
 
 bool parse_plugin_filename(const std::string& filename, std::string& kind, std::string& name) {
-  if (!detail::plugin_filename_problem(filename).empty()) return false;
-  const std::string_view middle = std::string_view(filename).substr(
-      kPrefix.size(), filename.size() - kPrefix.size() - kSuffix.size());
-  const std::size_t split = middle.find('_');
-  kind.assign(middle.substr(0, split));
-  name.assign(middle.substr(split + 1));
+  const FilenameParts parts = split_plugin_filename(filename);
+  if (!parts.problem.empty()) return false;
+  kind.assign(parts.kind);
+  name.assign(parts.name);
   return true;
 }
 
