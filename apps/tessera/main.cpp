@@ -32,9 +32,36 @@ int report(const char* message, int code) {
   return code;
 }
 
+// When a command word was read as the value of a global option
+// (`tessera --log-level version`): says so, for the "missing command"
+// message; else "".
+std::string swallowed_command(const CLI::App& app, const tessera::cli::GlobalOptions& global) {
+  const auto is_command = [&](const std::string& word) {
+    return !word.empty() &&
+           !app.get_subcommands([&](const CLI::App* sub) { return sub->get_name() == word; })
+                .empty();
+  };
+  std::string flag;
+  std::string word;
+  if (is_command(global.log_level)) {
+    flag = "--log-level";
+    word = global.log_level;
+  } else if (is_command(global.config_file)) {
+    flag = "--config";
+    word = global.config_file;
+  } else if (!global.plugin_paths.empty() && is_command(global.plugin_paths.back())) {
+    flag = "--plugin-path";
+    word = global.plugin_paths.back();
+  } else {
+    return {};
+  }
+  return " ('" + word + "' was read as the value of " + flag + ")";
+}
+
 // CLI11's message, made specific when a (sub)command name is missing or
 // unknown: names the word that was not understood and the valid choices.
-std::string parse_error_message(const CLI::App& app, const CLI::ParseError& e) {
+std::string parse_error_message(const CLI::App& app, const CLI::ParseError& e,
+                                const tessera::cli::GlobalOptions& global) {
   const auto chosen = app.get_subcommands();
   const bool in_bench = !chosen.empty() && chosen.front()->get_name() == "bench";
   if (!in_bench && !chosen.empty()) return e.what();
@@ -43,8 +70,8 @@ std::string parse_error_message(const CLI::App& app, const CLI::ParseError& e) {
   const std::string prefix = in_bench ? "bench " : "";
   const std::string choices =
       in_bench ? "collectives or strategies"
-               : "train, plugins, bench collectives, bench strategies or version; launch to start "
-                 "ranks; checkpoint convert to merge a sharded checkpoint";
+               : "train, select, plugins, bench collectives, bench strategies or version; launch "
+                 "to start ranks; checkpoint convert to merge a sharded checkpoint";
   // Global flags fall through to the top level, and the words `bench` did
   // not take with them.
   auto left = level.remaining();
@@ -58,7 +85,8 @@ std::string parse_error_message(const CLI::App& app, const CLI::ParseError& e) {
            "; see --help)";
   }
   if (std::string(e.what()).find("subcommand") != std::string::npos) {
-    return "missing command (use " + prefix + choices + "; see --help)";
+    return "missing command (use " + prefix + choices + "; see --help)" +
+           (in_bench ? "" : swallowed_command(app, global));
   }
   return e.what();
 }
@@ -96,7 +124,7 @@ int run(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    return report(parse_error_message(app, e).c_str(), tessera::cli::kExitUsage);
+    return report(parse_error_message(app, e, global).c_str(), tessera::cli::kExitUsage);
   }
 
   try {
