@@ -400,6 +400,9 @@ TEST(PipelineOptions, OneFOneBNeedsAMicroBatchPerStage) {
                      "1 micro-batches"),
             std::string::npos)
       << msg;
+  // Both ranks refuse it: the cause is said once, although each rank's
+  // message names that rank ("strategy 'pipeline' (rank R): ...").
+  EXPECT_EQ(msg.find("failed too"), std::string::npos) << msg;
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 // naming the rank.
 #include "tessera/core/train/trainer.hpp"
 
-#include <cctype>
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <memory>
@@ -108,14 +108,19 @@ std::string failure_text(const std::exception_ptr& failure) {
   }
 }
 
-// `text` without the "rank R: " a rank's failure starts with.
-std::string_view without_rank(std::string_view text) {
-  constexpr std::string_view kRank = "rank ";
-  if (!text.starts_with(kRank)) return text;
-  std::size_t end = kRank.size();
-  while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end])) != 0) ++end;
-  if (end == kRank.size() || text.substr(end, 2) != ": ") return text;
-  return text.substr(end + 2);
+// `text`, rank `rank`'s failure, without what names that rank: the
+// "rank R: " it starts with and the "(rank R)" of a plugin call's prefix
+// ("strategy 'pipeline' (rank R): step 1: ..."), so that the same cause met
+// on two ranks compares equal.
+std::string rank_neutral(std::string_view text, int rank) {
+  const std::string lead = fmt::format("rank {}: ", rank);
+  if (text.starts_with(lead)) text.remove_prefix(lead.size());
+  std::string out(text);
+  const std::string own = fmt::format("(rank {})", rank);
+  for (std::size_t at = out.find(own); at != std::string::npos; at = out.find(own, at)) {
+    out.replace(at, own.size(), "(rank)");
+  }
+  return out;
 }
 
 // Rethrows the run's first failure. When a later one has a cause of its
@@ -125,9 +130,13 @@ std::string_view without_rank(std::string_view text) {
 // the failed rank, the error says it too.
 [[noreturn]] void rethrow_failures(const RankFailures& outcome, const std::vector<int>& failed) {
   const std::string first = failure_text(outcome.first);
+  const auto first_at = std::find(outcome.each.begin(), outcome.each.end(), outcome.first);
+  const std::string cause = rank_neutral(
+      first,
+      first_at == outcome.each.end() ? -1 : static_cast<int>(first_at - outcome.each.begin()));
   for (const int r : failed) {
     const std::string text = failure_text(outcome.each[static_cast<size_t>(r)]);
-    if (text.find(without_rank(first)) != std::string::npos) continue;
+    if (rank_neutral(text, r).find(cause) != std::string::npos) continue;
     try {
       std::rethrow_exception(outcome.first);
     } catch (const Error& e) {
