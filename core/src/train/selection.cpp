@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "host_call.hpp"
 #include "tessera/core/byte_size.hpp"
 #include "tessera/core/data/batch.hpp"
 #include "tessera/core/host_api.hpp"
@@ -91,21 +92,11 @@ struct SelectCall {
 SelectCall& call_of(void* ctx) { return *static_cast<SelectCall*>(ctx); }
 
 // Runs `body`, turning what it throws into a status and the host-call error
-// the selector reads through last_error.
+// the selector reads through last_error (the message alone, with no prefix).
 template <typename Body>
 tessera_status host_side(Body&& body) noexcept {
-  try {
-    clear_host_call_error();
-    body();
-    return TESSERA_OK;
-  } catch (const Error& e) {
-    // A refusal is an answer for the user: no source location.
-    set_host_call_error(e.status() == TESSERA_ERR_INTERNAL ? e.what() : e.message());
-    return e.status();
-  } catch (const std::exception& e) {
-    set_host_call_error(e.what());
-    return TESSERA_ERR_INTERNAL;
-  }
+  clear_host_call_error();
+  return detail::guard_host_call([] { return std::string(); }, std::forward<Body>(body));
 }
 
 tessera_status c_estimate(void* ctx, const char* strategy, const char* options,
