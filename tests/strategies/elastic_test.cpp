@@ -78,10 +78,12 @@ TEST(ElasticOptions, BadInnerStrategiesAndOptionsAreRefused) {
 }
 
 // Refused when the ranks create it: an inner strategy whose slices are not
-// its ranks.
+// its ranks. (Two micro-batches, so that the pipeline's own create accepts
+// its 1f1b schedule and elastic's check is the one that refuses.)
 TEST(ElasticOptions, RefusesWhatItCannotRecover) {
-  const std::string msg = error_of(
-      [] { (void)run(elastic_spec("gpt", "pipeline", 2, "inner_options = \"stages = 2\"\n")); });
+  RunSpec s = elastic_spec("gpt", "pipeline", 2, "inner_options = \"stages = 2\"\n");
+  s.micro_batches = 2;
+  const std::string msg = error_of([&] { (void)run(s); });
   expect_mentions(msg, {"pipeline", "data-parallel slice"});
 }
 

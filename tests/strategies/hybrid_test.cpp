@@ -338,9 +338,10 @@ TEST(HybridOptions, MoreStagesThanUnitsIsRefused) {
 
 TEST(HybridOptions, OneFOneBNeedsAMicroBatchPerStage) {
   const std::string msg = run_error(hybrid_spec("gpt", HybridMesh{1, 2, 2}, 1));
-  EXPECT_NE(msg.find("hybrid: schedule = \"1f1b\" needs data.micro_batches >= pp (2), but a step "
-                     "has 1 micro-batches"),
-            std::string::npos)
+  EXPECT_NE(
+      msg.find("create: hybrid: schedule = \"1f1b\" needs data.micro_batches >= pp (2), but a step "
+               "has 1 micro-batches"),
+      std::string::npos)
       << msg;
 }
 

@@ -354,10 +354,13 @@ TEST(PipelineOptions, InterleavedNeedsAChunkPerUnit) {
       << msg;
 }
 
+// The host says data.micro_batches at create (strategy 2.9), so the
+// schedule's refusal comes there, before any state is loaded.
 TEST(PipelineOptions, InterleavedNeedsMicroBatchesAMultipleOfStages) {
   const std::string msg =
       run_error(pipeline_spec("gpt", 2, "stages = 2\nschedule = \"interleaved\"\n", 3));
-  EXPECT_NE(msg.find("schedule = \"interleaved\" needs data.micro_batches to be a multiple of "
+  EXPECT_NE(msg.find("create: pipeline: schedule = \"interleaved\" needs data.micro_batches to be "
+                     "a multiple of "
                      "stages (2), as Megatron-LM's interleaved schedule does, but a step has 3 "
                      "micro-batches"),
             std::string::npos)
@@ -396,8 +399,8 @@ TEST(PipelineOptions, MoreStagesThanUnitsIsRefused) {
 TEST(PipelineOptions, OneFOneBNeedsAMicroBatchPerStage) {
   const std::string msg =
       run_error(pipeline_spec("mlp", 2, "stages = 2\nschedule = \"1f1b\"\n", 1));
-  EXPECT_NE(msg.find("schedule = \"1f1b\" needs data.micro_batches >= stages (2), but a step has "
-                     "1 micro-batches"),
+  EXPECT_NE(msg.find("create: pipeline: schedule = \"1f1b\" needs data.micro_batches >= stages "
+                     "(2), but a step has 1 micro-batches"),
             std::string::npos)
       << msg;
   // Both ranks refuse it: the cause is said once, although each rank's

@@ -1,11 +1,15 @@
 // StrategyPlugin: an unknown name is an error listing what exists (also in
 // an empty registry), and, when the build has the `none` strategy and the
 // `inmemory` backend, one rank created through the host tables loads the
-// model's init, trains like the reference trainer and saves what it holds.
+// model's init, trains like the reference trainer and saves what it holds;
+// the pipeline refuses micro-batches its schedule cannot run at create
+// when the host says how many, else at the first step.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/error_of.hpp"
@@ -137,6 +141,59 @@ TEST_F(NoneStrategy, OneRankTrainsLikeTheReference) {
   EXPECT_NE(unit_msg.find("strategy 'none' (rank 0): step 2"), std::string::npos) << unit_msg;
   EXPECT_NE(unit_msg.find("model 'mlp' unit"), std::string::npos) << unit_msg;
   EXPECT_NE(unit_msg.find("forward"), std::string::npos) << unit_msg;
+}
+
+// Strategy 2.9: the host says data.micro_batches at create, and the
+// pipeline refuses a count its schedule cannot run there, before any state
+// is loaded. A host that does not say it (0, as before 2.9) gets the same
+// refusal from the first step, before any compute.
+TEST(PipelineStrategy, MicroBatchesAreRefusedAtCreateOrElseAtTheStep) {
+  PluginRegistry registry;
+  registry.scan({TESSERA_TRAIN_PLUGIN_DIR});
+  if (registry.find(TESSERA_KIND_STRATEGY, "pipeline") == nullptr ||
+      registry.find(TESSERA_KIND_BACKEND, "inmemory") == nullptr) {
+    GTEST_SKIP() << "the 'pipeline' strategy or the 'inmemory' backend is not built in "
+                 << TESSERA_TRAIN_PLUGIN_DIR;
+  }
+  toml::table options;
+  options.insert("stages", 2);
+  options.insert("schedule", "1f1b");
+  const StrategyPlugin plugin(registry, "pipeline", &options, "test.toml: [strategy.options]");
+  BackendSettings settings;
+  settings.world_size = 2;
+  settings.timeout = std::chrono::milliseconds(30000);
+  const auto backend = open_backend(registry, "inmemory", nullptr, "test", settings);
+  const auto m = test::tiny_mlp();  // 3 units
+  const auto opt = make_optimizer("sgd", OptimizerParams{});
+
+  std::array<std::string, 2> at_create;
+  std::array<std::string, 2> at_step;
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      const ThreadRankGuard rank(r);
+      const auto comm = backend->connect(r);
+      at_create[r] = error_of([&] {
+        (void)plugin.create(*comm, *m, *opt, nullptr, {}, /*joining=*/false,
+                            /*micro_batches=*/1);
+      });
+      // Not said: create accepts, the step refuses (no collective runs).
+      const auto strategy = plugin.create(*comm, *m, *opt);
+      strategy->load(*init_source(*m, 11));
+      const std::vector<Batch> micro = {test::batch_for(*m, 4, 1)};
+      const std::vector<float> scales = {0.25F};
+      at_step[r] = error_of([&] { (void)strategy->step(micro, scales, 1, 0.05F, 0.0, 4, 0); });
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  const std::string refusal =
+      "pipeline: schedule = \"1f1b\" needs data.micro_batches >= stages (2), but a step has 1 "
+      "micro-batches";
+  for (int r = 0; r < 2; ++r) {
+    const std::string who = "strategy 'pipeline' (rank " + std::to_string(r) + "): ";
+    EXPECT_NE(at_create[r].find(who + "create: " + refusal), std::string::npos) << at_create[r];
+    EXPECT_NE(at_step[r].find(who + "step 1: " + refusal), std::string::npos) << at_step[r];
+  }
 }
 
 }  // namespace

@@ -268,9 +268,10 @@ void run_rank(const RankShared& s, Communicator& comm, RunLog* log, RankOutput& 
   // The rank's compressor outlives its strategy (declared first).
   const std::unique_ptr<CompressorPlugin::Instance> compressor =
       run.compressor != nullptr ? run.compressor->create() : nullptr;
-  const std::unique_ptr<StrategyInstance> strategy = run.strategy->create(
-      comm, *run.model, *run.optimizer, compressor.get(),
-      run.compressor != nullptr ? run.compressor->name() : std::string(), s.joining);
+  const std::unique_ptr<StrategyInstance> strategy =
+      run.strategy->create(comm, *run.model, *run.optimizer, compressor.get(),
+                           run.compressor != nullptr ? run.compressor->name() : std::string(),
+                           s.joining, config.data.micro_batches);
   const tessera_strategy_layout layout = strategy->layout();
   check_layout(layout, config, run.plan.strategy, comm.size());
   std::optional<DistributedSampler> sampler;

@@ -93,8 +93,8 @@ tessera_estimate StrategyPlugin::estimate(const ModelDescription& model, int wor
 
 std::unique_ptr<StrategyInstance> StrategyPlugin::create(
     Communicator& comm, const model::Model& model, const Optimizer& optimizer,
-    const CompressorPlugin::Instance* compressor, const std::string& compressor_name,
-    bool joining) const {
+    const CompressorPlugin::Instance* compressor, const std::string& compressor_name, bool joining,
+    int64_t micro_batches) const {
   // A feature of strategy interface 2.<minor> the run uses: a plugin older
   // than that is refused, naming the feature and what to do instead.
   const auto require_minor = [&](int minor, const char* feature, const std::string& use,
@@ -136,6 +136,7 @@ std::unique_ptr<StrategyInstance> StrategyPlugin::create(
   env.optim_api = optimizer_api();
   env.optimizer = as_c_optimizer(optimizer);
   env.joining = joining ? 1 : 0;
+  env.micro_batches = micro_batches;
   if (compressor != nullptr) {
     inst->compressor_name_ = compressor_name;
     env.compressor_api = compressor->api();

@@ -52,10 +52,12 @@ extern "C" {
  *   2.8      tessera_estimate_args.compression (where a reserved field
  *            was): the run's compressor kind, which an estimate refuses
  *            where the strategy's create would
+ *   2.9      tessera_strategy_env ends with `micro_batches`, so a schedule
+ *            that cannot run the step's micro-batches refuses in create
  * A host accepts strategy 2.x of any minor (an f16 run needs 2.6, a joining
  * rank 2.7). */
 #define TESSERA_STRATEGY_API_MAJOR 2
-#define TESSERA_STRATEGY_API_MINOR 8
+#define TESSERA_STRATEGY_API_MINOR 9
 
 typedef struct tessera_strategy tessera_strategy;
 
@@ -205,6 +207,13 @@ typedef struct tessera_strategy_env {
    * cannot must fail `create` (the SDK does, unless the strategy asks
    * StrategyEnv::joining()). */
   int32_t joining;
+  /* ---- strategy 2.9 ---- */
+  int32_t reserved; /* zero */
+  /* Micro-batches the host passes every step (data.micro_batches, >= 1);
+   * 0 from an older host. A strategy whose schedule cannot run that many
+   * should fail `create` naming data.micro_batches, before the host loads
+   * any state; it must still check the count each step is given. */
+  int64_t micro_batches;
 } tessera_strategy_env;
 
 /* How the host must feed data to this rank, set by `create`: ranks with the

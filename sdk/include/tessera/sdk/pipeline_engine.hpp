@@ -249,8 +249,10 @@ class PipelineEngine final : public sdk::Strategy {
   static sdk::Estimate estimate_for(const PipelineOptions& options, const sdk::EstimateArgs& args);
 
   // Collective: plans the stages (more stages than units, a boundary out
-  // of range, or zb1 with a unit that cannot split its backward is an
-  // invalid argument naming the option or the unit), splits the world
+  // of range, zb1 with a unit that cannot split its backward, or a
+  // micro-batch count the schedule cannot run, when the host says it
+  // (strategy 2.9), is an invalid argument naming the option, the unit or
+  // data.micro_batches), splits the world
   // into the pipeline, data-parallel and tied-parameter groups, and
   // allocates this stage's parameters, gradients and optimizer state. Rank
   // 0 logs every stage's units and share of the cost.
@@ -272,7 +274,8 @@ class PipelineEngine final : public sdk::Strategy {
   // Runs the schedule over the micro-batches, then reduces, clips and
   // updates. 1f1b with fewer micro-batches than stages, or interleaved with
   // micro-batches not a multiple of stages, is an invalid argument naming
-  // data.micro_batches, raised before any compute.
+  // data.micro_batches, raised before any compute (and already by the
+  // constructor when the host said the count).
   sdk::StepResult step(const sdk::StepArgs& args) override;
   // Replica 0 writes its stage's own tensors (every rank everything it
   // holds, tied copies included, when the writer wants all replicas).
@@ -356,6 +359,10 @@ class PipelineEngine final : public sdk::Strategy {
   Slot& take_slot(Chunk& chunk, int32_t micro);
   Slot& slot_of(Chunk& chunk, int32_t micro);
   static void release_slot(Chunk& chunk, int32_t micro);
+  // Refuses `micro` micro-batches per step where the schedule of `o`
+  // cannot run them (1f1b: fewer than stages; interleaved: not a multiple
+  // of stages), naming data.micro_batches.
+  static void check_micro_batches(const PipelineOptions& o, int64_t micro);
   void drop_pending() noexcept;
   void reduce_grads();
   // After the schedule: the longest wall span and schedule clock over the
@@ -452,15 +459,7 @@ inline sdk::Estimate PipelineEngine::estimate_for(const PipelineOptions& o,
                     ") cannot; use schedule = \"1f1b\"");
     }
   }
-  TESSERA_CHECK(o.schedule != PipelineSchedule::kOneFOneB || m >= p, TESSERA_ERR_INVALID_ARGUMENT,
-                o.who, ": schedule = \"1f1b\" needs data.micro_batches >= ", o.stages_key, " (", p,
-                "), but a step has ", m,
-                " micro-batches; raise data.micro_batches or use schedule = \"gpipe\"");
-  TESSERA_CHECK(
-      o.schedule != PipelineSchedule::kInterleaved || m % p == 0, TESSERA_ERR_INVALID_ARGUMENT,
-      o.who, ": schedule = \"interleaved\" needs data.micro_batches to be a multiple of ",
-      o.stages_key, " (", p, "), as Megatron-LM's interleaved schedule does, but a step has ", m,
-      " micro-batches");
+  check_micro_batches(o, m);
   std::vector<double> cost(static_cast<size_t>(units));
   for (int32_t u = 0; u < units; ++u) {
     cost[static_cast<size_t>(u)] = model.unit(u).forward_flops + model.unit(u).backward_flops;
@@ -684,6 +683,7 @@ inline PipelineEngine::PipelineEngine(const sdk::Host& host, PipelineOptions opt
   // With a tensor axis, the units must split and the model must accept the
   // group before any parameter is cut (naming its key and the option).
   sdk::require_tensor_parallel(env.model(), options_.tp, group_flags(), options_.who, "tp");
+  if (env.micro_batches() > 0) check_micro_batches(options_, env.micro_batches());
   for (int32_t c = stage_; c < plan_.stages(); c += stages_) {
     Chunk chunk;
     chunk.index = c;
@@ -949,27 +949,30 @@ inline void PipelineEngine::save(const sdk::StateWriter& writer) {
           std::span<float> values) { writer.write(name, shape, whole, values); });
 }
 
-inline sdk::StepResult PipelineEngine::step(const sdk::StepArgs& args) {
-  const auto micro = static_cast<int32_t>(args.micro_batches.size());
-  if (options_.schedule == PipelineSchedule::kOneFOneB && micro < stages_) {
+inline void PipelineEngine::check_micro_batches(const PipelineOptions& o, int64_t micro) {
+  // Thrown without a source location: the message is the whole refusal.
+  if (o.schedule == PipelineSchedule::kOneFOneB && micro < o.stages) {
     throw Error(TESSERA_ERR_INVALID_ARGUMENT,
                 ::tessera::detail::concat(
-                    options_.who, ": schedule = \"1f1b\" needs data.micro_batches >= ",
-                    options_.stages_key, " (", stages_, "), but a step has ", micro,
-                    " micro-batches; raise data.micro_batches or use schedule = "
-                    "\"gpipe\""));
+                    o.who, ": schedule = \"1f1b\" needs data.micro_batches >= ", o.stages_key, " (",
+                    o.stages, "), but a step has ", micro,
+                    " micro-batches; raise data.micro_batches or use schedule = \"gpipe\""));
   }
-  if (options_.schedule == PipelineSchedule::kInterleaved && micro % stages_ != 0) {
+  if (o.schedule == PipelineSchedule::kInterleaved && micro % o.stages != 0) {
     throw Error(
         TESSERA_ERR_INVALID_ARGUMENT,
-        ::tessera::detail::concat(options_.who,
-                                  ": schedule = \"interleaved\" needs data.micro_batches to "
-                                  "be a multiple of ",
-                                  options_.stages_key, " (", stages_,
-                                  "), as Megatron-LM's interleaved schedule does, but a "
-                                  "step has ",
+        ::tessera::detail::concat(o.who,
+                                  ": schedule = \"interleaved\" needs data.micro_batches to be a "
+                                  "multiple of ",
+                                  o.stages_key, " (", o.stages,
+                                  "), as Megatron-LM's interleaved schedule does, but a step has ",
                                   micro, " micro-batches"));
   }
+}
+
+inline sdk::StepResult PipelineEngine::step(const sdk::StepArgs& args) {
+  const auto micro = static_cast<int32_t>(args.micro_batches.size());
+  check_micro_batches(options_, micro);
   // run_step meters the fixed communicators; the tied groups are added here.
   sdk::StepResult tied_before;
   for (TiedGroup& t : tied_) {

@@ -96,6 +96,10 @@ class StrategyEnv {
   [[nodiscard]] bool joining_unhandled() const noexcept {
     return raw_.joining != 0 && !joining_asked_;
   }
+  // Micro-batches the host passes every step (data.micro_batches; strategy
+  // 2.9), or 0 when the host is older and does not say: a strategy that
+  // checks the count in its constructor must check it at each step too.
+  [[nodiscard]] int64_t micro_batches() const noexcept { return raw_.micro_batches; }
   // The C struct this was made from (every field the host's version has),
   // for a strategy that creates another strategy plugin with it (elastic).
   [[nodiscard]] const tessera_strategy_env& c() const noexcept { return raw_; }

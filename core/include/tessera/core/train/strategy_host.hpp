@@ -222,11 +222,14 @@ class StrategyPlugin {
   // refused one (invalid argument, naming the strategy, its file and the
   // compressor). `joining`: this rank joins a running world (`comm` is a
   // group of itself alone; strategy 2.7, refused for older plugins).
+  // `micro_batches`: how many each step will pass (data.micro_batches),
+  // for the strategy to refuse a count its schedule cannot run before any
+  // state is loaded (strategy 2.9); 0: not said.
   std::unique_ptr<StrategyInstance> create(Communicator& comm, const model::Model& model,
                                            const Optimizer& optimizer,
                                            const CompressorPlugin::Instance* compressor = nullptr,
                                            const std::string& compressor_name = {},
-                                           bool joining = false) const;
+                                           bool joining = false, int64_t micro_batches = 0) const;
 
  private:
   std::shared_ptr<LoadedPlugin> plugin_;
