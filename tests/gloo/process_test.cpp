@@ -1,6 +1,7 @@
 // Multi-process behaviour specific to the gloo backend, with each rank a
 // forked child: a killed rank is named by every survivor, ranks that never
-// arrive are named at connect, a receive nobody sends to names its peer, the
+// arrive are named at connect, and so is one that stopped while connecting,
+// a receive nobody sends to names its peer, the
 // raw library calls compute what the checked path computes, a finished
 // run leaves no keys in a file store, an abort ends a send gloo had
 // queued for writing, and ranks meet
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "../support/host_store.hpp"
 #include "../support/loopback.hpp"
 #include "../support/temp_dir.hpp"
 #include "process_ranks.hpp"
@@ -87,6 +90,42 @@ TEST(GlooProcesses, RanksThatNeverArriveAreNamedAtConnect) {
     EXPECT_EQ(o.exit_code, 0) << describe(outcomes);
     EXPECT_TRUE(contains(o.text, "ranks 2, 3 never arrived")) << describe(outcomes);
     EXPECT_TRUE(contains(o.text, "tessera launch -n 4")) << describe(outcomes);
+  }
+}
+
+// A rank that arrives and then stops before it connects is named by the
+// others, whatever gloo's own wait reports (here a missing address key). It
+// only writes its arrival key, as a process killed right after arriving
+// leaves it; the two that connect and fail do not name each other.
+TEST(GlooProcesses, RankStoppedWhileConnectingIsNamed) {
+  constexpr int kStopped = 2;
+  const auto outcomes = run_ranks(3, {0, 1, 2}, {}, [](int rank, std::string& text) {
+    if (rank == kStopped) {
+      const std::string dir =
+          std::getenv("TESSERA_RENDEZVOUS_DIR");              // NOLINT(concurrency-mt-unsafe)
+      const std::string run = std::getenv("TESSERA_RUN_ID");  // NOLINT(concurrency-mt-unsafe)
+      const auto store = test::file_store(dir, "test", run);
+      store->set(run + "/c0/w/join/" + std::to_string(kStopped), {'p'});
+      return 0;
+    }
+    auto backend = open_gloo({}, milliseconds(1000));
+    try {
+      auto world = backend->connect();
+    } catch (const Error& e) {
+      text = e.what();
+      return e.status() == TESSERA_ERR_PEER_LOST ? 0 : 2;
+    }
+    text = "connect succeeded without rank 2";
+    return 3;
+  });
+  for (const int survivor : {0, 1}) {
+    const auto& o = outcomes[static_cast<size_t>(survivor)];
+    EXPECT_EQ(o.exit_code, 0) << describe(outcomes);
+    EXPECT_TRUE(contains(o.text, "connecting group 'world' (rank " + std::to_string(survivor) +
+                                     " of 3) through the file store"))
+        << describe(outcomes);
+    EXPECT_TRUE(contains(o.text, "failed: rank 2 stopped while connecting (killed or frozen"))
+        << describe(outcomes);
   }
 }
 

@@ -290,7 +290,8 @@ std::unique_ptr<sdk::Comm> GlooComm::split(int32_t color, int32_t key) {
   const int64_t timeout = engine_->settings.timeout_ms;
   const auto store = open_store(engine_->host, engine_->settings);
   await_members(*store, address, timeout);
-  Connection connection = connect_group(*store, address, engine_->device.device, timeout);
+  Connection connection = connect_group(*store, open_store(engine_->host, engine_->settings),
+                                        address, engine_->device.device, timeout);
   auto child = std::make_shared<Group>(std::move(identity), std::move(connection));
   group_->add_child(child);
   return std::make_unique<GlooComm>(engine_, std::move(child));
@@ -373,7 +374,8 @@ std::unique_ptr<sdk::Comm> GlooComm::shrink(int64_t grace_ms) {
   }
   const GroupAddress address{prefix, identity.name, identity.rank, identity.size()};
   await_members(*store, address, timeout);
-  Connection connection = connect_group(*store, address, engine_->device.device, timeout);
+  Connection connection = connect_group(*store, open_store(engine_->host, engine_->settings),
+                                        address, engine_->device.device, timeout);
   engine_->host.log(TESSERA_LOG_INFO, engine_->settings.rank, "gloo: group '", parent.name,
                     "' re-formed as '", identity.name, "' of ", identity.size(), " ranks (rank ",
                     me, " is now rank ", identity.rank, ")");
@@ -425,9 +427,11 @@ std::unique_ptr<GlooComm> connect_world(const sdk::Host& host, WorldStart start)
   const auto store = open_store(host, s);
   const GroupAddress world{engine->prefix + "/w", "world", s.rank, s.world_size};
   await_members(*store, world, s.timeout_ms);
-  Connection data = connect_group(*store, world, engine->device.device, s.timeout_ms);
+  Connection data =
+      connect_group(*store, open_store(host, s), world, engine->device.device, s.timeout_ms);
   const GroupAddress control{engine->prefix + "/control", "control", s.rank, s.world_size};
-  Connection channel = connect_group(*store, control, engine->device.device, s.timeout_ms);
+  Connection channel =
+      connect_group(*store, open_store(host, s), control, engine->device.device, s.timeout_ms);
   engine->control = std::make_unique<Control>(host, std::move(channel));
 
   GroupIdentity identity;

@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <exception>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include <gloo/alltoall.h>
@@ -58,6 +61,102 @@ std::vector<std::string> exchange_endpoints(const std::shared_ptr<gloo::Context>
   return remote;
 }
 
+// A member's sign of life while it connects a group (see connect_group).
+class Heartbeat {
+ public:
+  static constexpr std::chrono::milliseconds kPeriod{100};
+  // How long a counter must stand still for its rank to count as stopped:
+  // several periods, so that a rank that is only slow to be scheduled (two
+  // cores, sanitizers) is not named.
+  static constexpr std::chrono::milliseconds kSilence{800};
+
+  Heartbeat(std::unique_ptr<Store> store, const GroupAddress& where)
+      : store_(std::move(store)), where_(where) {
+    thread_ = std::thread([this] { beat(); });
+  }
+  Heartbeat(const Heartbeat&) = delete;
+  Heartbeat& operator=(const Heartbeat&) = delete;
+  ~Heartbeat() {
+    try {
+      leave();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the store is gone; nothing waits on the key
+    }
+  }
+
+  // Stops beating and marks this rank as having left. Idempotent.
+  void leave() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (stop_) return;
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+    store_->set(key("left", where_.rank), {'1'});
+  }
+
+  // After leave(): the other members whose counter stood still for
+  // kSilence and who never left. Empty when the store cannot say.
+  std::vector<int32_t> stopped_members() {
+    try {
+      std::vector<int32_t> watched;
+      std::vector<int64_t> before;
+      for (int32_t r = 0; r < where_.size; ++r) {
+        if (r == where_.rank || store_->has({key("left", r)})) continue;
+        watched.push_back(r);
+        before.push_back(store_->add(key("beat", r), 0));
+      }
+      if (watched.empty()) return {};
+      std::this_thread::sleep_for(kSilence);
+      std::vector<int32_t> stopped;
+      for (size_t i = 0; i < watched.size(); ++i) {
+        const int32_t r = watched[i];
+        if (store_->has({key("left", r)})) continue;
+        if (store_->add(key("beat", r), 0) == before[i]) stopped.push_back(r);
+      }
+      return stopped;
+    } catch (const std::exception&) {
+      return {};
+    }
+  }
+
+ private:
+  [[nodiscard]] std::string key(const char* what, int32_t rank) const {
+    return detail::concat(where_.prefix, "/", what, "/", rank);
+  }
+
+  void beat() noexcept {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stop_) {
+      lock.unlock();
+      try {
+        (void)store_->add(key("beat", where_.rank), 1);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): a missed beat; the connect reports the store
+      }
+      lock.lock();
+      wake_.wait_for(lock, kPeriod, [this] { return stop_; });
+    }
+  }
+
+  std::unique_ptr<Store> store_;
+  GroupAddress where_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// "rank 2 stopped while connecting" / "ranks 1, 3 stopped ...", or empty.
+std::string stopped_text(const std::vector<int32_t>& stopped) {
+  if (stopped.empty()) return {};
+  std::string list;
+  for (const int32_t r : stopped) list += (list.empty() ? "" : ", ") + std::to_string(r);
+  return detail::concat(stopped.size() == 1 ? "rank " : "ranks ", list,
+                        " stopped while connecting (killed or frozen: no heartbeat in the store "
+                        "for ",
+                        Heartbeat::kSilence.count(), " ms)");
+}
+
 }  // namespace
 
 void await_members(Store& store, const GroupAddress& where, int64_t timeout_ms) {
@@ -96,9 +195,22 @@ void await_members(Store& store, const GroupAddress& where, int64_t timeout_ms) 
   }
 }
 
-Connection connect_group(Store& store, const GroupAddress& where,
+Connection connect_group(Store& store, std::unique_ptr<Store> beat_store, const GroupAddress& where,
                          const std::shared_ptr<gloo::transport::Device>& device,
                          int64_t timeout_ms) {
+  std::optional<Heartbeat> heartbeat;
+  if (beat_store != nullptr && where.size > 1) heartbeat.emplace(std::move(beat_store), where);
+  // Names the members that stopped, when connecting failed for a reason
+  // other than a reused run id; empty otherwise.
+  const auto stopped = [&](tessera_status status) {
+    if (!heartbeat || status == TESSERA_ERR_INVALID_ARGUMENT) return std::string();
+    try {
+      heartbeat->leave();
+    } catch (const std::exception&) {
+      return std::string();
+    }
+    return stopped_text(heartbeat->stopped_members());
+  };
   Connection c;
   try {
     auto context = std::make_shared<gloo::rendezvous::Context>(where.rank, where.size);
@@ -115,11 +227,17 @@ Connection connect_group(Store& store, const GroupAddress& where,
     } else {
       c.peer_endpoints.assign(1, "");
     }
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
+  } catch (const Error& e) {
+    const std::string who = stopped(e.status());
+    if (who.empty()) throw;
     throw Error(TESSERA_ERR_PEER_LOST, detail::concat("gloo: connecting ", where_text(where, store),
-                                                      " failed: ", e.what()));
+                                                      " failed: ", who, " (", e.what(), ")"));
+  } catch (const std::exception& e) {
+    const std::string who = stopped(TESSERA_ERR_PEER_LOST);
+    throw Error(TESSERA_ERR_PEER_LOST,
+                detail::concat("gloo: connecting ", where_text(where, store), " failed: ",
+                               who.empty() ? std::string(e.what())
+                                           : detail::concat(who, " (gloo: ", e.what(), ")")));
   }
   return c;
 }

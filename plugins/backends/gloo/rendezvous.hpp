@@ -42,10 +42,18 @@ void await_members(Store& store, const GroupAddress& where, int64_t timeout_ms);
 // Connects the full mesh of `where` (after await_members) with gloo's
 // rendezvous through a PrefixStore on `store`, then exchanges endpoints with
 // an alltoall on the new context. `timeout_ms` bounds connecting and becomes
-// the pairs' own timeout (< 0: none). Throws Error(TIMEOUT / PEER_LOST)
-// naming the group and the store; Error(INVALID_ARGUMENT) when keys of this
-// run already exist in the store (a reused run id).
-Connection connect_group(Store& store, const GroupAddress& where,
+// the pairs' own timeout (< 0: none); gloo itself waits up to five times it
+// for a pair's first connection. Throws Error(TIMEOUT / PEER_LOST) naming
+// the group and the store; Error(INVALID_ARGUMENT) when keys of this run
+// already exist in the store (a reused run id).
+//
+// While it connects, this rank beats through `beat_store` (its own
+// connection to the same store; null: no heartbeat): a counter under
+// `<prefix>/beat/<rank>` raised every 100 ms, and `<prefix>/left/<rank>`
+// once it stops connecting. When connecting fails, the members that
+// neither beat for a while nor left are named as stopped while connecting
+// (killed or frozen), as PEER_LOST, whatever gloo's own message says.
+Connection connect_group(Store& store, std::unique_ptr<Store> beat_store, const GroupAddress& where,
                          const std::shared_ptr<gloo::transport::Device>& device,
                          int64_t timeout_ms);
 
