@@ -6,12 +6,15 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "config_schema.hpp"
 #include "tessera/core/input_file.hpp"
 #include "tessera/core/logging.hpp"
+#include "tessera/core/optim/optimizer.hpp"
 #include "tessera/sdk/error.hpp"
 #include "toml_text.hpp"
 
@@ -238,11 +241,17 @@ void read_data(Section s, DataSection& data) {
 }
 
 void read_optimizer(Section s, OptimizerSection& opt) {
-  read_name(s, "name", opt.name);
+  if (s.read("name", opt.name)) {
+    const std::vector<std::string>& names = optimizer_names();
+    s.one_of("name", opt.name, std::vector<std::string_view>(names.begin(), names.end()));
+  }
   if (s.read("lr", opt.lr)) s.above("lr", opt.lr, 0.0);
   if (s.read("weight_decay", opt.weight_decay)) s.at_least("weight_decay", opt.weight_decay, 0.0);
   if (s.read("grad_clip", opt.grad_clip)) s.at_least("grad_clip", opt.grad_clip, 0.0);
-  if (s.read("warmup_steps", opt.warmup_steps)) s.at_least("warmup_steps", opt.warmup_steps, 0);
+  if (s.read("warmup_steps", opt.warmup_steps)) {
+    s.at_least("warmup_steps", opt.warmup_steps, 0);
+    opt.warmup_where = s.where("warmup_steps");
+  }
   for (const auto& [key, value] :
        {std::pair{"momentum", &opt.momentum}, std::pair{"beta1", &opt.beta1},
         std::pair{"beta2", &opt.beta2}}) {

@@ -74,18 +74,16 @@ std::vector<std::string> split_dotted(std::string_view text) {
 
 // ---- Problems ----
 
+std::string Problems::where(const toml::node* at) const {
+  if (at != nullptr && from_override(*at)) return override_label(*at);
+  if (at != nullptr && node_line(*at) > 0) return name_ + ":" + std::to_string(node_line(*at));
+  return name_;
+}
+
 void Problems::add(const toml::node* at, std::string message) {
-  std::string where = name_;
-  bool late = false;
-  uint32_t line = 0;
-  if (at != nullptr && from_override(*at)) {
-    where = override_label(*at);
-    late = true;
-  } else if (at != nullptr && node_line(*at) > 0) {
-    line = node_line(*at);
-    where += ":" + std::to_string(line);
-  }
-  entries_.push_back(Entry{late, line, entries_.size(), where + ": " + std::move(message)});
+  const bool late = at != nullptr && from_override(*at);
+  const uint32_t line = at != nullptr && !late ? node_line(*at) : 0;
+  entries_.push_back(Entry{late, line, entries_.size(), where(at) + ": " + std::move(message)});
 }
 
 void Problems::add_override(const std::string& assignment, std::string message) {
@@ -243,12 +241,16 @@ void Section::above(std::string_view key, double value, double bound) {
 
 void Section::one_of(std::string_view key, const std::string& value,
                      std::initializer_list<std::string_view> allowed) {
+  one_of(key, value, std::vector<std::string_view>(allowed));
+}
+
+void Section::one_of(std::string_view key, const std::string& value,
+                     const std::vector<std::string_view>& allowed) {
   if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return;
   std::string list;
   for (const auto name : allowed) list += (list.empty() ? "" : ", ") + std::string(name);
   require(key, false,
-          "must be one of " + list + "; got '" + value + "'" +
-              did_you_mean(value, std::vector<std::string_view>(allowed)));
+          "must be one of " + list + "; got '" + value + "'" + did_you_mean(value, allowed));
 }
 
 // ---- unknown keys and overrides ----

@@ -39,8 +39,12 @@ class Problems {
   // The display name of the file ("run.toml").
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
 
-  // A problem at `at`: located by its override label, else by file and
-  // line, else by the file alone (at == nullptr or no line known).
+  // Where `at` was written: its override label ("--set run.steps=5"), else
+  // file and line ("run.toml:4"), else the file alone (at == nullptr or no
+  // line known).
+  [[nodiscard]] std::string where(const toml::node* at) const;
+
+  // A problem at `at`, located as where() says.
   void add(const toml::node* at, std::string message);
 
   // A problem with the override `assignment` itself ("--set <assignment>").
@@ -78,6 +82,8 @@ class Section {
   [[nodiscard]] const toml::node* node() const noexcept { return table_; }
   // The value of `key`, or nullptr.
   [[nodiscard]] const toml::node* get(std::string_view key) const;
+  // Where `key` was written (Problems::where), for a check made later.
+  [[nodiscard]] std::string where(std::string_view key) const { return problems_->where(get(key)); }
   // The sub-table `key`, or nullptr when absent (or not a table: a problem).
   toml::table* table(std::string_view key);
 
@@ -101,6 +107,8 @@ class Section {
   void above(std::string_view key, double value, double bound);
   void one_of(std::string_view key, const std::string& value,
               std::initializer_list<std::string_view> allowed);
+  void one_of(std::string_view key, const std::string& value,
+              const std::vector<std::string_view>& allowed);
 
  private:
   [[nodiscard]] std::string dotted(std::string_view key) const;

@@ -179,6 +179,9 @@ TEST(ConfigErrors, ValuesOutsideTheirSetListTheChoices) {
   EXPECT_EQ(config_error("[data]\nkind = \"synthtic\"\n"),
             "run.toml:2: 'data.kind' must be one of synthetic, text, tokens; got 'synthtic' "
             "(did you mean 'synthetic'?)");
+  EXPECT_EQ(config_error("[optimizer]\nname = \"momentom\"\n"),
+            "run.toml:2: 'optimizer.name' must be one of sgd, momentum, adam, adamw; got "
+            "'momentom' (did you mean 'momentum'?)");
   EXPECT_EQ(config_error("[checkpoint]\nformat = \"zip\"\n"),
             "run.toml:2: 'checkpoint.format' must be one of full, sharded; got 'zip'");
   EXPECT_EQ(config_error("[run]\nlog_level = \"verbose\"\n"),
@@ -197,6 +200,7 @@ TEST(ConfigErrors, PluginNamesMustBeNames) {
 TEST(ConfigErrors, DependentKeysAreChecked) {
   EXPECT_EQ(config_error("[data]\nkind = \"text\"\n"),
             "run.toml:2: 'data.kind' = 'text' needs 'data.path'");
+
   EXPECT_EQ(config_error("[checkpoint]\nresume = true\n"),
             "run.toml:2: 'checkpoint.resume' = true needs 'checkpoint.dir'");
 }

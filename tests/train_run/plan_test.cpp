@@ -230,7 +230,10 @@ TEST(PlanRun, WarmupLongerThanTheRunIsRefused) {
   const std::string message = error_of([] {
     (void)plan_run(make_config(mlp_toml("none", 1, 3), {"optimizer.warmup_steps=5"}), plugins());
   });
-  EXPECT_MENTIONS(message, "optimizer.warmup_steps = 5 exceeds run.steps = 3");
+  // Named where it was set, although it is checked once the run is planned.
+  EXPECT_MENTIONS(message,
+                  "--set optimizer.warmup_steps=5: 'optimizer.warmup_steps' = 5 exceeds "
+                  "'run.steps' = 3: the learning-rate warm-up must end within the run");
 }
 
 // Ranks as threads: a world larger than the process can start is refused

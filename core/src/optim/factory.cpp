@@ -32,7 +32,7 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const Optimiz
     valid += valid.empty() ? known : ", " + known;
   }
   throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-              "unknown optimizer 'optimizer.name' = '" + name + "'; valid: " + valid);
+              "unknown optimizer '" + name + "'; valid: " + valid);
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerSection& section) {

@@ -253,10 +253,11 @@ PreparedRun prepare_run(const Config& config, const PluginRegistry& registry) {
   plan.parameters = run.model->parameter_count();
   run.optimizer = make_optimizer(config.optimizer);
   if (config.run.steps >= 1 && config.optimizer.warmup_steps > config.run.steps) {
-    fail(
-        fmt::format("optimizer.warmup_steps = {} exceeds run.steps = {}: the learning-rate "
-                    "warm-up must end within the run",
-                    config.optimizer.warmup_steps, config.run.steps));
+    const std::string& where = config.optimizer.warmup_where;
+    fail(fmt::format(
+        "{}'optimizer.warmup_steps' = {} exceeds 'run.steps' = {}: the "
+        "learning-rate warm-up must end within the run",
+        where.empty() ? "" : where + ": ", config.optimizer.warmup_steps, config.run.steps));
   }
   if (config.run.steps >= 1) run.schedule = make_lr_schedule(config.optimizer, config.run);
 

@@ -101,6 +101,9 @@ struct OptimizerSection {
   double weight_decay = 0.0;
   double grad_clip = 0.0;  // 0: off
   int64_t warmup_steps = 0;
+  // Where warmup_steps was set ("run.toml:32", "--set optimizer.warmup_steps=5"),
+  // for the check against run.steps once the run is planned; empty: default.
+  std::string warmup_where;
   double momentum = 0.9;
   double beta1 = 0.9;
   double beta2 = 0.999;
