@@ -168,11 +168,8 @@ CLI::App* add_bench_strategies_command(CLI::App& bench, BenchStrategiesArgs& arg
                   "pipeline:schedule=gpipe,pipeline:schedule=1f1b")
       ->type_name("LIST")
       ->required();
-  cmd->add_option("--set", args.overrides,
-                  "Override one key of the configuration for every strategy (repeatable)")
-      ->type_name("SECTION.KEY=VALUE")
-      ->allow_extra_args(false)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  add_set_option(cmd, args.overrides,
+                 "Override one key of the configuration for every strategy (repeatable)");
   cmd->add_option("--steps", args.steps, "Training steps per strategy")->capture_default_str();
   cmd->add_option("--csv", args.csv, "Also write the rows as CSV to FILE")->type_name("FILE");
   return cmd;

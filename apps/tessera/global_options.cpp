@@ -124,6 +124,24 @@ void check_unused_global_options(const GlobalOptions& options, const std::string
   }
 }
 
+void add_set_option(CLI::App* cmd, std::vector<std::string>& overrides, const std::string& help) {
+  const CLI::Validator shape(
+      [](std::string& value) -> std::string {
+        const size_t eq = value.find('=');
+        const size_t dot = value.find('.');
+        if (eq == std::string::npos || dot == std::string::npos || dot == 0 || dot + 1 >= eq) {
+          return "'" + value + "' is not SECTION.KEY=VALUE (e.g. --set run.steps=500)";
+        }
+        return {};
+      },
+      "SECTION.KEY=VALUE");
+  cmd->add_option("--set", overrides, help)
+      ->type_name("SECTION.KEY=VALUE")
+      ->check(shape)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
 void refuse_global_config(const GlobalOptions& options, const std::string& command) {
   if (options.config_file.empty()) return;
   throw UsageError("--config is not used by '" + command +

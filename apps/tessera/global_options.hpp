@@ -55,6 +55,12 @@ void refuse_global_config(const GlobalOptions& options, const std::string& comma
 // --plugin-path that is not an existing directory, or any --config.
 void check_unused_global_options(const GlobalOptions& options, const std::string& command);
 
+// Registers `--set SECTION.KEY=VALUE` (repeatable) on `cmd`, collecting into
+// `overrides`. A value that is not of that shape (no '=', or no dotted key
+// before it) is a usage error; what the key and value mean is checked with
+// the configuration.
+void add_set_option(CLI::App* cmd, std::vector<std::string>& overrides, const std::string& help);
+
 // The same with a configuration the command has loaded itself (`tessera
 // train CONFIG`, with its overrides); options.config_file is not read.
 Session open_session(const GlobalOptions& options, const Config& config,

@@ -64,6 +64,17 @@ std::string parse_error_message(const CLI::App& app, const CLI::ParseError& e,
                                 const tessera::cli::GlobalOptions& global) {
   const auto chosen = app.get_subcommands();
   const bool in_bench = !chosen.empty() && chosen.front()->get_name() == "bench";
+  // `tessera train --config FILE`: the global flag took the file that the
+  // command wants as its argument.
+  if (!chosen.empty() && !global.config_file.empty() &&
+      std::string(e.what()).find("CONFIG is required") != std::string::npos) {
+    const CLI::App* command = chosen.front();
+    if (in_bench && !command->get_subcommands().empty()) command = command->get_subcommands()[0];
+    std::string name = command->get_name();
+    if (in_bench) name = "bench " + name;
+    return "CONFIG is required: give the configuration as the argument (tessera " + name + " " +
+           global.config_file + "); the global --config is not read by '" + name + "'";
+  }
   if (!in_bench && !chosen.empty()) return e.what();
   if (in_bench && !chosen.front()->get_subcommands().empty()) return e.what();
   const CLI::App& level = in_bench ? *chosen.front() : app;

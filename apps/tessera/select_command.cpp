@@ -54,12 +54,9 @@ CLI::App* add_select_command(CLI::App& app, SelectArgs& args) {
   cmd->add_option("CONFIG", args.config, "Run configuration (TOML); see docs/config.md")
       ->type_name("FILE")
       ->required();
-  cmd->add_option(
-         "--set", args.overrides,
-         "Override one key of the configuration (repeatable), e.g. --set data.batch_size=64")
-      ->type_name("SECTION.KEY=VALUE")
-      ->allow_extra_args(false)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  add_set_option(
+      cmd, args.overrides,
+      "Override one key of the configuration (repeatable), e.g. --set data.batch_size=64");
   cmd->add_option("--world", args.world, "Ranks to select for (default: run.world_size)")
       ->type_name("N")
       ->each([&args](const std::string&) { args.world_given = true; });

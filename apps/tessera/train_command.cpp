@@ -22,11 +22,8 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& args) {
   cmd->add_option("CONFIG", args.config, "Run configuration (TOML); see docs/config.md")
       ->type_name("FILE")
       ->required();
-  cmd->add_option("--set", args.overrides,
-                  "Override one key of the configuration, e.g. --set run.steps=500 (repeatable)")
-      ->type_name("SECTION.KEY=VALUE")
-      ->allow_extra_args(false)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  add_set_option(cmd, args.overrides,
+                 "Override one key of the configuration, e.g. --set run.steps=500 (repeatable)");
   cmd->add_flag("--dry-run", args.dry_run,
                 "Check the run and print the resolved configuration and the plugin file serving "
                 "each role; start no rank");

@@ -31,8 +31,7 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const Optimiz
   for (const std::string& known : optimizer_names()) {
     valid += valid.empty() ? known : ", " + known;
   }
-  throw Error(TESSERA_ERR_INVALID_ARGUMENT,
-              "unknown optimizer '" + name + "'; valid: " + valid);
+  throw Error(TESSERA_ERR_INVALID_ARGUMENT, "unknown optimizer '" + name + "'; valid: " + valid);
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerSection& section) {
