@@ -236,6 +236,52 @@ TEST(PlanRun, WarmupLongerThanTheRunIsRefused) {
                   "'run.steps' = 3: the learning-rate warm-up must end within the run");
 }
 
+// run.metrics is truncated by a fresh run, so it must not be a file the run
+// reads, lie in the checkpoint directory, or be some other file that
+// exists; an earlier run's metrics (JSON lines) and an empty file are fine.
+TEST(PlanRun, MetricsThatWouldDestroyAFileAreRefused) {
+  TESSERA_REQUIRE_STRATEGY("none");
+  const ScratchDir dir;
+  const std::string base = mlp_toml("none", 1, 3);
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name, std::ios::binary) << text;
+    return (dir / name).string();
+  };
+  const auto refusal = [&](const std::vector<std::string>& overrides) {
+    return error_of([&] { (void)plan_run(make_config(base, overrides), plugins()); });
+  };
+  const std::string init = (dir / "init.safetensors").string();
+  SafetensorsWriter writer;
+  const std::vector<float> w0(8 * 16, 0.5f);
+  const std::vector<float> b0(16, 0.0f);
+  const std::vector<float> w1(16 * 4, 0.25f);
+  const std::vector<float> b1(4, 0.0f);
+  writer.add<float>("layer0.w", {8, 16}, std::span<const float>(w0));
+  writer.add<float>("layer0.b", {16}, std::span<const float>(b0));
+  writer.add<float>("head.w", {16, 4}, std::span<const float>(w1));
+  writer.add<float>("head.b", {4}, std::span<const float>(b1));
+  writer.save(init);
+  EXPECT_MENTIONS(refusal({"model.init=" + init, "run.metrics=" + init}),
+                  "run.metrics = '" + init + "' is model.init, which the run reads");
+  EXPECT_MENTIONS(refusal({"run.metrics=" + init}),
+                  "exists and is not a metrics file (its first byte is not '{'): writing the "
+                  "metrics would destroy it");
+  const std::string ckpt = (dir / "ckpt").string();
+  EXPECT_MENTIONS(refusal({"checkpoint.dir=" + ckpt, "run.metrics=" + ckpt + "/m.jsonl"}),
+                  "is inside checkpoint.dir '" + ckpt + "'");
+  const std::string toml = write("run.toml", base);
+  const std::string config_msg = error_of([&] {
+    const std::vector<std::string> overrides = {"run.metrics=" + toml};
+    (void)plan_run(load_config(toml, overrides), plugins());
+  });
+  EXPECT_MENTIONS(config_msg, "is the configuration file, which the run reads");
+
+  const std::string earlier = write("earlier.jsonl", "{\"step\":1}\n");
+  EXPECT_NO_THROW((void)plan_run(make_config(base, {"run.metrics=" + earlier}), plugins()));
+  const std::string empty = write("empty.jsonl", "");
+  EXPECT_NO_THROW((void)plan_run(make_config(base, {"run.metrics=" + empty}), plugins()));
+}
+
 // Ranks as threads: a world larger than the process can start is refused
 // before any thread starts (and so at --dry-run), naming the key, the value
 // and the limit. It once ended in std::terminate.

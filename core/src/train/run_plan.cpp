@@ -1,9 +1,12 @@
 // plan_run: every check that needs no rank, and the objects the ranks share.
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <span>
 #include <string>
+#include <system_error>
 #include <utility>
 
 #include <fmt/format.h>
@@ -129,6 +132,52 @@ void check_resume(const CheckpointInfo& info, const Config& config, const model:
 
 // Strategy "auto" with ranks as threads of this process: the selector runs
 // here with the backend probed by the run's own world of rank threads.
+// Whether `a` and `b` name the same existing file.
+bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
+  std::error_code ec;
+  return !b.empty() && std::filesystem::equivalent(a, b, ec) && !ec;
+}
+
+// Whether `path` is `dir` or lies below it (neither needs to exist).
+bool inside(const std::filesystem::path& path, const std::filesystem::path& dir) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(path, ec);
+  if (ec) return false;
+  const std::filesystem::path d = std::filesystem::weakly_canonical(dir, ec);
+  if (ec) return false;
+  const auto [end, at] = std::mismatch(d.begin(), d.end(), p.begin(), p.end());
+  return end == d.end();
+}
+
+// run.metrics is opened for writing (truncated by a fresh run): it must not
+// be a file the run reads or writes otherwise, nor an existing file that
+// is not a metrics file (whose lines are JSON objects), which it would
+// destroy.
+void check_metrics_path(const Config& config) {
+  const std::filesystem::path metrics(config.run.metrics);
+  const auto refuse = [&](const std::string& why) {
+    fail("run.metrics = '" + config.run.metrics + "' " + why + "; choose another run.metrics");
+  };
+  const std::pair<const char*, std::filesystem::path> inputs[] = {
+      {"the configuration file", config.file},
+      {"data.path", config.data.path},
+      {"model.init", config.model.init}};
+  for (const auto& [what, file] : inputs) {
+    if (same_file(metrics, file)) refuse(std::string("is ") + what + ", which the run reads");
+  }
+  if (!config.checkpoint.dir.empty() && inside(metrics, config.checkpoint.dir)) {
+    refuse("is inside checkpoint.dir '" + config.checkpoint.dir +
+           "', whose files the run writes and replaces");
+  }
+  std::ifstream in(metrics, std::ios::binary);
+  char first = 0;
+  if (in && in.get(first) && first != '{') {
+    refuse(
+        "exists and is not a metrics file (its first byte is not '{'): writing the metrics "
+        "would destroy it");
+  }
+}
+
 void select_for_threads(const Config& config, const PluginRegistry& registry, PreparedRun& run) {
   const ModelDescription model(*run.model, batch_spec(config));
   SelectRequest request;
@@ -301,6 +350,7 @@ PreparedRun prepare_run(const Config& config, const PluginRegistry& registry) {
       plan.resume_step = run.resume->step;
     }
   }
+  if (!config.run.metrics.empty()) check_metrics_path(config);
   return run;
 }
 
