@@ -149,6 +149,16 @@ TEST(ShardedConvert, BadInputsNameThePath) {
         << message;
   }
   EXPECT_EQ(text_of(step / "index.json"), index_text);
+  // And so is writing over the checkpoint directory's `latest`, from the
+  // directory or from the step.
+  const fs::path latest = sharded_dir.path() / "latest";
+  const std::string latest_text = text_of(latest);
+  for (const fs::path& in : {sharded_dir.path(), step}) {
+    message = error_of([&] { (void)train::convert_to_full(in, latest); });
+    EXPECT_NE(message.find("the pointer to the checkpoint being converted"), std::string::npos)
+        << message;
+  }
+  EXPECT_EQ(text_of(latest), latest_text);
   EXPECT_NO_THROW((void)train::find_latest_checkpoint(sharded_dir.path()));
 }
 

@@ -65,8 +65,14 @@ ConversionSummary convert_to_full(const std::filesystem::path& in,
   if (std::filesystem::exists(out, ec) && std::filesystem::is_directory(out, ec)) {
     fail("checkpoint convert: output '" + out.string() + "' is a directory (give a file name)");
   }
-  // Replacing a file the conversion reads would destroy the checkpoint.
+  // Replacing a file the conversion reads would destroy the checkpoint, and
+  // replacing the `latest` of the checkpoint directory holding its step
+  // would lose the way to it.
   std::set<std::filesystem::path> inputs = {summary.index};
+  const std::filesystem::path step_dir = summary.index.parent_path();
+  if (parse_checkpoint_dir_name(step_dir.filename().string())) {
+    inputs.insert(step_dir.parent_path() / "latest");
+  }
   for (const auto& [name, tensor] : index.tensors) {
     for (const ShardSlice& slice : tensor.slices) {
       inputs.insert(summary.index.parent_path() / slice.file);
@@ -74,8 +80,11 @@ ConversionSummary convert_to_full(const std::filesystem::path& in,
   }
   for (const std::filesystem::path& input : inputs) {
     if (std::filesystem::equivalent(out, input, ec)) {
-      fail("checkpoint convert: output '" + out.string() + "' is '" + input.string() +
-           "', a file of the checkpoint being converted (give another file name)");
+      fail("checkpoint convert: output '" + out.string() + "' is '" + input.string() + "', " +
+           (input.filename() == "latest"
+                ? std::string("the pointer to the checkpoint being converted")
+                : std::string("a file of the checkpoint being converted")) +
+           " (give another file name)");
     }
   }
   writer.save(out);
