@@ -15,6 +15,7 @@
 #include "tessera/core/config.hpp"
 #include "tessera/core/memory.hpp"
 #include "tessera/core/model/model.hpp"
+#include "tessera/core/rank_threads.hpp"
 
 namespace tessera::cli {
 namespace {
@@ -197,6 +198,17 @@ int run_select_command(const GlobalOptions& global, const SelectArgs& args, std:
   const std::unique_ptr<Optimizer> optimizer = make_optimizer(config.optimizer);
   const int world = config.run.world_size;
   const bool threads = thread_backend(registry, config);
+  // The probes run the world as threads of this process: refuse one it
+  // cannot start before any thread does, as train and bench do.
+  if (threads) {
+    const std::string excess =
+        rank_thread_excess(world,
+                           args.world_given ? fmt::format("--world {}", world)
+                                            : fmt::format("run.world_size = {}", world),
+                           config.backend.name);
+    if (!excess.empty() && args.world_given) throw UsageError(excess);
+    if (!excess.empty()) throw Error(TESSERA_ERR_INVALID_ARGUMENT, excess);
+  }
 
   train::SelectRequest request;
   train::selector_from_config(config, request);
