@@ -15,14 +15,6 @@
 namespace tessera {
 namespace {
 
-// " (line N)", " (--set backend.options.x=1)" or empty: where a value came
-// from, for messages.
-std::string origin(const toml::node& node) {
-  if (detail::from_override(node)) return " (" + detail::override_label(node) + ")";
-  const uint32_t line = detail::node_line(node);
-  return line > 0 ? " (line " + std::to_string(line) + ")" : std::string();
-}
-
 const char* type_phrase(tessera_option_type type) noexcept {
   switch (type) {
     case TESSERA_OPT_BOOL:
@@ -138,7 +130,7 @@ std::string declared_list(std::span<const tessera_option_decl> decls) {
 }  // namespace
 
 OptionValues resolve_options(std::span<const tessera_option_decl> decls, const toml::table* table,
-                             const std::string& where) {
+                             const std::string& where, std::span<const std::string_view> skip) {
   check_decls(decls, where);
   OptionValues out;
   for (const auto& decl : decls) out.values.insert_or_assign(decl.key, parse_default(decl, where));
@@ -147,7 +139,11 @@ OptionValues resolve_options(std::span<const tessera_option_decl> decls, const t
   // Visit the given keys in the order they were written, so the problems
   // are reported in the file's order.
   std::vector<std::pair<std::string_view, const toml::node*>> given;
-  for (const auto& [key, node] : *table) given.emplace_back(key.str(), &node);
+  for (const auto& [key, node] : *table) {
+    if (std::find(skip.begin(), skip.end(), key.str()) == skip.end()) {
+      given.emplace_back(key.str(), &node);
+    }
+  }
   std::stable_sort(given.begin(), given.end(), [](const auto& a, const auto& b) {
     const bool a_late = detail::from_override(*a.second);
     const bool b_late = detail::from_override(*b.second);
@@ -166,21 +162,22 @@ OptionValues resolve_options(std::span<const tessera_option_decl> decls, const t
       std::vector<std::string_view> names;
       for (const auto& d : decls) names.emplace_back(d.key);
       const auto hint = detail::nearest_word(key, names);
-      problems.push_back(where + ": unknown option '" + std::string(key) + "'" + origin(*node) +
-                         "; declared: " + declared_list(decls) +
+      problems.push_back(where + ": unknown option '" + std::string(key) + "'" +
+                         detail::node_origin(*node) + "; declared: " + declared_list(decls) +
                          (hint ? "; did you mean '" + *hint + "'?" : std::string()));
       continue;
     }
     auto value = convert(*node, decl->type);
     if (!value) {
-      problems.push_back(where + ": option '" + std::string(key) + "'" + origin(*node) +
-                         " must be " + type_phrase(decl->type) + ", got " +
-                         detail::toml_type_phrase(node->type()));
+      problems.push_back(where + ": option '" + std::string(key) + "'" +
+                         detail::node_origin(*node) + " must be " + type_phrase(decl->type) +
+                         ", got " + detail::toml_type_phrase(node->type()));
       continue;
     }
     if (const auto* number = std::get_if<double>(&*value); number && !std::isfinite(*number)) {
-      problems.push_back(where + ": option '" + std::string(key) + "'" + origin(*node) +
-                         " must be a finite number, got " + detail::format_float(*number));
+      problems.push_back(where + ": option '" + std::string(key) + "'" +
+                         detail::node_origin(*node) + " must be a finite number, got " +
+                         detail::format_float(*number));
       continue;
     }
     out.values.insert_or_assign(std::string(key), *std::move(value));

@@ -37,6 +37,14 @@ inline std::string override_label(const toml::node& node) {
 // toml++ does not copy source positions).
 inline uint32_t node_line(const toml::node& node) noexcept { return node.source().begin.line; }
 
+// " (line N)", " (--set backend.options.x=1)" or empty: where a value came
+// from, for messages.
+inline std::string node_origin(const toml::node& node) {
+  if (from_override(node)) return " (" + override_label(node) + ")";
+  const uint32_t line = node_line(node);
+  return line > 0 ? " (line " + std::to_string(line) + ")" : std::string();
+}
+
 // Name of a TOML value type as used in messages ("an integer", "a string").
 inline const char* toml_type_phrase(toml::node_type type) noexcept {
   switch (type) {

@@ -143,16 +143,25 @@ TEST(AutoStrategy, AnUnknownSelectorListsTheInstalledOnes) {
   EXPECT_NE(message.find("pick"), std::string::npos) << message;
 }
 
+// The selector's options are [strategy.options] itself, so a problem names
+// its line or its override, and no source location.
 TEST(AutoStrategy, SelectorOptionsAreChecked) {
   const std::string message =
       error_of([] { (void)quiet_run(make_config(auto_mlp(2, 1, "ddp", "colour = \"red\"\n"))); });
   EXPECT_NE(message.find("colour"), std::string::npos) << message;
+  const std::string overridden = error_of(
+      [] { (void)quiet_run(make_config(mlp_toml("auto", 2, 1), {"strategy.options.colour=1"})); });
+  EXPECT_NE(overridden.find("unknown option 'colour' (--set strategy.options.colour=1)"),
+            std::string::npos)
+      << overridden;
   const std::string not_string = error_of([] {
     (void)quiet_run(make_config(mlp_toml("auto", 2, 1) + "[strategy.options]\nselector = 3\n"));
   });
-  EXPECT_NE(not_string.find("'selector' must be a string naming a selector plugin"),
+  EXPECT_NE(not_string.find("'selector' (line "), std::string::npos) << not_string;
+  EXPECT_NE(not_string.find(") must be a string naming a selector plugin, got an integer"),
             std::string::npos)
       << not_string;
+  EXPECT_EQ(not_string.find(".cpp:"), std::string::npos) << not_string;
 }
 
 TEST(AutoStrategy, ARefusalNamesTheSelector) {

@@ -2,6 +2,7 @@
 #include "tessera/core/train/selection.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "../toml_text.hpp"
 #include "host_call.hpp"
 #include "tessera/core/byte_size.hpp"
 #include "tessera/core/data/batch.hpp"
@@ -471,21 +473,26 @@ std::string SelectionRow::label() const {
   return options.empty() ? strategy : strategy + " {" + options + "}";
 }
 
+// [strategy.options] keys that are not the selector's own options.
+constexpr std::array<std::string_view, 1> kNotSelectorOptions = {"selector"};
+
 void selector_from_config(const Config& config, SelectRequest& request) {
   request.compression = config.compression;
   request.selector = kDefaultSelector;
-  request.options = toml::table{};
+  request.options = nullptr;
   request.options_where = config.strategy.options_where;
   if (config.strategy.name != kAutoStrategy) return;
-  for (const auto& [key, node] : config.strategy.options) {
-    if (key.str() == "selector") {
-      const auto* name = node.as_string();
-      TESSERA_CHECK(name != nullptr, TESSERA_ERR_INVALID_ARGUMENT, config.strategy.options_where,
-                    ": 'selector' must be a string naming a selector plugin");
-      request.selector = name->get();
-      continue;
+  request.options = &config.strategy.options;
+  if (const toml::node* node = config.strategy.options.get("selector")) {
+    const auto* name = node->as_string();
+    if (name == nullptr) {
+      throw Error(TESSERA_ERR_INVALID_ARGUMENT,
+                  config.strategy.options_where + ": 'selector'" +
+                      ::tessera::detail::node_origin(*node) +
+                      " must be a string naming a selector plugin, got " +
+                      ::tessera::detail::toml_type_phrase(node->type()));
     }
-    request.options.insert(key, node);
+    request.selector = name->get();
   }
 }
 
@@ -496,7 +503,7 @@ Selection run_selector(const SelectRequest& request) {
   const tessera_plugin_descriptor& d = plugin->descriptor();
   const OptionValues options =
       resolve_options(std::span<const tessera_option_decl>(d.options, d.num_options),
-                      &request.options, request.options_where);
+                      request.options, request.options_where, kNotSelectorOptions);
   const auto* api = static_cast<const tessera_selector_api*>(d.api);
 
   const StrategyList strategies = installed_strategies(*request.registry);

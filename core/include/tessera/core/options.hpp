@@ -7,6 +7,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -28,9 +29,10 @@ using OptionValues = tessera_options;
 // wrong types and unparsable defaults throw tessera::Error naming `where`
 // (e.g. "run.toml: [backend.options]"), the key and, when known, the line;
 // every problem of the table is reported, one per line, in the file's order.
-// An int given for a float option is accepted.
+// An int given for a float option is accepted. Keys in `skip` are not
+// options (the table holds them for another reader) and are passed over.
 OptionValues resolve_options(std::span<const tessera_option_decl> decls, const toml::table* table,
-                             const std::string& where);
+                             const std::string& where, std::span<const std::string_view> skip = {});
 
 // Parses "key=value" overrides (value as a TOML literal or a bare string)
 // into a table; used by the CLI for --option flags.

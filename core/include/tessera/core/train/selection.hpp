@@ -177,9 +177,10 @@ struct SelectRequest {
   // Empty when trials cannot run here; `no_trial_reason` says why.
   TrialRunner trial;
   std::string no_trial_reason;
-  // The selector plugin and its options (without `selector`).
+  // The selector plugin and its options: a table (not owned; null: none)
+  // whose key `selector`, if any, is not one of them.
   std::string selector = kDefaultSelector;
-  toml::table options;
+  const toml::table* options = nullptr;
   std::string options_where;  // "run.toml: [strategy.options]"
   // The run's [compression], whose kind the candidates' estimates are told
   // (a strategy refuses a compressor its create would refuse).
@@ -188,9 +189,11 @@ struct SelectRequest {
 
 // The selector and its options a configuration asks for: with
 // strategy.name "auto", strategy.options.selector (a string; default
-// "auto") and the other [strategy.options] keys; otherwise the default
-// selector with no options. Throws tessera::Error (invalid argument) when
-// strategy.options.selector is not a string.
+// "auto") and the other [strategy.options] keys (the config's own table,
+// so that its lines and overrides are named; `config` must outlive the
+// request); otherwise the default selector with no options. Throws
+// tessera::Error (invalid argument) when strategy.options.selector is not a
+// string.
 void selector_from_config(const Config& config, SelectRequest& request);
 
 // A SelectRequest's compute_rate for `model` under `config`: one
