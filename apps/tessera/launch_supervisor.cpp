@@ -9,6 +9,8 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -22,6 +24,16 @@ constexpr int kStatusUnknown = 255 << 8;
 
 std::string rank_list(const std::vector<int>& ranks) {
   return fmt::format("rank{} {}", ranks.size() == 1 ? "" : "s", fmt::join(ranks, ", "));
+}
+
+// The state letter of /proc/<pid>/stat ('R', 'S', 'T' stopped by a signal,
+// 't' stopped by a tracer, ...), or 0 when it cannot be read.
+char process_state(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  const std::size_t end = stat.rfind(')');  // the command name may hold anything
+  return end != std::string::npos && end + 2 < stat.size() ? stat[end + 2] : '\0';
 }
 
 }  // namespace
@@ -157,6 +169,35 @@ std::vector<int> RankSupervisor::signal_running(int signal, bool from_launcher) 
   return signalled;
 }
 
+void RankSupervisor::kill_stopped_orphans(const SuperviseOptions& options) {
+  std::vector<int> stopped;
+  bool all_stopped = true;
+  bool any_ended = false;
+  for (const Rank& r : ranks_) {
+    if (!r.running) {
+      any_ended = true;
+    } else if (process_state(r.pid) == 'T') {
+      stopped.push_back(r.rank);
+    } else {
+      all_stopped = false;
+    }
+  }
+  if (!any_ended || stopped.empty() || !all_stopped) {
+    orphans_stopped_since_.reset();
+    return;
+  }
+  const auto now = Clock::now();
+  if (!orphans_stopped_since_) orphans_stopped_since_ = now;
+  if (now - *orphans_stopped_since_ < options.grace) return;
+  orphans_stopped_since_.reset();
+  message(options, fmt::format("{} stopped by a signal for {} while every other rank has ended "
+                               "(--grace): it cannot end on its own; sending SIGKILL",
+                               rank_list(stopped), duration_text(options.grace)));
+  for (const Rank& r : ranks_) {
+    if (r.running) signal_group(r.pid, SIGKILL);
+  }
+}
+
 void RankSupervisor::message(const SuperviseOptions& options, const std::string& text) const {
   (void)write_all(options.message_fd, "tessera launch: " + text + "\n");
 }
@@ -239,6 +280,7 @@ int RankSupervisor::supervise(SignalPipe& signals, const SuperviseOptions& optio
     }
     (void)reap(options);
     if (first_failed_ && !term_at) term_at = Clock::now() + options.grace;
+    if (!term_at && interrupted_ == 0) kill_stopped_orphans(options);
     if (!stopped_for_ && !term_sent && options.stop_requested && any_running() &&
         Clock::now() >= next_stop_check) {
       next_stop_check = Clock::now() + kMaxPollWait;

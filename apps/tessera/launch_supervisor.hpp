@@ -121,6 +121,11 @@ class RankSupervisor {
   bool tolerate(const Rank& failed, const SuperviseOptions& options);
   // Sends `signal` to every running rank's group; returns their ranks.
   std::vector<int> signal_running(int signal, bool from_launcher);
+  // A rank stopped by a signal (SIGSTOP, SIGTSTP; not a debugger's stop)
+  // cannot end on its own. When every rank still running is stopped and
+  // some rank has ended, and that lasts --grace, kills them: each is then a
+  // failure like any other (tolerated under --tolerate-failures).
+  void kill_stopped_orphans(const SuperviseOptions& options);
   void message(const SuperviseOptions& options, const std::string& text) const;
   // "2 of 3 ranks failed: rank 0 exit 0, rank 1 SIGKILL, ..."; `within`
   // is put after "failed" (", tolerated (--tolerate-failures 1)").
@@ -132,6 +137,9 @@ class RankSupervisor {
   int tolerated_ = 0;                // failures tolerated so far
   int interrupted_ = 0;              // the first SIGINT or SIGTERM received; 0: none
   std::optional<std::string> stopped_for_;
+  // Since when the ranks still running have all been stopped by a signal
+  // while another has ended (kill_stopped_orphans).
+  std::optional<Clock::time_point> orphans_stopped_since_;
 };
 
 }  // namespace tessera::cli

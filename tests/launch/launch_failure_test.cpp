@@ -168,6 +168,37 @@ TEST(LaunchFailure, ToleratedKilledRankLetsTheOthersFinish) {
       << r.err;
 }
 
+// A rank stopped by a signal cannot end on its own: once every other rank
+// has ended and it stays stopped for --grace, the launcher kills it, and it
+// counts as a failure (tolerated under --tolerate-failures), instead of
+// waiting for it forever.
+TEST(LaunchFailure, ARankStoppedAfterTheOthersEndedIsKilledAfterTheGrace) {
+  const std::vector<std::string> ranks = {"/bin/sh", "-c",
+                                          "if [ \"$RANK\" = 2 ]; then kill -STOP $$; fi; "
+                                          "echo done $RANK"};
+  std::vector<std::string> args = {"launch", "-n", "3", "--grace", "0.5", "--"};
+  args.insert(args.end(), ranks.begin(), ranks.end());
+  const CliResult r = run_cli(args, {}, 20s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "tessera launch: rank 2 stopped by a signal for 0.5 s while every other "
+                       "rank has ended (--grace): it cannot end on its own; sending SIGKILL\n"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "3 ranks failed: rank 0 exit 0, rank 1 exit 0, rank 2 SIGKILL\n"))
+      << r.err;
+
+  args = {"launch", "-n", "3", "--grace", "0.5", "--tolerate-failures", "1", "--"};
+  args.insert(args.end(), ranks.begin(), ranks.end());
+  const CliResult tolerated = run_cli(args, {}, 20s);
+  ASSERT_FALSE(tolerated.timed_out) << tolerated.err;
+  EXPECT_EQ(tolerated.exit_code, 0) << tolerated.err;
+  EXPECT_TRUE(contains(tolerated.err,
+                       "1 of 3 ranks failed, tolerated (--tolerate-failures 1): rank 0 exit 0, "
+                       "rank 1 exit 0, rank 2 SIGKILL\n"))
+      << tolerated.err;
+}
+
 TEST(LaunchFailure, FailuresBeyondTheToleratedOnesStopTheOthers) {
   const CliResult r =
       run_cli({"launch", "-n", "3", "--tolerate-failures", "1", "--grace", "0.2", "--", "/bin/sh",
