@@ -150,7 +150,7 @@ TEST(AutoStrategy, SelectorOptionsAreChecked) {
       error_of([] { (void)quiet_run(make_config(auto_mlp(2, 1, "ddp", "colour = \"red\"\n"))); });
   EXPECT_NE(message.find("colour"), std::string::npos) << message;
   const std::string overridden = error_of(
-      [] { (void)quiet_run(make_config(mlp_toml("auto", 2, 1), {"strategy.options.colour=1"})); });
+      [] { (void)quiet_run(make_config(auto_mlp(2, 1, "ddp"), {"strategy.options.colour=1"})); });
   EXPECT_NE(overridden.find("unknown option 'colour' (--set strategy.options.colour=1)"),
             std::string::npos)
       << overridden;
