@@ -267,8 +267,14 @@ TEST(PlanRun, MetricsThatWouldDestroyAFileAreRefused) {
                   "exists and is not a metrics file (its first byte is not '{'): writing the "
                   "metrics would destroy it");
   const std::string ckpt = (dir / "ckpt").string();
-  EXPECT_MENTIONS(refusal({"checkpoint.dir=" + ckpt, "run.metrics=" + ckpt + "/m.jsonl"}),
-                  "is inside checkpoint.dir '" + ckpt + "'");
+  for (const char* owned : {"/latest", "/.lock", "/step-00000003/metrics.jsonl"}) {
+    EXPECT_MENTIONS(refusal({"checkpoint.dir=" + ckpt, "run.metrics=" + ckpt + owned}),
+                    "is a file of checkpoint.dir '" + ckpt + "' that checkpointing writes");
+  }
+  // Beside the checkpoints is fine: the run leaves other files there alone.
+  EXPECT_NO_THROW((void)plan_run(
+      make_config(base, {"checkpoint.dir=" + ckpt, "run.metrics=" + ckpt + "/metrics.jsonl"}),
+      plugins()));
   const std::string toml = write("run.toml", base);
   const std::string config_msg = error_of([&] {
     const std::vector<std::string> overrides = {"run.metrics=" + toml};

@@ -138,15 +138,19 @@ bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
   return !b.empty() && std::filesystem::equivalent(a, b, ec) && !ec;
 }
 
-// Whether `path` is `dir` or lies below it (neither needs to exist).
-bool inside(const std::filesystem::path& path, const std::filesystem::path& dir) {
+// Whether `path` (which need not exist) is a file that checkpointing into
+// `dir` writes or replaces: its `latest`, its lock file, or anything in a
+// step directory. Other files in `dir` are left alone by the run.
+bool checkpoint_owned(const std::filesystem::path& path, const std::filesystem::path& dir) {
   std::error_code ec;
   const std::filesystem::path p = std::filesystem::weakly_canonical(path, ec);
   if (ec) return false;
   const std::filesystem::path d = std::filesystem::weakly_canonical(dir, ec);
   if (ec) return false;
   const auto [end, at] = std::mismatch(d.begin(), d.end(), p.begin(), p.end());
-  return end == d.end();
+  if (end != d.end() || at == p.end()) return false;
+  const std::string first = at->string();
+  return first == "latest" || first == kLockFile || parse_checkpoint_dir_name(first).has_value();
 }
 
 // run.metrics is opened for writing (truncated by a fresh run): it must not
@@ -165,9 +169,9 @@ void check_metrics_path(const Config& config) {
   for (const auto& [what, file] : inputs) {
     if (same_file(metrics, file)) refuse(std::string("is ") + what + ", which the run reads");
   }
-  if (!config.checkpoint.dir.empty() && inside(metrics, config.checkpoint.dir)) {
-    refuse("is inside checkpoint.dir '" + config.checkpoint.dir +
-           "', whose files the run writes and replaces");
+  if (!config.checkpoint.dir.empty() && checkpoint_owned(metrics, config.checkpoint.dir)) {
+    refuse("is a file of checkpoint.dir '" + config.checkpoint.dir +
+           "' that checkpointing writes or replaces (its latest, its lock or a step directory)");
   }
   std::ifstream in(metrics, std::ios::binary);
   char first = 0;
