@@ -26,11 +26,11 @@ std::filesystem::path resolve_sharded_index(const std::filesystem::path& in) {
     return in;
   }
   if (std::filesystem::is_regular_file(in / "index.json", ec)) return in / "index.json";
-  if (std::filesystem::exists(in / "latest", ec)) {
+  if (std::filesystem::exists(in / kLatestFile, ec)) {
     const std::optional<CheckpointInfo> info = find_latest_checkpoint(in);
     if (info && info->format == CheckpointFormat::sharded) return info->file;
     if (info) {
-      fail("checkpoint: '" + (in / "latest").string() + "' names '" + info->file.string() +
+      fail("checkpoint: '" + (in / kLatestFile).string() + "' names '" + info->file.string() +
            "', a full checkpoint already (nothing to convert)");
     }
   }
@@ -71,17 +71,17 @@ ConversionSummary convert_to_full(const std::filesystem::path& in,
   std::set<std::filesystem::path> inputs = {summary.index};
   const std::filesystem::path step_dir = summary.index.parent_path();
   if (parse_checkpoint_dir_name(step_dir.filename().string())) {
-    inputs.insert(step_dir.parent_path() / "latest");
+    inputs.insert(step_dir.parent_path() / kLatestFile);
   }
   for (const auto& [name, tensor] : index.tensors) {
     for (const ShardSlice& slice : tensor.slices) {
-      inputs.insert(summary.index.parent_path() / slice.file);
+      inputs.insert(step_dir / slice.file);
     }
   }
   for (const std::filesystem::path& input : inputs) {
     if (std::filesystem::equivalent(out, input, ec)) {
       fail("checkpoint convert: output '" + out.string() + "' is '" + input.string() + "', " +
-           (input.filename() == "latest"
+           (input.filename() == kLatestFile
                 ? std::string("the pointer to the checkpoint being converted")
                 : std::string("a file of the checkpoint being converted")) +
            " (give another file name)");

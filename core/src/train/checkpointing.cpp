@@ -23,7 +23,6 @@
 namespace tessera::train {
 namespace {
 
-constexpr const char* kLatestFile = "latest";
 // `latest` holds one directory name; anything longer is not a `latest`.
 constexpr uint64_t kMaxLatestBytes = 4096;
 

@@ -150,7 +150,7 @@ bool checkpoint_owned(const std::filesystem::path& path, const std::filesystem::
   const auto [end, at] = std::mismatch(d.begin(), d.end(), p.begin(), p.end());
   if (end != d.end() || at == p.end()) return false;
   const std::string first = at->string();
-  return first == "latest" || first == kLockFile || parse_checkpoint_dir_name(first).has_value();
+  return first == kLatestFile || first == kLockFile || parse_checkpoint_dir_name(first).has_value();
 }
 
 // run.metrics is opened for writing (truncated by a fresh run): it must not

@@ -33,6 +33,9 @@ inline constexpr const char* kModelFile = "model.safetensors";  // format full
 inline constexpr const char* kIndexFile = "index.json";         // format sharded
 inline constexpr std::string_view kOptimPrefix = "optim.";
 
+// The file of a checkpoint directory that names its newest step directory.
+inline constexpr const char* kLatestFile = "latest";
+
 // "step-00000042": the directory name of step `step` (8 digits, more when
 // the step needs them).
 std::string checkpoint_dir_name(int64_t step);
