@@ -17,6 +17,7 @@
 #include "collectives.hpp"
 #include "forever.hpp"
 #include "p2p.hpp"
+#include "rendezvous.hpp"
 #include "store.hpp"
 #include "tessera/sdk/coll.hpp"
 #include "tessera/sdk/dtype.hpp"
@@ -31,13 +32,6 @@ std::chrono::milliseconds gloo_timeout(int64_t timeout_ms) {
 
 tessera_buffer cpu_i32(int32_t* data, uint64_t count) {
   return tessera_buffer{data, count, TESSERA_I32, tessera_device{TESSERA_DEVICE_CPU, 0}};
-}
-
-// "0, 1, 3".
-std::string rank_list(const std::vector<int32_t>& ranks) {
-  std::string text;
-  for (const int32_t r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
-  return text;
 }
 
 // The members a shrink agreed on, as written by rank_list; nullopt unless
@@ -365,8 +359,8 @@ std::unique_ptr<sdk::Comm> GlooComm::shrink(int64_t grace_ms) {
   identity.key = group_key(identity.id);
   identity.name = parent.name + " re-formed";
   if (!missing.empty()) {
-    identity.name += detail::concat(" without ", parent.id == "w" ? "" : "world ",
-                                    missing.size() == 1 ? "rank " : "ranks ", rank_list(missing));
+    identity.name +=
+        detail::concat(" without ", parent.id == "w" ? "" : "world ", ranks_phrase(missing));
   }
   identity.rank = static_cast<int32_t>(mine - members->begin());
   for (const int32_t r : *members) {

@@ -149,15 +149,23 @@ class Heartbeat {
 // "rank 2 stopped while connecting" / "ranks 1, 3 stopped ...", or empty.
 std::string stopped_text(const std::vector<int32_t>& stopped) {
   if (stopped.empty()) return {};
-  std::string list;
-  for (const int32_t r : stopped) list += (list.empty() ? "" : ", ") + std::to_string(r);
-  return detail::concat(stopped.size() == 1 ? "rank " : "ranks ", list,
+  return detail::concat(ranks_phrase(stopped),
                         " stopped while connecting (killed or frozen: no heartbeat in the store "
                         "for ",
                         Heartbeat::kSilence.count(), " ms)");
 }
 
 }  // namespace
+
+std::string rank_list(const std::vector<int32_t>& ranks) {
+  std::string text;
+  for (const int32_t r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
+  return text;
+}
+
+std::string ranks_phrase(const std::vector<int32_t>& ranks) {
+  return (ranks.size() == 1 ? "rank " : "ranks ") + rank_list(ranks);
+}
 
 void await_members(Store& store, const GroupAddress& where, int64_t timeout_ms) {
   std::string me = "pid ";
@@ -181,14 +189,12 @@ void await_members(Store& store, const GroupAddress& where, int64_t timeout_ms) 
     const auto waited =
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
     if (timeout_ms >= 0 && waited >= timeout_ms) {
-      std::string list;
-      for (const int32_t r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
-      throw Error(TESSERA_ERR_TIMEOUT,
-                  detail::concat("gloo: connecting ", where_text(where, store), " timed out after ",
-                                 waited, " ms: ", missing.size() == 1 ? "rank " : "ranks ", list,
-                                 " never arrived (start all ", where.size,
-                                 " ranks with `tessera launch -n ", where.size,
-                                 " -- ...`, each with its own RANK and the same store)"));
+      throw Error(
+          TESSERA_ERR_TIMEOUT,
+          detail::concat("gloo: connecting ", where_text(where, store), " timed out after ", waited,
+                         " ms: ", ranks_phrase(missing), " never arrived (start all ", where.size,
+                         " ranks with `tessera launch -n ", where.size,
+                         " -- ...`, each with its own RANK and the same store)"));
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(50));

@@ -34,6 +34,11 @@ struct GroupAddress {
   int32_t size = 1;
 };
 
+// "0, 1, 3": group ranks for messages and store values.
+std::string rank_list(const std::vector<int32_t>& ranks);
+// "rank 2" or "ranks 1, 3".
+std::string ranks_phrase(const std::vector<int32_t>& ranks);
+
 // Writes this rank's arrival key under `where.prefix` and waits until every
 // member's is present. Throws Error(TIMEOUT) naming the ranks that never
 // arrived, the store and the group after `timeout_ms` (< 0: waits forever).
